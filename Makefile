@@ -1,0 +1,28 @@
+# Two commands: `make plan` and `make test`. Both create .venv when missing (idempotent).
+PYTHON ?= python3.11
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+EXAMPLE ?= examples/gpt3-175b-a100x1024.yaml
+
+.PHONY: setup plan test bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first: the pinned CPU build is on local disk; an unpinned one pulls a multi-GB CUDA build.
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[test]"
+	touch $(STAMP)
+
+plan: setup
+	$(BIN)/scaledl predict $(EXAMPLE) --plan dp=16,tp=8,pp=8,mbs=1,recompute=full,sp=true
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build *.egg-info

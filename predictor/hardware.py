@@ -1,0 +1,70 @@
+"""Hardware catalogue: devices and links, every figure with its public source.
+
+Figures are dense (never the 2:4-sparsity number). Link bandwidths are one direction in
+bytes/s. `cpu` is this machine: its figures are measured on first use and cached (see
+`predictor.measure.device`), one rank being one single-threaded process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GB = 1e9
+GIB = 1024**3
+TFLOPS = 1e12
+
+
+@dataclass(frozen=True)
+class Link:
+    """A communication link: achievable bandwidth (bytes/s, one direction) and per-message latency (s)."""
+
+    bandwidth: float
+    latency: float
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator model: peak FLOP/s per precision, HBM bandwidth and capacity, default links."""
+
+    name: str
+    peak_flops: dict[str, float]  # precision -> dense FLOP/s
+    mem_bandwidth: float  # bytes/s
+    mem_capacity: float  # bytes
+    intra_node: Link
+    inter_node: Link
+    source: str
+    measured: bool = False
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def flops(self, precision: str) -> float:
+        return self.peak_flops[precision]
+
+
+# NVLink: the data sheets give total bidirectional bandwidth; one direction is half.
+# Inter-node: one 200 Gb/s HDR (A100) or 400 Gb/s NDR (H100/H200) NIC per GPU (DGX reference designs).
+_NVLINK3 = Link(300 * GB, 5e-6, "NVIDIA A100 data sheet: NVLink 600 GB/s bidirectional")
+_NVLINK4 = Link(450 * GB, 5e-6, "NVIDIA H100 data sheet: NVLink 900 GB/s bidirectional")
+_NVLINK2 = Link(150 * GB, 5e-6, "NVIDIA V100 data sheet: NVLink 300 GB/s bidirectional")
+_HDR = Link(25 * GB, 10e-6, "DGX A100 user guide: 8x 200 Gb/s HDR InfiniBand, one per GPU")
+_NDR = Link(50 * GB, 10e-6, "DGX H100 user guide: 8x 400 Gb/s NDR InfiniBand, one per GPU")
+_EDR = Link(12.5 * GB, 10e-6, "DGX-1 V100: 100 Gb/s EDR InfiniBand per GPU pair (conservative per GPU)")
+
+
+def _fp(bf16_tflops: float, tf32_tflops: float, fp32_tflops: float) -> dict[str, float]:
+    # Mixed-precision training in fp32 mode uses TF32 tensor cores where the device has them.
+    return {"fp16": bf16_tflops * TFLOPS, "bf16": bf16_tflops * TFLOPS, "fp32": max(tf32_tflops, fp32_tflops) * TFLOPS}
+
+
+DEVICES: dict[str, Device | None] = {
+    "v100-32gb": Device("v100-32gb", {"fp16": 125 * TFLOPS, "bf16": 125 * TFLOPS, "fp32": 15.7 * TFLOPS},
+                        900 * GB, 32 * GIB, _NVLINK2, _EDR, "NVIDIA V100 SXM2 data sheet"),
+    "a100-40gb": Device("a100-40gb", _fp(312, 156, 19.5), 1555 * GB, 40 * GIB, _NVLINK3, _HDR,
+                        "NVIDIA A100 SXM data sheet"),
+    "a100-80gb": Device("a100-80gb", _fp(312, 156, 19.5), 2039 * GB, 80 * GIB, _NVLINK3, _HDR,
+                        "NVIDIA A100 SXM data sheet"),
+    "h100": Device("h100", _fp(989, 495, 67), 3350 * GB, 80 * GIB, _NVLINK4, _NDR, "NVIDIA H100 SXM data sheet"),
+    "h200": Device("h200", _fp(989, 495, 67), 4800 * GB, 141 * GB, _NVLINK4, _NDR, "NVIDIA H200 SXM data sheet"),
+    "h20": Device("h20", _fp(148, 74, 44), 4000 * GB, 96 * GB, _NVLINK4, _NDR, "NVIDIA H20 product brief"),
+    "cpu": None,  # measured on first use: see get_device("cpu")
+}

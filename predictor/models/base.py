@@ -1,0 +1,37 @@
+"""The contract every predictor keeps (like a scikit-learn estimator), so they are interchangeable.
+
+`predict` is batched: one workload (spec + its layer graph) and many plans, because a
+search asks for thousands of plans of the same workload at once.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, Sequence
+
+from predictor.plan import Plan
+from predictor.prediction import Prediction
+from predictor.workload import WorkloadSpec
+from predictor.layer_graph import LayerGraph
+
+
+class Predictor(ABC):
+    """Predicts time and memory of (workload, plan) pairs."""
+
+    name: str = "predictor"
+
+    def fit(self, data: Any) -> "Predictor":
+        """Learn from a profile dataset; predictors without parameters return self."""
+        return self
+
+    @abstractmethod
+    def predict(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> list[Prediction]:
+        """One Prediction per plan, in order. Plans must be valid for the spec (see plan_errors)."""
+
+    def save(self, path: str | Path) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no learned state to save")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Predictor":
+        raise NotImplementedError(f"{cls.__name__} has no learned state to load")

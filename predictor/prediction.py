@@ -1,0 +1,35 @@
+"""What a predictor answers for one (workload, plan): time and memory with their breakdowns."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+TIME_PARTS: tuple[str, ...] = ("compute", "tp_comm", "dp_comm", "pp_bubble", "pp_p2p", "optimizer")
+MEMORY_PARTS: tuple[str, ...] = ("weights", "gradients", "optimizer", "activations", "buffers")
+
+
+@dataclass
+class Prediction:
+    """Predicted cost of one training iteration.
+
+    iter_time_s: wall time of one iteration (global batch), seconds.
+    breakdown: seconds per TIME_PARTS entry on the critical path; sums to iter_time_s.
+    peak_memory_gib: the largest per-rank peak over all ranks (GiB).
+    memory_per_stage_gib: per pipeline stage peak (GiB), first stage first.
+    memory_breakdown: GiB per MEMORY_PARTS entry on the rank with the peak.
+    tflops_per_gpu: model FLOPs (no recomputation) / iteration time / GPUs, in TFLOP/s.
+    mfu: model FLOPs utilisation against the device's dense peak.
+    """
+
+    iter_time_s: float
+    breakdown: dict[str, float]
+    peak_memory_gib: float
+    memory_per_stage_gib: list[float]
+    memory_breakdown: dict[str, float]
+    tflops_per_gpu: float
+    mfu: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

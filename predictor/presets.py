@@ -1,0 +1,72 @@
+"""Model presets: dimensions of well-known models, from their papers and public configs.
+
+Each entry is a `model:` mapping as a user would write it. Sources:
+GPT-3: Brown et al. 2020, Table 2.1 (vocab padded to 51,200 as Megatron does).
+GPT-2: Radford et al. 2019 / HF `gpt2*` configs. BERT: Devlin et al. 2019.
+T5: Raffel et al. 2020 (t5-3b and t5-11b use 32/128 heads with d_kv=128).
+ViT: Dosovitskiy et al. 2021, Table 1. DeiT: Touvron et al. 2021, Table 1.
+LLaMA-2: Touvron et al. 2023 (70B uses GQA with 8 kv heads). LLaMA-3: Meta model card.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _gpt(hidden: int, layers: int, heads: int) -> dict[str, Any]:
+    return {"family": "gpt", "hidden": hidden, "layers": layers, "heads": heads, "seq_len": 2048, "vocab": 51200}
+
+
+def _gpt2(hidden: int, layers: int, heads: int) -> dict[str, Any]:
+    return {"family": "gpt2", "hidden": hidden, "layers": layers, "heads": heads, "seq_len": 1024, "vocab": 50257}
+
+
+def _bert(hidden: int, layers: int, heads: int) -> dict[str, Any]:
+    return {"family": "bert", "hidden": hidden, "layers": layers, "heads": heads, "seq_len": 512, "vocab": 30522}
+
+
+def _t5(hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
+    return {"family": "t5", "hidden": hidden, "layers": layers, "heads": heads, "ffn_hidden": ffn, "seq_len": 512, "vocab": 32128}
+
+
+def _vision(family: str, hidden: int, layers: int, heads: int, patch: int, image: int = 224) -> dict[str, Any]:
+    return {"family": family, "hidden": hidden, "layers": layers, "heads": heads, "patch_size": patch, "image_size": image}
+
+
+def _llama(hidden: int, layers: int, heads: int, kv: int, ffn: int, seq: int, vocab: int) -> dict[str, Any]:
+    return {"family": "llama", "hidden": hidden, "layers": layers, "heads": heads, "kv_heads": kv,
+            "ffn_hidden": ffn, "seq_len": seq, "vocab": vocab}
+
+
+MODEL_PRESETS: dict[str, dict[str, Any]] = {
+    "gpt3-125m": _gpt(768, 12, 12),
+    "gpt3-350m": _gpt(1024, 24, 16),
+    "gpt3-760m": _gpt(1536, 24, 16),
+    "gpt3-1.3b": _gpt(2048, 24, 32),
+    "gpt3-2.7b": _gpt(2560, 32, 32),
+    "gpt3-6.7b": _gpt(4096, 32, 32),
+    "gpt3-13b": _gpt(5120, 40, 40),
+    "gpt3-175b": _gpt(12288, 96, 96),
+    "gpt2": _gpt2(768, 12, 12),
+    "gpt2-medium": _gpt2(1024, 24, 16),
+    "gpt2-large": _gpt2(1280, 36, 20),
+    "gpt2-xl": _gpt2(1600, 48, 25),
+    "bert-base": _bert(768, 12, 12),
+    "bert-large": _bert(1024, 24, 16),
+    "t5-small": _t5(512, 6, 8, 2048),
+    "t5-base": _t5(768, 12, 12, 3072),
+    "t5-large": _t5(1024, 24, 16, 4096),
+    "t5-3b": _t5(1024, 24, 32, 16384),
+    "t5-11b": _t5(1024, 24, 128, 65536),
+    "vit-b16": _vision("vit", 768, 12, 12, 16),
+    "vit-l16": _vision("vit", 1024, 24, 16, 16),
+    "vit-h14": _vision("vit", 1280, 32, 16, 14),
+    "deit-tiny": _vision("deit", 192, 12, 3, 16),
+    "deit-small": _vision("deit", 384, 12, 6, 16),
+    "deit-base": _vision("deit", 768, 12, 12, 16),
+    "llama2-7b": _llama(4096, 32, 32, 32, 11008, 4096, 32000),
+    "llama2-13b": _llama(5120, 40, 40, 40, 13824, 4096, 32000),
+    "llama2-70b": _llama(8192, 80, 64, 8, 28672, 4096, 32000),
+    "llama3-8b": _llama(4096, 32, 32, 8, 14336, 8192, 128256),
+    "llama3-70b": _llama(8192, 80, 64, 8, 28672, 8192, 128256),
+}
