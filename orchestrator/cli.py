@@ -1,0 +1,50 @@
+"""`scaledl` command line: one subcommand per module in `orchestrator/commands/`.
+
+Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`.
+Commands are discovered, so adding one never edits this file. User errors (bad spec, bad
+plan, missing file) print one clear message and exit with status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from orchestrator import commands
+from predictor.plan import PlanError
+from predictor.workload import SpecError
+
+USER_ERRORS: tuple[type[BaseException], ...] = (SpecError, PlanError, FileNotFoundError)
+
+
+class UsageError(Exception):
+    """A command-line mistake the user can fix; printed without a traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="scaledl", description="Predict and search parallel plans of training jobs.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"orchestrator.commands.{info.name}")
+        cmd = sub.add_parser(info.name, help=module.HELP, description=module.HELP)
+        module.add_arguments(cmd)
+        cmd.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except (UsageError, *USER_ERRORS) as err:
+        print(f"scaledl {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"scaledl {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

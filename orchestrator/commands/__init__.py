@@ -1,0 +1,1 @@
+"""Subcommands of `scaledl`; each module is one command (see orchestrator/cli.py)."""
