@@ -1,0 +1,176 @@
+"""Named plan search spaces (YAML under `presets/`) and their narrowing by a spec's `search:` section.
+
+A space lists the values each plan field may take; `auto` means "every value the workload
+allows" (divisors of the GPU count for dp/tp/pp, of the per-rank batch for mbs, of the
+layers per stage for v). A spec narrows a space, never widens it, so a named space stays an
+upper bound on what a search may try:
+
+    search:
+      space: megatron-3d      # the base space (default: megatron-3d; `scaledl plan --space` wins)
+      tp: 8                   # fix a field (a scalar or a list)
+      max_pp: 16              # cap a degree
+      recompute: [none, selective]   # forbid full recomputation
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
+
+from predictor.plan import PLACEMENTS, RECOMPUTE_MODES, SCHEDULES
+from predictor.workload import SpecError
+
+PRESET_DIR = Path(__file__).parent / "presets"
+DEFAULT_SPACE = "megatron-3d"
+
+Auto = Literal["auto"]
+INT_AXES: tuple[str, ...] = ("dp", "tp", "pp", "mbs", "v")
+CHOICE_AXES: tuple[str, ...] = ("zero", "recompute", "sp", "schedule", "placement")
+CAPS: tuple[str, ...] = ("max_dp", "max_tp", "max_pp", "max_mbs", "max_v")
+
+
+class _Axes(BaseModel):
+    """Fields shared by a space and a narrowing: the value lists of every plan field, and caps."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _scalar_to_list(cls, value: Any, info: Any) -> Any:
+        # `tp: 8` in a spec means `tp: [8]`; `auto` and caps stay scalars.
+        if info.field_name in INT_AXES + CHOICE_AXES and not isinstance(value, (list, tuple)) and value != "auto":
+            return [value]
+        return value
+
+    @field_validator("placement", check_fields=False)
+    @classmethod
+    def _known_placements(cls, value: Any) -> Any:
+        for p in value or ():
+            if p not in PLACEMENTS:
+                raise ValueError(f"unknown placement {p!r}; known: {', '.join(PLACEMENTS)}")
+        return value
+
+
+class SpaceConfig(_Axes):
+    """A named search space: what values each plan field may take."""
+
+    description: str = ""
+    dp: Auto | list[PositiveInt] = "auto"
+    tp: Auto | list[PositiveInt] = "auto"
+    pp: Auto | list[PositiveInt] = "auto"
+    mbs: Auto | list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4, 8])
+    v: Auto | list[PositiveInt] = "auto"
+    zero: list[Literal[0, 1, 2, 3]] = Field(default_factory=lambda: [0])
+    recompute: list[Literal["none", "selective", "full"]] = Field(default_factory=lambda: list(RECOMPUTE_MODES))
+    sp: list[bool] = Field(default_factory=lambda: [False, True])
+    schedule: list[Literal["gpipe", "1f1b", "interleaved"]] = Field(default_factory=lambda: ["1f1b"])
+    placement: list[str] = Field(default_factory=lambda: ["tp-dp-pp"])
+    allow_cross_node_tp: bool = False
+    max_dp: PositiveInt | None = None
+    max_tp: PositiveInt | None = None
+    max_pp: PositiveInt | None = None
+    max_mbs: PositiveInt | None = 64
+    max_v: PositiveInt | None = 8
+
+
+class Narrowing(_Axes):
+    """A spec's `search:` section: every field optional; given fields must lie inside the base space."""
+
+    space: str | None = None
+    dp: list[PositiveInt] | None = None
+    tp: list[PositiveInt] | None = None
+    pp: list[PositiveInt] | None = None
+    mbs: list[PositiveInt] | None = None
+    v: list[PositiveInt] | None = None
+    zero: list[Literal[0, 1, 2, 3]] | None = None
+    recompute: list[Literal["none", "selective", "full"]] | None = None
+    sp: list[bool] | None = None
+    schedule: list[Literal["gpipe", "1f1b", "interleaved"]] | None = None
+    placement: list[str] | None = None
+    allow_cross_node_tp: bool | None = None
+    max_dp: PositiveInt | None = None
+    max_tp: PositiveInt | None = None
+    max_pp: PositiveInt | None = None
+    max_mbs: PositiveInt | None = None
+    max_v: PositiveInt | None = None
+
+
+def _errors(err: ValidationError, where: str) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        given = e.get("input")
+        shown = "" if isinstance(given, dict) or given is None else f" (got {given!r})"
+        lines.append(f"{where}.{loc}: {msg}{shown}")
+    return "\n  ".join(lines)
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+@cache
+def load_space(name_or_path: str) -> SpaceConfig:
+    """A named preset (`megatron-3d`, `zero-dp`, `full`) or a YAML file path; SpecError if unknown or invalid."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PRESET_DIR / f"{name_or_path}.yaml"
+        if not path.exists():
+            raise SpecError(f"unknown search space {name_or_path!r}; known spaces: {', '.join(preset_names())}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError as err:
+        raise SpecError(f"cannot read search space {path}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise SpecError(f"{path}: YAML syntax error: {err}") from None
+    try:
+        return SpaceConfig.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(f"invalid search space {path}:\n  {_errors(err, 'space')}") from None
+
+
+def narrow(space: SpaceConfig, section: dict[str, Any] | None, base_name: str = "") -> SpaceConfig:
+    """Apply a spec's `search:` section to `space`; SpecError naming the field when it would widen it."""
+    if not section:
+        return space
+    try:
+        n = Narrowing.model_validate(section)
+    except ValidationError as err:
+        raise SpecError(f"invalid search section:\n  {_errors(err, 'search')}") from None
+    changes: dict[str, Any] = {}
+    for axis in INT_AXES + CHOICE_AXES:
+        wanted = getattr(n, axis)
+        if wanted is None:
+            continue
+        allowed = getattr(space, axis)
+        outside = [w for w in wanted if allowed != "auto" and w not in allowed]
+        if outside:
+            raise SpecError(
+                f"search.{axis}: {outside} is outside the space {base_name or 'given'} (allowed: {allowed}); "
+                f"pick values from that list or a wider space (--space full)"
+            )
+        changes[axis] = list(dict.fromkeys(wanted))
+    for cap in CAPS:
+        wanted = getattr(n, cap)
+        if wanted is not None:
+            current = getattr(space, cap)
+            changes[cap] = wanted if current is None else min(wanted, current)
+    if n.allow_cross_node_tp is not None:
+        if n.allow_cross_node_tp and not space.allow_cross_node_tp:
+            raise SpecError(f"search.allow_cross_node_tp: the space {base_name or 'given'} keeps tp inside a node; "
+                            "use --space full to allow cross-node tensor parallelism")
+        changes["allow_cross_node_tp"] = n.allow_cross_node_tp
+    return space.model_copy(update=changes)
+
+
+def resolve_space(spec_search: dict[str, Any] | None, cli_space: str | None = None) -> tuple[str, SpaceConfig]:
+    """The space a search uses: `--space`, else `search.space`, else the default; then narrowed by the spec."""
+    section = dict(spec_search or {})
+    name = cli_space or section.get("space") or DEFAULT_SPACE
+    section.pop("space", None)
+    return name, narrow(load_space(name), section, name)

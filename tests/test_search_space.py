@@ -1,0 +1,132 @@
+"""Search spaces: enumeration against the structural rules, narrowing, reasons, and the Tune mapping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from predictor.plan import Plan, plan_errors
+from predictor.workload import SpecError, load_spec
+from search_spaces import (
+    TuneSpace, enumerate_plans, explain, load_space, narrow, preset_names, rejected, resolve_space,
+)
+from search_spaces.enumerate import candidates
+
+ROOT = Path(__file__).resolve().parents[1]
+GPT3 = load_spec(ROOT / "examples/gpt3-175b-a100x1024.yaml")
+BERT = load_spec(ROOT / "examples/bert-cpu2.yaml")
+
+
+def test_presets_load() -> None:
+    assert {"megatron-3d", "zero-dp", "full"} <= set(preset_names())
+    for name in preset_names():
+        load_space(name)
+
+
+@pytest.mark.parametrize("spec", [GPT3, BERT], ids=["gpt3", "bert"])
+@pytest.mark.parametrize("name", ["megatron-3d", "full"])
+def test_enumeration_is_exactly_the_valid_candidates(spec, name) -> None:
+    space = load_space(name)
+    result = enumerate_plans(spec, space)
+    # The prototype pruning must not change the answer of checking every candidate one by one.
+    brute = [p for p in candidates(spec, space) if not plan_errors(p, spec, space.allow_cross_node_tp)]
+    assert result.plans == brute
+    assert len(set(result.plans)) == len(result.plans) > 0
+    assert result.checked == sum(1 for _ in candidates(spec, space))
+    assert result.rejected_count == sum(1 for _ in rejected(spec, space))
+    m = spec.model
+    for p in result.plans:
+        assert p.dp * p.tp * p.pp == spec.cluster.gpus
+        assert m.heads % p.tp == 0 and m.hidden % p.tp == 0
+        assert m.num_blocks % (p.pp * p.v) == 0
+        assert spec.training.global_batch % (p.dp * p.mbs) == 0
+        assert p.group_span("tp") <= spec.cluster.gpus_per_node
+
+
+def test_megatron_space_contains_the_paper_plan_and_only_its_axes() -> None:
+    plans = enumerate_plans(GPT3, load_space("megatron-3d")).plans
+    paper = Plan(dp=8, tp=8, pp=16, mbs=1, zero=1, recompute="full", sp=True, schedule="interleaved", v=2)
+    assert paper in plans
+    assert {p.placement for p in plans} == {"tp-dp-pp"}
+    assert {p.zero for p in plans} == {0, 1}
+    assert max(p.tp for p in plans) == 8  # tensor parallel never leaves a node
+
+
+def test_full_space_drops_placements_that_map_ranks_identically() -> None:
+    plans = enumerate_plans(BERT, load_space("full")).plans
+    # BERT on 2 GPUs: with one axis of degree 2 every placement is the same rank mapping.
+    for p in plans:
+        assert p.placement == "tp-dp-pp"
+
+
+def test_empty_space_says_why() -> None:
+    result = enumerate_plans(GPT3, load_space("zero-dp"))
+    assert result.plans == []
+    assert "does not divide global_batch=1536" in result.top_reasons(1)[0][0]
+
+
+def test_narrowing_fixes_caps_and_forbids() -> None:
+    name, space = resolve_space({"tp": 8, "max_pp": 8, "recompute": ["none", "selective"]})
+    assert name == "megatron-3d"
+    plans = enumerate_plans(GPT3, space).plans
+    assert plans and {p.tp for p in plans} == {8}
+    assert max(p.pp for p in plans) == 8
+    assert "full" not in {p.recompute for p in plans}
+    assert resolve_space({"space": "full"}, cli_space="zero-dp")[0] == "zero-dp"  # the command line wins
+
+
+@pytest.mark.parametrize("section, field", [
+    ({"zero": [3]}, "search.zero"),  # megatron-3d allows ZeRO 0/1 only: a spec may not widen it
+    ({"tp": "eight"}, "search.tp"),
+    ({"pipeline": 4}, "search.pipeline"),
+    ({"placement": ["pp-first"]}, "search.placement"),
+    ({"allow_cross_node_tp": True}, "search.allow_cross_node_tp"),
+])
+def test_bad_narrowing_names_the_field(section, field) -> None:
+    with pytest.raises(SpecError, match=field.replace(".", r"\.")):
+        narrow(load_space("megatron-3d"), section, "megatron-3d")
+
+
+def test_unknown_space_lists_the_known_ones(tmp_path) -> None:
+    with pytest.raises(SpecError, match="known spaces: .*megatron-3d"):
+        load_space("megatron")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("tp: [0]\n")
+    with pytest.raises(SpecError, match="space.tp"):
+        load_space(str(bad))
+
+
+def test_explain_gives_every_reason() -> None:
+    space = load_space("megatron-3d")
+    reasons = explain(Plan(dp=4, tp=16, pp=16, zero=3, placement="dp-tp-pp"), GPT3, space)
+    text = "\n".join(reasons)
+    assert "zero=3 is not in the space" in text
+    assert "placement=dp-tp-pp is not in the space" in text
+    assert "spans" in text  # tp=16 cannot stay inside an 8-GPU node
+    assert explain(Plan(dp=8, tp=8, pp=16, mbs=1), GPT3, space) == []
+
+
+def test_tune_space_addresses_only_valid_plans() -> None:
+    plans = enumerate_plans(GPT3, load_space("full")).plans
+    ts = TuneSpace(plans, batch_size=1000)
+    covered = [i for b in range(ts.n_batches) for i in ts.batch(b)]
+    assert covered == list(range(len(plans)))
+    grouped = sorted(i for members in ts.groups.values() for i in members)
+    assert grouped == list(range(len(plans)))
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(200):
+        trial = study.ask()  # a real Optuna trial walks the define-by-run tree
+        ts.suggest(trial)
+        members = ts.members(trial.params)
+        assert members, trial.params
+        assert len({(plans[i].tp, plans[i].pp, plans[i].mbs, plans[i].zero) for i in members}) == 1
+        assert ts.key(trial.params).startswith("group-tp")
+        study.tell(trial, float(len(members)))
+    random_grid = ts.grid("random", seed=1)["group"]
+    assert sorted(map(tuple, random_grid)) == sorted(ts.groups)
+    assert ts.grid("exhaustive") == {"batch": list(range(ts.n_batches))}
