@@ -1,0 +1,310 @@
+"""Real model definitions for every workload family, with random weights (never downloaded).
+
+`build_model(spec)` returns an `nn.Module` whose forward, given `example_inputs(spec, batch)`,
+computes a training loss (`training_loss`). The Megatron `gpt` family is a compact GPT module
+of our own (Megatron-LM's layer layout and names); `gpt2`, `bert`, `t5`, `vit`, `deit` and
+`llama` use HuggingFace `transformers` config classes with random initialisation; `hf_config:`
+specs build from the user's config dict; `module:` specs import the user's factory (opt-in).
+
+Everything builds on `torch.device("meta")` by default, so a 175B model costs no memory; on
+`cpu` with small dims the same modules train for real (the measurement code does that).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from predictor.workload import ModelSpec
+
+__all__ = ["GPTModel", "build_model", "example_inputs", "module_args", "training_loss", "output_loss", "param_count", "num_labels"]
+
+_DTYPES = {"int64": torch.int64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_IMAGENET_CLASSES = 1000
+_T5_TOKENS = {"pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0}  # google-t5 configs
+
+
+# --------------------------------------------------------------------------------------------
+# Megatron-style GPT (Shoeybi et al. 2019; Megatron-LM's GPTModel layer names)
+# --------------------------------------------------------------------------------------------
+
+
+class Embedding(nn.Module):
+    """Word + learned position embeddings, summed (Megatron `LanguageModelEmbedding`)."""
+
+    def __init__(self, vocab: int, hidden: int, max_seq: int):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(vocab, hidden)
+        self.position_embeddings = nn.Embedding(max_seq, hidden)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+        return self.word_embeddings(input_ids) + self.position_embeddings(positions)
+
+
+class SelfAttention(nn.Module):
+    """Fused QKV projection (column parallel), causal attention core, output projection (row parallel)."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = hidden // heads
+        self.query_key_value = nn.Linear(hidden, 3 * hidden)
+        self.dense = nn.Linear(hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        qkv = self.query_key_value(x).view(b, s, 3, self.heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (b, heads, s, head_dim)
+        ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.dense(ctx.transpose(1, 2).reshape(b, s, h))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int, ffn: int):
+        super().__init__()
+        self.dense_h_to_4h = nn.Linear(hidden, ffn)
+        self.activation = nn.GELU()
+        self.dense_4h_to_h = nn.Linear(ffn, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dense_4h_to_h(self.activation(self.dense_h_to_4h(x)))
+
+
+class TransformerLayer(nn.Module):
+    """Pre-LayerNorm block: x + Attn(LN(x)), then x + MLP(LN(x))."""
+
+    def __init__(self, hidden: int, heads: int, ffn: int):
+        super().__init__()
+        self.input_layernorm = nn.LayerNorm(hidden)
+        self.self_attention = SelfAttention(hidden, heads)
+        self.post_attention_layernorm = nn.LayerNorm(hidden)
+        self.mlp = MLP(hidden, ffn)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attention(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LMHead(nn.Module):
+    """Logits against the (tied) word embedding; owns no parameters (vocab parallel in Megatron)."""
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, weight)
+
+
+class GPTModel(nn.Module):
+    """Megatron GPT: embeddings, `layers` pre-LN transformer layers, final LayerNorm, tied logits.
+
+    `forward(input_ids, labels=None)` returns the logits, or the cross-entropy loss when labels
+    are given (labels are the already shifted next tokens, as Megatron's data loader makes them).
+    """
+
+    def __init__(self, vocab: int, hidden: int, layers: int, heads: int, max_seq: int, ffn: int | None = None):
+        super().__init__()
+        self.embedding = Embedding(vocab, hidden, max_seq)
+        self.layers = nn.ModuleList(TransformerLayer(hidden, heads, ffn or 4 * hidden) for _ in range(layers))
+        self.final_layernorm = nn.LayerNorm(hidden)
+        self.output_layer = LMHead()
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.embedding(input_ids)
+        for layer in self.layers:
+            x = layer(x)
+        logits = self.output_layer(self.final_layernorm(x), self.embedding.word_embeddings.weight)
+        if labels is None:
+            return logits
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.reshape(-1))
+
+
+# --------------------------------------------------------------------------------------------
+# Builders
+# --------------------------------------------------------------------------------------------
+
+
+def num_labels(model: ModelSpec) -> int:
+    """Classes of a vision model's head: `vocab` if given, else ImageNet's 1000."""
+    return model.vocab or _IMAGENET_CLASSES
+
+
+def _hf_config(model: ModelSpec) -> Any:
+    """The transformers config object for a family spec (dims mapped) or an `hf_config:` spec."""
+    import transformers as tf
+
+    if model.hf_config is not None:
+        cfg = dict(model.hf_config)
+        model_type = cfg.pop("model_type")
+        if model_type == "t5":
+            cfg = {**_T5_TOKENS, **cfg}
+        cfg.setdefault("attn_implementation", "sdpa")
+        return tf.AutoConfig.for_model(model_type, **cfg)
+
+    h, l, a = model.hidden, model.layers, model.heads
+    ffn = model.ffn_hidden_size
+    extra = dict(model.kwargs)  # family specs: kwargs are extra config fields (e.g. t5 d_kv)
+    fam = model.family
+    if fam == "gpt2":
+        cfg = tf.GPT2Config(vocab_size=model.vocab, n_positions=model.seq_len, n_embd=h, n_layer=l, n_head=a,
+                            n_inner=ffn, **extra)
+    elif fam == "bert":
+        cfg = tf.BertConfig(vocab_size=model.vocab, hidden_size=h, num_hidden_layers=l, num_attention_heads=a,
+                            intermediate_size=ffn, max_position_embeddings=max(512, model.seq_len or 0), **extra)
+    elif fam == "t5":
+        extra.setdefault("d_kv", h // a)
+        for key, val in _T5_TOKENS.items():
+            extra.setdefault(key, val)
+        cfg = tf.T5Config(vocab_size=model.vocab, d_model=h, d_ff=ffn, num_layers=l,
+                          num_decoder_layers=model.decoder_layers if model.decoder_layers is not None else l,
+                          num_heads=a, feed_forward_proj="relu", **extra)
+    elif fam in ("vit", "deit"):
+        cls = tf.ViTConfig if fam == "vit" else tf.DeiTConfig
+        cfg = cls(hidden_size=h, num_hidden_layers=l, num_attention_heads=a, intermediate_size=ffn,
+                  image_size=model.image_size, patch_size=model.patch_size, num_labels=num_labels(model), **extra)
+    elif fam == "llama":
+        cfg = tf.LlamaConfig(vocab_size=model.vocab, hidden_size=h, intermediate_size=ffn, num_hidden_layers=l,
+                             num_attention_heads=a, num_key_value_heads=model.kv_heads or a,
+                             max_position_embeddings=model.seq_len, **extra)
+    else:
+        raise ValueError(f"no HuggingFace config for family {fam!r}")
+    cfg._attn_implementation = "sdpa"
+    return cfg
+
+
+def _hf_model_class(family: str) -> type:
+    import transformers as tf
+
+    return {
+        "gpt2": tf.GPT2LMHeadModel,
+        "bert": tf.BertForMaskedLM,
+        "t5": tf.T5ForConditionalGeneration,
+        "vit": tf.ViTForImageClassification,
+        "deit": tf.DeiTForImageClassification,
+        "llama": tf.LlamaForCausalLM,
+    }[family]
+
+
+def _import_factory(path: str) -> Any:
+    mod_name, _, attr = path.partition(":")
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as err:
+        raise ValueError(f"module {path!r}: cannot import {mod_name!r}: {err}") from None
+    factory = getattr(mod, attr, None)
+    if factory is None or not callable(factory):
+        raise ValueError(f"module {path!r}: {mod_name!r} has no callable {attr!r}")
+    return factory
+
+
+def build_model(model: ModelSpec, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32) -> nn.Module:
+    """The model with random weights on `device` (meta by default: no memory, any size), in `dtype`."""
+    device = torch.device(device)
+    if model.module is not None:
+        factory = _import_factory(model.module)
+        with device:
+            module = factory(**model.kwargs)
+        if not isinstance(module, nn.Module):
+            raise ValueError(f"module {model.module!r} returned {type(module).__name__}, not an nn.Module")
+        return _cast(module, dtype)
+    if model.family == "gpt" and model.hf_config is None:
+        with device:
+            module = GPTModel(vocab=model.vocab, hidden=model.hidden, layers=model.layers, heads=model.heads,
+                              max_seq=model.seq_len, ffn=model.ffn_hidden_size)
+        return _cast(module, dtype)
+    cfg = _hf_config(model)
+    family = model.family
+    cls = _hf_model_class(family)
+    with device:
+        module = cls(cfg)
+    return _cast(module, dtype)
+
+
+def _cast(module: nn.Module, dtype: torch.dtype | None) -> nn.Module:
+    """Cast floating parameters to `dtype` only when needed (a no-op `.to` breaks fake-tensor builds)."""
+    if dtype is not None and any(p.is_floating_point() and p.dtype != dtype for p in module.parameters()):
+        module = module.to(dtype=dtype)
+    return module
+
+
+def _family_of(model: ModelSpec) -> str:
+    return "module" if model.module is not None else str(model.family)
+
+
+def example_inputs(model: ModelSpec, batch: int, device: str | torch.device = "meta",
+                   dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """Keyword arguments of one training forward at `batch` samples, labels included (so a loss comes out).
+
+    Integer inputs are uniform random ids (vocabulary / class ids); float inputs (pixels) are
+    standard normal in `dtype`. `module:` specs get one positional-like kwarg per `inputs:` entry,
+    named `input_0`, `input_1`, ... only when the factory's forward does not name them: the
+    graph builder passes them positionally (see `module_args`).
+    """
+    device = torch.device(device)
+    fam = _family_of(model)
+
+    def ints(shape: tuple[int, ...], high: int) -> torch.Tensor:
+        return torch.randint(0, high, shape, device=device, dtype=torch.int64)
+
+    if fam == "module":
+        out: dict[str, Any] = {}
+        for i, inp in enumerate(model.inputs or []):
+            shape = (batch, *inp.shape)
+            dt = _DTYPES[inp.dtype]
+            if dt == torch.int64:
+                out[f"input_{i}"] = ints(shape, inp.high or 2)
+            else:
+                out[f"input_{i}"] = torch.randn(shape, device=device, dtype=dt)
+        return out
+    if fam in ("vit", "deit"):
+        size = model.image_size
+        return {"pixel_values": torch.randn(batch, 3, size, size, device=device, dtype=dtype),
+                "labels": ints((batch,), num_labels(model))}
+    s, vocab = model.seq_len, model.vocab
+    if model.hf_config is not None:
+        vocab = model.hf_config.get("vocab_size", vocab)
+    inputs: dict[str, Any] = {"input_ids": ints((batch, s), vocab), "labels": ints((batch, s), vocab)}
+    if fam in ("gpt2", "t5", "llama"):
+        inputs["use_cache"] = False
+    return inputs
+
+
+def module_args(model: ModelSpec, inputs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """(args, kwargs) to call the model with: `module:` models take their inputs positionally."""
+    if model.module is not None:
+        return tuple(inputs[f"input_{i}"] for i in range(len(inputs))), {}
+    return (), inputs
+
+
+def training_loss(model_module: nn.Module, inputs: dict[str, Any], model: ModelSpec | None = None) -> torch.Tensor:
+    """The scalar a training step differentiates: HF `.loss`, our GPT's cross-entropy, or a user module's output mean."""
+    if model is not None:
+        args, kwargs = module_args(model, inputs)
+    elif inputs and all(k.startswith("input_") for k in inputs):
+        args, kwargs = tuple(inputs[f"input_{i}"] for i in range(len(inputs))), {}
+    else:
+        args, kwargs = (), inputs
+    out = model_module(*args, **kwargs)
+    return output_loss(out)
+
+
+def output_loss(out: Any) -> torch.Tensor:
+    loss = getattr(out, "loss", None)
+    if loss is not None:
+        return loss
+    if isinstance(out, torch.Tensor):
+        return out if out.dim() == 0 else out.float().mean()
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        return out[0].float().mean()
+    if isinstance(out, dict) and out:
+        first = next(iter(out.values()))
+        return first.float().mean()
+    raise TypeError(f"cannot make a training loss from a {type(out).__name__} output")
+
+
+def param_count(module: nn.Module) -> int:
+    """Unique parameters (tied weights counted once), as `sum(p.numel())` over `parameters()`."""
+    return sum(p.numel() for p in module.parameters())
+
