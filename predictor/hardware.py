@@ -7,7 +7,11 @@ bytes/s. `cpu` is this machine: its figures are measured on first use and cached
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from predictor.workload import ClusterSpec
 
 GB = 1e9
 GIB = 1024**3
@@ -58,13 +62,41 @@ def _fp(bf16_tflops: float, tf32_tflops: float, fp32_tflops: float) -> dict[str,
 
 DEVICES: dict[str, Device | None] = {
     "v100-32gb": Device("v100-32gb", {"fp16": 125 * TFLOPS, "bf16": 125 * TFLOPS, "fp32": 15.7 * TFLOPS},
-                        900 * GB, 32 * GIB, _NVLINK2, _EDR, "NVIDIA V100 SXM2 data sheet"),
+                        900 * GB, 32 * GIB, _NVLINK2, _EDR, "NVIDIA V100 SXM2 data sheet", extra={"sms": 80}),
     "a100-40gb": Device("a100-40gb", _fp(312, 156, 19.5), 1555 * GB, 40 * GIB, _NVLINK3, _HDR,
-                        "NVIDIA A100 SXM data sheet"),
+                        "NVIDIA A100 SXM data sheet", extra={"sms": 108}),
     "a100-80gb": Device("a100-80gb", _fp(312, 156, 19.5), 2039 * GB, 80 * GIB, _NVLINK3, _HDR,
-                        "NVIDIA A100 SXM data sheet"),
-    "h100": Device("h100", _fp(989, 495, 67), 3350 * GB, 80 * GIB, _NVLINK4, _NDR, "NVIDIA H100 SXM data sheet"),
-    "h200": Device("h200", _fp(989, 495, 67), 4800 * GB, 141 * GB, _NVLINK4, _NDR, "NVIDIA H200 SXM data sheet"),
-    "h20": Device("h20", _fp(148, 74, 44), 4000 * GB, 96 * GB, _NVLINK4, _NDR, "NVIDIA H20 product brief"),
+                        "NVIDIA A100 SXM data sheet", extra={"sms": 108}),
+    "h100": Device("h100", _fp(989, 495, 67), 3350 * GB, 80 * GIB, _NVLINK4, _NDR, "NVIDIA H100 SXM data sheet",
+                   extra={"sms": 132}),
+    "h200": Device("h200", _fp(989, 495, 67), 4800 * GB, 141 * GB, _NVLINK4, _NDR, "NVIDIA H200 SXM data sheet",
+                   extra={"sms": 132}),
+    "h20": Device("h20", _fp(148, 74, 44), 4000 * GB, 96 * GB, _NVLINK4, _NDR, "NVIDIA H20 product brief",
+                  extra={"sms": 78}),
     "cpu": None,  # measured on first use: see get_device("cpu")
 }
+# Streaming multiprocessors ("sms" in Device.extra), used for GEMM wave quantisation: NVIDIA
+# architecture whitepapers (V100 80, A100 108, H100/H200 SXM 132); H20: 78 per public spec listings.
+
+
+def get_device(name: str, cluster: "ClusterSpec | None" = None) -> Device:
+    """The device `name` with the cluster's intra_node / inter_node link overrides applied.
+
+    `cpu` is this machine, measured on first use and cached (predictor.measure.device).
+    """
+    if name not in DEVICES:
+        raise KeyError(f"unknown device {name!r}; known devices: {', '.join(DEVICES)}")
+    device = DEVICES[name]
+    if device is None:
+        from predictor.measure.device import measured_cpu  # lazy: measuring spawns processes
+
+        device = measured_cpu()
+    if cluster is not None:
+        changes = {}
+        for attr in ("intra_node", "inter_node"):
+            spec = getattr(cluster, attr)
+            if spec is not None:
+                changes[attr] = Link(spec.bandwidth_gbps * GB, spec.latency_us * 1e-6, "cluster spec override")
+        if changes:
+            device = replace(device, **changes)
+    return device

@@ -1,0 +1,85 @@
+"""Collective and point-to-point costs on a hierarchical (intra-node / inter-node) topology.
+
+α-β model (Thakur, Rabenseifner & Gropp 2005; the ScaleDL paper Eq. 15): a ring step costs the
+link latency α plus bytes / bandwidth. Bandwidths are a link's *bus* bandwidth (NCCL busBw), so
+the (n-1)/n factors below are the algorithm's, not the link's. A group of n ranks that spans
+nodes has `n_intra` ranks per node and `n_inter = n / n_intra` nodes; a collective over it is
+run hierarchically (reduce-scatter inside the node, the collective across nodes on 1/n_intra of
+the data, all-gather inside), as NCCL does for multi-node rings/trees. All functions take
+numpy arrays or floats of bytes and return seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from predictor.hardware import Link
+
+
+@dataclass(frozen=True)
+class Group:
+    """A communication group: ranks per node and number of nodes, with the links it uses."""
+
+    n_intra: int
+    n_inter: int
+    intra: Link
+    inter: Link
+
+    @property
+    def size(self) -> int:
+        return self.n_intra * self.n_inter
+
+
+def _ring_allreduce(size, n: int, link: Link):
+    if n <= 1:
+        return np.zeros_like(np.asarray(size, dtype=float))
+    return 2 * (n - 1) / n * np.asarray(size, dtype=float) / link.bandwidth + 2 * (n - 1) * link.latency
+
+
+def _tree_allreduce(size, n: int, link: Link):
+    """Double binary tree (NCCL >= 2.4): 2·log2(n) latency steps, each byte sent ~2 times per rank."""
+    if n <= 1:
+        return np.zeros_like(np.asarray(size, dtype=float))
+    return 2 * np.asarray(size, dtype=float) / link.bandwidth + 2 * np.ceil(np.log2(n)) * link.latency
+
+
+def _ring_half(size, n: int, link: Link):
+    """Reduce-scatter or all-gather of `size` bytes (the full buffer) over a ring of n ranks."""
+    if n <= 1:
+        return np.zeros_like(np.asarray(size, dtype=float))
+    return (n - 1) / n * np.asarray(size, dtype=float) / link.bandwidth + (n - 1) * link.latency
+
+
+def allreduce(size, group: Group):
+    """All-reduce of `size` bytes: the faster of ring and tree inside each level (NCCL picks per size)."""
+    g, k = group.n_intra, group.n_inter
+
+    def flat(s, n, link):
+        return np.minimum(_ring_allreduce(s, n, link), _tree_allreduce(s, n, link))
+
+    if k == 1:
+        return flat(size, g, group.intra)
+    if g == 1:
+        return flat(size, k, group.inter)
+    size = np.asarray(size, dtype=float)
+    return 2 * _ring_half(size, g, group.intra) + flat(size / g, k, group.inter)
+
+
+def reduce_scatter(size, group: Group):
+    """Reduce-scatter of a `size`-byte buffer (each rank ends with size/n)."""
+    g, k = group.n_intra, group.n_inter
+    size = np.asarray(size, dtype=float)
+    # Across nodes each node's g NICs carry (k-1)/k of the data between them; inside, a ring over g.
+    return _ring_half(size, g, group.intra) + _ring_half(size / g, k, group.inter)
+
+
+def allgather(size, group: Group):
+    """All-gather producing a `size`-byte buffer on every rank; same volume as reduce-scatter."""
+    return reduce_scatter(size, group)
+
+
+def p2p(size, link: Link):
+    """One send/recv of `size` bytes over `link`."""
+    return np.asarray(size, dtype=float) / link.bandwidth + link.latency

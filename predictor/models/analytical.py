@@ -1,0 +1,211 @@
+"""Analytical roofline predictor: the baseline, and the fallback of the learned ScaleDL model.
+
+Per layer: max(FLOPs / (peak · eff(GEMM shape)), bytes / (bandwidth · bw_eff)) plus a kernel
+launch cost; communication from `predictor.comm`; pipeline bubble (p-1)/(v·m) of the slowest
+stage; optimizer step memory-bound over the local optimizer state. Nothing here is fit to
+measurements of training iterations; every constant is in `AnalyticalConfig` with its reason.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from predictor import comm
+from predictor.hardware import Device, get_device
+from predictor.layer_graph import LayerGraph
+from predictor.memory import GIB, memory_per_stage, optimizer_bytes_per_param
+from predictor.models.base import Predictor
+from predictor.parallel import BYTES, Layout, apply_plan, shard_nodes
+from predictor.plan import Plan
+from predictor.prediction import MEMORY_PARTS, Prediction
+from predictor.workload import WorkloadSpec
+
+
+@dataclass(frozen=True)
+class AnalyticalConfig:
+    """Constants of the analytical model (first principles and vendor documentation, not fit).
+
+    gemm_eff_max: fraction of dense peak a large tensor-core GEMM sustains. cuBLAS large fp16/bf16
+        GEMMs on A100/H100 run at roughly 80% of the data-sheet peak under the board power limit
+        (NVIDIA "Matrix Multiplication Background" user guide performance figures); a measured
+        device's peak is already an achieved matmul rate, so it uses 1.0.
+    gemm_half_dim: GEMM dimension at which efficiency halves, f(x) = x / (x + c): one thread-block
+        tile edge (128 on Ampere/Hopper cuBLAS kernels, same guide), whose fixed prologue/epilogue
+        cost is comparable to one tile's math. Measured CPUs: 32 (register/cache blocking of a
+        single-thread BLAS kernel is tens of elements).
+    tile: GEMM output tile edge for wave quantisation over the device's SMs (same guide).
+    bw_eff: achieved fraction of HBM bandwidth by streaming kernels (BabelStream-class results on
+        A100/H100 reach ~90% of the data sheet); measured devices: 1.0.
+    launch_s: per-kernel launch and inter-kernel gap on a GPU, a few microseconds (CUDA launch
+        latency as shown in NVIDIA's CUDA Graphs material); forward of a node ~1 kernel, backward ~2.
+    score_passes: extra memory passes over the attention scores beyond the two batched GEMMs
+        (softmax read+write, dropout read+write+1-byte mask) in the unfused attention of Megatron.
+    overlap_dp: fraction of data-parallel gradient sync hidden behind backward (0: Megatron with
+        pipelining syncs after the last micro-batch); overlap_tp likewise for tensor-parallel
+        all-reduces (0: they sit between dependent GEMMs).
+    """
+
+    gemm_eff_max: float = 0.80
+    gemm_half_dim: float = 128.0
+    tile: int = 128
+    bw_eff: float = 0.90
+    launch_s: float = 3e-6
+    score_passes: float = 4.5
+    overlap_dp: float = 0.0
+    overlap_tp: float = 0.0
+
+    def for_device(self, device: Device) -> "AnalyticalConfig":
+        if not device.measured:
+            return self
+        return AnalyticalConfig(1.0, 32.0, 0, 1.0, 1e-6, self.score_passes, self.overlap_dp, self.overlap_tp)
+
+
+def gemm_efficiency(m, n, k, batch, cfg: AnalyticalConfig, sms: int = 0):
+    """Achievable fraction of peak for a (batched) GEMM of shape m×k · k×n: saturating in each dim, wave-quantised."""
+    m, n, k = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k))
+    c = cfg.gemm_half_dim
+    eff = cfg.gemm_eff_max * (m / (m + c)) * (n / (n + c)) * (k / (k + c))
+    if sms and cfg.tile:
+        tiles = np.ceil(m / cfg.tile) * np.ceil(n / cfg.tile) * np.maximum(np.asarray(batch, dtype=float), 1.0)
+        eff = eff * tiles / (np.ceil(tiles / sms) * sms)
+    return eff
+
+
+_TIME_CACHE: dict[tuple, tuple[weakref.ref, tuple[np.ndarray, np.ndarray]]] = {}
+
+
+def layer_times(spec: WorkloadSpec, graph: LayerGraph, tp: int, sp: bool, mbs: int, device: Device,
+                cfg: AnalyticalConfig | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of one occurrence of each graph node on one tp rank at micro-batch `mbs`.
+
+    The learned predictor falls back to this for layers it has no timings for.
+    """
+    cfg = (cfg or AnalyticalConfig()).for_device(device)
+    prec = spec.training.precision
+    key = (id(graph), tp, sp, mbs, device.name, device.flops(prec), device.mem_bandwidth, prec, cfg)
+    hit = _TIME_CACHE.get(key)
+    if hit is not None and hit[0]() is graph:
+        return hit[1]
+    value = _layer_times(spec, graph, tp, sp, mbs, device, cfg)
+    _TIME_CACHE[key] = (weakref.ref(graph, lambda _r, k=key: _TIME_CACHE.pop(k, None)), value)
+    return value
+
+
+def _layer_times(spec, graph, tp, sp, mbs, device, cfg):
+    nodes = shard_nodes(graph, tp, sp, spec.model.heads)
+    prec = spec.training.precision
+    eb = BYTES[prec]
+    peak = device.flops(prec)
+    vector_peak = device.flops("fp32")
+    bw = device.mem_bandwidth * cfg.bw_eff
+    sms = int(device.extra.get("sms", 0))
+    is_gemm = nodes.gemm_m > 0
+    m = nodes.gemm_m * np.where(nodes.attention, 1, mbs)
+    batch = nodes.gemm_batch * np.where(nodes.attention, mbs, 1)
+    eff = gemm_efficiency(m, nodes.gemm_n, nodes.gemm_k, batch, cfg, sms)
+    fwd_f = nodes.fwd_flops * mbs
+    bwd_f = nodes.bwd_flops * mbs
+    gemm_bytes = (m * nodes.gemm_k + nodes.gemm_k * nodes.gemm_n + m * nodes.gemm_n) * batch * eb
+    io_bytes = np.where(is_gemm, gemm_bytes, nodes.io_elems * mbs * eb + nodes.params * eb)
+    compute_rate = np.where(is_gemm, peak * eff, vector_peak)
+    fwd = np.maximum(fwd_f / compute_rate, io_bytes / bw)
+    bwd = np.maximum(bwd_f / compute_rate, 2 * io_bytes / bw)
+    # Unfused attention: the s² scores make extra passes through memory (the GEMM I/O is counted above).
+    scores = np.where(nodes.attention, nodes.gemm_m * nodes.gemm_n * batch * eb, 0.0)
+    fwd = fwd + cfg.score_passes * scores / bw + cfg.launch_s
+    bwd = bwd + 2 * cfg.score_passes * scores / bw + 2 * cfg.launch_s
+    return fwd, bwd
+
+
+def _tp_time(layout: Layout, calls: np.ndarray, elems: np.ndarray) -> np.ndarray:
+    """Seconds for `calls` tp collectives moving `elems` elements in total, per stage."""
+    if layout.plan.tp == 1:
+        return np.zeros_like(calls)
+    size = np.where(calls > 0, elems / np.maximum(calls, 1), 0.0) * layout.act_bytes
+    g = layout.tp_group
+    one = comm.reduce_scatter(size, g) + comm.allgather(size, g) if layout.plan.sp else comm.allreduce(size, g)
+    return calls * one
+
+
+class AnalyticalPredictor(Predictor):
+    """Roofline + α-β + schedule model; no learned state."""
+
+    name = "analytical"
+
+    def __init__(self, config: AnalyticalConfig | None = None, device: Device | None = None) -> None:
+        self.config = config or AnalyticalConfig()
+        self.device = device  # None: get_device(spec.cluster.device, spec.cluster)
+
+    def predict(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> list[Prediction]:
+        device = self.device or get_device(spec.cluster.device, spec.cluster)
+        model_flops = (graph.fwd_flops + graph.bwd_flops) * spec.training.global_batch
+        return [self._one(spec, graph, plan, device, model_flops) for plan in plans]
+
+    def _one(self, spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device, model_flops: float) -> Prediction:
+        cfg = self.config.for_device(device)
+        lay = apply_plan(spec, graph, plan, device)
+        nodes, counts, m = lay.nodes, lay.stage_counts, lay.microbatches
+        fwd, bwd = layer_times(spec, graph, plan.tp, plan.sp, plan.mbs, device, self.config)
+        t_f = counts @ fwd
+        t_b = counts @ bwd
+        rep = nodes.repeated
+        if plan.recompute == "full":
+            t_b = t_b + counts[:, rep] @ fwd[rep]
+        elif plan.recompute == "selective":
+            t_b = t_b + counts[:, nodes.attention] @ fwd[nodes.attention]
+        fwd_calls = counts @ nodes.tp_fwd_ar
+        bwd_calls = counts @ nodes.tp_bwd_ar
+        fwd_elems = counts @ (nodes.tp_fwd_ar * nodes.tp_payload) * plan.mbs
+        bwd_elems = counts @ (nodes.tp_bwd_ar * nodes.tp_payload) * plan.mbs
+        if plan.recompute == "full":  # the recomputed forward repeats the blocks' forward all-reduces
+            fwd_calls = fwd_calls + counts[:, rep] @ nodes.tp_fwd_ar[rep]
+            fwd_elems = fwd_elems + counts[:, rep] @ (nodes.tp_fwd_ar * nodes.tp_payload)[rep] * plan.mbs
+        t_tp = (_tp_time(lay, fwd_calls, fwd_elems) + _tp_time(lay, bwd_calls, bwd_elems)) * (1 - cfg.overlap_tp)
+        per_mb = t_f + t_b + t_tp
+        s = int(np.argmax(per_mb))
+        p, v = plan.pp, plan.v
+        compute = m * (t_f[s] + t_b[s])
+        tp_comm = m * t_tp[s]
+        bubble = (p - 1) / v * per_mb[s]
+        if p > 1:
+            link = device.inter_node if lay.pp_link_inter else device.intra_node
+            pp_p2p = float(2 * (m * v + p - 1) * comm.p2p(lay.p2p_elems * lay.act_bytes, link))
+        else:
+            pp_p2p = 0.0
+        psi = counts @ nodes.params
+        dp_comm = float(np.max(self._dp_time(lay, psi))) * (1 - cfg.overlap_dp)
+        opt_bytes = 2 * optimizer_bytes_per_param(spec.training.optimizer, spec.training.precision) + lay.grad_bytes + lay.param_bytes
+        shard = plan.dp if plan.zero >= 1 else 1
+        optimizer = float(psi.max()) / shard * opt_bytes / (device.mem_bandwidth * cfg.bw_eff)
+        breakdown = {"compute": float(compute), "tp_comm": float(tp_comm), "dp_comm": dp_comm,
+                     "pp_bubble": float(bubble), "pp_p2p": pp_p2p, "optimizer": optimizer}
+        iter_time = sum(breakdown.values())
+        parts = memory_per_stage(spec, lay)
+        total = sum(parts.values())
+        top = int(np.argmax(total))
+        tflops = model_flops / iter_time / plan.gpus / 1e12
+        return Prediction(
+            iter_time_s=iter_time, breakdown=breakdown,
+            peak_memory_gib=float(total[top]) / GIB,
+            memory_per_stage_gib=[float(x) / GIB for x in total],
+            memory_breakdown={k: float(parts[k][top]) / GIB for k in MEMORY_PARTS},
+            tflops_per_gpu=tflops, mfu=tflops * 1e12 / device.flops(spec.training.precision),
+        )
+
+    @staticmethod
+    def _dp_time(lay: Layout, psi: np.ndarray) -> np.ndarray:
+        """Gradient sync per stage: all-reduce (ZeRO-0), reduce-scatter + all-gather (1, 2), + weight all-gathers (3)."""
+        plan, g = lay.plan, lay.dp_group
+        if plan.dp == 1:
+            return np.zeros_like(psi)
+        grads = psi * lay.grad_bytes
+        if plan.zero == 0:
+            return comm.allreduce(grads, g)
+        t = comm.reduce_scatter(grads, g) + comm.allgather(psi * lay.param_bytes, g)
+        if plan.zero >= 3:  # weights gathered again for the backward (ZeRO-3: 1.5x the DP volume)
+            t = t + comm.allgather(psi * lay.param_bytes, g)
+        return t

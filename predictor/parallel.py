@@ -1,0 +1,232 @@
+"""Applying a parallel plan to a layer graph: what each pipeline stage holds, computes and sends.
+
+Every predictor needs the same facts about (spec, graph, plan): the layers of each stage, each
+layer's FLOPs and elements on one tensor-parallel rank, the collectives of one micro-batch and
+the links each group crosses. They are computed here once, vectorised over nodes with numpy and
+cached per (graph, tp, sp) and (graph, pp, v), because a search predicts thousands of plans of
+one graph.
+
+Tensor-parallel sharding follows Megatron-LM (Shoeybi et al. 2019; Korthikanti et al. 2023):
+column / row / heads / vocab nodes split their FLOPs and parameters by tp; replicated nodes
+(norms, dropout, residual adds) are computed whole on every rank unless sequence parallelism
+splits them along the sequence. A column linear (and the vocab-parallel output layer) saves its
+full input for backward (replicated, or 1/tp with sequence parallelism); nodes downstream of it
+(row linears, the attention core, the activation between FC1 and FC2) save sharded tensors.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from predictor.comm import Group
+from predictor.hardware import Device
+from predictor.layer_graph import LayerGraph
+from predictor.plan import Plan
+from predictor.workload import WorkloadSpec
+
+BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
+REPEATED_GROUPS = ("block", "enc", "dec")
+_SHARDED_ROLES = ("column", "row", "heads", "vocab")
+SEQUENCE_SPLIT_KINDS = ("layernorm", "rmsnorm", "dropout", "elementwise")
+
+
+@dataclass
+class ShardedNodes:
+    """Per-node arrays for one tp rank, per sample (multiply by the micro-batch size)."""
+
+    kind: np.ndarray
+    group: np.ndarray
+    fwd_flops: np.ndarray
+    bwd_flops: np.ndarray
+    params: np.ndarray  # parameters of one occurrence held by one tp rank
+    act_elems: np.ndarray  # elements saved for backward by one occurrence
+    io_elems: np.ndarray  # elements read + written by the forward of one occurrence (for the memory roofline)
+    out_full: np.ndarray  # unsharded output elements (the tp all-reduce payload of row nodes)
+    gemm_m: np.ndarray  # GEMM dims on one rank at micro-batch 1 (0 where the node is not a GEMM)
+    gemm_n: np.ndarray
+    gemm_k: np.ndarray
+    gemm_batch: np.ndarray  # independent GEMMs per sample (attention: heads on this rank)
+    tp_fwd_ar: np.ndarray  # tp all-reduces (or RS+AG pairs with sp) after this node in forward
+    tp_bwd_ar: np.ndarray  # ... in backward
+    tp_payload: np.ndarray  # elements per sample of each of those collectives (the full, unsharded tensor)
+    attention: np.ndarray  # bool: attention core (what selective recomputation recomputes)
+    repeated: np.ndarray  # bool: node belongs to a repeated block (block / enc / dec)
+    block_input: float  # elements of one block's input per sample on one rank (all that full recompute keeps)
+
+
+@dataclass
+class Layout:
+    """One plan applied to one graph."""
+
+    plan: Plan
+    nodes: ShardedNodes
+    stage_counts: np.ndarray  # (pp, n_nodes): occurrences of each node on each pipeline rank
+    blocks_per_stage: np.ndarray  # (pp,) repeated blocks held by each pipeline rank (all its chunks)
+    microbatches: int
+    tokens: int  # sequence positions per sample
+    tp_group: Group
+    dp_group: Group
+    pp_link_inter: bool
+    p2p_elems: float  # elements sent per micro-batch boundary (one direction)
+    act_bytes: int
+    param_bytes: int
+    grad_bytes: int
+
+
+_SHARD_CACHE: dict[tuple, tuple[weakref.ref, ShardedNodes]] = {}
+_STAGE_CACHE: dict[tuple, tuple[weakref.ref, tuple[np.ndarray, np.ndarray]]] = {}
+
+
+def _cached(cache: dict, graph: LayerGraph, key: tuple, build):
+    full = (id(graph), *key)
+    hit = cache.get(full)
+    if hit is not None and hit[0]() is graph:
+        return hit[1]
+    value = build()
+    cache[full] = (weakref.ref(graph, lambda _r, k=full: cache.pop(k, None)), value)
+    return value
+
+
+def _prod(shape: tuple[int, ...]) -> float:
+    return float(np.prod(shape)) if shape else 1.0
+
+
+def shard_nodes(graph: LayerGraph, tp: int, sp: bool, heads: int | None = None) -> ShardedNodes:
+    """Per-rank node arrays under tensor parallelism `tp` (cached per graph, tp, sp)."""
+    return _cached(_SHARD_CACHE, graph, (tp, sp, heads), lambda: _shard(graph, tp, sp, heads))
+
+
+def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None) -> ShardedNodes:
+    nodes = graph.nodes
+    n = len(nodes)
+    role = np.array([nd.tp for nd in nodes])
+    kind = np.array([nd.kind for nd in nodes])
+    group = np.array([nd.group for nd in nodes])
+    sharded = np.isin(role, _SHARDED_ROLES)
+    seq_split = sp & (role == "replicated") & np.isin(kind, SEQUENCE_SPLIT_KINDS)
+    flop_div = np.where(sharded | seq_split, tp, 1)
+    # Saved input: full for column/vocab linears and replicated nodes (1/tp with sp), sharded otherwise.
+    full_input = ((role == "column") & (kind == "linear")) | ((role == "vocab") & (kind != "loss")) | (role == "replicated")
+    act_div = np.where(full_input, tp if sp else 1, tp)
+    in_elems = np.array([_prod(nd.in_shape) for nd in nodes])
+    out_elems = np.array([float(nd.out_elems) for nd in nodes])
+    io_div = np.where(sharded | seq_split, tp, 1)
+
+    gm, gn, gk, gb = (np.zeros(n) for _ in range(4))
+    attention = kind == "attention"
+    for i, nd in enumerate(nodes):
+        if nd.kind == "linear" and len(nd.in_shape) >= 1 and len(nd.out_shape) >= 1:
+            m, k, nn = _prod(nd.in_shape[:-1]), nd.in_shape[-1], nd.out_shape[-1]
+            if nd.tp in ("column", "vocab"):
+                nn = nn / tp
+            elif nd.tp == "row":
+                k = k / tp
+            gm[i], gn[i], gk[i], gb[i] = m, nn, k, 1
+        elif nd.kind == "attention":
+            h = nd.attrs.get("heads", heads or 1)
+            seq = nd.attrs.get("seq", nd.in_shape[-2] if len(nd.in_shape) >= 2 else graph.tokens)
+            hd = nd.attrs.get("head_dim", (nd.out_shape[-1] // h) if nd.out_shape else 64)
+            gm[i], gn[i], gk[i], gb[i] = seq, seq, hd, max(h / tp, 1)
+
+    tp_fwd = np.zeros(n)
+    tp_bwd = np.zeros(n)
+    if tp > 1:
+        # Row linears all-reduce their output in forward; the matching column-parallel "f" before them
+        # all-reduces the input gradient in backward. The vocab-parallel embedding all-reduces its
+        # output in forward; the vocab-parallel output layer all-reduces its input gradient.
+        tp_fwd[role == "row"] = 1
+        tp_bwd[role == "row"] = 1
+        tp_fwd[(role == "vocab") & (kind == "embedding")] = 1
+        tp_bwd[(role == "vocab") & (kind == "linear")] = 1
+    payload = np.where((role == "vocab") & (kind == "linear"), in_elems, out_elems)
+    rep = np.isin(group, REPEATED_GROUPS)
+    first_block = next((nd for nd in nodes if nd.group in REPEATED_GROUPS), None)
+    block_in = (_prod(first_block.in_shape) / (tp if sp else 1)) if first_block else 0.0
+    return ShardedNodes(
+        kind=kind, group=group,
+        fwd_flops=np.array([nd.fwd_flops for nd in nodes]) / flop_div,
+        bwd_flops=np.array([nd.bwd_flops for nd in nodes]) / flop_div,
+        params=np.array([float(nd.params) for nd in nodes]) / np.where(sharded, tp, 1),
+        act_elems=np.array([float(nd.act_elems) for nd in nodes]) / act_div,
+        io_elems=(in_elems + out_elems) / io_div,
+        out_full=out_elems, gemm_m=gm, gemm_n=gn, gemm_k=gk, gemm_batch=gb,
+        tp_fwd_ar=tp_fwd, tp_bwd_ar=tp_bwd, tp_payload=payload, attention=attention,
+        repeated=rep, block_input=block_in,
+    )
+
+
+def stage_counts(graph: LayerGraph, pp: int, v: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(pp, n_nodes) occurrences per pipeline rank and (pp,) blocks per rank (cached per graph, pp, v).
+
+    Repeated blocks are split evenly over the pp·v chunks in model order (encoder before decoder);
+    chunk c belongs to rank c mod pp (Megatron's interleaved assignment). `pre` nodes go to the
+    first rank, `post` nodes to the last.
+    """
+    return _cached(_STAGE_CACHE, graph, (pp, v), lambda: _stages(graph, pp, v))
+
+
+def _stages(graph: LayerGraph, pp: int, v: int) -> tuple[np.ndarray, np.ndarray]:
+    nodes = graph.nodes
+    chunks = pp * v
+    spans: dict[str, float] = {}
+    for nd in nodes:
+        if nd.group in REPEATED_GROUPS:
+            spans[nd.group] = max(spans.get(nd.group, 0), nd.count)
+    total = sum(spans.values()) or 1.0
+    offsets, off = {}, 0.0
+    for g, span in spans.items():
+        offsets[g] = off
+        off += span
+    edges = np.linspace(0.0, total, chunks + 1)
+    rank_of_chunk = np.arange(chunks) % pp
+    counts = np.zeros((pp, len(nodes)))
+    blocks = np.zeros(pp)
+    for g, span in spans.items():
+        lo, hi = offsets[g], offsets[g] + span
+        overlap = np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0, None)
+        per_rank = np.bincount(rank_of_chunk, weights=overlap, minlength=pp)
+        blocks += per_rank
+        for i, nd in enumerate(nodes):
+            if nd.group == g:
+                counts[:, i] = nd.count * per_rank / span
+    for i, nd in enumerate(nodes):
+        if nd.group == "pre":
+            counts[0, i] = nd.count
+        elif nd.group == "post":
+            counts[pp - 1, i] = nd.count
+    return counts, blocks
+
+
+def group_of(plan: Plan, axis: str, gpus_per_node: int, device: Device) -> Group:
+    """The communication group of `axis`: ranks per node and nodes spanned, from the placement."""
+    n = getattr(plan, axis)
+    if n == 1 or plan.group_span(axis) <= gpus_per_node:
+        return Group(n, 1, device.intra_node, device.inter_node)
+    stride = plan.stride(axis)
+    per_node = max(1, min(n, gpus_per_node // stride)) if stride < gpus_per_node else 1
+    while n % per_node:
+        per_node -= 1
+    return Group(per_node, n // per_node, device.intra_node, device.inter_node)
+
+
+def apply_plan(spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device) -> Layout:
+    """Everything a predictor needs about `plan` on `graph` (assumes plan_errors(plan, spec) is empty)."""
+    m = spec.model
+    nodes = shard_nodes(graph, plan.tp, plan.sp, m.heads)
+    counts, blocks = stage_counts(graph, plan.pp, plan.v)
+    gpn = spec.cluster.gpus_per_node
+    prec = spec.training.precision
+    hidden = m.hidden or 0
+    p2p = graph.tokens * hidden * plan.mbs / (plan.tp if plan.sp else 1)
+    return Layout(
+        plan=plan, nodes=nodes, stage_counts=counts, blocks_per_stage=blocks,
+        microbatches=plan.microbatches(spec.training.global_batch), tokens=graph.tokens,
+        tp_group=group_of(plan, "tp", gpn, device),
+        dp_group=group_of(plan, "dp", gpn, device),
+        pp_link_inter=plan.pp > 1 and plan.group_span("pp") > gpn,
+        p2p_elems=p2p,
+        act_bytes=BYTES[prec], param_bytes=BYTES[prec], grad_bytes=BYTES[prec],
+    )
