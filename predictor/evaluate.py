@@ -1,0 +1,228 @@
+"""The ScaleDL paper's evaluation protocols on a profile dataset, for any set of predictors.
+
+- in-domain (ID): per architecture, a seeded split of its configurations (160 train / 40 test
+  when it has 200), one model trained per architecture;
+- out-of-domain (OOD): leave one architecture out, train on the others, test on it;
+- metrics on the iteration time: MRE (%) and RMSE (ms); on peak memory where measured: MRE (%).
+
+A method is a factory returning an unfitted `Predictor`; the test configurations' iteration
+and layer measurements are never seen by the fit.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from predictor import dataset
+from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.base import Predictor
+from predictor.models.baselines import BiRNN, MLPAcc, RFHyperParams
+from predictor.models.features import Sample, TrainingData, by_workload, graph_of, layer_key
+from predictor.models.layerwise import LayerObs
+from predictor.models.scaledl import ScaleDLPredictor
+from predictor.plan import Plan
+from predictor.workload import ModelSpec, parse_spec
+
+CPU_DATASET = Path(__file__).parent / "data" / "cpu"
+FAMILIES = ("t5", "gpt2", "bert", "vit", "deit")
+# The CPU measurements: fp32 Adam (predictor.measure.dist_worker), one rank per process.
+CPU_TRAINING = {"precision": "fp32", "optimizer": "adam"}
+
+Method = Callable[[int], Predictor]
+METHODS: dict[str, Method] = {
+    "scaledl": lambda seed: ScaleDLPredictor(seed=seed),
+    "rf": lambda seed: RFHyperParams(seed=seed),
+    "mlp-acc": lambda seed: MLPAcc(seed=seed),
+    "birnn": lambda seed: BiRNN(seed=seed),
+    "analytical": lambda seed: AnalyticalPredictor(),
+}
+ABLATIONS: dict[str, Method] = {
+    "scaledl-plainsum": lambda seed: ScaleDLPredictor(use_gnn=False, use_global=False, seed=seed),
+    "scaledl-nognn": lambda seed: ScaleDLPredictor(use_gnn=False, seed=seed),
+    "scaledl-nomlp": lambda seed: ScaleDLPredictor(use_global=False, seed=seed),
+    "scaledl-nocomm": lambda seed: ScaleDLPredictor(use_comm=False, seed=seed),
+}
+
+
+# ------------------------------------------------------------------ loading
+
+
+def spec_for(model_json: str, batch: int, plan: Plan, device: str = "cpu"):
+    """The workload of one CPU configuration: its model, global batch, and one 'node' of plan.gpus ranks."""
+    model = ModelSpec.model_validate_json(model_json) if isinstance(model_json, str) else model_json
+    return parse_spec({"model": model.model_dump(exclude_none=True), "training": {"global_batch": int(batch), **CPU_TRAINING},
+                       "cluster": {"device": device, "nodes": 1, "gpus_per_node": plan.gpus}})
+
+
+def load_cpu_dataset(root: str | Path = CPU_DATASET, designs: Sequence[str] | None = ("doptimal",),
+                     families: Sequence[str] = FAMILIES, with_layers: bool = True) -> TrainingData:
+    """Measured iterations (status ok) of `designs` as Samples, with their layer timings and provenance."""
+    it = dataset.load(root, "iterations")
+    it = it[(it["status"] == "ok") & it["family"].isin(families) & (it["iter_time_s"] > 0)]
+    if designs is not None:
+        it = it[it["design"].isin(designs)]
+    it = it.sort_values("config_id").reset_index(drop=True)
+    samples: list[Sample] = []
+    for row in it.itertuples(index=False):
+        plan = Plan.parse(row.plan)
+        mem = row.peak_mem_bytes / 1024**3 if pd.notna(row.peak_mem_bytes) and row.peak_mem_bytes > 0 else None
+        samples.append(Sample(spec_for(row.spec_json, row.batch, plan), plan, float(row.iter_time_s), mem,
+                              model=row.family, config_id=row.config_id))
+    layers = _layer_obs(root, samples) if with_layers else []
+    prov = {"dataset": str(root), "designs": list(designs) if designs else "all", "rows": len(samples),
+            "device": sorted(set(it["device"])), "torch_version": sorted(set(it["torch_version"])),
+            "measured_from": str(it["measured_at"].min()) if len(it) else "", "measured_to": str(it["measured_at"].max()) if len(it) else ""}
+    return TrainingData(samples, layers, prov)
+
+
+def _layer_obs(root: str | Path, samples: list[Sample]) -> list[LayerObs]:
+    table = dataset.load(root, "layers")
+    if table.empty:
+        return []
+    by_id = {s.config_id: s for s in samples}
+    table = table[table["config_id"].isin(by_id) & (table["fwd_s"] > 0)]
+    obs: list[LayerObs] = []
+    for cid, rows in table.groupby("config_id", sort=True):
+        s = by_id[cid]
+        graph = graph_of(s.spec)
+        index = {n.name: i for i, n in enumerate(graph.nodes)}
+        key = layer_key(s.spec, s.plan)
+        for r in rows.itertuples(index=False):
+            if r.node in index:
+                obs.append(LayerObs(s.spec, graph, index[r.node], key, float(r.fwd_s), float(r.bwd_s)))
+    return obs
+
+
+def subset(data: TrainingData, keep: Callable[[Sample], bool]) -> TrainingData:
+    """The samples `keep` accepts, with only their own layer timings."""
+    samples = [s for s in data.samples if keep(s)]
+    ids = {id(s.spec) for s in samples}
+    return TrainingData(samples, [o for o in data.layers if id(o.spec) in ids], dict(data.provenance, rows=len(samples)))
+
+
+# ------------------------------------------------------------------ metrics
+
+
+def predict_samples(model: Predictor, samples: Sequence[Sample]) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted iteration seconds and peak GiB of each sample, batched per workload."""
+    time = np.empty(len(samples))
+    mem = np.empty(len(samples))
+    for spec, graph, idx in by_workload(samples):
+        preds = model.predict(spec, graph, [samples[i].plan for i in idx])
+        time[idx] = [p.iter_time_s for p in preds]
+        mem[idx] = [p.peak_memory_gib for p in preds]
+    return time, mem
+
+
+def mre(pred: np.ndarray, true: np.ndarray) -> float:
+    return float(np.mean(np.abs(pred - true) / true) * 100)
+
+
+def rmse_ms(pred: np.ndarray, true: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((pred - true) ** 2)) * 1000)
+
+
+@dataclass
+class Split:
+    protocol: str  # "id" or "ood"
+    model: str  # the architecture tested
+    train: TrainingData
+    test: list[Sample]
+
+
+def in_domain_splits(data: TrainingData, n_train: int = 160, seed: int = 0) -> list[Split]:
+    """Per architecture: a seeded split, n_train for training (at most 80% when fewer were measured)."""
+    out = []
+    for fam in sorted({s.model for s in data.samples}):
+        mine = [s for s in data.samples if s.model == fam]
+        order = np.random.default_rng(seed).permutation(len(mine))
+        k = min(n_train, int(round(0.8 * len(mine))))
+        train_ids = {mine[i].config_id for i in order[:k]}
+        out.append(Split("id", fam, subset(data, lambda s: s.config_id in train_ids),
+                         [mine[i] for i in order[k:]]))
+    return out
+
+
+def out_of_domain_splits(data: TrainingData) -> list[Split]:
+    """Leave one architecture out: train on the others, test on all of it."""
+    fams = sorted({s.model for s in data.samples})
+    return [Split("ood", fam, subset(data, lambda s, f=fam: s.model != f), [s for s in data.samples if s.model == fam])
+            for fam in fams if len(fams) > 1]
+
+
+def evaluate(methods: dict[str, Method], splits: Sequence[Split], seed: int = 0,
+             log: Callable[[str], None] = lambda _m: None) -> pd.DataFrame:
+    """One row per (protocol, method, model): MRE %, RMSE ms, memory MRE % where measured, sizes."""
+    rows = []
+    for split in splits:
+        if not split.test or not split.train.samples:
+            continue
+        true = np.asarray([s.iter_time_s for s in split.test])
+        mem_true = np.asarray([s.peak_memory_gib or np.nan for s in split.test], dtype=float)
+        has_mem = ~np.isnan(mem_true)
+        for name, make in methods.items():
+            model = make(seed).fit(split.train)
+            pred, mem = predict_samples(model, split.test)
+            rows.append({"protocol": split.protocol, "method": name, "model": split.model, "n_train": len(split.train.samples),
+                         "n_test": len(split.test), "mre": mre(pred, true), "rmse_ms": rmse_ms(pred, true),
+                         "mem_mre": mre(mem[has_mem], mem_true[has_mem]) if has_mem.any() else float("nan"),
+                         "pred": pred.tolist(), "true": true.tolist()})
+            log(f"{split.protocol} {split.model:5s} {name:18s} MRE {rows[-1]['mre']:6.2f}%  RMSE {rows[-1]['rmse_ms']:8.2f} ms")
+    return pd.DataFrame(rows)
+
+
+def overall(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (protocol, method): MRE over all test samples pooled, RMSE pooled; and the per-model average."""
+    out = []
+    for (proto, method), g in frame.groupby(["protocol", "method"], sort=False):
+        pred = np.concatenate([np.asarray(p) for p in g["pred"]])
+        true = np.concatenate([np.asarray(t) for t in g["true"]])
+        out.append({"protocol": proto, "method": method, "model": "Overall", "mre": mre(pred, true),
+                    "rmse_ms": rmse_ms(pred, true), "mem_mre": float(np.nanmean(g["mem_mre"])) if g["mem_mre"].notna().any() else float("nan"),
+                    "avg_mre": float(g["mre"].mean()), "avg_rmse_ms": float(g["rmse_ms"].mean())})
+    return pd.DataFrame(out)
+
+
+def format_table(frame: pd.DataFrame, protocol: str, title: str) -> str:
+    """Table I layout: rows = Overall + each model, columns = methods, cells 'MRE% / RMSE ms'."""
+    part = frame[frame["protocol"] == protocol]
+    if part.empty:
+        return f"{title}: no results"
+    methods = list(dict.fromkeys(part["method"]))
+    summary = overall(part)
+    models = ["Overall"] + [m for m in FAMILIES if m in set(part["model"])]
+    width = max(18, *(len(m) + 2 for m in methods))
+    lines = [title, "model".ljust(8) + "".join(m.rjust(width) for m in methods)]
+    for model in models:
+        cells = []
+        for method in methods:
+            src = summary if model == "Overall" else part
+            row = src[(src["method"] == method) & (src["model"] == model)]
+            cells.append((f"{row['mre'].iloc[0]:.2f} / {row['rmse_ms'].iloc[0]:.2f}" if len(row) else "-").rjust(width))
+        lines.append(model.ljust(8) + "".join(cells))
+    lines.append("cells: MRE % / RMSE ms; Overall pools every test sample of every model")
+    return "\n".join(lines)
+
+
+def format_ood_average(frame: pd.DataFrame) -> str:
+    """Fig. 5 layout: per method, the OOD MRE and RMSE averaged over the held-out models."""
+    summary = overall(frame[frame["protocol"] == "ood"])
+    lines = ["Out-of-domain average over held-out architectures (paper Fig. 5)", f"{'method':18s}{'MRE %':>10s}{'RMSE ms':>12s}{'mem MRE %':>11s}"]
+    for r in summary.itertuples():
+        lines.append(f"{r.method:18s}{r.avg_mre:10.2f}{r.avg_rmse_ms:12.2f}{r.mem_mre:11.2f}")
+    return "\n".join(lines)
+
+
+def save_results(frame: pd.DataFrame, path: str | Path) -> None:
+    """Write the per-split results as JSON, atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(frame.to_dict(orient="records"), indent=1))
+    tmp.replace(path)

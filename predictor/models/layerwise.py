@@ -1,0 +1,104 @@
+"""Layer-wise model of ScaleDL (paper Eqs. 6-7): one regressor per layer kind.
+
+Each regressor predicts log(measured / analytical) of a layer's forward and backward time
+from the Eq. 7 features, i.e. it learns the layer's efficiency against the roofline rather
+than the raw time. That keeps a tree model (which cannot extrapolate) sensible on layers
+larger than any it saw: outside the training range it predicts a bounded efficiency and
+the analytical time carries the scale. A kind with no timings on a device falls back to
+the analytical layer time (ratio 1), which is how the A100 model works without layer data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+from sklearn.base import clone
+from sklearn.ensemble import RandomForestRegressor
+
+from predictor.hardware import Device
+from predictor.layer_graph import LayerGraph
+from predictor.models.analytical import layer_times
+from predictor.models.features import LayerKey, layer_matrix
+from predictor.workload import WorkloadSpec
+
+# Analytical (fwd, bwd) seconds of every node of a graph, per micro-batch and occurrence: shape (n, 2).
+BaseTime = Callable[[WorkloadSpec, LayerGraph, LayerKey, Device], np.ndarray]
+
+
+def analytical_layer_time(spec: WorkloadSpec, graph: LayerGraph, key: LayerKey, device: Device) -> np.ndarray:
+    """The analytical model's per-layer roofline time: the base the regressors correct, and the fallback."""
+    fwd, bwd = layer_times(spec, graph, key.tp, key.sp, key.mbs, device)
+    return np.stack([fwd, bwd], axis=1)
+
+
+def default_regressor(seed: int = 0) -> RandomForestRegressor:
+    """The paper's choice: a random forest (small, so the checkpoint stays small)."""
+    return RandomForestRegressor(n_estimators=60, min_samples_leaf=2, max_features=0.6, random_state=seed, n_jobs=1)
+
+
+@dataclass(frozen=True)
+class LayerObs:
+    """One measured layer: node `index` of `spec`'s `graph` under `key`, seconds per micro-batch per occurrence."""
+
+    spec: WorkloadSpec
+    graph: LayerGraph
+    index: int
+    key: LayerKey
+    fwd_s: float
+    bwd_s: float
+
+
+class LayerwiseModel:
+    """φ_kind per (device, layer kind) on top of an analytical base time."""
+
+    def __init__(self, base_time: BaseTime, device_of: Callable[[str], Device],
+                 regressor: Any | None = None, seed: int = 0) -> None:
+        self.base_time = base_time
+        self.device_of = device_of
+        self.regressor = regressor if regressor is not None else default_regressor(seed)
+        self.models: dict[tuple[str, str], Any] = {}  # (device, kind) -> fitted regressor
+        self.attr_keys: dict[str, list[str]] = {}  # kind -> structural attrs used as features
+
+    def fit(self, obs: list[LayerObs]) -> "LayerwiseModel":
+        groups: dict[tuple[int, LayerKey], list[LayerObs]] = {}
+        for o in obs:
+            if o.fwd_s > 0:
+                groups.setdefault((id(o.graph), o.key), []).append(o)
+        xs: dict[tuple[str, str], list[np.ndarray]] = {}
+        ys: dict[tuple[str, str], list[np.ndarray]] = {}
+        for rows in groups.values():
+            spec, graph, key = rows[0].spec, rows[0].graph, rows[0].key
+            base = self._base(spec, graph, key)
+            for kind in sorted({graph.nodes[o.index].kind for o in rows}):
+                mine = [o for o in rows if graph.nodes[o.index].kind == kind]
+                keys = self.attr_keys.setdefault(kind, sorted({a for o in obs for a in o.graph.nodes[o.index].attrs
+                                                               if o.graph.nodes[o.index].kind == kind}))
+                idx = [o.index for o in mine]
+                meas = np.asarray([[o.fwd_s, max(o.bwd_s, 1e-9)] for o in mine])
+                xs.setdefault((key.device, kind), []).append(layer_matrix(graph, key, self.device_of(key.device), keys, idx))
+                ys.setdefault((key.device, kind), []).append(np.log(meas / base[idx]))
+        for dk in sorted(xs):
+            model = clone(self.regressor)
+            model.fit(np.concatenate(xs[dk]), np.concatenate(ys[dk]))
+            self.models[dk] = model
+        return self
+
+    def _base(self, spec: WorkloadSpec, graph: LayerGraph, key: LayerKey) -> np.ndarray:
+        return np.maximum(np.asarray(self.base_time(spec, graph, key, self.device_of(key.device)), dtype=float), 1e-9)
+
+    def predict(self, spec: WorkloadSpec, graph: LayerGraph, key: LayerKey) -> tuple[np.ndarray, np.ndarray]:
+        """(predicted, analytical) fwd/bwd seconds per node, per micro-batch and occurrence: arrays (n, 2)."""
+        base = self._base(spec, graph, key)
+        pred = base.copy()
+        by_kind: dict[str, list[int]] = {}
+        for i, n in enumerate(graph.nodes):
+            if (key.device, n.kind) in self.models:
+                by_kind.setdefault(n.kind, []).append(i)
+        device = self.device_of(key.device)
+        for kind, idx in by_kind.items():
+            x = layer_matrix(graph, key, device, self.attr_keys[kind], idx)
+            ratio = np.exp(np.asarray(self.models[(key.device, kind)].predict(x)).reshape(len(idx), 2))
+            pred[idx] = base[idx] * ratio
+        return pred, base

@@ -1,0 +1,284 @@
+"""ScaleDL: layer-wise regressors + a GNN predicting correction factors of the composed time.
+
+    T_iter = Σ_k f_k · T_k,   k ∈ TERMS = compute, dp_comm, tp_comm, pp (bubble + p2p), optimizer
+
+The terms T_k come from the analytical model applied to the plan (`predictor.parallel`,
+`predictor.comm`, `AnalyticalPredictor`), with the compute (and the bubble, which is idle
+compute) rescaled by the layer-wise regressors' view of the layers (Eqs. 6-7). The factors
+f_k = Ω(G, Z) come from `CorrectionGNN` (Eqs. 11-14): f_compute is the paper's α, f_dp_comm
+its β; the others cover the tensor/pipeline parallel plans the paper did not model. Training
+is end to end on measured iteration times (squared log error). Peak memory is the analytical
+per-rank peak times a learned residual where measurements exist.
+
+Prediction is batched per workload: per-graph work (layer-wise predictions and the graph
+embedding) depends only on the graph and the layer key (micro-batch, tp, sp, precision,
+device), so it is computed once per key and cached; per plan only the global MLP runs.
+"""
+
+from __future__ import annotations
+
+import io
+import lzma
+import pickle
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch_geometric.data import Batch, Data
+
+from predictor.hardware import get_device
+from predictor.layer_graph import LayerGraph
+from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.base import Predictor
+from predictor.models.features import (EDGE_DIM, GLOBAL_DIM, NODE_DIM, TERM_OF_PART, TERMS, LayerKey, TrainingData,
+                                       by_workload, edge_tensors, global_row, layer_key, node_matrix,
+                                       terms_from_breakdown)
+from predictor.models.gnn import CorrectionGNN
+from predictor.models.layerwise import LayerwiseModel, analytical_layer_time
+from predictor.plan import Plan
+from predictor.prediction import Prediction
+from predictor.workload import WorkloadSpec
+
+_COMM_PARTS = ("dp_comm", "tp_comm", "pp_p2p")
+_MIN_MEMORY_ROWS = 10
+
+
+@dataclass
+class _Composed:
+    """One workload's plans before correction: analytical predictions, terms and features."""
+
+    ana: list[Prediction]
+    breakdowns: list[dict[str, float]]
+    terms: np.ndarray  # (P, len(TERMS)) seconds
+    keys: list[LayerKey]  # unique layer keys
+    key_of: np.ndarray  # (P,) index into keys
+    layer_s: list[np.ndarray]  # per key: predicted fwd+bwd seconds per node (all occurrences)
+    z: np.ndarray  # (P, GLOBAL_DIM)
+
+
+class ScaleDLPredictor(Predictor):
+    """The ScaleDL predictor, extended to tp/pp/ZeRO/recomputation plans and to memory."""
+
+    name = "scaledl"
+
+    def __init__(self, regressor: Any | None = None, *, use_gnn: bool = True, use_global: bool = True,
+                 use_comm: bool = True, hidden: int = 32, heads: int = 4, epochs: int = 400, lr: float = 3e-3,
+                 weight_decay: float = 1e-4, seed: int = 0) -> None:
+        self.config = dict(use_gnn=use_gnn, use_global=use_global, use_comm=use_comm, hidden=hidden, heads=heads,
+                           epochs=epochs, lr=lr, weight_decay=weight_decay, seed=seed)
+        self.analytical = AnalyticalPredictor()
+        self.layerwise = LayerwiseModel(analytical_layer_time, get_device, regressor, seed)
+        self.net: CorrectionGNN | None = None
+        self.z_mean = np.zeros(GLOBAL_DIM)
+        self.z_std = np.ones(GLOBAL_DIM)
+        self.memory_model: Any | None = None
+        self.provenance: dict[str, Any] = {}
+        self._cache: tuple[weakref.ref, dict] | None = None
+        self._fitted = False
+
+    # ------------------------------------------------------------ composition
+
+    def _compose(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> _Composed:
+        device = get_device(spec.cluster.device, spec.cluster)
+        ana = self.analytical.predict(spec, graph, plans)
+        counts = np.asarray([n.count for n in graph.nodes], dtype=float)
+        keys: list[LayerKey] = []
+        key_index: dict[LayerKey, int] = {}
+        ratios: list[float] = []
+        layer_s: list[np.ndarray] = []
+        key_of = np.empty(len(plans), dtype=int)
+        breakdowns = []
+        terms = np.empty((len(plans), len(TERMS)))
+        z = np.empty((len(plans), GLOBAL_DIM))
+        for i, (plan, pred) in enumerate(zip(plans, ana)):
+            key = layer_key(spec, plan)
+            if key not in key_index:
+                learned, base = self.layerwise.predict(spec, graph, key)
+                key_index[key] = len(keys)
+                keys.append(key)
+                ratios.append(float(counts @ learned.sum(1)) / max(float(counts @ base.sum(1)), 1e-12))
+                layer_s.append(counts * learned.sum(1))
+            k = key_of[i] = key_index[key]
+            bd = dict(pred.breakdown)
+            bd["compute"] *= ratios[k]
+            bd["pp_bubble"] *= ratios[k]  # the bubble is idle compute: it scales with the layers' time
+            if not self.config["use_comm"]:
+                for part in _COMM_PARTS:
+                    bd[part] = 0.0
+            breakdowns.append(bd)
+            terms[i] = terms_from_breakdown(bd)
+            z[i] = global_row(spec, graph, plan, device, terms[i])
+        return _Composed(ana, breakdowns, terms, keys, key_of, layer_s, z)
+
+    def _graph_data(self, graph: LayerGraph, layer_s: np.ndarray) -> Data:
+        index, attr = edge_tensors(graph)
+        return Data(x=torch.from_numpy(node_matrix(graph, layer_s)), edge_index=torch.from_numpy(index),
+                    edge_attr=torch.from_numpy(attr))
+
+    def _z(self, z: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor((z - self.z_mean) / self.z_std, dtype=torch.float32)
+
+    def _embed(self, graphs: list[Data]) -> torch.Tensor | None:
+        if self.net is None or not self.config["use_gnn"]:
+            return None
+        batch = Batch.from_data_list(graphs)
+        return self.net.graph_embedding(batch.x, batch.edge_index, batch.edge_attr, batch.batch)
+
+    # ------------------------------------------------------------ fit
+
+    def fit(self, data: TrainingData) -> "ScaleDLPredictor":
+        if not data.samples:
+            raise ValueError("ScaleDLPredictor.fit needs at least one measured iteration (TrainingData.samples is empty)")
+        torch.manual_seed(self.config["seed"])
+        self.layerwise.fit(data.layers)
+        self._cache = None
+        graphs, key_graph, terms, zs, ys, gidx, mem_rows = [], {}, [], [], [], [], []
+        for spec, graph, idx in by_workload(data.samples):
+            group = [data.samples[i] for i in idx]
+            comp = self._compose(spec, graph, [s.plan for s in group])
+            for j, s in enumerate(group):
+                k = comp.key_of[j]
+                gk = (id(graph), comp.keys[k])
+                if gk not in key_graph:
+                    key_graph[gk] = len(graphs)
+                    graphs.append(self._graph_data(graph, comp.layer_s[k]))
+                gidx.append(key_graph[gk])
+                if s.peak_memory_gib:
+                    mem_rows.append((comp.z[j], np.log(s.peak_memory_gib / comp.ana[j].peak_memory_gib)))
+            terms.append(comp.terms)
+            zs.append(comp.z)
+            ys += [s.iter_time_s for s in group]
+        z = np.concatenate(zs)
+        self.z_mean = z.mean(0)
+        self.z_std = np.where(z.std(0) > 1e-6, z.std(0), 1.0)
+        self.net = self._new_net()
+        if self.net is not None:
+                self._train(graphs, torch.as_tensor(np.asarray(gidx)), self._z(z),
+                        torch.as_tensor(np.concatenate(terms), dtype=torch.float32),
+                        torch.log(torch.as_tensor(ys, dtype=torch.float32)))
+        self._fit_memory(mem_rows)
+        self.provenance = dict(data.provenance, samples=len(data.samples), layer_rows=len(data.layers))
+        self._fitted = True
+        return self
+
+    def _new_net(self) -> CorrectionGNN | None:
+        """The correction network, or None for the plain-sum ablation (all factors 1)."""
+        c = self.config
+        if not (c["use_gnn"] or c["use_global"]):
+            return None
+        return CorrectionGNN(NODE_DIM, EDGE_DIM, GLOBAL_DIM, len(TERMS), hidden=c["hidden"], heads=c["heads"],
+                             use_graph=c["use_gnn"], use_global=c["use_global"])
+
+    def _train(self, graphs: list[Data], gidx: torch.Tensor, z: torch.Tensor, terms: torch.Tensor,
+               log_y: torch.Tensor) -> None:
+        assert self.net is not None
+        opt = torch.optim.AdamW(self.net.parameters(), lr=self.config["lr"], weight_decay=self.config["weight_decay"])
+        batch = Batch.from_data_list(graphs) if self.config["use_gnn"] else None
+        self.net.train()
+        for _ in range(self.config["epochs"]):
+            opt.zero_grad()
+            emb = None
+            if batch is not None:
+                emb = self.net.graph_embedding(batch.x, batch.edge_index, batch.edge_attr, batch.batch)[gidx]
+            pred = (self.net.factors(emb, z) * terms).sum(1)
+            loss = torch.mean((torch.log(pred.clamp_min(1e-9)) - log_y) ** 2)
+            loss.backward()
+            opt.step()
+        self.net.eval()
+
+    def _fit_memory(self, rows: list[tuple[np.ndarray, float]]) -> None:
+        """A residual on log(measured / analytical peak), learned only where enough peaks were measured."""
+        self.memory_model = None
+        if len(rows) < _MIN_MEMORY_ROWS:
+            return
+        from sklearn.ensemble import RandomForestRegressor
+
+        x = (np.asarray([r[0] for r in rows]) - self.z_mean) / self.z_std
+        model = RandomForestRegressor(n_estimators=40, max_leaf_nodes=64, random_state=self.config["seed"], n_jobs=1)
+        self.memory_model = model.fit(x, np.asarray([r[1] for r in rows]))
+
+    # ------------------------------------------------------------ predict
+
+    def _per_key(self, graph: LayerGraph, comp: _Composed) -> list[torch.Tensor | None]:
+        """Graph embeddings per layer key, cached for the last graph seen (a search asks one graph many times)."""
+        if self._cache is None or self._cache[0]() is not graph:
+            self._cache = (weakref.ref(graph), {})
+        cache = self._cache[1]
+        missing = [k for k in comp.keys if k not in cache]
+        if missing:
+            with torch.no_grad():
+                emb = self._embed([self._graph_data(graph, comp.layer_s[comp.keys.index(k)]) for k in missing])
+            for j, k in enumerate(missing):
+                cache[k] = None if emb is None else emb[j]
+        return [cache[k] for k in comp.keys]
+
+    def predict(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> list[Prediction]:
+        if not self._fitted:
+            raise RuntimeError("ScaleDLPredictor is not fitted: call fit(...) or ScaleDLPredictor.load(checkpoint)")
+        if not plans:
+            return []
+        comp = self._compose(spec, graph, plans)
+        per_key = self._per_key(graph, comp)
+        emb = None if per_key[0] is None else torch.stack(per_key)[torch.as_tensor(comp.key_of)]
+        factors = np.ones((len(plans), len(TERMS)))
+        if self.net is not None:
+            with torch.no_grad():
+                factors = self.net.factors(emb, self._z(comp.z)).numpy().astype(float)
+        mem_ratio = np.ones(len(plans))
+        if self.memory_model is not None:
+            mem_ratio = np.exp(self.memory_model.predict((comp.z - self.z_mean) / self.z_std))
+        return [_corrected(a, bd, f, r) for a, bd, f, r in zip(comp.ana, comp.breakdowns, factors, mem_ratio)]
+
+    # ------------------------------------------------------------ save / load
+
+    def save(self, path: str | Path) -> None:
+        """One small file: torch state + the pickled forests (lzma) + provenance. Written atomically."""
+        if not self._fitted:
+            raise RuntimeError("nothing to save: the predictor is not fitted")
+        blob = lzma.compress(pickle.dumps({"layer_models": self.layerwise.models, "attr_keys": self.layerwise.attr_keys,
+                                           "memory_model": self.memory_model}), preset=6)
+        state = {"format": 1, "config": self.config, "net": None if self.net is None else self.net.state_dict(), "z_mean": self.z_mean,
+                 "z_std": self.z_std, "sklearn": blob, "provenance": self.provenance}
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        tmp.write_bytes(buf.getvalue())
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ScaleDLPredictor":
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"ScaleDL checkpoint {path} does not exist; train one with `scaledl train`")
+        state = torch.load(path, map_location="cpu", weights_only=False)  # our own shipped file (pickled forests)
+        self = cls(**state["config"])
+        learned = pickle.loads(lzma.decompress(state["sklearn"]))
+        self.layerwise.models, self.layerwise.attr_keys = learned["layer_models"], learned["attr_keys"]
+        self.memory_model = learned["memory_model"]
+        self.z_mean, self.z_std = state["z_mean"], state["z_std"]
+        self.net = self._new_net()
+        if self.net is not None:
+            self.net.load_state_dict(state["net"])
+            self.net.eval()
+        self.provenance = state["provenance"]
+        self._fitted = True
+        return self
+
+
+def _corrected(ana: Prediction, breakdown: dict[str, float], factors: np.ndarray, mem_ratio: float) -> Prediction:
+    """The analytical prediction with each time part scaled by its term's factor and memory by its residual."""
+    bd = {part: float(sec * factors[TERMS.index(TERM_OF_PART[part])]) for part, sec in breakdown.items()}
+    total = sum(bd.values())
+    speedup = ana.iter_time_s / total if total > 0 else 1.0
+    return Prediction(
+        iter_time_s=total, breakdown=bd, peak_memory_gib=ana.peak_memory_gib * mem_ratio,
+        memory_per_stage_gib=[m * mem_ratio for m in ana.memory_per_stage_gib],
+        memory_breakdown={k: v * mem_ratio for k, v in ana.memory_breakdown.items()},
+        tflops_per_gpu=ana.tflops_per_gpu * speedup, mfu=ana.mfu * speedup,
+        extra={**ana.extra, "predictor": "scaledl", "factors": dict(zip(TERMS, map(float, factors)))},
+    )
