@@ -247,8 +247,9 @@ class History:
             rows = [by_id[i] for i in ids if i in by_id]
         return [_stored(r) for r in rows]
 
-    def sample(self, n: int, rng: random.Random | None = None) -> list[StoredPrediction]:
-        """Up to `n` distinct predictions: a third most recent, a third most used, the rest at random.
+    def sample(self, n: int, rng: random.Random | None = None, device: str | None = None) -> list[StoredPrediction]:
+        """Up to `n` distinct predictions (of `device` when given): a third most recent, a third most used,
+        the rest at random.
 
         Recent ones catch a new predictor's mistakes, most-used ones are what users rely on, and
         random ones keep the long tail honest.
@@ -257,7 +258,8 @@ class History:
             raise HistoryError(f"--sample must be at least 1, got {n}")
         rng = rng or random.Random()
         def ids(order: str) -> list[int]:
-            return [pid for (pid,) in self.conn.execute(f"SELECT id FROM predictions ORDER BY {order}")]
+            where, args = ("WHERE device = ?", (device,)) if device is not None else ("", ())
+            return [pid for (pid,) in self.conn.execute(f"SELECT id FROM predictions {where} ORDER BY {order}", args)]
 
         chosen: list[int] = []
 
