@@ -1,0 +1,1 @@
+"""Real measurements on the local machine: device peaks, collectives, layers and whole iterations."""

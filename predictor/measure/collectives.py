@@ -1,0 +1,142 @@
+"""Collective micro-benchmarks with torch.distributed (gloo on CPU), fitted to α-β link parameters.
+
+`benchmark_collectives` runs all-reduce, all-gather, reduce-scatter and send/recv over a range of
+message sizes with `world_size` local processes (one thread each) and returns the raw points;
+`fit_link` fits them to the α-β model of `predictor.comm` (the ScaleDL paper's Eq. 15), so the
+fitted link reproduces the measurements through the same formulas the predictors use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from predictor.hardware import Link
+
+OPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
+DEFAULT_SIZES: tuple[int, ...] = tuple(4 ** k * 1024 for k in range(0, 7))  # 1 KiB .. 4 MiB
+
+
+@dataclass(frozen=True)
+class CollectivePoint:
+    """One measurement: `op` over `world_size` ranks on a buffer of `bytes` (the full buffer), best-of-reps seconds."""
+
+    op: str
+    bytes: int
+    world_size: int
+    seconds: float
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, sizes: tuple[int, ...], reps: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    points = []
+    for op in OPS:
+        for size in sizes:
+            numel = max(size // 4, world)
+            numel -= numel % world
+            buf = torch.ones(numel, dtype=torch.float32)
+            part = torch.empty(numel // world, dtype=torch.float32)
+            times = []
+            for i in range(reps + 2):  # two warm-up rounds
+                dist.barrier()
+                t0 = time.perf_counter()
+                if op == "all_reduce":
+                    dist.all_reduce(buf)
+                elif op == "all_gather":
+                    dist.all_gather_into_tensor(buf, part)
+                elif op == "reduce_scatter":
+                    dist.reduce_scatter_tensor(part, buf)
+                elif rank == 0:  # send_recv: one direction between ranks 0 and 1
+                    dist.send(buf, 1)
+                elif rank == 1:
+                    dist.recv(buf, 0)
+                if i >= 2:
+                    times.append(time.perf_counter() - t0)
+            # Best of the repetitions (other load on the machine only ever adds time); the
+            # collective ends when the slowest rank ends: max over ranks.
+            t = torch.tensor([min(times)], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            points.append([op, numel * 4, world, float(t.item())])
+    if rank == 0:
+        sys.stdout.write(json.dumps(points) + "\n")
+        sys.stdout.flush()
+    dist.barrier()
+    os._exit(0)  # gloo can abort in its destructors otherwise (ARCHITECTURE.md)
+
+
+def benchmark_collectives(sizes: tuple[int, ...] = DEFAULT_SIZES, world_size: int = 2, reps: int = 5,
+                          timeout_s: float = 120.0) -> list[CollectivePoint]:
+    """Measure every op in OPS at every size with `world_size` local single-threaded processes.
+
+    Workers are fresh interpreters (`python -m predictor.measure.collectives`), so this works from
+    any caller, including scripts without a `__main__` guard.
+    """
+    if world_size < 2:
+        raise ValueError(f"world_size must be >= 2 to measure collectives, got {world_size}")
+    port = _free_port()
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+           "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "predictor.measure.collectives", str(world_size), str(port), str(reps),
+           ",".join(map(str, sizes))]
+    procs = [subprocess.Popen([*cmd[:3], str(r), *cmd[3:]], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for r in range(world_size)]
+    try:
+        outs = [p.communicate(timeout=timeout_s) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    if procs[0].returncode != 0 or not outs[0][0].strip():
+        err = "\n".join(o[1].strip()[-2000:] for o in outs if o[1].strip())
+        raise RuntimeError(f"collective benchmark failed (exit codes {[p.returncode for p in procs]}): {err}")
+    return [CollectivePoint(*row) for row in json.loads(outs[0][0].strip().splitlines()[-1])]
+
+
+def _coefficients(op: str, n: int) -> tuple[float, float]:
+    """(latency steps, bandwidth factor) of `op` in the α-β model of predictor.comm for n ranks."""
+    if op == "all_reduce":
+        return 2 * (n - 1), 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter"):
+        return n - 1, (n - 1) / n
+    return 1.0, 1.0
+
+
+def fit_link(points: list[CollectivePoint], source: str = "measured") -> Link:
+    """Least-squares α (latency) and B (bus bandwidth) over all points: t = a_op·α + b_op·S/B.
+
+    Relative residuals are minimised (each row divided by its time) so small messages, which
+    fix α, weigh as much as large ones, which fix B.
+    """
+    a = np.array([[*_coefficients(p.op, p.world_size)] for p in points])
+    size = np.array([p.bytes for p in points], dtype=float)
+    t = np.array([p.seconds for p in points])
+    design = np.column_stack([a[:, 0], a[:, 1] * size]) / t[:, None]
+    (alpha, inv_bw), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
+    if inv_bw <= 0:  # latency-dominated data: bandwidth from the largest messages alone
+        big = size == size.max()
+        inv_bw = float(np.median((t[big] - a[big, 0] * max(alpha, 0)) / (a[big, 1] * size[big])))
+    return Link(bandwidth=float(1.0 / max(inv_bw, 1e-15)), latency=max(float(alpha), 0.0), source=source)
+
+
+if __name__ == "__main__":
+    _rank, _world, _port, _reps, _sizes = sys.argv[1:6]
+    _worker(int(_rank), int(_world), int(_port), tuple(int(x) for x in _sizes.split(",")), int(_reps))

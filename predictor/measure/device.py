@@ -1,0 +1,124 @@
+"""This machine as a `Device`: single-thread matmul FLOP/s, memory bandwidth and gloo links, measured once.
+
+One rank of a `cpu` cluster is one single-threaded process, so everything is measured with one
+thread. The result is cached as JSON in `$SCALEDL_CACHE` (default `~/.cache/scaledl/`) with a
+fingerprint (CPU model, core count, torch version); a different fingerprint re-measures.
+The whole first-use measurement takes well under 20 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from predictor.hardware import Device, Link
+from predictor.measure.collectives import benchmark_collectives, fit_link
+
+CACHE_FILE = "cpu_device.json"
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_MEMO: dict[str, Device] = {}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SCALEDL_CACHE") or Path.home() / ".cache" / "scaledl")
+
+
+def fingerprint() -> dict[str, str]:
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": model, "cores": str(os.cpu_count()), "torch": torch.__version__}
+
+
+def _best_time(fn, budget_s: float, min_reps: int = 3) -> float:
+    """Best wall time of `fn` over repetitions within `budget_s` (at least min_reps, after a warm-up)."""
+    fn()
+    best, start, reps = float("inf"), time.perf_counter(), 0
+    while reps < min_reps or time.perf_counter() - start < budget_s:
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+        reps += 1
+    return best
+
+
+def measure_matmul_flops(precision: str, n: int = 512, budget_s: float = 0.5) -> float:
+    """Single-thread dense matmul FLOP/s of an n×n×n product in `precision`."""
+    a = torch.randn(n, n, dtype=_DTYPES[precision])
+    b = torch.randn(n, n, dtype=_DTYPES[precision])
+    return 2.0 * n**3 / _best_time(lambda: torch.mm(a, b), budget_s)
+
+
+def measure_mem_bandwidth(mib: int = 64, budget_s: float = 0.5) -> float:
+    """Single-thread copy bandwidth, bytes/s (read + write counted), on buffers larger than the caches."""
+    src = torch.ones(mib * 1024**2 // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    return 2.0 * src.numel() * 4 / _best_time(lambda: dst.copy_(src), budget_s)
+
+
+def measure_cpu() -> dict:
+    """Measure this machine now; returns the JSON-able record stored in the cache."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        flops = {p: measure_matmul_flops(p) for p in _DTYPES}
+        bandwidth = measure_mem_bandwidth()
+    finally:
+        torch.set_num_threads(threads)
+    points = benchmark_collectives()
+    link = fit_link(points, "gloo on this machine, 2 local processes, α-β fit")
+    return {
+        "fingerprint": fingerprint(),
+        "peak_flops": flops,
+        "mem_bandwidth": bandwidth,
+        "link": {"bandwidth": link.bandwidth, "latency": link.latency},
+        "collectives": [[p.op, p.bytes, p.world_size, p.seconds] for p in points],
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _device_from(record: dict) -> Device:
+    link = Link(record["link"]["bandwidth"], record["link"]["latency"], "gloo on this machine, 2 local processes, α-β fit")
+    capacity = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    return Device("cpu", dict(record["peak_flops"]), float(record["mem_bandwidth"]), capacity, link, link,
+                  f"measured on this machine ({record['fingerprint']['cpu']}) at {record['measured_at']}", measured=True)
+
+
+def _write_atomic(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
+
+
+def measured_cpu(refresh: bool = False) -> Device:
+    """The `cpu` Device: from the cache when its fingerprint matches this machine, else measured and cached."""
+    path = cache_dir() / CACHE_FILE
+    key = str(path)
+    if not refresh and key in _MEMO:
+        return _MEMO[key]
+    record = None
+    if not refresh and path.exists():
+        try:
+            record = json.loads(path.read_text())
+            if record.get("fingerprint") != fingerprint():
+                record = None
+        except (OSError, ValueError):
+            record = None
+    if record is None:
+        record = measure_cpu()
+        _write_atomic(path, record)
+    _MEMO[key] = _device_from(record)
+    return _MEMO[key]
