@@ -1,0 +1,130 @@
+"""Accuracy of the analytical model on vTrain's published A100 measurements (no fitting to them).
+
+Predicts every row of ../shared/ground_truth/vtrain_ground_truth_{single,multi}.csv (the multi
+file is evaluation only) in the measurement setting their README documents: Megatron-DeepSpeed
+GPT, A100, mixed precision (fp16), Adam, 1F1B, full recomputation, no sequence parallelism or
+ZeRO, vocabulary 50,257 padded to a multiple of 128·tp, 8 GPUs per node with NVLink modelled at
+150 GB/s and 800 Gb/s InfiniBand per node (12.5 GB/s per GPU). Prints MAPE, Spearman rank
+correlation within each group of comparable plans (same model, GPU count and global batch) and
+the regret of the predicted-best plan of each group (measured time of the predicted best /
+measured best - 1).
+
+    .venv/bin/python bench/vtrain_eval.py [--shared PATH] [--predictor analytical|auto|PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from predictor.graph import graph_for  # noqa: E402
+from predictor.models.registry import load_predictor  # noqa: E402
+from predictor.plan import Plan, plan_errors  # noqa: E402
+from predictor.workload import parse_spec  # noqa: E402
+
+DEVICE = "a100-80gb"
+NVLINK = {"bandwidth_gbps": 150.0, "latency_us": 5.0}  # vTrain's NVLink model (ground_truth/README.md)
+IB = {"bandwidth_gbps": 800 / 8 / 8, "latency_us": 10.0}  # 800 Gb/s per 8-GPU node -> 12.5 GB/s per GPU
+MODEL_COLS = ["hidden size", "attention heads", "# layers", "sequence length"]
+
+
+def padded_vocab(tp: int, vocab: int = 50257) -> int:
+    multiple = 128 * tp
+    return int(math.ceil(vocab / multiple) * multiple)
+
+
+def row_spec_plan(row: pd.Series):
+    gpus, tp, dp, pp = (int(row[c]) for c in ("# GPUs", "tensor parallelism", "data parallelism", "pipeline parallelism"))
+    per_node = min(gpus, 8)
+    spec = parse_spec({
+        "model": {"family": "gpt", "hidden": int(row["hidden size"]), "heads": int(row["attention heads"]),
+                  "layers": int(row["# layers"]), "seq_len": int(row["sequence length"]), "vocab": padded_vocab(tp)},
+        "training": {"global_batch": int(row["global batch"]), "precision": "fp16", "optimizer": "adam"},
+        "cluster": {"device": DEVICE, "nodes": gpus // per_node, "gpus_per_node": per_node,
+                    "intra_node": NVLINK, "inter_node": IB},
+    })
+    plan = Plan(dp=dp, tp=tp, pp=pp, mbs=int(row["micro batch"]), recompute="full", schedule="1f1b")
+    return spec, plan
+
+
+def predict_file(path: Path, predictor_name: str) -> pd.DataFrame:
+    df = pd.read_csv(path, encoding="utf-8-sig")
+    preds, notes = [], []
+    predictor, _ = load_predictor(predictor_name, DEVICE)
+    for _, row in df.iterrows():
+        spec, plan = row_spec_plan(row)
+        errors = plan_errors(plan, spec, allow_cross_node_tp=True)
+        if errors:
+            preds.append(np.nan)
+            notes.append("; ".join(errors))
+            continue
+        pred = predictor.predict(spec, graph_for(spec.model), [plan])[0]
+        preds.append(pred.iter_time_s * 1e3)
+        notes.append("")
+    df["predicted (ms)"] = preds
+    df["note"] = notes
+    return df
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    if len(a) < 3:
+        return float("nan")
+    ra, rb = pd.Series(a).rank().to_numpy(), pd.Series(b).rank().to_numpy()
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def summarise(name: str, df: pd.DataFrame) -> list[str]:
+    ok = df.dropna(subset=["predicted (ms)"])
+    measured, predicted = ok["iteration time (ms)"].to_numpy(), ok["predicted (ms)"].to_numpy()
+    ape = np.abs(predicted - measured) / measured
+    lines = [f"## {name}: {len(ok)}/{len(df)} rows predicted, MAPE {100 * ape.mean():.1f}% "
+             f"(median APE {100 * np.median(ape):.1f}%, mean signed error {100 * np.mean((predicted - measured) / measured):+.1f}%)"]
+    lines.append(f"{'model (h, heads, layers, seq)':<30} {'rows':>5} {'groups':>6} {'MAPE':>7} {'Spearman':>9} {'regret':>8}")
+    for model, mdf in ok.groupby(MODEL_COLS):
+        rhos, regrets = [], []
+        for _, g in mdf.groupby(["# GPUs", "global batch"]):
+            m, p = g["iteration time (ms)"].to_numpy(), g["predicted (ms)"].to_numpy()
+            rho = spearman(m, p)
+            if not math.isnan(rho):
+                rhos.append(rho)
+            regrets.append(m[np.argmin(p)] / m.min() - 1)
+        mape = np.mean(np.abs(mdf["predicted (ms)"] - mdf["iteration time (ms)"]) / mdf["iteration time (ms)"])
+        lines.append(f"{str(tuple(int(x) for x in model)):<30} {len(mdf):>5} {mdf.groupby(['# GPUs', 'global batch']).ngroups:>6} "
+                     f"{100 * mape:>6.1f}% {np.mean(rhos) if rhos else float('nan'):>9.3f} {100 * np.mean(regrets):>7.1f}%")
+    skipped = df[df["predicted (ms)"].isna()]
+    for _, r in skipped.head(5).iterrows():
+        lines.append(f"skipped: {r['note']}")
+    return lines
+
+
+def main() -> int:
+    root = Path(__file__).resolve().parents[1]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shared", default=str(root.parent / "shared"), help="the shared/ folder (default: ../shared)")
+    parser.add_argument("--predictor", default="analytical")
+    args = parser.parse_args()
+    gt = Path(args.shared) / "ground_truth"
+    for name in ("single", "multi"):
+        path = gt / f"vtrain_ground_truth_{name}.csv"
+        if not path.is_file():
+            print(f"missing {path}: pass --shared", file=sys.stderr)
+            return 2
+        t0 = time.perf_counter()
+        df = predict_file(path, args.predictor)
+        print("\n".join(summarise(f"{path.name} ({args.predictor})", df)))
+        print(f"({time.perf_counter() - t0:.1f} s)\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

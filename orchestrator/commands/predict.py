@@ -1,0 +1,120 @@
+"""`scaledl predict SPEC --plan PLAN ...`: predicted iteration time and memory of given plans."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from orchestrator.cli import UsageError
+from predictor.hardware import get_device
+from predictor.models.registry import load_predictor
+from predictor.plan import Plan, PlanError, plan_errors
+from predictor.prediction import MEMORY_PARTS, TIME_PARTS, Prediction
+from predictor.workload import WorkloadSpec, load_spec
+
+HELP = "predict iteration time and per-GPU memory of parallel plans"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", help="workload spec (YAML)")
+    parser.add_argument("--plan", action="append", default=[], metavar="PLAN",
+                        help="plan string, e.g. dp=16,tp=8,pp=8,mbs=1,recompute=full,sp=true (repeatable)")
+    parser.add_argument("--plans-file", metavar="FILE", help="file with one plan string per line ('#' comments allowed)")
+    parser.add_argument("--predictor", default="auto", metavar="analytical|auto|PATH",
+                        help="analytical, auto (the device's ScaleDL checkpoint if shipped, else analytical) or a checkpoint path")
+    parser.add_argument("--json", action="store_true", help="print JSON: one object, or an array for several plans")
+
+
+def _plan_texts(args: argparse.Namespace) -> list[str]:
+    texts = list(args.plan)
+    if args.plans_file:
+        path = Path(args.plans_file)
+        if not path.is_file():
+            raise FileNotFoundError(f"plans file {path} does not exist")
+        for line in path.read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                texts.append(line)
+    if not texts:
+        raise UsageError("give at least one --plan PLAN or --plans-file FILE (e.g. --plan dp=8,tp=1,pp=1,mbs=1)")
+    return texts
+
+
+def _checked(text: str, spec: WorkloadSpec) -> Plan | str:
+    """The plan, or the reason it is rejected."""
+    try:
+        plan = Plan.parse(text)
+    except PlanError as err:
+        return str(err)
+    errors = plan_errors(plan, spec)
+    return plan if not errors else f"invalid plan {text!r}: " + "; ".join(errors)
+
+
+def predict_texts(spec: WorkloadSpec, texts: list[str], predictor_name: str) -> tuple[list[dict[str, Any]], str]:
+    """One result object per plan text, in order (an `error` object for invalid plans), and the predictor label."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        predictor, label = load_predictor(predictor_name, spec.cluster.device)
+    for w in caught:
+        print(f"scaledl predict: warning: {w.message}", file=sys.stderr)
+    checked = [_checked(t, spec) for t in texts]
+    plans = [c for c in checked if isinstance(c, Plan)]
+    predictions: list[Prediction] = []
+    if plans:
+        from predictor.graph import graph_for  # lazy: building a graph imports transformers
+
+        predictions = predictor.predict(spec, graph_for(spec.model), plans)
+    it = iter(predictions)
+    out = []
+    for text, c in zip(texts, checked):
+        if isinstance(c, Plan):
+            out.append({**next(it).to_dict(), "predictor": label, "plan": str(c), "device": spec.cluster.device})
+        else:
+            out.append({"plan": text, "error": c, "predictor": label, "device": spec.cluster.device})
+    return out, label
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    texts = _plan_texts(args)
+    results, label = predict_texts(spec, texts, args.predictor)
+    errors = [r for r in results if "error" in r]
+    if args.json:
+        print(json.dumps(results[0] if len(results) == 1 else results, indent=1))
+    else:
+        _print_tables(spec, results, label)
+    for r in errors:
+        print(f"scaledl predict: error: {r['error']}", file=sys.stderr)
+    return 2 if len(errors) == len(results) else 0
+
+
+def _print_tables(spec: WorkloadSpec, results: list[dict[str, Any]], label: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    capacity = get_device(spec.cluster.device, spec.cluster).mem_capacity / 1024**3
+    ok = [r for r in results if "error" not in r]
+    summary = Table(title=f"{spec.cluster.device} x {spec.cluster.gpus} GPUs, predictor: {label}")
+    for col in ("plan", "iter time (s)", "TFLOP/s/GPU", "MFU", f"peak mem (GiB, of {capacity:.0f})"):
+        summary.add_column(col, justify="left" if col == "plan" else "right")
+    for r in ok:
+        mem = f"{r['peak_memory_gib']:.1f}" + ("" if r["peak_memory_gib"] <= capacity else " OOM")
+        summary.add_row(r["plan"], f"{r['iter_time_s']:.3f}", f"{r['tflops_per_gpu']:.1f}", f"{100 * r['mfu']:.1f}%", mem)
+    console.print(summary)
+    for r in ok if len(ok) == 1 else []:
+        parts = Table(title="where the time goes (critical path) and the memory (rank with the peak)")
+        for col in ("time part", "s", "%", "memory part", "GiB"):
+            parts.add_column(col, justify="left" if "part" in col else "right")
+        for i in range(max(len(TIME_PARTS), len(MEMORY_PARTS))):
+            tp = TIME_PARTS[i] if i < len(TIME_PARTS) else ""
+            mp = MEMORY_PARTS[i] if i < len(MEMORY_PARTS) else ""
+            sec = r["breakdown"].get(tp, 0.0)
+            parts.add_row(tp, f"{sec:.4f}" if tp else "", f"{100 * sec / r['iter_time_s']:.1f}" if tp else "",
+                          mp, f"{r['memory_breakdown'][mp]:.2f}" if mp else "")
+        console.print(parts)
+        console.print("memory per pipeline stage (GiB): " + ", ".join(f"{x:.1f}" for x in r["memory_per_stage_gib"]))

@@ -1,0 +1,40 @@
+"""Which predictor a command uses: `analytical`, `auto` (the shipped ScaleDL checkpoint of the device
+if there is one, else analytical with a warning) or the path of a ScaleDL checkpoint."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.base import Predictor
+
+CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
+
+
+def checkpoint_path(device_name: str) -> Path:
+    """Where the shipped ScaleDL checkpoint of `device_name` lives (it may not exist)."""
+    return CHECKPOINT_DIR / f"scaledl-{device_name}.pt"
+
+
+def _load_scaledl(path: Path) -> Predictor:
+    from predictor.models.scaledl import ScaleDLPredictor  # lazy: pulls in torch-geometric
+
+    return ScaleDLPredictor.load(path)
+
+
+def load_predictor(name_or_path: str, device_name: str) -> tuple[Predictor, str]:
+    """(predictor, label for reports). Raises FileNotFoundError for a path that does not exist."""
+    if name_or_path == "analytical":
+        return AnalyticalPredictor(), "analytical"
+    if name_or_path == "auto":
+        path = checkpoint_path(device_name)
+        if path.is_file():
+            return _load_scaledl(path), f"scaledl ({path.name})"
+        warnings.warn(f"no ScaleDL checkpoint for device {device_name!r} (looked for {path}); "
+                      "using the analytical predictor", stacklevel=2)
+        return AnalyticalPredictor(), "analytical"
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"predictor {name_or_path!r} is neither 'analytical', 'auto' nor an existing checkpoint file")
+    return _load_scaledl(path), f"scaledl ({path})"
