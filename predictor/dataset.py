@@ -154,3 +154,25 @@ def compact(root: str | Path, table: str) -> Path | None:
     for p in old:
         p.unlink(missing_ok=True)
     return path
+
+
+def snapshot(src: str | Path, dst: str | Path) -> dict[str, int]:
+    """Copy every table of `src` into `dst` as one deduplicated part each (what gets shipped/committed).
+
+    Safe while a profiler still appends to `src`: it only reads there. Each table of `dst`
+    becomes `part-snapshot.parquet`, replaced atomically; returns the rows per table.
+    """
+    counts: dict[str, int] = {}
+    for table in TABLES:
+        data = load(src, table)
+        if data.empty:
+            continue
+        folder = Path(dst) / table
+        folder.mkdir(parents=True, exist_ok=True)
+        _check(table, data, str(src))
+        _write_atomic(data, folder / "part-snapshot.parquet")
+        for other in parts(dst, table):
+            if other.name != "part-snapshot.parquet":
+                other.unlink()
+        counts[table] = len(data)
+    return counts

@@ -1,0 +1,81 @@
+"""`scaledl profile`: measure real training iterations and layer timings into a profile dataset."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from orchestrator.cli import UsageError
+from predictor.design import CPU_FLOP_CAP, STRATA_SHARE, DesignError
+from predictor.profile import ProfileError, ProfileSettings, run_profile, select
+from predictor.workload import FAMILIES
+
+HELP = "measure real iterations and per-layer timings of D-optimal/random/full configurations into a dataset"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--families", default="t5,gpt2,bert,vit,deit",
+                        help="comma-separated model families, measured in this order")
+    parser.add_argument("--design", choices=("doptimal", "random", "full"), default="doptimal",
+                        help="how configurations are chosen from each family's candidate grid")
+    parser.add_argument("--budget", type=int, default=200, help="configurations per family (ignored by --design full)")
+    parser.add_argument("--out", required=True, help="dataset directory (created; parquet part files)")
+    parser.add_argument("--resume", action="store_true", help="continue a killed run: skip configurations already in --out")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plans", default="", help=f"only these plan kinds ({', '.join(STRATA_SHARE)}); default all")
+    parser.add_argument("--procs", type=int, default=2, help="processes available to a plan (1 or 2 on this CPU)")
+    parser.add_argument("--steps", type=int, default=3, help="measured training steps per configuration")
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured steps first")
+    parser.add_argument("--layer-repeats", type=int, default=3, help="minimum repeats per layer timing")
+    parser.add_argument("--no-layers", action="store_true", help="skip per-layer timings")
+    parser.add_argument("--flop-cap", type=float, default=CPU_FLOP_CAP, help="largest iteration (FLOPs) to measure")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a configuration counts as hung")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+
+
+def run(args: argparse.Namespace) -> int:
+    families = [f.strip() for f in args.families.split(",") if f.strip()]
+    unknown = [f for f in families if f not in FAMILIES or f in ("gpt", "llama")]
+    if not families or unknown:
+        raise UsageError(f"--families: unknown or unsupported {', '.join(unknown) or '(none)'}; "
+                         f"use any of t5, gpt2, bert, vit, deit")
+    for name in ("budget", "steps", "procs", "layer_repeats"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    strata = [s.strip() for s in args.plans.split(",") if s.strip()]
+    bad = [s for s in strata if s not in STRATA_SHARE]
+    if bad:
+        raise UsageError(f"--plans: unknown plan kinds {', '.join(bad)}; use {', '.join(STRATA_SHARE)}")
+    settings = ProfileSettings(steps=args.steps, warmup=args.warmup, layer_repeats=args.layer_repeats,
+                               layers=not args.no_layers, timeout_s=args.timeout, device=args.device,
+                               dtype=args.dtype, procs=args.procs)
+    try:
+        configs = select(families, args.design, args.budget, args.seed, args.procs, strata or None, args.flop_cap)
+        return _run_with_progress(configs, args.out, args.resume, settings)
+    except (ProfileError, DesignError) as err:
+        raise UsageError(str(err)) from None
+
+
+def _run_with_progress(configs: list, out: str, resume: bool, settings: ProfileSettings) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    console = Console(stderr=True)
+    interactive = console.is_terminal
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TextColumn("ETA"), TimeRemainingColumn(), console=console, disable=not interactive)
+    task = progress.add_task("profiling", total=None)
+
+    def on_config(cfg, row, done: int, total: int) -> None:
+        progress.update(task, total=total, completed=done, description=f"{cfg.family} {row['status']}")
+        if not interactive:  # a log file gets one line per configuration
+            print(f"[{done}/{total}] {cfg.family} {cfg.config_id} batch={cfg.batch} {cfg.plan} "
+                  f"{row['status']} iter={row['iter_time_s']:.4f}s peak={row['peak_mem_bytes'] / 2**20:.0f}MiB "
+                  f"{row['error'][:200]}", flush=True)
+
+    with progress:
+        summary = run_profile(configs, out, resume, settings, on_config)
+    print(f"profile: {summary.measured} measured ({summary.by_status}), {summary.skipped} already in {out}, "
+          f"{summary.seconds:.0f} s", file=sys.stderr if interactive else sys.stdout)
+    return 0 if summary.failed < max(1, summary.measured) else 1

@@ -1,0 +1,126 @@
+"""The profiling runner: choose configurations, measure them for real, append to a dataset.
+
+For each configuration: the whole training iteration under its plan (`measure_iteration`
+on a persistent pool of rank processes) and the per-layer forward/backward times at its
+micro-batch (`time_layers`, on rank 0). Each configuration's rows are appended as soon as
+they exist, layers first and the iteration row last: the iteration row marks the
+configuration done, so a run killed at any point and restarted with `resume=True` skips
+exactly the finished configurations and re-measures the rest (layer rows of an unfinished
+one are replaced, not duplicated, by the dataset's dedupe on (config_id, node)).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from predictor import dataset
+from predictor.design import CPU_FLOP_CAP, ProfileConfig, candidates, choose
+from predictor.measure.iteration import WorkerPool, measure_iteration
+
+
+class ProfileError(ValueError):
+    """A profiling request that cannot run as given; the message says what to change."""
+
+
+@dataclass
+class ProfileSettings:
+    steps: int = 3
+    warmup: int = 1
+    layer_repeats: int = 3
+    layers: bool = True
+    timeout_s: float = 300.0
+    device: str = "cpu"
+    dtype: str = "float32"
+    threads: int = 1
+    procs: int = 2
+
+
+@dataclass
+class ProfileSummary:
+    planned: int = 0
+    skipped: int = 0
+    measured: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    by_status: dict[str, int] = field(default_factory=dict)
+
+
+def select(families: list[str], design: str, budget: int, seed: int = 0, max_procs: int = 2,
+           strata: list[str] | None = None, flop_cap: float = CPU_FLOP_CAP) -> list[tuple[ProfileConfig, str]]:
+    """(config, design label) for every family, in family order (one family finishes before the next)."""
+    out: list[tuple[ProfileConfig, str]] = []
+    for family in families:
+        pool = candidates(family, max_procs=max_procs, flop_cap=flop_cap)
+        if strata:
+            unknown = set(strata) - {c.stratum for c in pool}
+            if unknown:
+                raise ProfileError(f"--plans {','.join(sorted(unknown))} matches no {family} candidate; "
+                                   f"available: {', '.join(sorted({c.stratum for c in pool}))}")
+            pool = [c for c in pool if c.stratum in strata]
+        if not pool:
+            raise ProfileError(f"no {family} candidates fit the FLOP cap {flop_cap:g}; raise it")
+        k = min(budget, len(pool)) if design != "full" else len(pool)
+        out += [(cfg, design) for cfg in choose(pool, k, design, seed)]
+    return out
+
+
+def config_row(cfg: ProfileConfig) -> dict:
+    m, p = cfg.model, cfg.plan
+    return {"config_id": cfg.config_id, "family": cfg.family, "spec_json": cfg.spec_json, "batch": cfg.batch,
+            "plan": str(p), "dp": p.dp, "tp": p.tp, "pp": p.pp, "mbs": p.mbs, "zero": p.zero, "schedule": p.schedule,
+            "layers": m.num_blocks, "hidden": m.hidden, "heads": m.heads, "tokens": m.tokens}
+
+
+def measure_config(pool: WorkerPool, cfg: ProfileConfig, settings: ProfileSettings, design: str) -> tuple[dict, list[dict]]:
+    """One configuration's iteration row and layer rows (not yet written)."""
+    prov = dataset.provenance(settings.device, settings.threads)
+    result = measure_iteration(pool, cfg, settings.steps, settings.warmup, settings.timeout_s, settings.dtype)
+    row = {**config_row(cfg), "design": design, **result.row(), **prov}
+    layer_rows: list[dict] = []
+    if settings.layers and result.status == "ok":
+        job = {"kind": "layers", "spec_json": cfg.spec_json, "batch": cfg.plan.mbs, "repeats": settings.layer_repeats,
+               "warmup": 1, "dtype": settings.dtype}
+        answer = pool.run(job, 1, settings.timeout_s)[0]
+        if answer.get("status") == "ok":
+            layer_rows = [{"config_id": cfg.config_id, "family": cfg.family, **r, **prov} for r in answer["rows"]]
+        else:
+            row["error"] = f"layer timing failed: {answer.get('error', answer.get('status'))}"
+    return row, layer_rows
+
+
+def run_profile(configs: list[tuple[ProfileConfig, str]], out: str | Path, resume: bool,
+                settings: ProfileSettings | None = None,
+                on_config: Callable[[ProfileConfig, dict, int, int], None] | None = None) -> ProfileSummary:
+    """Measure every configuration not yet in `out`, appending atomically after each one."""
+    settings = settings or ProfileSettings()
+    out = Path(out)
+    done = dataset.measured_ids(out) if out.exists() else set()
+    if done and not resume:
+        raise ProfileError(f"{out} already holds {len(done)} measured configurations; pass --resume to continue "
+                           f"it, or choose another --out")
+    todo = [(c, d) for c, d in configs if c.config_id not in done]
+    summary = ProfileSummary(planned=len(configs), skipped=len(configs) - len(todo))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "settings.json").write_text(json.dumps(settings.__dict__, indent=1))
+    start = time.monotonic()
+    if not todo:
+        return summary
+    pool = WorkerPool(world=settings.procs, threads=settings.threads, device=settings.device)
+    try:
+        for i, (cfg, design) in enumerate(todo):
+            row, layer_rows = measure_config(pool, cfg, settings, design)
+            dataset.append(out, "layers", layer_rows)
+            dataset.append(out, "iterations", [row])
+            summary.measured += 1
+            summary.failed += row["status"] != "ok"
+            summary.by_status[row["status"]] = summary.by_status.get(row["status"], 0) + 1
+            if on_config:
+                on_config(cfg, row, i + 1, len(todo))
+    finally:
+        pool.close()
+        summary.seconds = time.monotonic() - start
+    return summary
