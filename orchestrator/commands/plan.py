@@ -1,0 +1,51 @@
+"""`scaledl plan SPEC --out DIR`: search the parallel plans of a workload and write a ranked, explained report."""
+
+from __future__ import annotations
+
+import argparse
+
+from orchestrator.cli import UsageError
+
+HELP = "search the parallel plans of a workload (Ray Tune over predictor replicas) and report the best"
+
+
+def add_arguments(parser: argparse.ArgumentParser, spec_option: bool = False) -> None:
+    """`spec_option`: take the spec as `--spec SPEC` (the `ray job submit` entry point) instead of positionally."""
+    spec_help = "workload spec (YAML); its optional search: section narrows the space"
+    if spec_option:
+        parser.add_argument("--spec", required=True, help=spec_help)
+    else:
+        parser.add_argument("spec", help=spec_help)
+    parser.add_argument("--out", required=True, metavar="DIR", help="report directory (report.json/md/html, launch/)")
+    parser.add_argument("--top-k", type=int, default=10, metavar="N", help="plans shown and plotted (default 10)")
+    parser.add_argument("--searcher", default="auto", choices=("auto", "exhaustive", "optuna", "random"),
+                        help="auto: exhaustive up to 50,000 valid plans, else Optuna TPE")
+    parser.add_argument("--budget-s", type=float, metavar="S", help="stop the search after S seconds (best so far is kept)")
+    parser.add_argument("--max-trials", type=int, metavar="N", help="optuna/random: plan groups to try")
+    parser.add_argument("--space", metavar="NAME", help="named space (megatron-3d [default], zero-dp, full) or a YAML path")
+    parser.add_argument("--rank-by", default="time", choices=("time", "throughput", "cost"))
+    parser.add_argument("--price-per-gpu-hour", type=float, metavar="USD", help="adds the cost of an iteration")
+    parser.add_argument("--headroom", type=float, default=0.10, help="fraction of device memory kept free (default 0.10)")
+    parser.add_argument("--predictor", default="auto", metavar="analytical|auto|PATH",
+                        help="analytical, auto (the device's ScaleDL checkpoint if shipped, else analytical) or a checkpoint")
+    parser.add_argument("--address", metavar="ADDR", help="Ray cluster to use (default: an embedded local Ray)")
+    parser.add_argument("--replicas", type=int, metavar="N", help="predictor replicas (default: one per CPU, at most 8)")
+    parser.add_argument("--resume", action="store_true", help="continue the interrupted search stored in --out")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    from orchestrator.planning import PlanRequest, run_plan  # lazy: keeps `scaledl --help` and predict free of Ray
+
+    for name in ("top_k", "max_trials", "replicas"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if args.budget_s is not None and args.budget_s <= 0:
+        raise UsageError(f"--budget-s must be positive, got {args.budget_s}")
+    report = run_plan(PlanRequest(
+        spec=args.spec, out=args.out, space=args.space, searcher=args.searcher, budget_s=args.budget_s,
+        max_trials=args.max_trials, top_k=args.top_k, rank_by=args.rank_by, price_per_gpu_hour=args.price_per_gpu_hour,
+        headroom=args.headroom, predictor=args.predictor, address=args.address, replicas=args.replicas,
+        resume=args.resume, seed=args.seed))
+    return 0 if report["ranked"] else 1

@@ -1,0 +1,123 @@
+"""One planning run, shared by `scaledl plan` and `python -m orchestrator.job`: spec -> valid plans ->
+replicas -> Ray Tune search -> report files.
+
+Ray is embedded (a private local instance, never someone else's) unless an address is given; the
+layer graph is built while Ray starts, since both take seconds and neither needs the other.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from predictor.hardware import get_device
+from predictor.workload import SpecError, load_spec
+from search_spaces import enumerate_plans, resolve_space
+
+
+@dataclass
+class PlanRequest:
+    spec: str
+    out: str
+    space: str | None = None
+    searcher: str = "auto"
+    budget_s: float | None = None
+    max_trials: int | None = None
+    top_k: int = 10
+    rank_by: str = "time"
+    price_per_gpu_hour: float | None = None
+    headroom: float = 0.10
+    predictor: str = "auto"
+    address: str | None = None  # None: embedded Ray; "auto": the cluster of RAY_ADDRESS / ray start
+    replicas: int | None = None
+    resume: bool = False
+    seed: int = 0
+    show: bool = True  # progress bar and the ranked table on the terminal
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _connect(address: str | None) -> bool:
+    """Initialise Ray; True if this call started it (and so must shut it down)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address is None:
+        ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    else:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+    return True
+
+
+def run_plan(req: PlanRequest) -> dict[str, Any]:
+    """Search the plans of `req.spec`, write the report into `req.out`; returns the report."""
+    import ray
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from orchestrator.replicas import ReplicaPool
+    from orchestrator.report import RANK_BY, build_report, print_report, write_report
+    from orchestrator.search import SearchOptions, run_search
+    from predictor.graph import graph_for
+
+    t0 = time.perf_counter()
+    if req.rank_by not in RANK_BY:
+        raise SpecError(f"--rank-by must be one of {', '.join(RANK_BY)}, not {req.rank_by!r}")
+    if req.rank_by == "cost" and req.price_per_gpu_hour is None:
+        raise SpecError("--rank-by cost needs --price-per-gpu-hour")
+    if not 0 <= req.headroom < 1:
+        raise SpecError(f"--headroom must be in [0, 1), got {req.headroom}")
+    spec = load_spec(req.spec)
+    space_name, space = resolve_space(spec.search, req.space)
+    enumeration = enumerate_plans(spec, space)
+    if not enumeration.plans:
+        reasons = "; ".join(f"{n}x {r}" for r, n in enumeration.top_reasons(3))
+        raise SpecError(f"{req.spec}: the space {space_name} has no valid plan ({enumeration.checked} candidates "
+                        f"rejected; most common: {reasons}); try another --space or relax the search: section")
+    device = get_device(spec.cluster.device, spec.cluster)
+    req.timings["enumerate_s"] = time.perf_counter() - t0
+    with ThreadPoolExecutor(1) as ex:
+        graph_job = ex.submit(graph_for, spec.model)
+        started = _connect(req.address)
+        graph = graph_job.result()
+    req.timings["ray_and_graph_s"] = time.perf_counter() - t0 - req.timings["enumerate_s"]
+    console = Console(quiet=not req.show)
+    pool = None
+    try:
+        pool = ReplicaPool.start(req.predictor, spec, graph, count=req.replicas)
+        infos = pool.ready()
+        req.timings["replicas_s"] = time.perf_counter() - t0 - sum(req.timings.values())
+        options = SearchOptions(searcher=req.searcher, budget_s=req.budget_s, max_trials=req.max_trials,
+                                headroom=req.headroom, resume=req.resume, seed=req.seed)
+        key = (spec.model_dump_json(), space_name, space.model_dump_json(), req.predictor)
+        with Progress(TextColumn("searching {task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), console=console,
+                      transient=False) as progress:
+            task = progress.add_task(space_name, total=len(enumeration.plans), best="-")
+            best = [float("inf")]
+
+            def on_batch(n: int, score: float) -> None:
+                best[0] = min(best[0], score)
+                progress.update(task, advance=n, best=f"{best[0]:.3f} s" if best[0] < 1e6 else "none fits yet")
+
+            result = run_search(enumeration.plans, pool, Path(req.out), device.mem_capacity / 2**30, options,
+                                key=repr(key), on_batch=on_batch)
+        result.stats["replicas"] = infos
+        report = build_report(spec=spec, spec_path=req.spec, device=device,
+                              predictor={"name": infos[0]["predictor"], "accuracy": infos[0].get("accuracy")},
+                              space_name=space_name, space=space, enumeration=enumeration, result=result,
+                              by=req.rank_by, price=req.price_per_gpu_hour, top_k=req.top_k)
+        write_report(report, Path(req.out))
+        print_report(report, console)
+        console.print(f"report: {Path(req.out) / 'report.html'} (and report.json, report.md, launch/)")
+    finally:
+        if pool is not None:
+            pool.shutdown()
+        if started:
+            ray.shutdown()
+    req.timings["total_s"] = time.perf_counter() - t0
+    return report

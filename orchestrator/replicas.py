@@ -1,0 +1,119 @@
+"""Predictor replicas: Ray actors that each hold a loaded predictor and one workload (spec + graph).
+
+Loading a predictor (a checkpoint, a GNN) and building a layer graph are the slow parts, so
+they happen once per replica, and every call is a batch of plans. Where the cluster has
+GPUs a replica asks for a fraction of one (several replicas share a GPU); otherwise a
+fraction of a CPU. A replica that dies is restarted by Ray (`max_restarts`) and Ray retries
+its in-flight batch (`max_task_retries`); if the retries are exhausted too, the pool sends the
+batch to another replica, so a search survives a crash or a lost node.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import ray
+from ray.exceptions import RayActorError
+
+from predictor.layer_graph import LayerGraph
+from predictor.models.base import Predictor
+from predictor.plan import Plan
+from predictor.prediction import Prediction
+from predictor.workload import WorkloadSpec
+
+# A replica's answer for one plan: its Prediction, or why predicting it failed.
+Answer = Prediction | str
+
+
+class PredictorReplica:
+    """One loaded predictor answering batches of plans of one workload."""
+
+    def __init__(self, predictor: "str | Predictor", spec: WorkloadSpec, graph: LayerGraph) -> None:
+        """`predictor`: a registry name or checkpoint path (loaded here, once per replica), or a ready
+        Predictor object (shipped pickled, e.g. a library user's own model)."""
+        self.spec, self.graph = spec, graph
+        if isinstance(predictor, str):
+            from predictor.models.registry import load_predictor  # heavy (torch, checkpoints): only in the actor
+
+            self.predictor, self.label = load_predictor(predictor, spec.cluster.device)
+        else:
+            self.predictor, self.label = predictor, predictor.name
+        self.calls = 0
+
+    def info(self) -> dict[str, Any]:
+        """Where this replica runs and what it serves (for reports and placement tests)."""
+        ctx = ray.get_runtime_context()
+        return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                "predictor": self.label, "accuracy": getattr(self.predictor, "accuracy", None), "calls": self.calls}
+
+    def predict(self, plans: Sequence[Plan]) -> list[Answer]:
+        """Predictions in order; if the batch call fails, plans are retried one by one so one bad plan
+        costs only its own answer (an error string), not the batch."""
+        self.calls += 1
+        try:
+            return list(self.predictor.predict(self.spec, self.graph, plans))
+        except Exception:  # noqa: BLE001 - isolate the failing plan(s) below
+            answers: list[Answer] = []
+            for plan in plans:
+                try:
+                    answers.extend(self.predictor.predict(self.spec, self.graph, [plan]))
+                except Exception as err:  # noqa: BLE001 - recorded per plan, never crashes the search
+                    answers.append(f"prediction failed: {type(err).__name__}: {err}")
+            return answers
+
+
+@dataclass
+class ReplicaPool:
+    """Actor handles plus the batching policy; picklable, so Tune trials carry it to their workers."""
+
+    replicas: list[Any]
+    chunk: int = 256
+
+    @classmethod
+    def start(cls, predictor: "str | Predictor", spec: WorkloadSpec, graph: LayerGraph, count: int | None = None,
+              gpu_fraction: float = 0.25, cpu_fraction: float = 0.5, max_restarts: int = 3,
+              chunk: int = 256) -> "ReplicaPool":
+        """Start `count` replicas (default: one per CPU of the cluster, at most 8), on GPUs when there are any."""
+        resources = ray.cluster_resources()
+        gpus = resources.get("GPU", 0.0)
+        if count is None:
+            count = max(1, min(8, int(resources.get("CPU", 1))))
+        opts: dict[str, Any] = {"num_gpus": gpu_fraction, "num_cpus": 0} if gpus > 0 else {"num_cpus": cpu_fraction}
+        actor = ray.remote(PredictorReplica).options(max_restarts=max_restarts, max_task_retries=2, **opts)
+        # Arguments by value, not ray.put refs: a restarted actor needs them again (ray-project/ray#53727).
+        return cls([actor.remote(predictor, spec, graph) for _ in range(count)], chunk)
+
+    def ready(self) -> list[dict[str, Any]]:
+        """Wait until every replica has loaded its predictor; their `info()`."""
+        return ray.get([r.info.remote() for r in self.replicas])
+
+    def predict(self, plans: Sequence[Plan]) -> list[Answer]:
+        """Split `plans` over the replicas (starting at a random one, so concurrent callers spread),
+        gather in order; a chunk whose replica died for good is re-sent to the next replica."""
+        chunks = [list(plans[i:i + self.chunk]) for i in range(0, len(plans), self.chunk)]
+        start = random.randrange(len(self.replicas))
+        owners = [(start + i) % len(self.replicas) for i in range(len(chunks))]
+        refs = [self.replicas[r].predict.remote(c) for c, r in zip(chunks, owners)]
+        answers: list[Answer] = []
+        for chunk, owner, ref in zip(chunks, owners, refs):
+            answers.extend(self._get(ref, chunk, owner))
+        return answers
+
+    def _get(self, ref: Any, chunk: list[Plan], owner: int) -> list[Answer]:
+        tries = len(self.replicas)
+        while True:
+            try:
+                return ray.get(ref)
+            except RayActorError:
+                tries -= 1
+                if tries == 0:
+                    raise
+                owner = (owner + 1) % len(self.replicas)
+                ref = self.replicas[owner].predict.remote(chunk)
+
+    def shutdown(self) -> None:
+        for r in self.replicas:
+            ray.kill(r, no_restart=True)

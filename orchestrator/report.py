@@ -1,0 +1,292 @@
+"""The search report: ranked plans, why the winner wins, plots and launch settings.
+
+`OUT/report.json` (schema `scaledl.report/1`):
+    schema, created (UTC ISO time), spec_path, spec (the validated workload spec),
+    device: {name, capacity_gib, memory_limit_gib, headroom, peak_tflops, intra_node_gbps, inter_node_gbps},
+    predictor: {name, accuracy (a measured accuracy when the predictor carries one, else null)},
+    ranking: {by: time|throughput|cost, price_per_gpu_hour},
+    space: {name, config, candidates, valid, rejected, top_rejections: [[reason, count]]},
+    search: the search statistics (searcher, trials, failed trials, evaluated plans, plans/s, ...),
+    ranked: the best feasible plans (at most max(top_k, 100)), each {rank, plan, fields, tokens_per_s,
+        cost_usd_per_iteration, days_per_1t_tokens, and every Prediction field},
+    ranked_total, infeasible: the fastest plans that do not fit (at most 100) {plan, reason, iter_time_s,
+        peak_memory_gib}, infeasible_total, failed: plans whose prediction failed {plan, error},
+    explanation: one paragraph derived from the winner's breakdown against the runners-up,
+    launch: {plan, megatron_args, deepspeed_config, torchrun, notes} for the winner (null if none fits).
+`report.md` says the same for people; `report.html` is self-contained (plots embedded as base64 PNGs);
+`launch/` holds the winner's `megatron_args.txt`, `deepspeed_config.json` and `torchrun.sh`.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from orchestrator import plots
+from orchestrator.launch import launch_settings
+from orchestrator.search import Evaluated, SearchResult
+from predictor.hardware import GIB, Device
+from predictor.plan import Plan
+from predictor.prediction import TIME_PARTS
+from predictor.workload import WorkloadSpec
+from search_spaces import Enumeration, SpaceConfig
+
+RANK_BY = ("time", "throughput", "cost")
+SCHEMA = "scaledl.report/1"
+_LIST_CAP = 100
+_PART_WORDS = {
+    "compute": "compute", "tp_comm": "tensor-parallel communication", "dp_comm": "data-parallel gradient sync",
+    "pp_bubble": "pipeline bubble", "pp_p2p": "pipeline send/recv", "optimizer": "optimizer step",
+}
+
+
+def tokens_per_iteration(spec: WorkloadSpec) -> int:
+    return spec.training.global_batch * spec.model.tokens
+
+
+def plan_metrics(e: Evaluated, spec: WorkloadSpec, price: float | None) -> dict[str, Any]:
+    """Throughput and cost of an evaluated plan (cost only with a price per GPU-hour)."""
+    t = e.prediction.iter_time_s  # type: ignore[union-attr]
+    tokens = tokens_per_iteration(spec)
+    out: dict[str, Any] = {"tokens_per_s": tokens / t, "days_per_1t_tokens": 1e12 / (tokens / t) / 86400}
+    out["cost_usd_per_iteration"] = price * spec.cluster.gpus * t / 3600 if price is not None else None
+    return out
+
+
+def rank(evaluated: list[Evaluated], by: str = "time", price: float | None = None) -> list[Evaluated]:
+    """Feasible plans, best first. Cost ranks like time for a fixed cluster but needs a price to report it."""
+    if by not in RANK_BY:
+        raise ValueError(f"rank by one of {', '.join(RANK_BY)}, not {by!r}")
+    if by == "cost" and price is None:
+        raise ValueError("ranking by cost needs --price-per-gpu-hour")
+    # For one workload on one cluster, tokens/s and cost per token are both monotone in iteration time;
+    # ties break on memory so the more comfortable plan comes first.
+    return sorted((e for e in evaluated if e.feasible),
+                  key=lambda e: (e.prediction.iter_time_s, e.prediction.peak_memory_gib, str(e.plan)))  # type: ignore[union-attr]
+
+
+def _degrees(p: Plan) -> tuple[int, int, int]:
+    return p.dp, p.tp, p.pp
+
+
+def _diff_fields(a: Plan, b: Plan) -> str:
+    return ", ".join(f"{k}={getattr(b, k)}" for k in asdict(a) if getattr(a, k) != getattr(b, k))
+
+
+def _compare(win: Evaluated, other: Evaluated, name: str) -> str:
+    """How much faster the winner is than `other` (called `name`), and which breakdown parts make it so."""
+    wp, op = win.prediction, other.prediction
+    assert wp is not None and op is not None
+    deltas = sorted(((op.breakdown.get(k, 0.0) - wp.breakdown.get(k, 0.0), k) for k in TIME_PARTS), reverse=True)
+    small = 0.005 * wp.iter_time_s  # differences under 0.5 % of the iteration are noise in the sentence
+    gains = [f"{d:.2f} s less {_PART_WORDS[k]}" for d, k in deltas if d > small][:2]
+    losses = [f"{-d:.2f} s more {_PART_WORDS[k]}" for d, k in deltas[::-1] if -d > small][:1]
+    total = op.iter_time_s - wp.iter_time_s
+    why = " and ".join(gains) if gains else "small savings spread over every part"
+    cost = f", for {losses[0]}" if losses else ""
+    return f"it is {total:.2f} s ({100 * total / op.iter_time_s:.1f} %) faster than {name} thanks to {why}{cost}"
+
+
+def explain(ranked: list[Evaluated], evaluated: list[Evaluated], spec: WorkloadSpec, limit_gib: float) -> str:
+    """Why the winner wins, from its breakdown and plan against the runners-up and the faster plans that do not fit."""
+    if not ranked:
+        return "No evaluated plan fits in memory; see the infeasible plans and their reasons."
+    win = ranked[0]
+    p, pred, c = win.plan, win.prediction, spec.cluster
+    assert pred is not None
+    share = {k: pred.breakdown.get(k, 0.0) / pred.iter_time_s for k in TIME_PARTS}
+    m = p.microbatches(spec.training.global_batch)
+    facts = [f"{p} is predicted fastest at {pred.iter_time_s:.2f} s per iteration ({pred.mfu * 100:.0f} % MFU), "
+             f"{share['compute'] * 100:.0f} % of it compute"]
+    if p.tp > 1:
+        where = "inside a node (NVLink)" if p.group_span("tp") <= c.gpus_per_node else "across nodes"
+        facts.append(f"tp={p.tp} keeps its all-reduces {where} ({share['tp_comm'] * 100:.0f} % of the time)")
+    if p.pp > 1:
+        bubble = (p.pp - 1) / (p.v * m)
+        facts.append(f"pp={p.pp} with {m} micro-batches{f' and v={p.v} virtual stages' if p.v > 1 else ''} "
+                     f"leaves a {bubble * 100:.1f} % bubble ({share['pp_bubble'] * 100:.0f} % of the time)")
+    if p.dp > 1:
+        facts.append(f"dp={p.dp} spends {share['dp_comm'] * 100:.0f} % in gradient sync")
+    text = "; ".join(facts) + ". "
+    if len(ranked) > 1:
+        runner = ranked[1]
+        text += "Against the runner-up, " + _compare(win, runner, _diff_fields(p, runner.plan) or str(runner.plan)) + ". "
+    other = next((e for e in ranked[1:] if _degrees(e.plan) != _degrees(p)), None)
+    if other is not None:
+        name = f"the best other split (dp={other.plan.dp}, tp={other.plan.tp}, pp={other.plan.pp}: {other.plan})"
+        text += "Against other degrees, " + _compare(win, other, name) + ". "
+    faster = [e for e in evaluated if e.infeasible and e.prediction.iter_time_s < pred.iter_time_s]  # type: ignore[union-attr]
+    if faster:
+        f = min(faster, key=lambda e: e.prediction.iter_time_s)  # type: ignore[union-attr]
+        text += (f"{len(faster)} plans would be faster but do not fit: the fastest, {_diff_fields(p, f.plan)}, needs "
+                 f"{f.prediction.peak_memory_gib:.1f} GiB against the {limit_gib:.1f} GiB limit, "  # type: ignore[union-attr]
+                 f"while the winner peaks at {pred.peak_memory_gib:.1f} GiB.")
+    else:
+        text += f"It peaks at {pred.peak_memory_gib:.1f} GiB of the {limit_gib:.1f} GiB limit."
+    return text.strip()
+
+
+def build_report(*, spec: WorkloadSpec, spec_path: str, device: Device, predictor: dict[str, Any], space_name: str,
+                 space: SpaceConfig, enumeration: Enumeration, result: SearchResult, by: str = "time",
+                 price: float | None = None, top_k: int = 10) -> dict[str, Any]:
+    """Everything report.json holds (see the module docstring for the schema)."""
+    limit_gib = result.stats["memory_limit_gib"]
+    ranked = rank(result.evaluated, by, price)
+    infeasible = sorted((e for e in result.evaluated if e.infeasible), key=lambda e: e.prediction.iter_time_s)  # type: ignore[union-attr]
+    failed = [e for e in result.evaluated if e.error]
+    prec = spec.training.precision
+    return {
+        "schema": SCHEMA,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "spec_path": spec_path,
+        "spec": spec.model_dump(mode="json", exclude_none=True),
+        "device": {"name": device.name, "capacity_gib": device.mem_capacity / GIB, "memory_limit_gib": limit_gib,
+                   "headroom": result.stats["headroom"], "peak_tflops": device.flops(prec) / 1e12,
+                   "intra_node_gbps": device.intra_node.bandwidth / 1e9, "inter_node_gbps": device.inter_node.bandwidth / 1e9},
+        "predictor": predictor,
+        "ranking": {"by": by, "price_per_gpu_hour": price},
+        "space": {"name": space_name, "config": space.model_dump(mode="json"), "candidates": enumeration.checked,
+                  "valid": len(enumeration.plans), "rejected": enumeration.rejected_count,
+                  "top_rejections": [list(r) for r in enumeration.top_reasons(5)]},
+        "search": result.stats,
+        "ranked": [{"rank": i + 1, "plan": str(e.plan), "fields": asdict(e.plan), **plan_metrics(e, spec, price),
+                    **e.prediction.to_dict()}  # type: ignore[union-attr]
+                   for i, e in enumerate(ranked[: max(top_k, _LIST_CAP)])],
+        "ranked_total": len(ranked),
+        "infeasible": [{"plan": str(e.plan), "reason": e.infeasible, "iter_time_s": e.prediction.iter_time_s,  # type: ignore[union-attr]
+                        "peak_memory_gib": e.prediction.peak_memory_gib} for e in infeasible[:_LIST_CAP]],  # type: ignore[union-attr]
+        "infeasible_total": len(infeasible),
+        "failed": [{"plan": str(e.plan), "error": e.error} for e in failed[:_LIST_CAP]],
+        "failed_total": len(failed),
+        "top_k": top_k,
+        "explanation": explain(ranked, result.evaluated, spec, limit_gib),
+        "launch": launch_settings(ranked[0].plan, spec) if ranked else None,
+        "_points": {  # for the plots only; dropped from report.json
+            "feasible": [(e.prediction.peak_memory_gib, e.prediction.iter_time_s) for e in result.evaluated if e.feasible],  # type: ignore[union-attr]
+            "infeasible": [(e.prediction.peak_memory_gib, e.prediction.iter_time_s) for e in infeasible],  # type: ignore[union-attr]
+        },
+    }
+
+
+def _atomic(path: Path, data: bytes | str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+    os.replace(tmp, path)
+
+
+def _short(plan: str) -> str:
+    p = Plan.parse(plan)
+    return f"d{p.dp} t{p.tp} p{p.pp}\nm{p.mbs} z{p.zero} {p.recompute[:3]}{' v' + str(p.v) if p.v > 1 else ''}"
+
+
+def _figures(report: dict[str, Any]) -> dict[str, bytes]:
+    top = report["ranked"][: report["top_k"]]
+    best = (top[0]["peak_memory_gib"], top[0]["iter_time_s"]) if top else None
+    figs = {"time_vs_memory": plots.time_vs_memory(report["_points"]["feasible"], report["_points"]["infeasible"],
+                                                   report["device"]["memory_limit_gib"], best)}
+    if top:
+        labels = [_short(r["plan"]) for r in top]
+        figs["time_breakdown"] = plots.time_breakdown(labels, [r["breakdown"] for r in top])
+        figs["memory_breakdown"] = plots.memory_breakdown(labels, [r["memory_breakdown"] for r in top],
+                                                          report["device"]["memory_limit_gib"])
+    return figs
+
+
+def _table_rows(report: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for r in report["ranked"][: report["top_k"]]:
+        cost = f"{r['cost_usd_per_iteration']:.2f}" if r["cost_usd_per_iteration"] is not None else "-"
+        rows.append([str(r["rank"]), r["plan"], f"{r['iter_time_s']:.3f}", f"{r['tokens_per_s']:,.0f}",
+                     f"{r['peak_memory_gib']:.1f}", f"{r['mfu'] * 100:.1f}", cost])
+    return rows
+
+
+_HEADER = ["#", "plan", "iter s", "tokens/s", "peak GiB", "MFU %", "$/iter"]
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    s, sp, dev = report["search"], report["space"], report["device"]
+    lines = [f"# ScaleDL plan report: {report['spec_path']}", "",
+             f"Device {dev['name']} ({dev['capacity_gib']:.0f} GiB, limit {dev['memory_limit_gib']:.1f} GiB), "
+             f"{report['spec']['cluster']['nodes']}x{report['spec']['cluster']['gpus_per_node']} GPUs; "
+             f"predictor {report['predictor']['name']} (accuracy: {report['predictor'].get('accuracy') or 'not measured'}).",
+             f"Space {sp['name']}: {sp['candidates']} candidates, {sp['valid']} valid; searcher {s['searcher']} "
+             f"evaluated {s['evaluated_plans']} plans in {s['trials']} trials ({s['trials_failed']} failed), "
+             f"{s['search_s']} s, {s['plans_per_s']} plans/s; {report['ranked_total']} fit in memory, "
+             f"{report['infeasible_total']} do not.", "", "## Best plans", "",
+             "| " + " | ".join(_HEADER) + " |", "|" + "---|" * len(_HEADER)]
+    lines += ["| " + " | ".join(row) + " |" for row in _table_rows(report)]
+    lines += ["", "## Why the winner wins", "", report["explanation"], ""]
+    if report["launch"]:
+        launch = report["launch"]
+        lines += ["## Launch settings", "", "Megatron-LM:", "", "```", " ".join(launch["megatron_args"]), "```", "",
+                  "torchrun (on every node):", "", "```", launch["torchrun"], "```", "", "DeepSpeed config:", "",
+                  "```json", json.dumps(launch["deepspeed_config"], indent=2), "```", ""]
+        lines += [f"- note: {n}" for n in launch["notes"]]
+    if report["infeasible"]:
+        lines += ["", "## Fastest plans that do not fit", ""]
+        lines += [f"- `{r['plan']}`: {r['reason']}" for r in report["infeasible"][:10]]
+    if sp["top_rejections"]:
+        lines += ["", "## Why candidates were rejected", ""]
+        lines += [f"- {n} candidates: {reason}" for reason, n in sp["top_rejections"]]
+    return "\n".join(lines) + "\n"
+
+
+def _html(report: dict[str, Any], figures: dict[str, bytes]) -> str:
+    e = html.escape
+    rows = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in _table_rows(report))
+    imgs = "".join(f'<h2>{e(name.replace("_", " "))}</h2><img alt="{e(name)}" src="data:image/png;base64,'
+                   f'{base64.b64encode(png).decode()}">' for name, png in figures.items())
+    launch = report["launch"]
+    launch_html = "" if not launch else (
+        f"<h2>Launch settings</h2><h3>Megatron-LM</h3><pre>{e(' '.join(launch['megatron_args']))}</pre>"
+        f"<h3>torchrun</h3><pre>{e(launch['torchrun'])}</pre><h3>DeepSpeed</h3>"
+        f"<pre>{e(json.dumps(launch['deepspeed_config'], indent=2))}</pre>"
+        + "".join(f"<p>note: {e(n)}</p>" for n in launch["notes"]))
+    summary = _markdown(report).split("\n")[2:4]
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>ScaleDL plan report</title><style>"
+            "body{font-family:sans-serif;max-width:1100px;margin:2em auto}td,th{padding:2px 8px;border-bottom:1px solid #ddd}"
+            f"pre{{background:#f4f4f4;padding:8px;white-space:pre-wrap}}</style></head><body>"
+            f"<h1>ScaleDL plan report: {e(report['spec_path'])}</h1>" + "".join(f"<p>{e(s)}</p>" for s in summary)
+            + "<h2>Best plans</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in _HEADER) + f"</tr>{rows}</table>"
+            f"<h2>Why the winner wins</h2><p>{e(report['explanation'])}</p>{imgs}{launch_html}</body></html>")
+
+
+def write_report(report: dict[str, Any], out_dir: Path) -> list[Path]:
+    """Write report.json/md/html and the winner's launch files into `out_dir` (each file atomically)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = {k: v for k, v in report.items() if not k.startswith("_")}
+    written = {out_dir / "report.json": json.dumps(data, indent=1), out_dir / "report.md": _markdown(report),
+               out_dir / "report.html": _html(report, _figures(report))}
+    if report["launch"]:
+        launch_dir = out_dir / "launch"
+        launch_dir.mkdir(exist_ok=True)
+        written[launch_dir / "megatron_args.txt"] = " ".join(report["launch"]["megatron_args"]) + "\n"
+        written[launch_dir / "deepspeed_config.json"] = json.dumps(report["launch"]["deepspeed_config"], indent=2) + "\n"
+        written[launch_dir / "torchrun.sh"] = "#!/bin/sh\n# set NODE_RANK and MASTER_ADDR on each node\n" + report["launch"]["torchrun"] + "\n"
+    for path, text in written.items():
+        _atomic(path, text)
+    return list(written)
+
+
+def print_report(report: dict[str, Any], console: Any = None) -> None:
+    """The terminal view: a rich table of the top plans and the paragraph on why the winner wins."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    title = f"Top {min(report['top_k'], report['ranked_total'])} of {report['ranked_total']} feasible plans " \
+            f"({report['search']['evaluated_plans']} evaluated, ranked by {report['ranking']['by']})"
+    table = Table(title=title)
+    for h in _HEADER:
+        table.add_column(h, justify="left" if h == "plan" else "right")
+    for row in _table_rows(report):
+        table.add_row(*row)
+    console.print(table)
+    console.print(report["explanation"])

@@ -1,0 +1,259 @@
+"""The plan search: Ray Tune trials that each evaluate a batch of valid plans through the replicas.
+
+Tune runs ~30 trials/s at best, so a trial is a batch (exhaustive: a chunk of the valid plans;
+random: a group; Optuna TPE: a group chosen by a conditional tree, see `search_spaces.tune_space`),
+never one plan. Trials hand their answers to a `ResultStore` actor on the driver's node, which
+writes each batch to `OUT/evaluated/` atomically; so the search is anytime (a budget or Ctrl-C
+stops Tune, what was evaluated is kept), `--resume` restores Tune's experiment state and reuses
+the stored batches, and a failing trial costs only its batch (Tune records it as errored).
+Plans predicted above the device memory, less a headroom, are kept as infeasible with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import pickle
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import ray
+from ray import tune
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from orchestrator.replicas import Answer, ReplicaPool
+from predictor.plan import Plan
+from predictor.prediction import Prediction
+from search_spaces import GROUP_AXES, TuneSpace
+
+SEARCHERS = ("auto", "exhaustive", "optuna", "random")
+HEADROOM = 0.10
+EXHAUSTIVE_LIMIT = 50_000
+EXPERIMENT = "search"
+
+
+class SearchError(RuntimeError):
+    """A search that cannot start or continue; the message says what to change."""
+
+
+@dataclass
+class SearchOptions:
+    searcher: str = "auto"
+    budget_s: float | None = None  # wall-clock budget of the Tune run
+    max_trials: int | None = None  # Optuna / random: trials (groups) to try; default: all groups, at most 256
+    exhaustive_limit: int = EXHAUSTIVE_LIMIT  # auto: exhaustive up to this many valid plans, else Optuna
+    headroom: float = HEADROOM  # memory kept free: feasible iff peak <= capacity * (1 - headroom)
+    batch_size: int | None = None  # exhaustive: plans per trial (default: about 16 trials, 128..2048 plans)
+    concurrency: int = 4  # trials in flight
+    seed: int = 0
+    resume: bool = False
+
+
+@dataclass
+class Evaluated:
+    """One evaluated plan: its prediction, or the error of predicting it; `infeasible` says why it cannot run."""
+
+    plan: Plan
+    prediction: Prediction | None
+    error: str | None = None
+    infeasible: str | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.prediction is not None and self.error is None and self.infeasible is None
+
+
+@dataclass
+class SearchResult:
+    evaluated: list[Evaluated]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def infeasibility(pred: Prediction, limit_gib: float, capacity_gib: float) -> str | None:
+    """Why `pred` cannot run on a device of `capacity_gib` keeping `limit_gib` usable, or None."""
+    if pred.peak_memory_gib > limit_gib:
+        return (f"predicted peak memory {pred.peak_memory_gib:.1f} GiB exceeds {limit_gib:.1f} GiB "
+                f"({capacity_gib:.1f} GiB device less headroom)")
+    return None
+
+
+class ResultStore:
+    """Collects each trial's answers on the driver's node and persists them, one atomic file per batch."""
+
+    def __init__(self, directory: str, fingerprint: str, resume: bool, limit_gib: float, capacity_gib: float) -> None:
+        self.dir = Path(directory)
+        self.limit_gib, self.capacity_gib = limit_gib, capacity_gib
+        self.batches: dict[str, tuple[list[str], list[Answer]]] = {}
+        self.summaries: dict[str, dict[str, Any]] = {}
+        stamp = self.dir / "FINGERPRINT"
+        if resume and stamp.exists():
+            if stamp.read_text() != fingerprint:
+                raise SearchError(f"{self.dir} holds a search of another spec, space or predictor; run without --resume")
+            for path in sorted(self.dir.glob("*.pkl")):
+                key = path.stem
+                self.batches[key] = pickle.loads(path.read_bytes())
+                self.summaries[key] = self._summary(*self.batches[key])
+        else:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            for path in self.dir.glob("*.pkl"):
+                path.unlink()
+            _atomic_write(stamp, fingerprint.encode())
+
+    def summary(self, key: str) -> dict[str, Any] | None:
+        return self.summaries.get(key)
+
+    def add(self, key: str, plans: list[str], answers: list[Answer]) -> dict[str, Any]:
+        _atomic_write(self.dir / f"{key}.pkl", pickle.dumps((plans, answers)))
+        self.batches[key] = (plans, answers)
+        self.summaries[key] = self._summary(plans, answers)
+        return self.summaries[key]
+
+    def all(self) -> dict[str, tuple[list[str], list[Answer]]]:
+        return self.batches
+
+    def _summary(self, plans: list[str], answers: list[Answer]) -> dict[str, Any]:
+        """The trial's metric: best feasible time; without one, a penalty growing with the memory overflow."""
+        preds = [a for a in answers if isinstance(a, Prediction)]
+        feasible = [p.iter_time_s for p in preds if infeasibility(p, self.limit_gib, self.capacity_gib) is None]
+        if feasible:
+            score = min(feasible)
+        elif preds:
+            score = 1e6 * min(p.peak_memory_gib for p in preds) / self.limit_gib
+        else:
+            score = 1e12
+        return {"score": score, "plans": len(plans), "feasible": len(feasible), "errors": len(answers) - len(preds)}
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _trial(config: dict[str, Any], space: TuneSpace, pool: ReplicaPool, store: Any) -> None:
+    """One Tune trial: predict the batch the config addresses (unless stored already) and report its best."""
+    key = space.key(config)
+    summary = ray.get(store.summary.remote(key))
+    cached = summary is not None
+    if summary is None:
+        plans = [space.plans[i] for i in space.members(config)]
+        answers = pool.predict(plans)
+        summary = ray.get(store.add.remote(key, [str(p) for p in plans], answers))
+    tune.report({**summary, "cached": cached})
+
+
+class _Progress(tune.Callback):
+    """Forwards each finished batch to the caller's progress function (e.g. a rich progress bar)."""
+
+    def __init__(self, on_batch: Callable[[int, float], None]) -> None:
+        self.on_batch: Callable[[int, float], None] | None = on_batch
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"on_batch": None}  # Tune pickles its run config; a live progress bar stays in this process
+
+    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:  # noqa: ANN001 - Tune's signature
+        if self.on_batch is not None and not result.get("cached"):
+            self.on_batch(int(result.get("plans", 0)), float(result.get("score", math.inf)))
+
+
+def choose_searcher(requested: str, n_plans: int, limit: int) -> str:
+    if requested not in SEARCHERS:
+        raise SearchError(f"unknown searcher {requested!r}; use one of {', '.join(SEARCHERS)}")
+    if requested == "auto":
+        return "exhaustive" if n_plans <= limit else "optuna"
+    return requested
+
+
+def fingerprint(*parts: Any) -> str:
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib: float,
+               options: SearchOptions, key: str, on_batch: Callable[[int, float], None] | None = None) -> SearchResult:
+    """Search `plans` (all valid) with Ray Tune; returns every evaluated plan and the search statistics.
+
+    `key` identifies the workload/space/predictor so `--resume` never mixes two searches.
+    """
+    if not plans:
+        raise SearchError("the search space has no valid plan for this workload")
+    searcher = choose_searcher(options.searcher, len(plans), options.exhaustive_limit)
+    batch = options.batch_size or min(2048, max(128, math.ceil(len(plans) / 16)))
+    space = TuneSpace(plans, batch_size=batch)
+    limit_gib = capacity_gib * (1 - options.headroom)
+    out_dir = out_dir.resolve()
+    storage = out_dir / "tune"
+    store = ray.remote(ResultStore).options(
+        num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
+    ).remote(str(out_dir / "evaluated"), fingerprint(key, searcher, batch, options.seed), options.resume,
+             limit_gib, capacity_gib)
+    trainable = tune.with_resources(tune.with_parameters(_trial, space=space, pool=pool, store=store), {"cpu": 0.25})
+    callbacks = [_Progress(on_batch)] if on_batch else []
+    run_config = tune.RunConfig(name=EXPERIMENT, storage_path=str(storage), verbose=0, callbacks=callbacks,
+                                failure_config=tune.FailureConfig(max_failures=0, fail_fast=False))
+    started = time.perf_counter()
+    restored = options.resume and tune.Tuner.can_restore(str(storage / EXPERIMENT))
+    if restored:
+        tuner = tune.Tuner.restore(str(storage / EXPERIMENT), trainable, resume_unfinished=True, resume_errored=True)
+    else:
+        if options.resume:
+            raise SearchError(f"nothing to resume in {storage / EXPERIMENT}; run without --resume")
+        tuner = tune.Tuner(trainable, param_space=_param_space(space, searcher, options),
+                           tune_config=_tune_config(space, searcher, options), run_config=run_config)
+    grid = tuner.fit()
+    elapsed = time.perf_counter() - started
+    evaluated = _collect(ray.get(store.all.remote()), limit_gib, capacity_gib)
+    ray.kill(store)
+    errors = [str(e).splitlines()[0] for e in grid.errors] if grid.num_errors else []
+    stats = {
+        "searcher": searcher, "valid_plans": len(plans), "evaluated_plans": len(evaluated),
+        "feasible_plans": sum(e.feasible for e in evaluated), "complete": len(evaluated) == len(plans),
+        "trials": len(grid), "trials_failed": grid.num_errors, "trial_errors": errors[:5],
+        "batch_size": batch if searcher == "exhaustive" else None, "groups": len(space.groups),
+        "group_axes": list(GROUP_AXES), "budget_s": options.budget_s, "search_s": round(elapsed, 3),
+        "plans_per_s": round(len(evaluated) / elapsed, 1) if elapsed > 0 else None,
+        "resumed": bool(restored), "headroom": options.headroom, "memory_limit_gib": round(limit_gib, 3),
+        "tune_experiment": str(storage / EXPERIMENT),
+    }
+    return SearchResult(evaluated, stats)
+
+
+def _param_space(space: TuneSpace, searcher: str, options: SearchOptions) -> dict[str, Any]:
+    if searcher == "optuna":
+        return {}  # the define-by-run function (space.suggest) is the space
+    grid = space.grid(searcher, options.seed)
+    axis, values = next(iter(grid.items()))
+    if searcher == "random" and options.max_trials:
+        values = values[: options.max_trials]
+    return {axis: tune.grid_search(values)}
+
+
+def _tune_config(space: TuneSpace, searcher: str, options: SearchOptions) -> tune.TuneConfig:
+    common = dict(metric="score", mode="min", reuse_actors=True, time_budget_s=options.budget_s,
+                  max_concurrent_trials=options.concurrency)
+    if searcher != "optuna":
+        return tune.TuneConfig(num_samples=1, **common)
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    algo = OptunaSearch(space=space.suggest, metric="score", mode="min",
+                        sampler=optuna.samplers.TPESampler(seed=options.seed, n_startup_trials=16))
+    trials = options.max_trials or min(len(space.groups), 256)
+    return tune.TuneConfig(search_alg=algo, num_samples=trials, **common)
+
+
+def _collect(batches: dict[str, tuple[list[str], list[Answer]]], limit_gib: float, capacity_gib: float) -> list[Evaluated]:
+    """Stored answers as Evaluated plans, each plan once (Optuna may revisit a group)."""
+    seen: dict[str, Evaluated] = {}
+    for plans, answers in batches.values():
+        for text, answer in zip(plans, answers):
+            if text in seen:
+                continue
+            if isinstance(answer, Prediction):
+                seen[text] = Evaluated(Plan.parse(text), answer, infeasible=infeasibility(answer, limit_gib, capacity_gib))
+            else:
+                seen[text] = Evaluated(Plan.parse(text), None, error=answer)
+    return list(seen.values())
