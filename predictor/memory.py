@@ -50,20 +50,21 @@ def activation_bytes(layout: Layout, recompute: str | None = None) -> np.ndarray
     """Activation bytes per pipeline rank at its peak (micro-batch = plan.mbs)."""
     nodes, counts, plan = layout.nodes, layout.stage_counts, layout.plan
     recompute = recompute or plan.recompute
-    b, eb = plan.mbs, layout.act_bytes
-    act = nodes.act_elems
+    b = plan.mbs
+    # Bytes per saved element: the activation precision, except the logits the loss keeps in fp32
+    # (Megatron casts them to float for the cross-entropy: 4·s·b·V/t bytes, Korthikanti §4.3).
+    act = nodes.act_elems * np.where(nodes.kind == "loss", 4, layout.act_bytes)
     if recompute == "selective":
         # The attention core is recomputed: keep its Q, K, V inputs (3 × output size), drop the s² scores.
-        sharded_out = nodes.out_full / plan.tp
+        sharded_out = nodes.out_full / plan.tp * layout.act_bytes
         act = np.where(nodes.attention, np.minimum(act, 3 * sharded_out), act)
     flight = in_flight(layout)
     rep = nodes.repeated
     if recompute == "full":
-        kept = counts[:, ~rep] @ act[~rep] + layout.blocks_per_stage * nodes.block_input
+        kept = counts[:, ~rep] @ act[~rep] + layout.blocks_per_stage * nodes.block_input * layout.act_bytes
         one_block = act[rep] @ _one_block_counts(layout)[rep]  # recomputed block being back-propagated
-        per_mb = kept * b * eb
-        return per_mb * flight + one_block * b * eb
-    return (counts @ act) * b * eb * flight
+        return kept * b * flight + one_block * b
+    return (counts @ act) * b * flight
 
 
 def _one_block_counts(layout: Layout) -> np.ndarray:
@@ -71,11 +72,6 @@ def _one_block_counts(layout: Layout) -> np.ndarray:
     counts = layout.stage_counts.max(axis=0)
     blocks = max(layout.blocks_per_stage.max(), 1.0)
     return counts / blocks
-
-
-def logits_bytes(spec: WorkloadSpec, layout: Layout) -> float:
-    """fp32 logits kept for the loss on the last stage: 4·s·b·V/t (Korthikanti §4.3)."""
-    return 4.0 * layout.tokens * layout.plan.mbs * (spec.model.vocab or 0) / layout.plan.tp
 
 
 def memory_per_stage(spec: WorkloadSpec, layout: Layout) -> dict[str, np.ndarray]:
@@ -88,7 +84,6 @@ def memory_per_stage(spec: WorkloadSpec, layout: Layout) -> dict[str, np.ndarray
     grads = psi * layout.grad_bytes / (dp if plan.zero >= 2 else 1)
     opt = psi * optimizer_bytes_per_param(t.optimizer, t.precision) / (dp if plan.zero >= 1 else 1)
     acts = activation_bytes(layout)
-    acts[-1] += logits_bytes(spec, layout)
     buffers = _buffers(layout, psi)
     return {"weights": weights, "gradients": grads, "optimizer": opt, "activations": acts, "buffers": buffers}
 

@@ -31,7 +31,7 @@ def gpt_graph(hidden: int, heads: int, seq: int, layers: int, vocab: int) -> Lay
         node("drop2", "dropout", "block", "replicated", h, h, sh, 0, 0.5 * sh, L),
         node("lnf", "layernorm", "post", "replicated", h, h, 5 * sh, 2 * h, sh),
         node("logits", "linear", "post", "vocab", h, V, 2 * sh * V, 0, sh),
-        LayerNode("loss", "loss", "post", 1, (1, s, V), (1,), 3.0 * s * V, 3.0 * s * V, 0, 0.0, 1.0, "vocab"),
+        LayerNode("loss", "loss", "post", 1, (1, s, V), (1,), 3.0 * s * V, 3.0 * s * V, 0, float(s * V), 1.0, "vocab"),
     ]
     edges = [(i, i + 1, nodes[i].out_elems) for i in range(len(nodes) - 1)]
     return LayerGraph("gpt", nodes, edges, tokens=s, num_blocks=L)
