@@ -1,0 +1,101 @@
+"""The analytical predictor: breakdown consistency, schedule and recomputation effects, efficiency curve."""
+
+import pytest
+
+from predictor.hardware import get_device
+from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor, gemm_efficiency, layer_times
+from predictor.plan import Plan, plan_errors
+from predictor.prediction import MEMORY_PARTS, TIME_PARTS
+from predictor.workload import parse_spec
+from tests.gpt_graph import gpt_graph
+
+S, H, A, L, V = 2048, 12288, 96, 96, 51200
+A100 = get_device("a100-80gb")
+GRAPH = gpt_graph(H, A, S, L, V)
+
+
+def _spec(nodes=128, batch=1536):
+    return parse_spec({"model": {"preset": "gpt3-175b"}, "training": {"global_batch": batch, "precision": "bf16"},
+                       "cluster": {"device": "a100-80gb", "nodes": nodes, "gpus_per_node": 8}})
+
+
+SPEC = _spec()
+
+
+def _predict(text, spec=SPEC):
+    plan = Plan.parse(text)
+    assert plan_errors(plan, spec) == []
+    return AnalyticalPredictor().predict(spec, GRAPH, [plan])[0]
+
+
+def test_breakdown_sums_and_figures_are_consistent():
+    p = _predict("dp=16,tp=8,pp=8,mbs=1,recompute=full,sp=true")
+    assert set(p.breakdown) == set(TIME_PARTS) and set(p.memory_breakdown) == set(MEMORY_PARTS)
+    assert sum(p.breakdown.values()) == pytest.approx(p.iter_time_s, rel=0.01)
+    assert all(v >= 0 for v in p.breakdown.values())
+    model_flops = (GRAPH.fwd_flops + GRAPH.bwd_flops) * 1536
+    assert p.tflops_per_gpu == pytest.approx(model_flops / p.iter_time_s / 1024 / 1e12)
+    assert p.mfu == pytest.approx(p.tflops_per_gpu * 1e12 / 312e12)
+    assert 0.1 < p.mfu < 0.8  # a roofline with efficiency < 1 can never reach the peak
+    assert len(p.memory_per_stage_gib) == 8 and p.peak_memory_gib == max(p.memory_per_stage_gib)
+    assert sum(p.memory_breakdown.values()) == pytest.approx(p.peak_memory_gib)
+
+
+def test_pipeline_bubble_is_p_minus_1_over_v_m():
+    for text, p, v in (("dp=16,tp=8,pp=8,mbs=1", 8, 1), ("dp=16,tp=8,pp=8,mbs=1,schedule=interleaved,v=3", 8, 3)):
+        pred = _predict(text)
+        m = 1536 // 16
+        ideal = pred.breakdown["compute"] + pred.breakdown["tp_comm"]
+        assert pred.breakdown["pp_bubble"] == pytest.approx(ideal * (p - 1) / (v * m), rel=1e-6)
+
+
+def test_full_recompute_adds_a_forward():
+    none = _predict("dp=16,tp=8,pp=8,mbs=1")
+    full = _predict("dp=16,tp=8,pp=8,mbs=1,recompute=full")
+    ratio = full.breakdown["compute"] / none.breakdown["compute"]
+    assert 1.25 < ratio < 1.34  # forward ≈ 1/3 of forward + backward; the output layer is not recomputed
+    assert full.peak_memory_gib < none.peak_memory_gib
+    assert full.mfu < none.mfu  # MFU counts model FLOPs only
+
+
+def test_data_parallel_sync_grows_with_zero3():
+    z0 = _predict("dp=16,tp=8,pp=8,mbs=1")
+    z1 = _predict("dp=16,tp=8,pp=8,mbs=1,zero=1")
+    z3 = _predict("dp=16,tp=8,pp=8,mbs=1,zero=3")
+    assert z1.breakdown["dp_comm"] == pytest.approx(z0.breakdown["dp_comm"], rel=0.05)
+    assert z3.breakdown["dp_comm"] == pytest.approx(1.5 * z1.breakdown["dp_comm"], rel=0.05)
+    assert z3.breakdown["optimizer"] == pytest.approx(z0.breakdown["optimizer"] / 16)
+    assert z3.memory_breakdown["optimizer"] < z1.memory_breakdown["optimizer"] * 1.01
+
+
+def test_tensor_parallel_across_nodes_is_slower():
+    spec = _spec(nodes=2, batch=64)
+    plan = Plan(dp=1, tp=16, pp=1, mbs=1, recompute="full")
+    inside = Plan(dp=2, tp=8, pp=1, mbs=1, recompute="full")
+    pred = AnalyticalPredictor().predict(spec, gpt_graph(H, A, S, 4, V), [plan, inside])
+    # per micro-batch (64 vs 32 of them); NVLink 300 GB/s vs 8 NICs x 25 GB/s per node across: ~1.8x
+    assert pred[0].breakdown["tp_comm"] / 64 > 1.5 * pred[1].breakdown["tp_comm"] / 32
+
+
+def test_gemm_efficiency_curve():
+    cfg = AnalyticalConfig()
+    big = gemm_efficiency(8192, 8192, 8192, 1, cfg)
+    assert big < cfg.gemm_eff_max and big > 0.9 * cfg.gemm_eff_max
+    assert gemm_efficiency(128, 8192, 8192, 1, cfg) < 0.6 * big  # skinny GEMMs are far less efficient
+    # wave quantisation: 109 tiles on 108 SMs need two waves
+    full = gemm_efficiency(128 * 108, 128, 4096, 1, cfg, sms=108)
+    spill = gemm_efficiency(128 * 109, 128, 4096, 1, cfg, sms=108)
+    assert spill < 0.6 * full
+
+
+def test_layer_times_exposed_and_cached():
+    fwd, bwd = layer_times(SPEC, GRAPH, 8, True, 1, A100)
+    assert fwd.shape == (len(GRAPH.nodes),) and (fwd > 0).all() and (bwd > fwd).all()
+    assert layer_times(SPEC, GRAPH, 8, True, 1, A100)[0] is fwd
+    fwd2, _ = layer_times(SPEC, GRAPH, 8, True, 2, A100)
+    assert (fwd2 > fwd).all()
+    names = [n.name for n in GRAPH.nodes]
+    # a large GEMM is compute bound: its time is FLOPs / (peak · efficiency)
+    i = names.index("fc1")
+    eff = gemm_efficiency(S, 4 * H / 8, H, 1, AnalyticalConfig(), sms=108)
+    assert fwd[i] == pytest.approx(GRAPH.nodes[i].fwd_flops / 8 / (312e12 * eff) + 3e-6)

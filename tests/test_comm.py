@@ -1,0 +1,63 @@
+"""Collective cost formulas (α-β, ring/tree, hierarchical) and the α-β fit of measured points."""
+
+import numpy as np
+import pytest
+
+from predictor import comm
+from predictor.hardware import GB, Link
+from predictor.measure.collectives import CollectivePoint, _coefficients, fit_link
+
+NV = Link(100 * GB, 5e-6)
+IB = Link(10 * GB, 20e-6)
+
+
+def test_ring_allreduce_formula_paper_eq15():
+    size, n = 1e9, 8
+    expect = 2 * (n - 1) / n * size / NV.bandwidth + 2 * (n - 1) * NV.latency
+    assert comm.allreduce(size, comm.Group(n, 1, NV, IB)) == pytest.approx(expect)
+
+
+def test_tree_wins_for_small_messages_ring_for_large():
+    g = comm.Group(64, 1, NV, IB)
+    small, large = 1e3, 1e9
+    ring_small = 2 * 63 / 64 * small / NV.bandwidth + 2 * 63 * NV.latency
+    assert comm.allreduce(small, g) == pytest.approx(6 * (NV.latency + small / NV.bandwidth))  # log-depth latency
+    assert comm.allreduce(small, g) < ring_small
+    assert comm.allreduce(large, g) == pytest.approx(2 * 63 / 64 * large / NV.bandwidth + 2 * 63 * NV.latency)
+
+
+def test_hierarchical_allreduce_is_rs_inside_ar_across_ag_inside():
+    size, g, k = 4e8, 8, 4
+    grp = comm.Group(g, k, NV, IB)
+    inside = (g - 1) / g * size / NV.bandwidth + (g - 1) * NV.latency
+    across = comm.allreduce(size / g, comm.Group(1, k, NV, IB))
+    assert comm.allreduce(size, grp) == pytest.approx(2 * inside + across)
+    # crossing nodes costs more than staying inside one node of the same size
+    assert comm.allreduce(size, grp) > comm.allreduce(size, comm.Group(g * k, 1, NV, IB))
+
+
+def test_reduce_scatter_plus_allgather_equals_ring_allreduce():
+    size, n = 3e8, 4
+    grp = comm.Group(n, 1, NV, IB)
+    ring = 2 * (n - 1) / n * size / NV.bandwidth + 2 * (n - 1) * NV.latency
+    assert comm.reduce_scatter(size, grp) + comm.allgather(size, grp) == pytest.approx(ring)
+
+
+def test_vectorised_and_trivial_groups():
+    sizes = np.array([1e3, 1e6, 1e9])
+    out = comm.allreduce(sizes, comm.Group(8, 2, NV, IB))
+    assert out.shape == (3,) and np.all(np.diff(out) > 0)
+    assert np.all(comm.allreduce(sizes, comm.Group(1, 1, NV, IB)) == 0)
+    assert comm.p2p(1e9, IB) == pytest.approx(0.1 + 20e-6)
+
+
+def test_fit_recovers_alpha_beta_from_model_points():
+    alpha, bw = 30e-6, 2.5e9
+    points = []
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "send_recv"):
+        a, b = _coefficients(op, 2)
+        for size in (1024, 65536, 1 << 22):
+            points.append(CollectivePoint(op, size, 2, a * alpha + b * size / bw))
+    link = fit_link(points)
+    assert link.latency == pytest.approx(alpha, rel=1e-6)
+    assert link.bandwidth == pytest.approx(bw, rel=1e-6)
