@@ -1,0 +1,58 @@
+"""Hardware catalogue, link overrides from the spec, and the measured `cpu` device."""
+
+import json
+import time
+
+import pytest
+
+from predictor.hardware import DEVICES, GB, TFLOPS, get_device
+from predictor.measure import device as measure_device
+from predictor.workload import parse_spec
+
+
+def test_catalogue_uses_dense_peaks():
+    a100 = get_device("a100-80gb")
+    assert a100.flops("bf16") == 312 * TFLOPS and a100.flops("fp16") == 312 * TFLOPS  # not the 624 sparsity figure
+    assert get_device("h100").flops("bf16") == 989 * TFLOPS
+    for name, dev in DEVICES.items():
+        if dev is not None:
+            assert dev.source and dev.intra_node.source and dev.mem_capacity > 0 and dev.extra["sms"] > 0
+
+
+def test_cluster_link_overrides():
+    spec = parse_spec({"model": {"preset": "gpt3-1.3b"}, "training": {"global_batch": 8},
+                       "cluster": {"device": "a100-80gb", "nodes": 2, "gpus_per_node": 8,
+                                   "inter_node": {"bandwidth_gbps": 12.5, "latency_us": 7}}})
+    dev = get_device("a100-80gb", spec.cluster)
+    assert dev.inter_node.bandwidth == 12.5 * GB and dev.inter_node.latency == pytest.approx(7e-6)
+    assert dev.intra_node == get_device("a100-80gb").intra_node
+    with pytest.raises(KeyError, match="unknown device 'tpu'"):
+        get_device("tpu")
+
+
+def test_cpu_is_measured_once_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("SCALEDL_CACHE", str(tmp_path))
+    monkeypatch.setattr(measure_device, "_MEMO", {})
+    t0 = time.perf_counter()
+    cpu = get_device("cpu")
+    took = time.perf_counter() - t0
+    assert took < 30  # first-use measurement is kept short (< 20 s on an idle machine)
+    assert cpu.measured and cpu.flops("fp32") > 1e9 and cpu.mem_bandwidth > 1e8
+    assert cpu.intra_node.bandwidth > 1e7 and 0 < cpu.intra_node.latency < 0.01
+    record = json.loads((tmp_path / measure_device.CACHE_FILE).read_text())
+    assert record["fingerprint"] == measure_device.fingerprint()
+    ops = {op for op, *_ in record["collectives"]}
+    assert ops == {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}
+    # a fresh process (empty memo) reads the cache instead of measuring again
+    monkeypatch.setattr(measure_device, "_MEMO", {})
+    t0 = time.perf_counter()
+    again = get_device("cpu")
+    assert time.perf_counter() - t0 < 1.0
+    assert again.peak_flops == cpu.peak_flops and again.intra_node == cpu.intra_node
+    # a cache from another machine or torch version is not trusted
+    record["fingerprint"]["torch"] = "0.0"
+    (tmp_path / measure_device.CACHE_FILE).write_text(json.dumps(record))
+    monkeypatch.setattr(measure_device, "_MEMO", {})
+    monkeypatch.setattr(measure_device, "measure_cpu", lambda: pytest.fail("should re-measure") or {})
+    with pytest.raises(pytest.fail.Exception, match="should re-measure"):
+        get_device("cpu")
