@@ -141,6 +141,21 @@ def placement_strategy(plan: Plan, bundle: dict[str, float], nodes: Sequence[dic
     return "PACK", ""
 
 
+def connect_ray(address: str | None = None) -> None:
+    """Join the Ray cluster at `address`, or start a local one; a no-op when already connected."""
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, configure_logging=False, log_to_driver=False)
+    else:
+        ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
+
+
+def default_device() -> str | None:
+    """'cpu' on a cluster without GPUs; None when it has GPUs (their model must be named by the user)."""
+    return "cpu" if not any(n.get("GPU", 0) for n in cluster_nodes()) else None
+
+
 def cluster_nodes() -> list[dict[str, float]]:
     """Total resources of each alive node of the connected Ray cluster."""
     return [dict(n["Resources"]) for n in ray.nodes() if n["Alive"]]
@@ -226,15 +241,11 @@ def run_job(job: ValidationJob, pg: PlacementGroup | None = None) -> ValidationR
     t0 = time.perf_counter()
     result = ValidationResult(job.plan, "error", predicted_time_s=job.predicted_time_s,
                               predicted_memory_gib=job.predicted_memory_gib)
-    try:
-        plan = Plan.parse(job.plan)
-        spec = parse_spec(job.spec)
-        errors = plan_errors(plan, spec, allow_cross_node_tp=True)
-    except ValueError as err:
-        errors = [str(err)]
-    if errors:
-        result.detail = "invalid plan: " + "; ".join(errors)
+    problem = _plan_problem(job)
+    if problem:
+        result.detail = problem
         return result
+    plan, spec = Plan.parse(job.plan), parse_spec(job.spec)
     workers: list[Any] = []
     try:
         limit = int(job.memory_limit_gib * GIB) if job.memory_limit_gib else None
@@ -303,6 +314,15 @@ def dataset_rows(jobs: Sequence[ValidationJob], results: Sequence[ValidationResu
 def append_to_dataset(root: str | Path, jobs: Sequence[ValidationJob], results: Sequence[ValidationResult]) -> Path | None:
     """Append the validation runs to the profile dataset at `root` (one atomic part file)."""
     return dataset.append(root, "iterations", dataset_rows(jobs, results))
+
+
+def _plan_problem(job: ValidationJob) -> str:
+    """Why this job's plan cannot run its spec at all ('' when it can); tp may cross nodes here."""
+    try:
+        errors = plan_errors(Plan.parse(job.plan), parse_spec(job.spec), allow_cross_node_tp=True)
+    except ValueError as err:  # PlanError, SpecError
+        errors = [str(err)]
+    return "invalid plan: " + "; ".join(errors) if errors else ""
 
 
 def _on_gpu(job: ValidationJob) -> bool:
@@ -394,17 +414,18 @@ def validate(jobs: Sequence[ValidationJob], storage: str | None = None) -> list[
     """Validate plans as Ray Tune trials on the connected (or a new local) Ray cluster; results in job order."""
     if not jobs:
         return []
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
+    connect_ray()
     nodes = cluster_nodes()
     results: dict[int, ValidationResult] = {}
     factories: dict[int, tune.PlacementGroupFactory] = {}
     placement: dict[int, tuple[str, str]] = {}
     for i, job in enumerate(jobs):
-        plan = Plan.parse(job.plan)
-        bundles = rank_bundles(plan, job.cpus_per_rank, _on_gpu(job))
-        placement[i] = placement_strategy(plan, bundles[0], nodes)
-        why = _unplaceable(bundles, nodes)
+        why = _plan_problem(job)
+        if not why:
+            plan = Plan.parse(job.plan)
+            bundles = rank_bundles(plan, job.cpus_per_rank, _on_gpu(job))
+            placement[i] = placement_strategy(plan, bundles[0], nodes)
+            why = _unplaceable(bundles, nodes)
         if why:
             results[i] = ValidationResult(job.plan, "error", predicted_time_s=job.predicted_time_s,
                                           predicted_memory_gib=job.predicted_memory_gib, detail=why)
@@ -413,10 +434,10 @@ def validate(jobs: Sequence[ValidationJob], storage: str | None = None) -> list[
         factories[i] = tune.PlacementGroupFactory([{}] + bundles, strategy=placement[i][0])
     if factories:
         results.update(_run_trials(jobs, factories, storage))
-    for i, result in results.items():
-        result.strategy = placement[i][0]
-        if placement[i][1]:
-            result.detail = f"{result.detail}\n{placement[i][1]}".strip()
+    for i in factories:  # launched runs: say how they were placed
+        results[i].strategy, note = placement[i]
+        if note:
+            results[i].detail = f"{results[i].detail}\n{note}".strip()
     return [results[i] for i in range(len(jobs))]
 
 
@@ -426,6 +447,8 @@ def _run_trials(jobs: Sequence[ValidationJob], factories: dict[int, tune.Placeme
     trainable = tune.with_resources(tune.with_parameters(_trial, jobs=list(jobs)),
                                     resources=lambda config: factories[config["job"]])
     results: dict[int, ValidationResult] = {}
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # the legacy reporter is silent at verbose=0
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # results come back in memory, not as logs
     with tempfile.TemporaryDirectory(prefix="scaledl-validate-") as tmp:
         tuner = tune.Tuner(
             trainable,
