@@ -92,6 +92,12 @@ def run(args: argparse.Namespace) -> int:
     return 2 if len(errors) == len(results) else 0
 
 
+def _short(text: str) -> str:
+    """The canonical plan string without fields at their defaults (the table is narrow; JSON keeps it whole)."""
+    defaults = set(str(Plan()).split(","))
+    return ",".join(p for p in text.split(",") if p.split("=")[0] in ("dp", "tp", "pp", "mbs") or p not in defaults)
+
+
 def _print_tables(spec: WorkloadSpec, results: list[dict[str, Any]], label: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -100,11 +106,12 @@ def _print_tables(spec: WorkloadSpec, results: list[dict[str, Any]], label: str)
     capacity = get_device(spec.cluster.device, spec.cluster).mem_capacity / 1024**3
     ok = [r for r in results if "error" not in r]
     summary = Table(title=f"{spec.cluster.device} x {spec.cluster.gpus} GPUs, predictor: {label}")
-    for col in ("plan", "iter time (s)", "TFLOP/s/GPU", "MFU", f"peak mem (GiB, of {capacity:.0f})"):
-        summary.add_column(col, justify="left" if col == "plan" else "right")
+    summary.add_column("plan", overflow="fold")
+    for col in ("iter (s)", "TFLOP/s/GPU", "MFU", f"peak GiB (/{capacity:.0f})"):
+        summary.add_column(col, justify="right")
     for r in ok:
         mem = f"{r['peak_memory_gib']:.1f}" + ("" if r["peak_memory_gib"] <= capacity else " OOM")
-        summary.add_row(r["plan"], f"{r['iter_time_s']:.3f}", f"{r['tflops_per_gpu']:.1f}", f"{100 * r['mfu']:.1f}%", mem)
+        summary.add_row(_short(r["plan"]), f"{r['iter_time_s']:.3f}", f"{r['tflops_per_gpu']:.1f}", f"{100 * r['mfu']:.1f}%", mem)
     console.print(summary)
     for r in ok if len(ok) == 1 else []:
         parts = Table(title="where the time goes (critical path) and the memory (rank with the peak)")

@@ -1,0 +1,99 @@
+"""`scaledl predict` end to end through the real CLI entry point (real spec files, real graph)."""
+
+import json
+
+import pytest
+
+from orchestrator.cli import main
+from predictor.prediction import TIME_PARTS
+
+SPEC = """\
+model:
+  family: gpt
+  hidden: 512
+  layers: 4
+  heads: 8
+  seq_len: 256
+  vocab: 50304
+training:
+  global_batch: 32
+  precision: bf16
+cluster:
+  device: a100-80gb
+  nodes: 1
+  gpus_per_node: 8
+"""
+
+
+@pytest.fixture()
+def spec_path(tmp_path):
+    path = tmp_path / "gpt.yaml"
+    path.write_text(SPEC)
+    return str(path)
+
+
+def _run(capsys, *argv):
+    code = main(["predict", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_single_plan_is_one_object(spec_path, capsys):
+    code, out, _ = _run(capsys, spec_path, "--plan", "dp=2,tp=2,pp=2,mbs=2,recompute=full", "--json",
+                        "--predictor", "analytical")
+    assert code == 0
+    obj = json.loads(out)
+    assert {"iter_time_s", "breakdown", "peak_memory_gib", "memory_per_stage_gib", "memory_breakdown",
+            "tflops_per_gpu", "mfu", "predictor", "plan", "device"} <= set(obj)
+    assert obj["predictor"] == "analytical" and obj["device"] == "a100-80gb"
+    assert obj["plan"].startswith("dp=2,tp=2,pp=2,mbs=2,zero=0,recompute=full")
+    assert set(obj["breakdown"]) == set(TIME_PARTS)
+    assert sum(obj["breakdown"].values()) == pytest.approx(obj["iter_time_s"], rel=0.01)
+    assert len(obj["memory_per_stage_gib"]) == 2
+
+
+def test_many_plans_array_in_order_with_errors_in_place(spec_path, tmp_path, capsys):
+    plans = tmp_path / "plans.txt"
+    plans.write_text("# candidates\ndp=8,mbs=1\n\ndp=3\ndp=4,tp=2,sp=true  # with sequence parallelism\n")
+    code, out, err = _run(capsys, spec_path, "--plan", "dp=1,tp=8", "--plans-file", str(plans), "--json",
+                          "--predictor", "analytical")
+    assert code == 0
+    arr = json.loads(out)
+    assert [("error" in o) for o in arr] == [False, False, True, False]
+    assert arr[0]["plan"].startswith("dp=1,tp=8") and arr[3]["plan"].startswith("dp=4,tp=2")
+    assert "cluster has 8 GPUs" in arr[2]["error"] and arr[2]["plan"] == "dp=3"
+    assert "invalid plan 'dp=3'" in err
+
+
+def test_table_output(spec_path, capsys):
+    code, out, _ = _run(capsys, spec_path, "--plan", "dp=8", "--predictor", "analytical")
+    assert code == 0
+    assert "TFLOP/s/GPU" in out and "dp_comm" in out and "activations" in out
+
+
+def test_auto_without_checkpoint_warns_and_uses_analytical(spec_path, capsys):
+    code, out, err = _run(capsys, spec_path, "--plan", "dp=8", "--json")
+    assert code == 0 and json.loads(out)["predictor"] == "analytical"
+    assert "no ScaleDL checkpoint for device 'a100-80gb'" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--plan", "dp=3"], "cluster has 8 GPUs"),
+    (["--plan", "dq=8"], "unknown plan field 'dq'"),
+    ([], "give at least one --plan"),
+    (["--plan", "dp=8", "--plans-file", "/nonexistent/plans.txt"], "plans file /nonexistent/plans.txt does not exist"),
+    (["--plan", "dp=8", "--predictor", "/nonexistent.pt"], "neither 'analytical', 'auto' nor an existing checkpoint"),
+])
+def test_bad_input_exits_2_with_message(spec_path, capsys, argv, message):
+    code, _, err = _run(capsys, spec_path, *argv)
+    assert code == 2
+    assert message in err and "Traceback" not in err
+
+
+def test_bad_spec_exits_2(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SPEC.replace("heads: 8", "heads: 7"))
+    code, _, err = _run(capsys, str(bad), "--plan", "dp=8")
+    assert code == 2 and "heads=7 must divide hidden=512" in err
+    code, _, err = _run(capsys, str(tmp_path / "missing.yaml"), "--plan", "dp=8")
+    assert code == 2 and "cannot read spec" in err
