@@ -12,7 +12,8 @@ and layer measurements are never seen by the fit.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -26,13 +27,17 @@ from predictor.models.baselines import BiRNN, MLPAcc, RFHyperParams
 from predictor.models.features import Sample, TrainingData, by_workload, graph_of, layer_key
 from predictor.models.layerwise import LayerObs
 from predictor.models.scaledl import ScaleDLPredictor
-from predictor.plan import Plan
+from predictor.plan import Plan, plan_errors
 from predictor.workload import ModelSpec, parse_spec
 
 CPU_DATASET = Path(__file__).parent / "data" / "cpu"
 FAMILIES = ("t5", "gpt2", "bert", "vit", "deit")
 # The CPU measurements: fp32 Adam (predictor.measure.dist_worker), one rank per process.
 CPU_TRAINING = {"precision": "fp32", "optimizer": "adam"}
+
+# vTrain's cluster (ground_truth/README.md): 8 A100 per node, 800 Gb/s InfiniBand per node = 12.5 GB/s per GPU.
+VTRAIN_INTER_NODE = {"bandwidth_gbps": 12.5, "latency_us": 10.0}
+VTRAIN_VOCAB = 51200  # GPT-2's 50,257 padded as Megatron does (a multiple of 128·tp for every tp used)
 
 Method = Callable[[int], Predictor]
 METHODS: dict[str, Method] = {
@@ -92,11 +97,39 @@ def _layer_obs(root: str | Path, samples: list[Sample]) -> list[LayerObs]:
         s = by_id[cid]
         graph = graph_of(s.spec)
         index = {n.name: i for i, n in enumerate(graph.nodes)}
-        key = layer_key(s.spec, s.plan)
+        key = replace(layer_key(s.spec, s.plan), tp=1, sp=False)  # layers are timed whole, in one process
         for r in rows.itertuples(index=False):
             if r.node in index:
                 obs.append(LayerObs(s.spec, graph, index[r.node], key, float(r.fwd_s), float(r.bwd_s)))
     return obs
+
+
+def load_vtrain(path: str | Path) -> list[Sample]:
+    """vTrain rows as Samples (Megatron-DeepSpeed: bf16 mixed precision, Adam, 1F1B, full recomputation)."""
+    path = Path(path)
+    frame = pd.read_csv(path, encoding="utf-8-sig")
+    samples, skipped = [], 0
+    for r in frame.to_dict("records"):
+        gpus = int(r["# GPUs"])
+        nodes = max(1, gpus // 8)
+        cluster = {"device": "a100-80gb", "nodes": nodes, "gpus_per_node": gpus // nodes}
+        if nodes > 1:
+            cluster["inter_node"] = VTRAIN_INTER_NODE
+        spec = parse_spec({
+            "model": {"family": "gpt", "hidden": int(r["hidden size"]), "layers": int(r["# layers"]),
+                      "heads": int(r["attention heads"]), "seq_len": int(r["sequence length"]), "vocab": VTRAIN_VOCAB},
+            "training": {"global_batch": int(r["global batch"]), "precision": "bf16", "optimizer": "adam"},
+            "cluster": cluster})
+        plan = Plan(dp=int(r["data parallelism"]), tp=int(r["tensor parallelism"]), pp=int(r["pipeline parallelism"]),
+                    mbs=int(r["micro batch"]), recompute="full")
+        if plan_errors(plan, spec):
+            skipped += 1
+            continue
+        model = f"{r['Parameters (billion)']}B" if "Parameters (billion)" in r else f"h{r['hidden size']}-l{r['# layers']}"
+        samples.append(Sample(spec, plan, float(r["iteration time (ms)"]) / 1000, model=model, config_id=f"{path.stem}:{len(samples)}"))
+    if skipped:
+        warnings.warn(f"{path.name}: skipped {skipped} rows whose plan is invalid for the spec", stacklevel=2)
+    return samples
 
 
 def subset(data: TrainingData, keep: Callable[[Sample], bool]) -> TrainingData:
@@ -226,3 +259,23 @@ def save_results(frame: pd.DataFrame, path: str | Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(frame.to_dict(orient="records"), indent=1))
     tmp.replace(path)
+
+
+def paper_tables(data: TrainingData, methods: dict[str, Method], protocols: Sequence[str] = ("id", "ood"),
+                 seed: int = 0, n_train: int = 160, log: Callable[[str], None] = lambda _m: None) -> tuple[str, pd.DataFrame]:
+    """Run the protocols and render Table I (ID), the OOD table and Fig. 5's OOD averages."""
+    splits: list[Split] = []
+    if "id" in protocols:
+        splits += in_domain_splits(data, n_train, seed)
+    if "ood" in protocols:
+        splits += out_of_domain_splits(data)
+    frame = evaluate(methods, splits, seed, log)
+    if frame.empty:
+        return "no results (no split had both training and test samples)", frame
+    text = []
+    if "id" in protocols:
+        text.append(format_table(frame, "id", f"In-domain (per model, seeded split, up to {n_train} train), paper Table I"))
+    if "ood" in protocols:
+        text.append(format_table(frame, "ood", "Out-of-domain (leave one architecture out), per held-out model"))
+        text.append(format_ood_average(frame))
+    return "\n\n".join(text), frame

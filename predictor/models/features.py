@@ -11,8 +11,12 @@ Everything is log-scaled: times, FLOPs and bytes span six orders of magnitude ov
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
+import pickle
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
@@ -38,15 +42,33 @@ assert set(TERM_OF_PART) == set(TIME_PARTS), "every time part must map to a corr
 
 
 _GRAPHS: dict[str, LayerGraph] = {}
+GRAPH_CACHE = Path(os.environ.get("SCALEDL_GRAPH_CACHE", Path.home() / ".cache" / "scaledl" / "graphs"))
 
 
 def graph_of(spec: WorkloadSpec) -> LayerGraph:
-    """The layer graph of a spec's model, built once per distinct model (building traces the model)."""
+    """The layer graph of a spec's model, built once per distinct model.
+
+    Building traces the model (~1-2 s), and a dataset has hundreds of distinct small models, so
+    graphs are also kept on disk, keyed by the model and the graph builder's source (a changed
+    builder never serves stale graphs).
+    """
     key = spec.model.model_dump_json()
     if key not in _GRAPHS:
-        from predictor.graph import graph_for
+        import predictor.graph as builder
 
-        _GRAPHS[key] = graph_for(spec.model)
+        digest = hashlib.sha1((key + Path(builder.__file__).read_text()).encode()).hexdigest()[:20]
+        path = GRAPH_CACHE / f"{digest}.pkl"
+        try:
+            _GRAPHS[key] = pickle.loads(path.read_bytes())
+        except (OSError, pickle.UnpicklingError, EOFError):
+            _GRAPHS[key] = builder.graph_for(spec.model)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+                tmp.write_bytes(pickle.dumps(_GRAPHS[key]))
+                tmp.replace(path)
+            except OSError:
+                pass  # a read-only cache only costs speed
     return _GRAPHS[key]
 
 
@@ -106,10 +128,6 @@ def terms_from_breakdown(breakdown: dict[str, float]) -> np.ndarray:
     return out
 
 
-def _log(x: float) -> float:
-    return math.log1p(max(float(x), 0.0))
-
-
 def layer_matrix(graph: LayerGraph, key: LayerKey, device: Device, attr_keys: Sequence[str],
                  index: Sequence[int]) -> np.ndarray:
     """Eq. 7 features of nodes `index` at `key`: h_hp ‖ h_dev ‖ h_struct ‖ h_cm, per micro-batch on one tp rank.
@@ -138,59 +156,64 @@ def layer_matrix(graph: LayerGraph, key: LayerKey, device: Device, attr_keys: Se
 
 # ---------------------------------------------------------------- graph view (GNN)
 
-NODE_DIM = len(LAYER_KINDS) + len(GROUPS) + len(TP_ROLES) + 7
+NODE_DIM = len(LAYER_KINDS) + len(GROUPS) + len(TP_ROLES) + 5
 EDGE_DIM = 2
 
 
-def node_matrix(graph: LayerGraph, layer_s: np.ndarray) -> np.ndarray:
-    """Node features v_i: kind, position and sharding role, FLOPs, sizes, and the predicted layer time.
+def _shares(values: np.ndarray) -> np.ndarray:
+    total = float(values.sum())
+    return values / total if total > 0 else np.zeros_like(values)
 
-    `layer_s` is each node's predicted fwd+bwd seconds per micro-batch under the plan (all counts).
+
+def node_matrix(graph: LayerGraph, layer_s: np.ndarray) -> np.ndarray:
+    """Node features v_i: kind, position, sharding role, and its shares of the FLOPs, parameters,
+    activations and predicted time (`layer_s`: fwd+bwd seconds of all its occurrences per micro-batch).
+
+    Shares, not absolute sizes: the corrections must carry from the small models they are trained
+    on to larger ones (175B from 1B on A100, an unseen architecture on CPU).
     """
-    total = float(np.sum(layer_s)) or 1.0
-    rows = []
-    for node, t in zip(graph.nodes, layer_s):
-        one_hot = [float(node.kind == k) for k in LAYER_KINDS] + [float(node.group == g) for g in GROUPS]
-        one_hot += [float(node.tp == r) for r in TP_ROLES]
-        rows.append(one_hot + [
-            math.log(node.count), _log(node.fwd_flops) / 10, _log(node.bwd_flops) / 10, _log(node.params) / 10,
-            _log(node.act_elems) / 10, math.log(max(t, 1e-12)) / 10, float(t) / total,
-        ])
-    return np.asarray(rows, dtype=np.float32)
+    counts = np.asarray([n.count for n in graph.nodes], dtype=float)
+    one_hot = np.asarray([[float(n.kind == k) for k in LAYER_KINDS] + [float(n.group == g) for g in GROUPS]
+                          + [float(n.tp == r) for r in TP_ROLES] for n in graph.nodes])
+    flops = counts * np.asarray([n.fwd_flops + n.bwd_flops for n in graph.nodes])
+    params = counts * np.asarray([n.params for n in graph.nodes], dtype=float)
+    act = counts * np.asarray([n.act_elems for n in graph.nodes])
+    dense = np.stack([np.log(counts) / 5, _shares(flops), _shares(params), _shares(act),
+                      _shares(np.asarray(layer_s, dtype=float))], axis=1)
+    return np.concatenate([one_hot, dense], axis=1).astype(np.float32)
 
 
 def edge_tensors(graph: LayerGraph) -> tuple[np.ndarray, np.ndarray]:
-    """Edges both ways with (log elements, direction): data flows forward, gradients flow back."""
+    """Edges both ways with (relative size, direction): data flows forward, gradients flow back."""
     if not graph.edges:
         return np.zeros((2, 0), dtype=np.int64), np.zeros((0, EDGE_DIM), dtype=np.float32)
     src, dst, elems = (np.asarray(c) for c in zip(*graph.edges))
     index = np.concatenate([np.stack([src, dst]), np.stack([dst, src])], axis=1).astype(np.int64)
-    size = np.log1p(np.asarray(elems, dtype=float)) / 10
+    elems = np.maximum(np.asarray(elems, dtype=float), 1.0)
+    size = np.log(elems / np.median(elems)) / 5
     attr = np.concatenate([np.stack([size, np.ones_like(size)], 1), np.stack([size, -np.ones_like(size)], 1)])
     return index, attr.astype(np.float32)
 
 
 # ---------------------------------------------------------------- global view Z
 
-GLOBAL_DIM = 24 + 4 + 3 + 3 + 2 + 3
+GLOBAL_DIM = 12 + len(TERMS) + 4 + 3 + 3 + 2 + 3
 
 
 def global_row(spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device, terms: np.ndarray) -> list[float]:
-    """Z: training settings, plan degrees, device and links, model size, and each term's share of the time.
+    """Z: micro-batching, plan degrees, device and links, and each time term's share.
 
-    `device` carries the cluster's link overrides (`get_device(name, cluster)`).
+    Degrees enter saturating ((n-1)/n, bubble fraction) and no absolute model or cluster size
+    enters at all, so a correction learned on 2-8 ranks stays bounded on 512. `device` carries
+    the cluster's link overrides (`get_device(name, cluster)`).
     """
-    gb = spec.training.global_batch
-    m = plan.microbatches(gb)
-    total = float(terms.sum()) or 1.0
+    m = max(plan.microbatches(spec.training.global_batch), 1)
     row = [
-        math.log(gb), math.log(plan.mbs), math.log(max(m, 1)), math.log2(plan.dp), math.log2(plan.tp),
-        math.log2(plan.pp), math.log(plan.v), float(plan.sp),
+        math.log(plan.mbs), math.log(m), (plan.dp - 1) / plan.dp, math.log2(plan.tp), (plan.pp - 1) / plan.pp,
+        (plan.pp - 1) / (plan.v * m), math.log(plan.v), float(plan.sp),
         math.log(device.flops(spec.training.precision)) / 10, math.log(device.mem_bandwidth) / 10,
-        math.log(device.intra_node.bandwidth) / 10, math.log(device.inter_node.bandwidth) / 10, math.log(spec.cluster.nodes), math.log(spec.cluster.gpus_per_node),
-        _log(graph.params) / 10, math.log(max(graph.tokens, 1)), _log(graph.fwd_flops) / 10, math.log(graph.num_blocks),
-        math.log(max(total, 1e-9)),
-        *(terms / total),
+        math.log(device.intra_node.bandwidth) / 10, math.log(device.inter_node.bandwidth) / 10,
+        *_shares(np.asarray(terms, dtype=float)),
     ]
     row += [float(plan.zero == z) for z in range(4)]
     row += [float(plan.recompute == r) for r in RECOMPUTE_MODES]

@@ -1,0 +1,46 @@
+"""The ScaleDL paper's accuracy tables on the shipped CPU dataset: every method, ID + OOD, ablations.
+
+    nice -n 10 .venv/bin/python bench/paper_table.py [--data predictor/data/cpu] [--out results.json]
+
+Prints Table I (in-domain, per model 160 train / 40 test, seeded), the out-of-domain table
+(leave one architecture out) and Fig. 5 (OOD averages), with ScaleDL, the paper's baselines
+(RF on hyper-parameters, MLP-ACC, BiRNN), the analytical model and the ablations (plain sum
+instead of the GNN, no graph branch, no global MLP, no communication model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from predictor import evaluate as ev  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=ev.CPU_DATASET)
+    ap.add_argument("--protocols", default="id,ood")
+    ap.add_argument("--no-ablations", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=None, help="per-split results as JSON")
+    args = ap.parse_args()
+    data = ev.load_cpu_dataset(args.data)
+    print(f"{args.data}: {len(data.samples)} iterations, {len(data.layers)} layer timings; "
+          + ", ".join(f"{f} {sum(s.model == f for s in data.samples)}" for f in ev.FAMILIES), flush=True)
+    methods = dict(ev.METHODS) if args.no_ablations else {**ev.METHODS, **ev.ABLATIONS}
+    t0 = time.time()
+    text, frame = ev.paper_tables(data, methods, args.protocols.split(","), args.seed,
+                                  log=lambda m: print(m, flush=True))
+    print(f"\n(evaluated in {time.time() - t0:.0f} s)\n")
+    print(text)
+    if args.out:
+        ev.save_results(frame, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
