@@ -13,6 +13,7 @@ Everything builds on `torch.device("meta")` by default, so a 175B model costs no
 from __future__ import annotations
 
 import importlib
+import math
 from typing import Any
 
 import torch
@@ -110,6 +111,20 @@ class GPTModel(nn.Module):
         self.layers = nn.ModuleList(TransformerLayer(hidden, heads, ffn or 4 * hidden) for _ in range(layers))
         self.final_layernorm = nn.LayerNorm(hidden)
         self.output_layer = LMHead()
+        self._init_weights(layers)
+
+    def _init_weights(self, layers: int) -> None:
+        """Megatron's init: N(0, 0.02), output projections scaled by 1/sqrt(2·layers), zero biases."""
+        if self.embedding.word_embeddings.weight.is_meta:
+            return
+        out_std = 0.02 / math.sqrt(2.0 * layers)
+        for name, p in self.named_parameters():
+            if p.dim() == 1:
+                nn.init.zeros_(p) if name.endswith("bias") else nn.init.ones_(p)
+            elif name.endswith(("self_attention.dense.weight", "dense_4h_to_h.weight")):
+                nn.init.normal_(p, 0.0, out_std)
+            else:
+                nn.init.normal_(p, 0.0, 0.02)
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         x = self.embedding(input_ids)
