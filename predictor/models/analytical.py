@@ -143,12 +143,13 @@ class AnalyticalPredictor(Predictor):
     def predict(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> list[Prediction]:
         device = self.device or get_device(spec.cluster.device, spec.cluster)
         model_flops = (graph.fwd_flops + graph.bwd_flops) * spec.training.global_batch
-        return [self._one(spec, graph, plan, device, model_flops) for plan in plans]
+        stage_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # plans of a batch share stages
+        return [self._one(spec, graph, plan, device, model_flops, stage_cache) for plan in plans]
 
-    def _one(self, spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device, model_flops: float) -> Prediction:
-        cfg = self.config.for_device(device)
-        lay = apply_plan(spec, graph, plan, device)
-        nodes, counts, m = lay.nodes, lay.stage_counts, lay.microbatches
+    def _stage_times(self, spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: Device,
+                     cfg: AnalyticalConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per pipeline rank, one micro-batch: forward, backward (with recomputation) and tp-collective seconds."""
+        plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
         fwd, bwd = layer_times(spec, graph, plan.tp, plan.sp, plan.mbs, device, self.config)
         t_f = counts @ fwd
         t_b = counts @ bwd
@@ -157,6 +158,8 @@ class AnalyticalPredictor(Predictor):
             t_b = t_b + counts[:, rep] @ fwd[rep]
         elif plan.recompute == "selective":
             t_b = t_b + counts[:, nodes.attention] @ fwd[nodes.attention]
+        if plan.tp == 1:
+            return t_f, t_b, np.zeros_like(t_f)
         fwd_calls = counts @ nodes.tp_fwd_ar
         bwd_calls = counts @ nodes.tp_bwd_ar
         fwd_elems = counts @ (nodes.tp_fwd_ar * nodes.tp_payload) * plan.mbs
@@ -165,6 +168,17 @@ class AnalyticalPredictor(Predictor):
             fwd_calls = fwd_calls + counts[:, rep] @ nodes.tp_fwd_ar[rep]
             fwd_elems = fwd_elems + counts[:, rep] @ (nodes.tp_fwd_ar * nodes.tp_payload)[rep] * plan.mbs
         t_tp = (_tp_time(lay, fwd_calls, fwd_elems) + _tp_time(lay, bwd_calls, bwd_elems)) * (1 - cfg.overlap_tp)
+        return t_f, t_b, t_tp
+
+    def _one(self, spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device, model_flops: float,
+             stage_cache: dict) -> Prediction:
+        cfg = self.config.for_device(device)
+        lay = apply_plan(spec, graph, plan, device)
+        nodes, counts, m = lay.nodes, lay.stage_counts, lay.microbatches
+        key = (plan.tp, plan.sp, plan.mbs, plan.pp, plan.v, plan.recompute, lay.tp_group)
+        if key not in stage_cache:
+            stage_cache[key] = self._stage_times(spec, graph, lay, device, cfg)
+        t_f, t_b, t_tp = stage_cache[key]
         per_mb = t_f + t_b + t_tp
         s = int(np.argmax(per_mb))
         p, v = plan.pp, plan.v
