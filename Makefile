@@ -14,7 +14,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first: the pinned CPU build is on local disk; an unpinned one pulls a multi-GB CUDA build.
-	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	# TORCH_SPEC is passed unquoted so it may carry pip options (e.g. an --index-url for a CUDA build).
+	$(BIN)/pip install -q $(TORCH_SPEC)
 	$(BIN)/pip install -q -e ".[test]"
 	touch $(STAMP)
 
@@ -23,6 +24,9 @@ plan: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/python bench/vtrain_eval.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
