@@ -24,6 +24,7 @@ from torch import nn
 from predictor.workload import ModelSpec
 
 _CACHE: dict[tuple, "LayerTiming"] = {}
+_SYNTHETIC = ("attention", "loss")  # timed as the bare op: the module around them also runs other nodes
 
 
 
@@ -49,11 +50,24 @@ class NodeRef:
     attrs: dict
 
 
-def module_nodes(model: nn.Module) -> list[NodeRef]:
-    """Leaf modules, repeated blocks once (block 0, with its repeat count), named by module path.
+_CORE_OWNER = {"query", "q", "q_proj", "c_attn"}  # a module owning one of these runs the attention core
+_HEAD_ATTRS = ("num_attention_heads", "num_heads", "n_heads", "n_head")
 
-    Used only while `predictor.graph` is unavailable: graph node names follow the same rule
-    (module path of the first occurrence), so these rows still join with its module nodes.
+
+def _attention_attrs(spec: ModelSpec, path: str, mod: nn.Module) -> dict[str, int]:
+    heads = next((getattr(mod, a) for a in _HEAD_ATTRS if isinstance(getattr(mod, a, None), int)), spec.heads)
+    causal = spec.family == "gpt2" or (spec.family == "t5" and path.startswith("decoder") and "SelfAttention" in path)
+    return {"heads": heads, "head_dim": (spec.hidden or 0) // heads, "seq": spec.tokens, "kv_seq": spec.tokens,
+            "causal": int(causal)}
+
+
+def layer_nodes(model: nn.Module, spec: ModelSpec) -> list[NodeRef]:
+    """The layers of `model` named like `predictor.graph` names them, without tracing the model.
+
+    Leaf modules outside repeated copies (block 0 only, with the block count), one `attention`
+    node per module that runs the attention core (the parent of the query projection, timed as
+    scaled-dot-product attention), and the `loss`. `predictor.graph` takes seconds per model
+    (torch.export); this takes nothing, so every configuration gets its layer rows cheaply.
     """
     from predictor.measure.parallelize import block_lists
 
@@ -62,17 +76,24 @@ def module_nodes(model: nn.Module) -> list[NodeRef]:
     names = {id(m): n for n, m in model.named_modules()}
     for blocks in block_lists(model):
         first = names[id(blocks[0])]
-        for later in list(blocks)[1:]:
-            skip.add(names[id(later)])
+        skip.update(names[id(later)] for later in list(blocks)[1:])
         for sub, _ in blocks[0].named_modules():
             count[f"{first}.{sub}" if sub else first] = len(blocks)
     nodes = []
     for name, mod in model.named_modules():
-        if list(mod.children()) or any(name == s or name.startswith(s + ".") for s in skip):
+        if any(name == s or name.startswith(s + ".") for s in skip):
             continue
-        in_block = name in count
-        nodes.append(NodeRef(name, type(mod).__name__.lower(), "block" if in_block else "other",
-                             count.get(name, 1), (), (), {}))
+        group = "block" if name in count else "other"
+        if any(child in _CORE_OWNER for child, _ in mod.named_children()):
+            nodes.append(NodeRef(name, "attention", group, count.get(name, 1), (1, spec.tokens, spec.hidden or 0), (),
+                                 _attention_attrs(spec, name, mod)))
+        elif not list(mod.children()):
+            nodes.append(NodeRef(name, type(mod).__name__.lower(), group, count.get(name, 1), (), (), {}))
+    from predictor.modelzoo import num_labels
+
+    vision = spec.family in ("vit", "deit")
+    logits = (1, num_labels(spec)) if vision else (1, spec.tokens, spec.vocab or 0)
+    nodes.append(NodeRef("loss", "loss", "post", 1, logits, (), {}))
     return nodes
 
 
@@ -147,7 +168,7 @@ def _signature(obj: Any) -> Any:
 
 
 def time_call(fn: Callable[[], Any], device: torch.device, repeats: int, warmup: int,
-              min_total_s: float = 0.02, max_repeats: int = 10) -> LayerTiming:
+              min_total_s: float = 0.01, max_repeats: int = 6) -> LayerTiming:
     """Forward and backward of `fn` (which runs the layer and returns its output), timed separately.
 
     Runs at least `repeats` times, more (up to `max_repeats`) for layers so fast that a few
@@ -242,15 +263,12 @@ def time_layers(spec: ModelSpec, batch: int, device: torch.device, nodes: list[N
     model = build_model(spec, device, dtype)
     model.train()
     if nodes is None:
-        try:
-            nodes = graph_nodes(spec)
-        except ImportError:
-            nodes = module_nodes(model)
+        nodes = layer_nodes(model, spec)
     modules = dict(model.named_modules())
     captured = capture_inputs(model, example_inputs(spec, batch, device, dtype), spec, [n.name for n in nodes])
     rows = []
     for node in nodes:
-        if node.name in captured:
+        if node.name in captured and node.kind not in _SYNTHETIC:
             module = modules[node.name]
             args, kwargs = captured[node.name]
             key = (type(module).__name__, _signature(args), _signature(kwargs),
