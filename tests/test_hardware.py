@@ -1,7 +1,6 @@
 """Hardware catalogue, link overrides from the spec, and the measured `cpu` device."""
 
 import json
-import time
 
 import pytest
 
@@ -33,21 +32,16 @@ def test_cluster_link_overrides():
 def test_cpu_is_measured_once_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("SCALEDL_CACHE", str(tmp_path))
     monkeypatch.setattr(measure_device, "_MEMO", {})
-    t0 = time.perf_counter()
     cpu = get_device("cpu")
-    took = time.perf_counter() - t0
-    assert took < 30  # first-use measurement is kept short (< 20 s on an idle machine)
     assert cpu.measured and cpu.flops("fp32") > 1e9 and cpu.mem_bandwidth > 1e8
     assert cpu.intra_node.bandwidth > 1e7 and 0 < cpu.intra_node.latency < 0.01
     record = json.loads((tmp_path / measure_device.CACHE_FILE).read_text())
     assert record["fingerprint"] == measure_device.fingerprint()
     ops = {op for op, *_ in record["collectives"]}
     assert ops == {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}
-    # a fresh process (empty memo) reads the cache instead of measuring again
+    # a fresh process (empty memo) reads the cache instead of measuring again: identical floats
     monkeypatch.setattr(measure_device, "_MEMO", {})
-    t0 = time.perf_counter()
     again = get_device("cpu")
-    assert time.perf_counter() - t0 < 1.0
     assert again.peak_flops == cpu.peak_flops and again.intra_node == cpu.intra_node
     # a cache from another machine or torch version is not trusted
     record["fingerprint"]["torch"] = "0.0"
