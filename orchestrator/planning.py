@@ -107,6 +107,7 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
             result = run_search(enumeration.plans, pool, Path(req.out), device.mem_capacity / 2**30, options,
                                 key=repr(key), on_batch=on_batch)
         result.stats["replicas"] = infos
+        result.stats["timings"] = {k: round(v, 3) for k, v in req.timings.items()}
         report = build_report(spec=spec, spec_path=req.spec, device=device,
                               predictor={"name": infos[0]["predictor"], "accuracy": infos[0].get("accuracy")},
                               space_name=space_name, space=space, enumeration=enumeration, result=result,

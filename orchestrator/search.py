@@ -46,8 +46,8 @@ class SearchOptions:
     max_trials: int | None = None  # Optuna / random: trials (groups) to try; default: all groups, at most 256
     exhaustive_limit: int = EXHAUSTIVE_LIMIT  # auto: exhaustive up to this many valid plans, else Optuna
     headroom: float = HEADROOM  # memory kept free: feasible iff peak <= capacity * (1 - headroom)
-    batch_size: int | None = None  # exhaustive: plans per trial (default: about 16 trials, 128..2048 plans)
-    concurrency: int = 4  # trials in flight
+    batch_size: int | None = None  # exhaustive: plans per trial (default: 2 rounds of trials, 256..4096 plans)
+    concurrency: int = 2  # trials in flight; each is one process, and the replicas do the work
     seed: int = 0
     resume: bool = False
 
@@ -83,24 +83,14 @@ def infeasibility(pred: Prediction, limit_gib: float, capacity_gib: float) -> st
 class ResultStore:
     """Collects each trial's answers on the driver's node and persists them, one atomic file per batch."""
 
-    def __init__(self, directory: str, fingerprint: str, resume: bool, limit_gib: float, capacity_gib: float) -> None:
+    def __init__(self, directory: str, resume: bool, limit_gib: float, capacity_gib: float) -> None:
         self.dir = Path(directory)
         self.limit_gib, self.capacity_gib = limit_gib, capacity_gib
         self.batches: dict[str, tuple[list[str], list[Answer]]] = {}
         self.summaries: dict[str, dict[str, Any]] = {}
-        stamp = self.dir / "FINGERPRINT"
-        if resume and stamp.exists():
-            if stamp.read_text() != fingerprint:
-                raise SearchError(f"{self.dir} holds a search of another spec, space or predictor; run without --resume")
-            for path in sorted(self.dir.glob("*.pkl")):
-                key = path.stem
-                self.batches[key] = pickle.loads(path.read_bytes())
-                self.summaries[key] = self._summary(*self.batches[key])
-        else:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            for path in self.dir.glob("*.pkl"):
-                path.unlink()
-            _atomic_write(stamp, fingerprint.encode())
+        for path in sorted(self.dir.glob("*.pkl")) if resume else ():
+            self.batches[path.stem] = pickle.loads(path.read_bytes())
+            self.summaries[path.stem] = self._summary(*self.batches[path.stem])
 
     def summary(self, key: str) -> dict[str, Any] | None:
         return self.summaries.get(key)
@@ -125,6 +115,20 @@ class ResultStore:
         else:
             score = 1e12
         return {"score": score, "plans": len(plans), "feasible": len(feasible), "errors": len(answers) - len(preds)}
+
+
+def _prepare_store(directory: Path, fingerprint: str, resume: bool) -> None:
+    """A fresh store directory stamped with the search's fingerprint, or (resume) check it is the same search."""
+    stamp = directory / "FINGERPRINT"
+    if resume:
+        if not stamp.exists() or stamp.read_text() != fingerprint:
+            raise SearchError(f"{directory} holds no stored batches of this search (another spec, space, predictor "
+                              "or searcher); run without --resume")
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    for path in directory.glob("*.pkl"):
+        path.unlink()
+    _atomic_write(stamp, fingerprint.encode())
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -180,26 +184,33 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
     if not plans:
         raise SearchError("the search space has no valid plan for this workload")
     searcher = choose_searcher(options.searcher, len(plans), options.exhaustive_limit)
-    batch = options.batch_size or min(2048, max(128, math.ceil(len(plans) / 16)))
+    # Few, large trials: Tune's per-trial cost (a result row, a trial directory) dwarfs predicting 256 plans.
+    batch = options.batch_size or min(4096, max(256, math.ceil(len(plans) / (2 * options.concurrency))))
     space = TuneSpace(plans, batch_size=batch)
     limit_gib = capacity_gib * (1 - options.headroom)
     out_dir = out_dir.resolve()
     storage = out_dir / "tune"
+    experiment = storage / EXPERIMENT
+    if options.resume and not tune.Tuner.can_restore(str(experiment)):
+        raise SearchError(f"nothing to resume in {experiment}; run without --resume")
+    # The store runs on this (the driver's) node, so its directory is this process's --out.
+    _prepare_store(out_dir / "evaluated", fingerprint(key, searcher, batch, options.seed), options.resume)
     store = ray.remote(ResultStore).options(
         num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
-    ).remote(str(out_dir / "evaluated"), fingerprint(key, searcher, batch, options.seed), options.resume,
-             limit_gib, capacity_gib)
+    ).remote(str(out_dir / "evaluated"), options.resume, limit_gib, capacity_gib)
     trainable = tune.with_resources(tune.with_parameters(_trial, space=space, pool=pool, store=store), {"cpu": 0.25})
     callbacks = [_Progress(on_batch)] if on_batch else []
     run_config = tune.RunConfig(name=EXPERIMENT, storage_path=str(storage), verbose=0, callbacks=callbacks,
                                 failure_config=tune.FailureConfig(max_failures=0, fail_fast=False))
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # the legacy reporter is silent at verbose=0; ours is the bar
     started = time.perf_counter()
-    restored = options.resume and tune.Tuner.can_restore(str(storage / EXPERIMENT))
-    if restored:
-        tuner = tune.Tuner.restore(str(storage / EXPERIMENT), trainable, resume_unfinished=True, resume_errored=True)
+    if options.resume:
+        tuner = tune.Tuner.restore(str(experiment), trainable, resume_unfinished=True, resume_errored=True)
+        # Tune restores the old run's budget (already spent) and callbacks (our progress bar is not pickled);
+        # this run's budget and progress bar apply instead. Tuner has no public setter for either.
+        tuner._local_tuner._tune_config.time_budget_s = options.budget_s
+        tuner._local_tuner._run_config.callbacks = callbacks
     else:
-        if options.resume:
-            raise SearchError(f"nothing to resume in {storage / EXPERIMENT}; run without --resume")
         tuner = tune.Tuner(trainable, param_space=_param_space(space, searcher, options),
                            tune_config=_tune_config(space, searcher, options), run_config=run_config)
     grid = tuner.fit()
@@ -214,8 +225,8 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
         "batch_size": batch if searcher == "exhaustive" else None, "groups": len(space.groups),
         "group_axes": list(GROUP_AXES), "budget_s": options.budget_s, "search_s": round(elapsed, 3),
         "plans_per_s": round(len(evaluated) / elapsed, 1) if elapsed > 0 else None,
-        "resumed": bool(restored), "headroom": options.headroom, "memory_limit_gib": round(limit_gib, 3),
-        "tune_experiment": str(storage / EXPERIMENT),
+        "resumed": options.resume, "headroom": options.headroom, "memory_limit_gib": round(limit_gib, 3),
+        "tune_experiment": str(experiment),
     }
     return SearchResult(evaluated, stats)
 

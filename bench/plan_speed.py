@@ -1,0 +1,100 @@
+"""Speed of `scaledl plan` end to end, and whether its answer matches exhaustive enumeration.
+
+Runs the real command in a subprocess (Python start, imports, embedded Ray start, graph, replicas,
+Ray Tune search, report files), sampling the memory of its whole process tree, then predicts
+every valid plan of the same space in this process without Ray and checks that the top plan is
+the same. Prints one table row per run.
+
+    .venv/bin/python bench/plan_speed.py [SPEC] [--space NAME] [--runs N] [--predictor NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tree_rss(proc: psutil.Process) -> int:
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def run_once(spec: str, space: str | None, predictor: str, out: Path) -> dict:
+    cmd = [str(ROOT / ".venv/bin/scaledl"), "plan", spec, "--out", str(out), "--predictor", predictor]
+    if space:
+        cmd += ["--space", space]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    ps, peak = psutil.Process(proc.pid), 0
+    while proc.poll() is None:
+        peak = max(peak, _tree_rss(ps))
+        time.sleep(0.1)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"scaledl plan failed ({proc.returncode}): {proc.stderr.read()[-2000:]}")
+    report = json.loads((out / "report.json").read_text())
+    return {"wall_s": wall, "peak_rss_gib": peak / 2**30, "report": report}
+
+
+def exhaustive_best(spec_path: str, space_name: str | None, predictor: str, limit_gib: float) -> tuple[str, int, float]:
+    """(best plan, plans, seconds) predicting every valid plan here, without Ray or Tune."""
+    from predictor.graph import graph_for
+    from predictor.models.registry import load_predictor
+    from predictor.workload import load_spec
+    from search_spaces import enumerate_plans, resolve_space
+
+    spec = load_spec(spec_path)
+    plans = enumerate_plans(spec, resolve_space(spec.search, space_name)[1]).plans
+    model, _ = load_predictor(predictor, spec.cluster.device)
+    graph = graph_for(spec.model)
+    start = time.perf_counter()
+    preds = model.predict(spec, graph, plans)
+    seconds = time.perf_counter() - start
+    ok = [(p.iter_time_s, p.peak_memory_gib, str(plan)) for plan, p in zip(plans, preds) if p.peak_memory_gib <= limit_gib]
+    return min(ok)[2], len(plans), seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("spec", nargs="?", default="examples/gpt3-175b-a100x1024.yaml")
+    parser.add_argument("--space")
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--predictor", default="auto")
+    args = parser.parse_args()
+    print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
+    print(f"{'run':>3} {'wall s':>7} {'ray+graph s':>11} {'search s':>8} {'plans':>6} {'plans/s':>8} {'peak GiB':>8}  top plan")
+    last = None
+    for i in range(args.runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            r = run_once(args.spec, args.space, args.predictor, Path(tmp) / "out")
+        s = r["report"]["search"]
+        top = r["report"]["ranked"][0]["plan"] if r["report"]["ranked"] else "-"
+        print(f"{i + 1:>3} {r['wall_s']:>7.2f} {s['timings']['ray_and_graph_s']:>11.2f} {s['search_s']:>8.2f} "
+              f"{s['evaluated_plans']:>6} {s['plans_per_s']:>8.0f} {r['peak_rss_gib']:>8.2f}  {top}")
+        last = r["report"]
+    assert last is not None
+    best, n, seconds = exhaustive_best(args.spec, args.space, args.predictor, last["device"]["memory_limit_gib"])
+    same = last["ranked"] and last["ranked"][0]["plan"] == best
+    print(f"exhaustive in-process: {n} plans in {seconds:.2f} s ({n / seconds:.0f} plans/s, one process, no Ray); "
+          f"top plan {best}; scaledl plan agrees: {'yes' if same else 'NO'}")
+    print(f"load average {os.getloadavg()[0]:.1f} at end")
+    sys.exit(0 if same else 1)
+
+
+if __name__ == "__main__":
+    main()

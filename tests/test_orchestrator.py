@@ -1,0 +1,141 @@
+"""The Ray search on an embedded local Ray: right answer, replica crash, failing trials, budgets, resume, memory."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from orchestrator.replicas import ReplicaPool  # noqa: E402
+from orchestrator.search import SearchOptions, run_search  # noqa: E402
+from predictor.models.analytical import AnalyticalPredictor  # noqa: E402
+from predictor.workload import parse_spec  # noqa: E402
+from search_spaces import enumerate_plans, load_space  # noqa: E402
+from tests.gpt_graph import gpt_graph  # noqa: E402
+
+SPEC = parse_spec({"model": {"preset": "gpt3-1.3b"}, "training": {"global_batch": 64},
+                   "cluster": {"device": "a100-40gb", "nodes": 2, "gpus_per_node": 8}})
+GRAPH = gpt_graph(2048, 32, 2048, 24, 51200)
+PLANS = enumerate_plans(SPEC, load_space("megatron-3d")).plans
+CAPACITY = 40.0
+
+
+def best_direct(headroom: float = 0.10) -> str:
+    """The answer without Ray: predict every plan here, keep the fastest that fits."""
+    preds = AnalyticalPredictor().predict(SPEC, GRAPH, PLANS)
+    ok = [(p.iter_time_s, p.peak_memory_gib, str(plan)) for plan, p in zip(PLANS, preds)
+          if p.peak_memory_gib <= CAPACITY * (1 - headroom)]
+    return min(ok)[2]
+
+
+def best_found(result) -> str:
+    ok = [(e.prediction.iter_time_s, e.prediction.peak_memory_gib, str(e.plan)) for e in result.evaluated if e.feasible]
+    return min(ok)[2]
+
+
+@pytest.fixture(scope="module")
+def pool():
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    p = ReplicaPool.start("analytical", SPEC, GRAPH, count=2)
+    p.ready()
+    yield p
+    ray.shutdown()
+
+
+def test_exhaustive_search_finds_the_direct_answer(pool, tmp_path) -> None:
+    batches = []
+    result = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=300), key="t",
+                        on_batch=lambda n, best: batches.append(n))
+    assert result.stats["searcher"] == "exhaustive" and result.stats["complete"]
+    assert sorted(str(e.plan) for e in result.evaluated) == sorted(map(str, PLANS))
+    assert best_found(result) == best_direct()
+    assert sum(batches) == len(PLANS)  # the progress callback saw every batch
+    assert len(list((tmp_path / "evaluated").glob("*.pkl"))) == result.stats["trials"]
+
+
+def test_memory_infeasible_plans_are_kept_with_the_reason_never_ranked(pool, tmp_path) -> None:
+    result = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(headroom=0.5, batch_size=700), key="m")
+    limit = CAPACITY * 0.5
+    infeasible = [e for e in result.evaluated if e.infeasible]
+    assert infeasible and all(e.prediction.peak_memory_gib > limit for e in infeasible)
+    assert all("exceeds 20.0 GiB" in e.infeasible for e in infeasible)
+    assert all(e.prediction.peak_memory_gib <= limit for e in result.evaluated if e.feasible)
+    assert best_found(result) == best_direct(headroom=0.5)
+
+
+def test_killing_a_replica_mid_search_keeps_the_answer(pool, tmp_path) -> None:
+    before = {i["pid"] for i in pool.ready()}
+    killed = []
+
+    def kill_once(n: int, best: float) -> None:
+        if not killed:  # after the first batch: crash a replica; Ray restarts it and retries its calls
+            ray.kill(pool.replicas[0], no_restart=False)
+            killed.append(True)
+
+    result = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=100, concurrency=2), key="k",
+                        on_batch=kill_once)
+    assert killed and result.stats["complete"] and result.stats["trials_failed"] == 0
+    assert best_found(result) == best_direct()
+    after = {i["pid"] for i in pool.ready()}
+    assert after != before  # the killed replica runs again, in a new process
+
+
+def test_a_failing_trial_is_recorded_not_fatal(pool, tmp_path) -> None:
+    broken = ReplicaPool.start("analytical", SPEC, GRAPH, count=1, max_restarts=0)
+    broken.ready()
+    ray.kill(broken.replicas[0], no_restart=True)
+    result = run_search(PLANS, broken, tmp_path, CAPACITY, SearchOptions(batch_size=700), key="f")
+    assert result.stats["trials_failed"] == result.stats["trials"] > 0
+    assert result.evaluated == [] and result.stats["trial_errors"]
+
+
+@pytest.mark.parametrize("searcher", ["optuna", "random"])
+def test_sampling_searchers_stay_in_budget_and_valid(pool, tmp_path, searcher) -> None:
+    result = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(searcher=searcher, max_trials=12), key=searcher)
+    assert result.stats["searcher"] == searcher
+    assert 0 < result.stats["trials"] <= 12
+    valid = set(map(str, PLANS))
+    assert result.evaluated and all(str(e.plan) in valid for e in result.evaluated)
+    assert not result.stats["complete"]
+
+
+def test_budget_stops_early_with_what_was_found(pool, tmp_path) -> None:
+    result = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=20, concurrency=1, budget_s=0.5),
+                        key="b")
+    assert not result.stats["complete"] and result.stats["trials"] < len(PLANS) / 20
+    assert all(e.prediction is not None for e in result.evaluated)
+
+
+def test_ctrl_c_keeps_what_was_found_and_resume_completes(pool, tmp_path) -> None:
+    def interrupt_once(n: int, best: float) -> None:
+        if not interrupted:
+            interrupted.append(n)
+            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does: Tune saves its state and stops
+
+    interrupted: list[int] = []
+    first = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=100, concurrency=1), key="r",
+                       on_batch=interrupt_once)
+    assert interrupted and 0 < len(first.evaluated) < len(PLANS) and not first.stats["complete"]
+    resumed = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=100, concurrency=1, resume=True),
+                         key="r")
+    assert resumed.stats["resumed"] and resumed.stats["complete"]
+    assert best_found(resumed) == best_direct()
+
+
+def test_resume_refuses_another_search(pool, tmp_path) -> None:
+    from orchestrator.search import SearchError
+
+    run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=700), key="one")
+    with pytest.raises(SearchError, match="another spec"):
+        run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=700, resume=True), key="two")
+
+
+def test_nothing_to_resume_is_a_clear_error(pool, tmp_path) -> None:
+    from orchestrator.search import SearchError
+
+    with pytest.raises(SearchError, match="nothing to resume"):
+        run_search(PLANS, pool, Path(tmp_path) / "empty", CAPACITY, SearchOptions(resume=True), key="x")
