@@ -324,6 +324,15 @@ class History:
                GROUP BY r.id ORDER BY r.id"""
         ).fetchall()
 
+    def error_by_round(self) -> list[sqlite3.Row]:
+        """Per round and (device fingerprint, family): when, how many rows ran, mean |relative time error|."""
+        return self.conn.execute(
+            """SELECT r.id AS round_id, r.finished, m.device_fingerprint, m.family, COUNT(m.id) AS rows,
+                      SUM(m.status = 'ok') AS ok, AVG(ABS(m.error)) AS mean_abs_error
+               FROM rounds r JOIN measurements m ON m.round_id = r.id
+               GROUP BY r.id, m.device_fingerprint, m.family ORDER BY r.id, m.device_fingerprint, m.family"""
+        ).fetchall()
+
     def measurements(self, round_id: int | None = None) -> list[sqlite3.Row]:
         if round_id is None:
             return self.conn.execute("SELECT * FROM measurements ORDER BY id").fetchall()

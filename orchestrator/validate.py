@@ -16,6 +16,7 @@ killed), and a plan the cluster can never hold as `error` without being launched
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -407,7 +408,8 @@ def _tail(text: str, lines: int = 30) -> str:
 def _trial(config: dict[str, Any], jobs: Sequence[ValidationJob]) -> None:
     """Tune function trainable: run the job named by the config inside the trial's placement group."""
     result = run_job(jobs[config["job"]], ray.util.get_current_placement_group())
-    tune.report({"job": config["job"], "result": result.to_dict()})
+    # As one JSON string: Tune's loggers skip strings, and nested lists would upset TensorBoard's.
+    tune.report({"job": config["job"], "result": json.dumps(result.to_dict())})
 
 
 def validate(jobs: Sequence[ValidationJob], storage: str | None = None) -> list[ValidationResult]:
@@ -448,7 +450,6 @@ def _run_trials(jobs: Sequence[ValidationJob], factories: dict[int, tune.Placeme
                                     resources=lambda config: factories[config["job"]])
     results: dict[int, ValidationResult] = {}
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # the legacy reporter is silent at verbose=0
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # results come back in memory, not as logs
     with tempfile.TemporaryDirectory(prefix="scaledl-validate-") as tmp:
         tuner = tune.Tuner(
             trainable,
@@ -463,7 +464,7 @@ def _run_trials(jobs: Sequence[ValidationJob], factories: dict[int, tune.Placeme
                 results[i] = ValidationResult(job.plan, "error", predicted_time_s=job.predicted_time_s,
                                               predicted_memory_gib=job.predicted_memory_gib, detail=_tail(str(res.error)))
                 continue
-            results[i] = ValidationResult.from_dict(res.metrics["result"])
+            results[i] = ValidationResult.from_dict(json.loads(res.metrics["result"]))
     return results
 
 

@@ -1,0 +1,63 @@
+"""`scaledl revalidate`: re-measure stored predictions on this cluster and alert on drift."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+
+from orchestrator.cli import UsageError
+
+HELP = "re-measure stored predictions on the live cluster, record them in SQLite and alert on drift"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--history", required=True, metavar="sqlite:///PATH", help="the history database")
+    when = parser.add_mutually_exclusive_group()
+    when.add_argument("--once", action="store_true", help="one round, then exit (cron); the default")
+    when.add_argument("--every", metavar="DURATION", help="a round every DURATION (6h, 30m, 90s), forever (ray job)")
+    parser.add_argument("--sample", type=int, default=6, metavar="N", help="predictions re-measured per round (default 6)")
+    parser.add_argument("--threshold", type=float, default=0.1,
+                        help="alert when the rolling mean |relative time error| passes this (default 0.1)")
+    parser.add_argument("--window", type=int, default=20, help="rows in the rolling error (default 20)")
+    parser.add_argument("--device", default=None,
+                        help="device name of the stored predictions this cluster re-measures (default: cpu without GPUs)")
+    parser.add_argument("--dataset", default=None, metavar="DIR", help="also append the runs to this profile dataset")
+    parser.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray)")
+    parser.add_argument("--steps", type=int, default=3, help="measured steps per run (default 3)")
+    parser.add_argument("--warmup", type=int, default=2, help="warm-up steps per run (default 2)")
+    parser.add_argument("--timeout-s", type=float, default=300.0, help="a run still going after this is killed")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the random part of the sample")
+
+
+def run(args: argparse.Namespace) -> int:
+    from orchestrator.history import History, HistoryError
+    from orchestrator.revalidate import parse_every, print_round, run_round
+    from orchestrator.validate import connect_ray, default_device
+
+    if args.sample < 1:
+        raise UsageError(f"--sample must be at least 1, got {args.sample}")
+    if args.threshold <= 0:
+        raise UsageError(f"--threshold must be positive, got {args.threshold}")
+    try:
+        interval = parse_every(args.every) if args.every else None
+        history = History.open(args.history)
+    except (ValueError, HistoryError) as err:
+        raise UsageError(str(err)) from None
+    connect_ray(args.address)
+    device = args.device or default_device()
+    if device is None:
+        raise UsageError("this Ray cluster has GPUs: say which device they are with --device (e.g. --device h200)")
+    rng = random.Random(args.seed)
+    options = {"steps": args.steps, "warmup": args.warmup, "timeout_s": args.timeout_s}
+    with history:
+        while True:
+            started = time.monotonic()
+            report = run_round(history, args.sample, device, args.threshold, args.window, rng, options, args.dataset)
+            print_round(report, args.threshold)
+            if interval is None:
+                return 1 if report.drifted else 0
+            # A long-lived job keeps watching after an alert; the alert is in its log.
+            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+            sys.stdout.flush()

@@ -1,0 +1,104 @@
+"""Revalidation for real: stored predictions re-measured on a 2-node Ray cluster, rounds in SQLite, drift alerts.
+
+The predictions come from the real analytical predictor; the "deliberately wrong" one is the
+same predictor on this CPU with its FLOP/s and memory bandwidth scaled by 10x, so it promises
+iterations ~10x faster than they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.history import History
+from orchestrator.revalidate import parse_every
+from predictor.graph import graph_for
+from predictor.hardware import get_device
+from predictor.models.analytical import AnalyticalPredictor
+from predictor.plan import Plan
+from predictor.workload import parse_spec
+from tests.test_validate import cluster  # noqa: F401 - the module-scoped 2-node Ray cluster fixture
+
+
+def small(family: str) -> dict:
+    dims = {"hidden": 128, "layers": 2, "heads": 4, "seq_len": 64, "vocab": 512}
+    return {"model": {"family": family, **dims}, "training": {"global_batch": 4, "precision": "fp32"},
+            "cluster": {"device": "cpu", "nodes": 1, "gpus_per_node": 1}}
+
+
+PLANS = ["dp=1,mbs=1", "dp=1,mbs=2"]
+
+
+def store(history: History, family: str, speedup: float, version: str) -> None:
+    """Predict PLANS of a small `family` model with the analytical predictor (device sped up by `speedup`)."""
+    cpu = get_device("cpu")
+    device = replace(cpu, peak_flops={k: v * speedup for k, v in cpu.peak_flops.items()},
+                     mem_bandwidth=cpu.mem_bandwidth * speedup)
+    spec = parse_spec(small(family))
+    plans = [Plan.parse(p) for p in PLANS]
+    preds = AnalyticalPredictor(device=device).predict(spec, graph_for(spec.model), plans)
+    history.record_predictions(spec.model_dump(mode="json", exclude_none=True), "cpu", "analytical", version,
+                               [(str(p), pr.iter_time_s, pr.peak_memory_gib) for p, pr in zip(plans, preds)])
+
+
+def test_durations() -> None:
+    assert parse_every("6h") == 21600 and parse_every("30m") == 1800 and parse_every("90") == 90
+    with pytest.raises(ValueError, match="--every"):
+        parse_every("soon")
+
+
+def test_bad_arguments_are_clean_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["revalidate", "--history", "postgres://x/y", "--once"]) == 2
+    assert main(["revalidate", "--history", f"sqlite:///{tmp_path}/h.db", "--sample", "0"]) == 2
+    assert main(["history", "--history", f"sqlite:///{tmp_path}/none.db"]) == 2
+    err = capsys.readouterr().err
+    assert "sqlite:///PATH" in err and "--sample must be at least 1" in err and "no history database" in err
+
+
+def test_rounds_history_and_the_drift_alert(cluster, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:  # noqa: F811
+    url = f"sqlite:///{tmp_path}/history.db"
+    with History.open(url) as h:
+        store(h, "gpt2", 1.0, "analytical-honest")
+    args = ["revalidate", "--history", url, "--once", "--sample", "2", "--steps", "2", "--warmup", "1",
+            "--threshold", "0.5", "--dataset", str(tmp_path / "profile")]
+    codes = [main(args), main(args)]
+
+    with History.open(url) as h:
+        rounds = h.rounds()
+        assert [(r["planned"], r["rows"], r["ok"]) for r in rounds] == [(2, 2, 2), (2, 2, 2)]
+        rows = h.measurements()
+        assert {r["plan"] for r in rows} == {str(Plan.parse(p)) for p in PLANS}
+        assert all(r["measured_time_s"] > 0 and r["device_fingerprint"].startswith("cpu:") for r in rows)
+        (honest_error, n), = [v for (dev, fam), v in h.rolling_error().items() if fam == "gpt2"]
+        assert n == 4
+        assert codes == [1 if e > 0.5 else 0 for e in _rolling_after_each_round(rows)]
+        store(h, "bert", 10.0, "analytical-10x-wrong")
+    capsys.readouterr()
+
+    assert main(args[:4] + ["--sample", "4"] + args[6:]) == 1
+    out, err = capsys.readouterr()
+    assert "DRIFT ALERT: bert on cpu:" in err
+    with History.open(url) as h:
+        rolling = {fam: e for (dev, fam), (e, n) in h.rolling_error().items()}
+        assert rolling["bert"] > 0.5 and rolling["bert"] > rolling["gpt2"]
+        assert h.rounds()[-1]["rows"] == 4
+
+    png = tmp_path / "error.png"
+    assert main(["history", "--history", url, "--plot", str(png), "--threshold", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "bert" in out and "gpt2" in out and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from predictor import dataset
+
+    assert len(dataset.load(tmp_path / "profile")) == 4  # 2 plans x 2 families, re-measured rows deduped by config
+
+
+def _rolling_after_each_round(rows: list) -> list[float]:
+    """Mean |error| of all gpt2 rows up to the end of each round (window 20 holds them all)."""
+    out = []
+    for round_id in sorted({r["round_id"] for r in rows}):
+        errors = [abs(r["error"]) for r in rows if r["round_id"] <= round_id]
+        out.append(sum(errors) / len(errors))
+    return out
