@@ -9,7 +9,7 @@ measurements of training iterations; every constant is in `AnalyticalConfig` wit
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -44,6 +44,12 @@ class AnalyticalConfig:
         latency as shown in NVIDIA's CUDA Graphs material); forward of a node ~1 kernel, backward ~2.
     score_passes: extra memory passes over the attention scores beyond the two batched GEMMs
         (softmax read+write, dropout read+write+1-byte mask) in the unfused attention of Megatron.
+    host_op_s: host (CPU) cost of one eager PyTorch operator: Python, dispatcher, autograd
+        bookkeeping, kernel launch; order 10 µs (PyTorch "Accelerating PyTorch with CUDA Graphs"
+        blog, 2021; H. He, "Making Deep Learning Go Brrrr From First Principles", 2022). A GPU
+        runs asynchronously behind the host, so a stage's micro-batch takes max(device, host);
+        small layers are host-bound. On a measured CPU the host is the device: the costs add.
+        Operators per node are in HOST_OPS; backward issues ~2 per forward operator.
     overlap_dp: fraction of data-parallel gradient sync hidden behind backward (0: Megatron with
         pipelining syncs after the last micro-batch); overlap_tp likewise for tensor-parallel
         all-reduces (0: they sit between dependent GEMMs).
@@ -55,13 +61,22 @@ class AnalyticalConfig:
     bw_eff: float = 0.90
     launch_s: float = 3e-6
     score_passes: float = 4.5
+    host_op_s: float = 10e-6
     overlap_dp: float = 0.0
     overlap_tp: float = 0.0
 
     def for_device(self, device: Device) -> "AnalyticalConfig":
         if not device.measured:
             return self
-        return AnalyticalConfig(1.0, 32.0, 0, 1.0, 1e-6, self.score_passes, self.overlap_dp, self.overlap_tp)
+        return replace(self, gemm_eff_max=1.0, gemm_half_dim=32.0, tile=0, bw_eff=1.0, launch_s=0.0)
+
+
+# Eager operators one forward of a node issues (Megatron-style modules): a linear is matmul + bias
+# add; unfused attention is split/view/transposes, baddbmm, scale-mask-softmax, dropout (with its
+# RNG-state fork), bmm, permute + contiguous; a cross-entropy over the vocabulary ~6 reductions
+# and elementwise ops. Kinds not listed issue one.
+HOST_OPS: dict[str, int] = {"linear": 2, "attention": 12, "embedding": 3, "rmsnorm": 4, "dropout": 2, "loss": 6,
+                            "conv": 2}
 
 
 def gemm_efficiency(m, n, k, batch, cfg: AnalyticalConfig, sms: int = 0):
@@ -158,8 +173,25 @@ class AnalyticalPredictor(Predictor):
             t_b = t_b + counts[:, rep] @ fwd[rep]
         elif plan.recompute == "selective":
             t_b = t_b + counts[:, nodes.attention] @ fwd[nodes.attention]
-        if plan.tp == 1:
-            return t_f, t_b, np.zeros_like(t_f)
+        t_tp = self._tp_stage_time(lay, cfg) if plan.tp > 1 else np.zeros_like(t_f)
+        ops = np.array([HOST_OPS.get(k, 1) for k in nodes.kind], dtype=float) * cfg.host_op_s
+        host_f = counts @ ops
+        host_b = 2 * host_f
+        if plan.recompute == "full":
+            host_b = host_b + counts[:, rep] @ ops[rep]
+        elif plan.recompute == "selective":
+            host_b = host_b + counts[:, nodes.attention] @ ops[nodes.attention]
+        if device.measured:  # synchronous: the host's work adds to the kernels'
+            return t_f + host_f, t_b + host_b, t_tp
+        # asynchronous GPU: a host-bound micro-batch stretches its compute to the host's pace
+        stretch = np.maximum(1.0, (host_f + host_b - t_tp) / np.maximum(t_f + t_b, 1e-30))
+        return t_f * stretch, t_b * stretch, t_tp
+
+    @staticmethod
+    def _tp_stage_time(lay: Layout, cfg: AnalyticalConfig) -> np.ndarray:
+        """Tensor-parallel collective seconds per pipeline rank for one micro-batch."""
+        plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
+        rep = nodes.repeated
         fwd_calls = counts @ nodes.tp_fwd_ar
         bwd_calls = counts @ nodes.tp_bwd_ar
         fwd_elems = counts @ (nodes.tp_fwd_ar * nodes.tp_payload) * plan.mbs
@@ -167,8 +199,7 @@ class AnalyticalPredictor(Predictor):
         if plan.recompute == "full":  # the recomputed forward repeats the blocks' forward all-reduces
             fwd_calls = fwd_calls + counts[:, rep] @ nodes.tp_fwd_ar[rep]
             fwd_elems = fwd_elems + counts[:, rep] @ (nodes.tp_fwd_ar * nodes.tp_payload)[rep] * plan.mbs
-        t_tp = (_tp_time(lay, fwd_calls, fwd_elems) + _tp_time(lay, bwd_calls, bwd_elems)) * (1 - cfg.overlap_tp)
-        return t_f, t_b, t_tp
+        return (_tp_time(lay, fwd_calls, fwd_elems) + _tp_time(lay, bwd_calls, bwd_elems)) * (1 - cfg.overlap_tp)
 
     def _one(self, spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device, model_flops: float,
              stage_cache: dict) -> Prediction:
