@@ -201,7 +201,7 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
     trainable = tune.with_resources(tune.with_parameters(_trial, space=space, pool=pool, store=store), {"cpu": 0.25})
     callbacks = [_Progress(on_batch)] if on_batch else []
     run_config = tune.RunConfig(name=EXPERIMENT, storage_path=str(storage), verbose=0, callbacks=callbacks,
-                                failure_config=tune.FailureConfig(max_failures=0, fail_fast=False))
+                                failure_config=tune.FailureConfig(max_failures=2, fail_fast=False))  # a lost node: retry the batch
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # the legacy reporter is silent at verbose=0; ours is the bar
     started = time.perf_counter()
     if options.resume:

@@ -1,0 +1,111 @@
+"""The report: ranking, the explanation derived from breakdowns, files written, launch settings (no Ray needed)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import pytest
+
+from orchestrator.launch import deepspeed_config, launch_settings, megatron_args
+from orchestrator.plots import pareto_front
+from orchestrator.report import build_report, rank, write_report
+from orchestrator.search import Evaluated, SearchResult, infeasibility
+from predictor.hardware import GIB, get_device
+from predictor.models.analytical import AnalyticalPredictor
+from predictor.plan import Plan
+from predictor.workload import parse_spec
+from search_spaces import enumerate_plans, load_space
+from tests.gpt_graph import gpt_graph
+
+SPEC = parse_spec({"model": {"preset": "gpt3-1.3b"}, "training": {"global_batch": 64},
+                   "cluster": {"device": "a100-40gb", "nodes": 2, "gpus_per_node": 8}})
+GRAPH = gpt_graph(2048, 32, 2048, 24, 51200)
+DEVICE = get_device("a100-40gb")
+CAPACITY = DEVICE.mem_capacity / GIB
+
+
+def evaluated(headroom: float) -> tuple[list[Evaluated], float]:
+    plans = enumerate_plans(SPEC, load_space("megatron-3d")).plans
+    limit = CAPACITY * (1 - headroom)
+    preds = AnalyticalPredictor().predict(SPEC, GRAPH, plans)
+    return [Evaluated(p, pr, infeasible=infeasibility(pr, limit, CAPACITY)) for p, pr in zip(plans, preds)], limit
+
+
+def report_for(headroom: float = 0.6, **kw):
+    evs, limit = evaluated(headroom)
+    stats = {"memory_limit_gib": limit, "headroom": headroom, "searcher": "exhaustive", "evaluated_plans": len(evs),
+             "trials": 3, "trials_failed": 0, "search_s": 1.0, "plans_per_s": len(evs)}
+    space = load_space("megatron-3d")
+    return build_report(spec=SPEC, spec_path="spec.yaml", device=DEVICE, predictor={"name": "analytical", "accuracy": None},
+                        space_name="megatron-3d", space=space, enumeration=enumerate_plans(SPEC, space),
+                        result=SearchResult(evs, stats), **kw), evs
+
+
+def test_ranking_is_by_time_and_never_includes_infeasible_plans() -> None:
+    evs, _ = evaluated(0.6)
+    ranked = rank(evs)
+    assert ranked and all(e.feasible for e in ranked)
+    times = [e.prediction.iter_time_s for e in ranked]
+    assert times == sorted(times)
+    assert any(e.infeasible and e.prediction.iter_time_s < times[0] for e in evs)  # faster plans exist but don't fit
+    with pytest.raises(ValueError, match="price-per-gpu-hour"):
+        rank(evs, "cost")
+
+
+def test_explanation_is_derived_from_the_breakdowns() -> None:
+    report, evs = report_for()
+    text = report["explanation"]
+    win, runner = report["ranked"][0], report["ranked"][1]
+    assert text.startswith(win["plan"])
+    assert f"{win['iter_time_s']:.2f} s per iteration" in text
+    gap = runner["iter_time_s"] - win["iter_time_s"]
+    assert f"it is {gap:.2f} s" in text  # the runner-up comparison uses the real gap
+    faster = sum(1 for e in evs if e.infeasible and e.prediction.iter_time_s < win["iter_time_s"])
+    assert f"{faster} plans would be faster but do not fit" in text
+    # A different workload gives a different paragraph (nothing canned).
+    other, _ = report_for(headroom=0.1)
+    assert other["explanation"] != text
+
+
+def test_report_files_follow_the_schema(tmp_path) -> None:
+    report, _ = report_for(by="cost", price=2.0, top_k=5)
+    written = write_report(report, tmp_path)
+    data = json.loads((tmp_path / "report.json").read_text())
+    for key in ("schema", "spec", "device", "predictor", "ranking", "space", "search", "ranked", "infeasible",
+                "explanation", "launch"):
+        assert key in data
+    top = data["ranked"][0]
+    for field in ("iter_time_s", "breakdown", "peak_memory_gib", "memory_breakdown", "mfu", "tokens_per_s"):
+        assert field in top
+    assert top["cost_usd_per_iteration"] == pytest.approx(2.0 * 16 * top["iter_time_s"] / 3600)
+    assert all(r["reason"].startswith("predicted peak memory") for r in data["infeasible"])
+    html = (tmp_path / "report.html").read_text()
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+    assert len(images) == 3 and all(base64.b64decode(i).startswith(b"\x89PNG") for i in images)
+    assert "http" not in html.replace("http-equiv", "")  # self-contained
+    md = (tmp_path / "report.md").read_text()
+    assert top["plan"] in md and "--tensor-model-parallel-size" in md
+    assert json.loads((tmp_path / "launch" / "deepspeed_config.json").read_text())["train_batch_size"] == 64
+    assert all(p.exists() for p in written)
+
+
+def test_launch_settings_follow_the_plan() -> None:
+    plan = Plan(dp=2, tp=4, pp=2, mbs=2, zero=1, recompute="full", sp=True, schedule="interleaved", v=3)
+    args, notes = megatron_args(plan, SPEC)
+    joined = " ".join(args)
+    assert "--tensor-model-parallel-size 4" in joined and "--pipeline-model-parallel-size 2" in joined
+    assert "--num-layers-per-virtual-pipeline-stage 4" in joined  # 24 layers / (pp=2 * v=3)
+    assert "--sequence-parallel" in args and "--use-distributed-optimizer" in args
+    assert "--recompute-granularity full" in joined and not notes
+    ds = deepspeed_config(plan.with_(zero=3), SPEC)
+    assert ds["zero_optimization"]["stage"] == 3 and ds["gradient_accumulation_steps"] == 16
+    settings = launch_settings(plan.with_(zero=2, schedule="gpipe", v=1), SPEC)
+    assert any("ZeRO stage 2" in n for n in settings["notes"]) and any("GPipe" in n for n in settings["notes"])
+    assert settings["torchrun"].startswith("torchrun --nnodes 2 --nproc-per-node 8")
+
+
+def test_pareto_front() -> None:
+    points = [(1, 5), (2, 3), (3, 4), (4, 1), (2, 6)]
+    assert pareto_front(points) == [0, 1, 3]
