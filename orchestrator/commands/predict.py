@@ -105,7 +105,8 @@ def _print_tables(spec: WorkloadSpec, results: list[dict[str, Any]], label: str)
     console = Console()
     capacity = get_device(spec.cluster.device, spec.cluster).mem_capacity / 1024**3
     ok = [r for r in results if "error" not in r]
-    summary = Table(title=f"{spec.cluster.device} x {spec.cluster.gpus} GPUs, predictor: {label}")
+    unit = "ranks" if spec.cluster.device == "cpu" else "GPUs"
+    summary = Table(title=f"{spec.cluster.device} x {spec.cluster.gpus} {unit}, predictor: {label}")
     summary.add_column("plan", overflow="fold")
     for col in ("iter (s)", "TFLOP/s/GPU", "MFU", f"peak GiB (/{capacity:.0f})"):
         summary.add_column(col, justify="right")
