@@ -37,6 +37,9 @@ class PlanRequest:
     resume: bool = False
     seed: int = 0
     show: bool = True  # progress bar and the ranked table on the terminal
+    validate: int = 0  # run the K best plans for real (orchestrator.validate)
+    dataset: str | None = None  # with validate: profile dataset the runs are appended to
+    history: str | None = None  # sqlite:///PATH storing the top predictions for `scaledl revalidate`
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -112,6 +115,16 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
                               predictor={"name": infos[0]["predictor"], "accuracy": infos[0].get("accuracy")},
                               space_name=space_name, space=space, enumeration=enumeration, result=result,
                               by=req.rank_by, price=req.price_per_gpu_hour, top_k=req.top_k)
+        if req.validate and report["ranked"]:
+            from orchestrator.validate import validate_top
+
+            pool.shutdown()  # the replicas' CPUs go to the validation runs
+            pool = None
+            report["validation"] = validate_top(report, req.validate, dataset_dir=req.dataset)
+        if req.history:
+            from orchestrator.validate import record_top
+
+            record_top(req.history, report, req.top_k)
         write_report(report, Path(req.out))
         print_report(report, console)
         console.print(f"report: {Path(req.out) / 'report.html'} (and report.json, report.md, launch/)")

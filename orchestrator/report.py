@@ -12,7 +12,9 @@
     ranked_total, infeasible: the fastest plans that do not fit (at most 100) {plan, reason, iter_time_s,
         peak_memory_gib}, infeasible_total, failed: plans whose prediction failed {plan, error},
     explanation: one paragraph derived from the winner's breakdown against the runners-up,
-    launch: {plan, megatron_args, deepspeed_config, torchrun, notes} for the winner (null if none fits).
+    launch: {plan, megatron_args, deepspeed_config, torchrun, notes} for the winner (null if none fits),
+    validation (only with --validate K): {k, steps, warmup, plans: [ValidationResult.to_dict()], note}
+        (see orchestrator.validate).
 `report.md` says the same for people; `report.html` is self-contained (plots embedded as base64 PNGs);
 `launch/` holds the winner's `megatron_args.txt`, `deepspeed_config.json` and `torchrun.sh`.
 """
@@ -31,6 +33,7 @@ from typing import Any
 from orchestrator import plots
 from orchestrator.launch import launch_settings
 from orchestrator.search import Evaluated, SearchResult
+from orchestrator.validate import print_validation, validation_lines
 from predictor.hardware import GIB, Device
 from predictor.plan import Plan
 from predictor.prediction import TIME_PARTS
@@ -118,7 +121,7 @@ def explain(ranked: list[Evaluated], evaluated: list[Evaluated], spec: WorkloadS
         runner = ranked[1]
         text += "Against the runner-up, " + _compare(win, runner, _diff_fields(p, runner.plan) or str(runner.plan)) + ". "
     other = next((e for e in ranked[1:] if _degrees(e.plan) != _degrees(p)), None)
-    if other is not None:
+    if other is not None and other is not ranked[1]:
         name = f"the best other split (dp={other.plan.dp}, tp={other.plan.tp}, pp={other.plan.pp}: {other.plan})"
         text += "Against other degrees, " + _compare(win, other, name) + ". "
     faster = [e for e in evaluated if e.infeasible and e.prediction.iter_time_s < pred.iter_time_s]  # type: ignore[union-attr]
@@ -198,11 +201,18 @@ def _figures(report: dict[str, Any]) -> dict[str, bytes]:
     return figs
 
 
-def _table_rows(report: dict[str, Any]) -> list[list[str]]:
+def compact(plan: str) -> str:
+    """A plan in a few words for narrow tables: the fields that differ from the defaults."""
+    p, default = Plan.parse(plan), Plan()
+    keep = ("dp", "tp", "pp", "mbs")
+    return " ".join(f"{k}={str(v).lower()}" for k, v in asdict(p).items() if k in keep or v != getattr(default, k))
+
+
+def _table_rows(report: dict[str, Any], full: bool = True) -> list[list[str]]:
     rows = []
     for r in report["ranked"][: report["top_k"]]:
         cost = f"{r['cost_usd_per_iteration']:.2f}" if r["cost_usd_per_iteration"] is not None else "-"
-        rows.append([str(r["rank"]), r["plan"], f"{r['iter_time_s']:.3f}", f"{r['tokens_per_s']:,.0f}",
+        rows.append([str(r["rank"]), r["plan"] if full else compact(r["plan"]), f"{r['iter_time_s']:.3f}", f"{r['tokens_per_s']:,.0f}",
                      f"{r['peak_memory_gib']:.1f}", f"{r['mfu'] * 100:.1f}", cost])
     return rows
 
@@ -223,6 +233,8 @@ def _markdown(report: dict[str, Any]) -> str:
              "| " + " | ".join(_HEADER) + " |", "|" + "---|" * len(_HEADER)]
     lines += ["| " + " | ".join(row) + " |" for row in _table_rows(report)]
     lines += ["", "## Why the winner wins", "", report["explanation"], ""]
+    if report.get("validation"):
+        lines += validation_lines(report["validation"])
     if report["launch"]:
         launch = report["launch"]
         lines += ["## Launch settings", "", "Megatron-LM:", "", "```", " ".join(launch["megatron_args"]), "```", "",
@@ -286,7 +298,9 @@ def print_report(report: dict[str, Any], console: Any = None) -> None:
     table = Table(title=title)
     for h in _HEADER:
         table.add_column(h, justify="left" if h == "plan" else "right")
-    for row in _table_rows(report):
+    for row in _table_rows(report, full=False):
         table.add_row(*row)
     console.print(table)
     console.print(report["explanation"])
+    if report.get("validation"):
+        print_validation(report["validation"], console)

@@ -37,6 +37,7 @@ from predictor import dataset
 from predictor.dataset import provenance
 from predictor.design import ProfileConfig
 from predictor.measure.iteration import summarise
+from predictor.profile import config_row
 from predictor.plan import Plan, plan_errors
 from predictor.workload import WorkloadSpec, parse_spec
 
@@ -298,14 +299,11 @@ def dataset_rows(jobs: Sequence[ValidationJob], results: Sequence[ValidationResu
         if not res.dataset_row and not res.nodes:
             continue  # never launched (invalid or unplaceable plan): nothing was measured
         spec = parse_spec(job.spec)
-        cfg, plan, m = _profile_config(job, spec), Plan.parse(job.plan), spec.model
         measured = res.dataset_row or {"status": res.status, "error": res.detail[-2000:], "steps": 0, "mem_kind": "",
                                        "iter_time_s": float("nan"), "iter_time_min_s": float("nan"),
                                        "iter_time_max_s": float("nan"), "peak_mem_bytes": 0, "peak_mem_delta_bytes": 0}
         rows.append({
-            "config_id": cfg.config_id, "family": cfg.family, "spec_json": cfg.spec_json, "batch": cfg.batch,
-            "plan": str(plan), "dp": plan.dp, "tp": plan.tp, "pp": plan.pp, "mbs": plan.mbs, "zero": plan.zero,
-            "schedule": plan.schedule, "layers": m.layers, "hidden": m.hidden, "heads": m.heads, "tokens": m.tokens,
+            **config_row(_profile_config(job, spec)),
             "design": "validate", **measured,
             **provenance("cuda" if _on_gpu(job) else "cpu", max(1, int(job.cpus_per_rank))),
         })
@@ -318,12 +316,38 @@ def append_to_dataset(root: str | Path, jobs: Sequence[ValidationJob], results: 
 
 
 def _plan_problem(job: ValidationJob) -> str:
-    """Why this job's plan cannot run its spec at all ('' when it can); tp may cross nodes here."""
+    """Why this job's plan cannot be validated ('' when it can); tp may cross nodes here."""
     try:
-        errors = plan_errors(Plan.parse(job.plan), parse_spec(job.spec), allow_cross_node_tp=True)
+        plan = Plan.parse(job.plan)
+        errors = plan_errors(plan, parse_spec(job.spec), allow_cross_node_tp=True)
     except ValueError as err:  # PlanError, SpecError
-        errors = [str(err)]
-    return "invalid plan: " + "; ".join(errors) if errors else ""
+        return f"invalid plan: {err}"
+    if errors:
+        return "invalid plan: " + "; ".join(errors)
+    missing = unmeasurable(plan)
+    return f"not measurable yet: {missing}" if missing else ""
+
+
+def unmeasurable(plan: Plan) -> str:
+    """What of `plan` the measurement code (predictor.measure.dist_worker) does not implement ('' if nothing).
+
+    A run of a different plan than the one predicted would compare the wrong things, so such
+    plans are reported as not measurable instead of being approximated.
+    """
+    reasons = []
+    if sum(d > 1 for d in (plan.dp, plan.tp, plan.pp)) > 1:
+        reasons.append("combined dp/tp/pp degrees (one kind of parallelism per run)")
+    if plan.pp > 2:
+        reasons.append(f"pp={plan.pp} (pipelines of 2 stages only)")
+    if plan.zero in (1, 2):
+        reasons.append(f"zero={plan.zero} (DDP or FSDP/zero=3 only)")
+    if plan.recompute != "none":
+        reasons.append(f"recompute={plan.recompute}")
+    if plan.sp:
+        reasons.append("sequence parallelism")
+    if plan.schedule == "interleaved":
+        reasons.append("the interleaved schedule")
+    return "; ".join(reasons)
 
 
 def _on_gpu(job: ValidationJob) -> bool:
@@ -489,3 +513,82 @@ def jobs_for(spec: WorkloadSpec, plans: Sequence[Plan], predictions: Sequence[An
     preds = list(predictions) if predictions is not None else [None] * len(plans)
     return [ValidationJob(data, str(p), getattr(pr, "iter_time_s", None), getattr(pr, "peak_memory_gib", None), **options)
             for p, pr in zip(plans, preds)]
+
+
+# --- `scaledl plan --validate K` ----------------------------------------------------------------
+
+
+def validate_top(report: dict[str, Any], k: int, steps: int = 3, warmup: int = 2, timeout_s: float = 300.0,
+                 dataset_dir: str | None = None) -> dict[str, Any]:
+    """Run the report's K best plans for real; the report's `validation` section (see `validation_lines`)."""
+    jobs = [ValidationJob(report["spec"], r["plan"], r["iter_time_s"], r["peak_memory_gib"], warmup, steps, timeout_s)
+            for r in report["ranked"][:k]]
+    results = validate(jobs)
+    if dataset_dir:
+        append_to_dataset(dataset_dir, jobs, results)
+    plans = []
+    for r in results:
+        data = r.to_dict()
+        data.pop("dataset_row")
+        plans.append(data)
+    return {"k": k, "steps": steps, "warmup": warmup, "plans": plans, "note": winner_note(results)}
+
+
+def record_top(history_url: str, report: dict[str, Any], k: int) -> None:
+    """Store the report's K best predictions in the history database, for `scaledl revalidate` to re-measure."""
+    from orchestrator.history import History
+
+    name = str(report["predictor"]["name"])
+    with History.open(history_url) as history:
+        history.record_predictions(report["spec"], report["spec"]["cluster"]["device"], name.split(" ")[0], name,
+                                   [(r["plan"], r["iter_time_s"], r["peak_memory_gib"]) for r in report["ranked"][:k]])
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return "-" if value is None else format(value, pattern)
+
+
+def short_plan(text: str) -> str:
+    """dp/tp/pp and the fields that differ from their defaults: what a table has room for."""
+    plan, default = Plan.parse(text), Plan()
+    return ",".join(f"{f.name}={str(getattr(plan, f.name)).lower()}" for f in fields(plan)
+                    if f.name in ("dp", "tp", "pp") or getattr(plan, f.name) != getattr(default, f.name))
+
+
+def validation_rows(section: dict[str, Any]) -> list[list[str]]:
+    """Table rows: plan, predicted s, measured s, time error, predicted GiB, measured GiB, status."""
+    rows = []
+    for p in section["plans"]:
+        status = p["status"] if p["status"] == "ok" else f"{p['status']}: {p['detail'].splitlines()[0][:80] if p['detail'] else ''}"
+        error = "-" if p["time_error"] is None else f"{100 * p['time_error']:+.1f}%"
+        rows.append([short_plan(p["plan"]), _fmt(p["predicted_time_s"], ".4g"), _fmt(p["measured_time_s"], ".4g"), error,
+                     _fmt(p["predicted_memory_gib"], ".3g"), _fmt(p["measured_memory_gib"], ".3g"), status])
+    return rows
+
+
+VALIDATION_HEADER = ["plan", "predicted s", "measured s", "time error", "predicted GiB", "measured GiB", "status"]
+
+
+def validation_lines(section: dict[str, Any]) -> list[str]:
+    """The report.md section of a validation."""
+    lines = ["## Measured by real runs", "",
+             f"The {section['k']} best plans, {section['warmup']} warm-up + {section['steps']} measured steps each "
+             "(measured memory: the largest rank's training memory).", "",
+             "| " + " | ".join(VALIDATION_HEADER) + " |", "|" + "---|" * len(VALIDATION_HEADER)]
+    lines += ["| " + " | ".join(row) + " |" for row in validation_rows(section)]
+    if section["note"]:
+        lines += ["", f"Note: {section['note']}."]
+    return lines + [""]
+
+
+def print_validation(section: dict[str, Any], console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"measured by real runs (top {section['k']})")
+    for h in VALIDATION_HEADER:
+        table.add_column(h, justify="left" if h in ("plan", "status") else "right")
+    for row in validation_rows(section):
+        table.add_row(*row)
+    console.print(table)
+    if section["note"]:
+        console.print(f"note: {section['note']}")

@@ -32,11 +32,18 @@ def add_arguments(parser: argparse.ArgumentParser, spec_option: bool = False) ->
     parser.add_argument("--replicas", type=int, metavar="N", help="predictor replicas (default: one per CPU, at most 8)")
     parser.add_argument("--resume", action="store_true", help="continue the interrupted search stored in --out")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--validate", type=int, default=0, metavar="K",
+                        help="run the K best plans for real on the Ray cluster and report measured vs predicted")
+    parser.add_argument("--dataset", metavar="DIR", help="with --validate: append the runs to this profile dataset")
+    parser.add_argument("--history", metavar="sqlite:///PATH",
+                        help="store the top plans' predictions for `scaledl revalidate` to re-measure later")
 
 
 def run(args: argparse.Namespace) -> int:
     from orchestrator.planning import PlanRequest, run_plan  # lazy: keeps `scaledl --help` and predict free of Ray
 
+    if args.validate < 0:
+        raise UsageError(f"--validate must be 0 (off) or a positive number of plans, got {args.validate}")
     for name in ("top_k", "max_trials", "replicas"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -47,5 +54,5 @@ def run(args: argparse.Namespace) -> int:
         spec=args.spec, out=args.out, space=args.space, searcher=args.searcher, budget_s=args.budget_s,
         max_trials=args.max_trials, top_k=args.top_k, rank_by=args.rank_by, price_per_gpu_hour=args.price_per_gpu_hour,
         headroom=args.headroom, predictor=args.predictor, address=args.address, replicas=args.replicas,
-        resume=args.resume, seed=args.seed))
+        resume=args.resume, seed=args.seed, validate=args.validate, dataset=args.dataset, history=args.history))
     return 0 if report["ranked"] else 1
