@@ -1,0 +1,52 @@
+"""`scaledl plan` as users run it: a real subprocess, embedded Ray, report files, clean errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SCALEDL = Path(sys.executable).parent / "scaledl"
+SMALL = {"model": {"preset": "gpt3-125m"}, "training": {"global_batch": 32},
+         "cluster": {"device": "a100-40gb", "nodes": 1, "gpus_per_node": 8}}
+
+
+def scaledl(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(SCALEDL), *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def write_spec(tmp_path: Path, **extra) -> str:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({**SMALL, **extra}))
+    return str(path)
+
+
+def test_plan_writes_a_ranked_report(tmp_path) -> None:
+    spec = write_spec(tmp_path, search={"recompute": ["none"], "max_pp": 2})
+    run = scaledl("plan", spec, "--out", str(tmp_path / "out"), "--top-k", "3", "--predictor", "analytical")
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["search"]["complete"] and report["predictor"]["name"] == "analytical"
+    assert all(r["fields"]["recompute"] == "none" and r["fields"]["pp"] <= 2 for r in report["ranked"])
+    assert "Top 3 of" in run.stdout and "predicted fastest" in run.stdout
+    assert (tmp_path / "out" / "launch" / "megatron_args.txt").exists()
+
+
+def test_unknown_space_is_a_clean_error(tmp_path) -> None:
+    run = scaledl("plan", write_spec(tmp_path), "--out", str(tmp_path / "o"), "--space", "nope")
+    assert run.returncode == 2 and "known spaces" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_bad_search_section_names_the_field(tmp_path) -> None:
+    run = scaledl("plan", write_spec(tmp_path, search={"zero": [3]}), "--out", str(tmp_path / "o"))
+    assert run.returncode == 2 and "search.zero" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_empty_space_says_why(tmp_path) -> None:
+    spec = write_spec(tmp_path, training={"global_batch": 12})  # dp=8 cannot split 12 samples
+    run = scaledl("plan", spec, "--out", str(tmp_path / "o"), "--space", "zero-dp")
+    assert run.returncode == 2 and "no valid plan" in run.stderr and "does not divide global_batch=12" in run.stderr
