@@ -82,18 +82,26 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
         raise SpecError(f"{req.spec}: the space {space_name} has no valid plan ({enumeration.checked} candidates "
                         f"rejected; most common: {reasons}); try another --space or relax the search: section")
     device = get_device(spec.cluster.device, spec.cluster)
-    req.timings["enumerate_s"] = time.perf_counter() - t0
+    last = [t0]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        req.timings[name] = now - last[0]
+        last[0] = now
+
+    lap("enumerate_s")
     with ThreadPoolExecutor(1) as ex:
         graph_job = ex.submit(graph_for, spec.model)
         started = _connect(req.address)
+        lap("ray_init_s")
         graph = graph_job.result()
-    req.timings["ray_and_graph_s"] = time.perf_counter() - t0 - req.timings["enumerate_s"]
+    lap("graph_wait_s")
     console = Console(quiet=not req.show)
     pool = None
     try:
         pool = ReplicaPool.start(req.predictor, spec, graph, count=req.replicas)
         infos = pool.ready()
-        req.timings["replicas_s"] = time.perf_counter() - t0 - sum(req.timings.values())
+        lap("replicas_s")
         options = SearchOptions(searcher=req.searcher, budget_s=req.budget_s, max_trials=req.max_trials,
                                 headroom=req.headroom, resume=req.resume, seed=req.seed)
         key = (spec.model_dump_json(), space_name, space.model_dump_json(), req.predictor)
@@ -109,6 +117,7 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
 
             result = run_search(enumeration.plans, pool, Path(req.out), device.mem_capacity / 2**30, options,
                                 key=repr(key), on_batch=on_batch)
+        lap("search_s")
         result.stats["replicas"] = infos
         result.stats["timings"] = {k: round(v, 3) for k, v in req.timings.items()}
         report = build_report(spec=spec, spec_path=req.spec, device=device,
@@ -126,6 +135,7 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
 
             record_top(req.history, report, req.top_k)
         write_report(report, Path(req.out))
+        lap("report_s")
         print_report(report, console)
         console.print(f"report: {Path(req.out) / 'report.html'} (and report.json, report.md, launch/)")
     finally:
@@ -133,5 +143,6 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
             pool.shutdown()
         if started:
             ray.shutdown()
+    lap("shutdown_s")
     req.timings["total_s"] = time.perf_counter() - t0
     return report
