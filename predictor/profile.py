@@ -78,6 +78,7 @@ def config_row(cfg: ProfileConfig) -> dict:
 def measure_config(pool: WorkerPool, cfg: ProfileConfig, settings: ProfileSettings, design: str) -> tuple[dict, list[dict]]:
     """One configuration's iteration row and layer rows (not yet written)."""
     prov = dataset.provenance(settings.device, settings.threads)
+    start = time.monotonic()
     result = measure_iteration(pool, cfg, settings.steps, settings.warmup, settings.timeout_s, settings.dtype)
     row = {**config_row(cfg), "design": design, **result.row(), **prov}
     layer_rows: list[dict] = []
@@ -89,6 +90,7 @@ def measure_config(pool: WorkerPool, cfg: ProfileConfig, settings: ProfileSettin
             layer_rows = [{"config_id": cfg.config_id, "family": cfg.family, **r, **prov} for r in answer["rows"]]
         else:
             row["error"] = f"layer timing failed: {answer.get('error', answer.get('status'))}"
+    row["measure_s"] = time.monotonic() - start  # wall time this configuration cost to collect
     return row, layer_rows
 
 

@@ -1,0 +1,80 @@
+"""Measurement noise of a profile dataset: re-measure configurations and print their coefficient of variation.
+
+    .venv/bin/python bench/noise.py --data predictor/data/cpu --configs 20 --repeats 2
+
+Picks `--configs` measured configurations at random (seeded, spread over families), measures
+each again `--repeats` times with the dataset's own settings, appends the new measurements to
+the dataset's `noise` table and prints, per configuration and overall, the coefficient of
+variation (std / mean) of the iteration time over the original and the repeated measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from predictor import dataset  # noqa: E402
+from predictor.design import ProfileConfig  # noqa: E402
+from predictor.measure.iteration import WorkerPool  # noqa: E402
+from predictor.plan import Plan  # noqa: E402
+from predictor.profile import ProfileSettings, measure_config  # noqa: E402
+from predictor.workload import ModelSpec  # noqa: E402
+
+
+def _cv(xs: list[float]) -> float:
+    return statistics.pstdev(xs) / statistics.fmean(xs) if len(xs) > 1 and statistics.fmean(xs) > 0 else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True, help="profile dataset directory")
+    parser.add_argument("--configs", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=2, help="new measurements per configuration")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    rows = dataset.load(args.data)
+    rows = rows[(rows["status"] == "ok") & (rows["design"] != "noise")]
+    if rows.empty:
+        print(f"{args.data}: no measured configurations", file=sys.stderr)
+        return 2
+    shuffled = rows.sample(frac=1.0, random_state=args.seed)
+    turn = shuffled.groupby("family").cumcount()  # round-robin over families: every model is represented
+    picked = shuffled.assign(_turn=turn.values).sort_values("_turn", kind="stable").head(args.configs)
+    stored = Path(args.data) / "settings.json"
+    settings = ProfileSettings(**json.loads(stored.read_text())) if stored.exists() else ProfileSettings()
+    settings.layers = False  # the whole iteration is what the CV is reported for
+
+    cvs, mem_cvs = [], []
+    print(f"{'family':7} {'plan':28} {'batch':>5} {'original':>9} {'again':>22} {'CV':>6}")
+    with WorkerPool(world=settings.procs, threads=settings.threads, device=settings.device) as pool:
+        for _, orig in picked.iterrows():
+            cfg = ProfileConfig(ModelSpec.model_validate_json(orig["spec_json"]), int(orig["batch"]), Plan.parse(orig["plan"]))
+            again = []
+            for _ in range(args.repeats):
+                row, _ = measure_config(pool, cfg, settings, "noise")
+                dataset.append(args.data, "noise", [row])
+                if row["status"] == "ok":
+                    again.append(row)
+            times = [float(orig["iter_time_s"])] + [r["iter_time_s"] for r in again]
+            mems = [float(orig["peak_mem_bytes"])] + [float(r["peak_mem_bytes"]) for r in again]
+            cvs.append(_cv(times))
+            mem_cvs.append(_cv(mems))
+            plan = ",".join(str(orig["plan"]).split(",")[:5])
+            print(f"{orig['family']:7} {plan:28} {int(orig['batch']):5d} {times[0]:9.4f} "
+                  f"{' '.join(f'{t:.4f}' for t in times[1:]):>22} {cvs[-1]:6.3f}", flush=True)
+    ok = [c for c in cvs if c == c]
+    print(f"\niteration time CV over {len(ok)} configurations: mean {statistics.fmean(ok):.3f}, "
+          f"median {statistics.median(ok):.3f}, max {max(ok):.3f}")
+    okm = [c for c in mem_cvs if c == c]
+    print(f"peak memory CV: mean {statistics.fmean(okm):.3f}, max {max(okm):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

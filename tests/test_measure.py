@@ -1,0 +1,103 @@
+"""Real measurements: training steps under each plan kind on gloo, layer timings, failures as results."""
+
+import math
+
+import pytest
+import torch
+
+from predictor.design import ProfileConfig, _model
+from predictor.measure.iteration import WorkerPool, measure_iteration
+from predictor.measure.layers import layer_nodes, time_layers
+from predictor.modelzoo import build_model
+from predictor.plan import Plan
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with WorkerPool(world=2, threads=1) as p:
+        yield p
+
+
+def _tiny(family="bert", plan=Plan(dp=1, mbs=4), batch=4):
+    return ProfileConfig(_model(family, 2, 64, 2, 32), batch, plan)
+
+
+@pytest.mark.parametrize("plan", [
+    Plan(dp=1, mbs=4), Plan(dp=2, mbs=2), Plan(tp=2, mbs=4), Plan(pp=2, mbs=1, schedule="1f1b"),
+    pytest.param(Plan(dp=2, mbs=2, zero=3), marks=pytest.mark.slow),
+    pytest.param(Plan(pp=2, mbs=2, schedule="gpipe"), marks=pytest.mark.slow),
+], ids=str)
+def test_real_iteration_under_each_plan_kind(pool, plan):
+    result = measure_iteration(pool, _tiny(plan=plan), steps=2, warmup=1, timeout=120)
+    assert result.status == "ok", result.error
+    assert 0 < result.iter_time_min_s <= result.iter_time_s <= result.iter_time_max_s < 30
+    assert result.steps == 2 and len(result.peak_mem_bytes) == plan.gpus
+    assert all(p > 50 * 2**20 for p in result.peak_mem_bytes)  # a torch process's resident set, at least
+
+
+def test_more_work_takes_longer(pool):
+    small = measure_iteration(pool, ProfileConfig(_model("gpt2", 2, 64, 2, 32), 1, Plan(mbs=1)), steps=3)
+    big = measure_iteration(pool, ProfileConfig(_model("gpt2", 2, 256, 4, 128), 16, Plan(mbs=16)), steps=3)
+    assert small.status == big.status == "ok"
+    assert big.iter_time_s > 2 * small.iter_time_s
+
+
+def test_failure_is_a_result_and_the_pool_lives_on(pool):
+    job = {"kind": "iteration", "spec_json": '{"family": "bert"}', "plan": "dp=1", "batch": 2, "steps": 1, "warmup": 0}
+    [answer] = pool.run(job, 1, timeout=60)
+    assert answer["status"] == "error" and "ValidationError" in answer["error"]
+    assert measure_iteration(pool, _tiny(), steps=1, warmup=0).status == "ok"
+
+
+def test_hang_is_a_timeout_not_a_hung_caller(pool):
+    # A 2-process plan sent to rank 0 alone waits forever in DDP's first broadcast: a real hang.
+    cfg = _tiny(plan=Plan(dp=2, mbs=2))
+    job = {"kind": "iteration", "spec_json": cfg.spec_json, "plan": str(cfg.plan), "batch": 4, "steps": 1, "warmup": 0}
+    restarts = pool.restarts
+    [answer] = pool.run(job, 1, timeout=5)
+    assert answer["status"] == "timeout"
+    assert pool.restarts == restarts + 1
+    assert measure_iteration(pool, cfg, steps=1, warmup=0).status == "ok"
+
+
+def test_layer_rows_cover_the_model_with_real_times():
+    torch.set_num_threads(1)
+    spec = _model("gpt2", 2, 64, 2, 32)
+    rows = time_layers(spec, 2, torch.device("cpu"))
+    kinds = {r["kind"] for r in rows}
+    assert {"embedding", "linear", "attention", "loss", "layernorm"} <= kinds
+    assert all(r["fwd_s"] > 0 and r["repeats"] >= 3 and math.isfinite(r["bwd_s"]) for r in rows)
+    by_name = {r["node"]: r for r in rows}
+    assert by_name["transformer.h.0.attn.c_attn"]["count"] == 2
+    assert by_name["transformer.h.0.attn.c_attn"]["in_shape"] == "[2, 32, 64]"
+    assert not any(".h.1." in r["node"] for r in rows)  # repeated blocks are timed once
+    # the logits layer of a 4096-word vocabulary costs more than a 64-wide block linear
+    assert by_name["lm_head"]["fwd_s"] > by_name["transformer.h.0.attn.c_proj"]["fwd_s"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["gpt2", "bert", "t5", "vit", "deit"])
+def test_layer_names_match_the_layer_graph(family):
+    from predictor.graph import graph_for
+
+    spec = _model(family, 2, 64, 2, 32)
+    graph = {n.name for n in graph_for(spec).nodes}
+    rows = time_layers(spec, 1, torch.device("cpu"))
+    assert {r["node"] for r in rows} <= graph
+    assert len(rows) >= 0.85 * len(graph)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["gpt2", "t5", "vit", "deit"])
+@pytest.mark.parametrize("plan", [Plan(dp=2, mbs=2, zero=3), Plan(tp=2, mbs=4), Plan(pp=2, mbs=1, schedule="1f1b")], ids=str)
+def test_every_family_runs_every_2_process_plan(pool, family, plan):
+    result = measure_iteration(pool, _tiny(family, plan), steps=1, warmup=1, timeout=120)
+    assert result.status == "ok", result.error
+
+
+def test_layer_nodes_need_no_memory():
+    spec = _model("t5", 4, 64, 2, 32)
+    nodes = layer_nodes(build_model(spec, "meta"), spec)
+    attention = [n for n in nodes if n.kind == "attention"]
+    assert len(attention) == 3  # encoder self, decoder self (causal), decoder cross
+    assert sorted(n.attrs["causal"] for n in attention) == [0, 0, 1]
