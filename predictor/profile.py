@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from predictor import dataset
 from predictor.design import CPU_FLOP_CAP, ProfileConfig, candidates, choose
 from predictor.measure.iteration import WorkerPool, measure_iteration
@@ -63,8 +65,11 @@ def select(families: list[str], design: str, budget: int, seed: int = 0, max_pro
             pool = [c for c in pool if c.stratum in strata]
         if not pool:
             raise ProfileError(f"no {family} candidates fit the FLOP cap {flop_cap:g}; raise it")
-        k = min(budget, len(pool)) if design != "full" else len(pool)
-        out += [(cfg, design) for cfg in choose(pool, k, design, seed)]
+        if design == "full":  # in random order: a run stopped early still covers the grid uniformly
+            order = np.random.default_rng(seed).permutation(len(pool))
+            out += [(pool[i], design) for i in order]
+        else:
+            out += [(cfg, design) for cfg in choose(pool, min(budget, len(pool)), design, seed)]
     return out
 
 
@@ -126,3 +131,22 @@ def run_profile(configs: list[tuple[ProfileConfig, str]], out: str | Path, resum
         pool.close()
         summary.seconds = time.monotonic() - start
     return summary
+
+
+def record_device_profile(out: str | Path) -> dict:
+    """Measure this CPU (matmul FLOP/s, copy bandwidth, gloo collectives and their α-β fit) into out/device.json.
+
+    Uses `predictor.measure.device.measure_cpu`, so the dataset carries the device profile
+    (the paper's h_dev) it was measured with, next to the rows' device fingerprint.
+    """
+    import os
+
+    from predictor.measure.device import measure_cpu
+
+    record = {**measure_cpu(), "dataset_device": dataset.device_fingerprint("cpu")}
+    path = Path(out) / "device.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(".device.json.tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, path)
+    return record

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Collect the shipped CPU profile dataset (run from the repository root, in the background):
-#   nohup predictor/data/collect_cpu.sh > /work/h3data/collect.log 2>&1 &
+#   nohup predictor/data/collect_cpu.sh [PHASE...] > /work/h3data/collect.log 2>&1 &
 # Phase 1: 200 D-optimal configurations for each of the paper's five models (single-process and
 # 2-process dp / fsdp / tp / pp plans). Phase 2: the full BERT grid of single-process plans
 # (D-optimal vs random vs full comparisons draw from it; its D-optimal picks are measured in
 # phase 1 and skipped). Phase 3: 20 configurations re-measured for the noise (bench/noise.py).
-# Every phase resumes where a killed run stopped. Snapshots for git: predictor/data/snapshot.py.
+# Phase 4: the device profile (matmul FLOP/s, bandwidth, collectives) into device.json.
+# Every phase resumes where a killed run stopped. Default: all phases in order.
 set -euo pipefail
 LIVE=${LIVE:-/work/h3data/cpu}
 PY=.venv/bin/python
 COMMON="--steps 3 --warmup 1 --layer-repeats 3 --timeout 90 --resume --out $LIVE"
-echo "phase 1 start $(date -u +%FT%TZ)"
-$PY -m orchestrator.cli profile --families t5,gpt2,bert,vit,deit --design doptimal --budget 200 $COMMON
-echo "phase 2 start $(date -u +%FT%TZ)"
-$PY -m orchestrator.cli profile --families bert --design full --plans single $COMMON
-echo "phase 3 start $(date -u +%FT%TZ)"
-$PY bench/noise.py --data "$LIVE" --configs 20 --seed 0
+for phase in "${@:-1 2 3 4}"; do
+  echo "phase $phase start $(date -u +%FT%TZ)"
+  case $phase in
+    1) $PY -m orchestrator.cli profile --families t5,gpt2,bert,vit,deit --design doptimal --budget 200 $COMMON ;;
+    2) $PY -m orchestrator.cli profile --families bert --design full --plans single $COMMON ;;
+    3) $PY bench/noise.py --data "$LIVE" --configs 20 --repeats 2 --seed 0 ;;
+    4) $PY -c "import sys; from predictor.profile import record_device_profile as r; print(r(sys.argv[1])['peak_flops'])" "$LIVE" ;;
+  esac
+done
 echo "done $(date -u +%FT%TZ)"
