@@ -10,16 +10,22 @@ past the threshold the round raises an alert (the CLI exits non-zero, so cron an
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import re
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from orchestrator.history import History, MeasurementRow, StoredPrediction
 from orchestrator.validate import ValidationJob, ValidationResult, append_to_dataset, validate
 from predictor.dataset import device_fingerprint
+from predictor.design import ProfileConfig
+from predictor.plan import Plan
+from predictor.workload import parse_spec
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -125,5 +131,77 @@ def print_round(report: RoundReport, threshold: float) -> None:
     console.print(rolling)
     for a in report.alerts:
         print(f"DRIFT ALERT: {a.family} on {a.device}: rolling mean |error| {100 * a.error:.1f}% over {a.rows} runs "
-              f"passes the {100 * threshold:.0f}% threshold; retrain the predictor (scaledl revalidate --retrain)",
+              f"passes the {100 * threshold:.0f}% threshold; retrain the predictor (scaledl revalidate --retrain --dataset DIR)",
               file=sys.stderr)
+
+
+# --- --retrain -----------------------------------------------------------------------------------
+
+
+@dataclass
+class RetrainOutcome:
+    swapped: bool
+    old_error: float | None  # mean |relative time error| on the held-out slice
+    new_error: float | None
+    held_out: int
+    trained_on: int
+    message: str
+
+
+def held_out_slice(history: History, every: int = 4) -> list[tuple[dict[str, Any], str, float]]:
+    """(spec, plan, measured s) of every `every`-th successful re-measurement: never trained on, only judged on."""
+    rows = history.conn.execute(
+        """SELECT m.id, p.spec_json, m.plan, m.measured_time_s FROM measurements m JOIN predictions p
+           ON p.id = m.prediction_id WHERE m.status = 'ok' AND m.measured_time_s > 0 ORDER BY m.id"""
+    ).fetchall()
+    return [(json.loads(spec), plan, t) for i, (_, spec, plan, t) in enumerate(rows) if i % every == 0]
+
+
+def _error_on(predictor: Any, held: list[tuple[dict[str, Any], str, float]]) -> float:
+    from predictor.graph import graph_for
+
+    errors = []
+    for spec_data, plan, measured in held:
+        spec = parse_spec(spec_data)
+        (pred,) = predictor.predict(spec, graph_for(spec.model), [Plan.parse(plan)])
+        errors.append(abs(pred.iter_time_s - measured) / measured)
+    return sum(errors) / len(errors)
+
+
+def retrain(history: History, checkpoint: str | Path, dataset_dir: str | Path, epochs: int = 400,
+            seed: int = 0) -> RetrainOutcome:
+    """Refit ScaleDL on the profile dataset (which the rounds appended to), minus the held-out configurations,
+    and replace `checkpoint` only if the held-out error improves on the current predictor's.
+
+    The current predictor is the checkpoint when it exists, else the analytical model (what
+    `auto` falls back to). The swap is an atomic rename: readers see the old or the new file.
+    """
+    from predictor.evaluate import load_cpu_dataset
+    from predictor.models.analytical import AnalyticalPredictor
+    from predictor.models.scaledl import ScaleDLPredictor
+
+    checkpoint = Path(checkpoint)
+    held = held_out_slice(history)
+    if not held:
+        return RetrainOutcome(False, None, None, 0, 0, "no successful re-measurements to judge a new predictor on; "
+                                                       "kept the current one")
+    held_ids = {ProfileConfig(parse_spec(s).model, parse_spec(s).training.global_batch, Plan.parse(p)).config_id
+                for s, p, _ in held}
+    data = load_cpu_dataset(dataset_dir, designs=None)
+    data.samples = [s for s in data.samples if s.config_id not in held_ids]
+    if not data.samples:
+        return RetrainOutcome(False, None, None, len(held), 0, f"{dataset_dir} has no measured iterations outside "
+                                                               "the held-out slice; kept the current one")
+    old = ScaleDLPredictor.load(checkpoint) if checkpoint.is_file() else AnalyticalPredictor()
+    new = ScaleDLPredictor(epochs=epochs, seed=seed).fit(data)
+    old_error, new_error = _error_on(old, held), _error_on(new, held)
+    swapped = new_error < old_error
+    if swapped:
+        checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        tmp = checkpoint.with_name(f".{checkpoint.name}.{os.getpid()}.tmp")
+        new.save(tmp)
+        os.replace(tmp, checkpoint)
+    verdict = f"swapped {checkpoint}" if swapped else f"kept the current predictor ({checkpoint if checkpoint.is_file() else 'analytical'})"
+    return RetrainOutcome(swapped, old_error, new_error, len(held), len(data.samples),
+                          f"retrained on {len(data.samples)} iterations; held-out error over {len(held)} runs: "
+                          f"current {100 * old_error:.1f}%, retrained {100 * new_error:.1f}%; {verdict}")

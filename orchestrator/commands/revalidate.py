@@ -24,6 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None,
                         help="device name of the stored predictions this cluster re-measures (default: cpu without GPUs)")
     parser.add_argument("--dataset", default=None, metavar="DIR", help="also append the runs to this profile dataset")
+    parser.add_argument("--retrain", action="store_true",
+                        help="after a round, refit ScaleDL on --dataset; swap --checkpoint only if the error on a "
+                             "held-out slice of the history improves")
+    parser.add_argument("--checkpoint", default=None, metavar="PATH",
+                        help="checkpoint --retrain replaces (default: the shipped one of --device)")
     parser.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray)")
     parser.add_argument("--steps", type=int, default=3, help="measured steps per run (default 3)")
     parser.add_argument("--warmup", type=int, default=2, help="warm-up steps per run (default 2)")
@@ -33,11 +38,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from orchestrator.history import History, HistoryError
-    from orchestrator.revalidate import parse_every, print_round, run_round
+    from orchestrator.revalidate import parse_every, print_round, retrain, run_round
     from orchestrator.validate import connect_ray, default_device
+    from predictor.models.registry import checkpoint_path
 
     if args.sample < 1:
         raise UsageError(f"--sample must be at least 1, got {args.sample}")
+    if args.retrain and not args.dataset:
+        raise UsageError("--retrain needs --dataset DIR: the profile dataset the rounds append to and ScaleDL refits on")
     if args.threshold <= 0:
         raise UsageError(f"--threshold must be positive, got {args.threshold}")
     try:
@@ -56,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
             started = time.monotonic()
             report = run_round(history, args.sample, device, args.threshold, args.window, rng, options, args.dataset)
             print_round(report, args.threshold)
+            if args.retrain and report.round_id is not None:
+                print(retrain(history, args.checkpoint or checkpoint_path(device), args.dataset).message)
             if interval is None:
                 return 1 if report.drifted else 0
             # A long-lived job keeps watching after an alert; the alert is in its log.
