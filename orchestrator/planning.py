@@ -50,7 +50,10 @@ def _connect(address: str | None) -> bool:
     if ray.is_initialized():
         return False
     if address is None:
-        ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        # No prestarted idle workers: the replicas and Tune's trial actors start their own, and an idle
+        # worker only burns a second of CPU importing Ray on a small machine.
+        ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
+                 _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False})
     else:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     return True
@@ -99,7 +102,10 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
     console = Console(quiet=not req.show)
     pool = None
     try:
-        pool = ReplicaPool.start(req.predictor, spec, graph, count=req.replicas)
+        # One replica per ~4,000 plans (a replica predicts thousands per second), at most one per CPU.
+        replicas = req.replicas or min(max(1, int(ray.cluster_resources().get("CPU", 1))),
+                                       -(-len(enumeration.plans) // 4000), 8)
+        pool = ReplicaPool.start(req.predictor, spec, graph, count=replicas)
         infos = pool.ready()
         lap("replicas_s")
         options = SearchOptions(searcher=req.searcher, budget_s=req.budget_s, max_trials=req.max_trials,

@@ -12,6 +12,7 @@ Plans predicted above the device memory, less a headroom, are kept as infeasible
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import pickle
@@ -47,7 +48,7 @@ class SearchOptions:
     exhaustive_limit: int = EXHAUSTIVE_LIMIT  # auto: exhaustive up to this many valid plans, else Optuna
     headroom: float = HEADROOM  # memory kept free: feasible iff peak <= capacity * (1 - headroom)
     batch_size: int | None = None  # exhaustive: plans per trial (default: 2 rounds of trials, 256..4096 plans)
-    concurrency: int = 2  # trials in flight; each is one process, and the replicas do the work
+    concurrency: int = 1  # trials in flight; each is a process, and the replicas do the work in parallel
     seed: int = 0
     resume: bool = False
 
@@ -203,6 +204,9 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
     run_config = tune.RunConfig(name=EXPERIMENT, storage_path=str(storage), verbose=0, callbacks=callbacks,
                                 failure_config=tune.FailureConfig(max_failures=2, fail_fast=False))  # a lost node: retry the batch
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # the legacy reporter is silent at verbose=0; ours is the bar
+    # Results live in the store; Tune's per-trial CSV/JSON/TensorBoard loggers would only cost time.
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    logging.getLogger("ray.tune").setLevel(logging.ERROR)  # e.g. "could not fetch metrics" without those loggers
     started = time.perf_counter()
     if options.resume:
         tuner = tune.Tuner.restore(str(experiment), trainable, resume_unfinished=True, resume_errored=True)
