@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch._dynamo  # noqa: F401  torch.export's machinery: a one-off import cost (seconds), paid at import
+import torch.export
 from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -181,8 +183,8 @@ def _user_block_list(module: nn.Module) -> list[_BlockList]:
 
 def _first_block_only(model: ModelSpec, lists: list[_BlockList]) -> set[str]:
     """Module paths (in block 0) that the later blocks lack (T5's relative position bias): count 1."""
-    if not any(b.count >= 2 for b in lists):
-        return set()
+    if not any(b.count >= 2 for b in lists) or (model.family == "gpt" and model.hf_config is None):
+        return set()  # our GPT's blocks are identical by construction
     update: dict[str, Any] = {"layers": 2}
     if model.family == "t5":
         update["decoder_layers"] = 2
@@ -647,15 +649,33 @@ def _assemble(spec: ModelSpec, module: nn.Module, trace: _Trace, costs: _Costs,
     if "loss" in op_node_call:
         node_calls["loss"] = (False, True)
 
+    # Index arithmetic outside layers that reads no activation (position ids, masks, T5's relative
+    # position buckets) belongs to the layer that consumes it, not to the composite module running it.
+    const = _constant_ops(ops)
+    consumers: dict[int, list[int]] = {}
+    for j, op in enumerate(ops):
+        for src, _k, _s in op.inputs:
+            if src is not None:
+                consumers.setdefault(src, []).append(j)
+    for i in range(len(ops) - 1, -1, -1):
+        if const[i] and ops[i].call not in node_calls or (const[i] and node_calls[ops[i].call][0]):
+            users = consumers.get(i, [])
+            direct = [j for j in users if not const[j]] or users  # prefer a layer reading it directly
+            if direct and op_node_call[direct[0]]:
+                op_node_call[i] = op_node_call[direct[0]]
+
     # Execution order: a node's first op, an attention node's first attention-core op (after q, k, v).
     start: dict[str, int] = {}
+    for i, owner in enumerate(op_node_call):
+        if owner and owner not in start and not const[i]:
+            start[owner] = i
     for i, owner in enumerate(op_node_call):
         if owner and owner not in start:
             start[owner] = i
     for i, op in enumerate(ops):
         if node_calls.get(op.call, (False, False))[0] and op.target in _ATTN_OPS and op.call not in core_seen(op.call):
             start[op.call] = i
-    order = sorted(start, key=lambda c: start[c])
+    order = _topological(start, ops, op_node_call, const)
     pos = {c: i for i, c in enumerate(order)}
 
     # Figures measured at run time go to their call's node; those of composite modules (residual
@@ -756,11 +776,54 @@ def _assemble(spec: ModelSpec, module: nn.Module, trace: _Trace, costs: _Costs,
         nodes.append(LayerNode("unused_parameters", "other", "post" if lists else "block", 1, (), (), 0.0, 0.0,
                                unplaced, 0.0, 0.0, "replicated", {}))
 
-    edges = _edges(ops, owner_of_op)
+    edges = _edges(ops, owner_of_op, const)
     tokens = spec.tokens if spec.module is None else _module_tokens(spec)
     num_blocks = sum(b.count for b in lists) if lists else 1
     family = spec.family if spec.module is None else "module"
     return LayerGraph(family=str(family), nodes=nodes, edges=edges, tokens=tokens, num_blocks=num_blocks)
+
+
+def _constant_ops(ops: list[_Op]) -> list[bool]:
+    """Ops that depend on no activation, model input or parameter (arange, masks, index arithmetic)."""
+    const: list[bool] = []
+    for op in ops:
+        const.append(all(src is not None and const[src] for src, _k, _s in op.inputs))
+    return const
+
+
+def _topological(start: dict[str, int], ops: list[_Op], owner: list[str], const: list[bool]) -> list[str]:
+    """Nodes by their start op, moved after every node they take data from (T5's bias before its attention)."""
+    import heapq
+
+    deps: dict[str, set[str]] = {c: set() for c in start}
+    for op, dst in zip(ops, owner):
+        if not dst:
+            continue
+        for src_op, _k, _s in op.inputs:
+            if src_op is not None and not const[src_op] and owner[src_op] and owner[src_op] != dst:
+                deps[dst].add(owner[src_op])
+    users: dict[str, set[str]] = {c: set() for c in start}
+    for c, ds in deps.items():
+        for d in ds:
+            users[d].add(c)
+    waiting = {c: len(ds) for c, ds in deps.items()}
+    heap = [(start[c], c) for c, n in waiting.items() if n == 0]
+    heapq.heapify(heap)
+    order: list[str] = []
+    while len(order) < len(start):
+        if not heap:  # a cycle (should not happen): release the earliest waiting node
+            c = min((c for c in start if c not in set(order)), key=lambda c: start[c])
+            waiting[c] = 0
+            heapq.heappush(heap, (start[c], c))
+        _, c = heapq.heappop(heap)
+        if c in order:
+            continue
+        order.append(c)
+        for u in users[c]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(heap, (start[u], u))
+    return order
 
 
 def _module_tokens(spec: ModelSpec) -> int:
@@ -830,8 +893,10 @@ def _out_op(ops: list[_Op], idx: list[int], owner_of_op: dict[int, int], me: int
     return shaped[-1] if shaped else None
 
 
-def _edges(ops: list[_Op], owner_of_op: dict[int, int]) -> list[tuple[int, int, float]]:
-    """(src node, dst node, elements) for every tensor one node hands another, summed per pair."""
+def _edges(ops: list[_Op], owner_of_op: dict[int, int], const: list[bool]) -> list[tuple[int, int, float]]:
+    """(src node, dst node, elements) for every activation one node hands another, summed per pair.
+
+    Index arithmetic (positions, masks: `_constant_ops`) is not an activation and makes no edge."""
     acc: dict[tuple[int, int], float] = {}
     seen: set[tuple[int, int]] = set()
     for j, op in enumerate(ops):
@@ -839,7 +904,7 @@ def _edges(ops: list[_Op], owner_of_op: dict[int, int]) -> list[tuple[int, int, 
         if dst is None:
             continue
         for src_op, _k, _s in op.inputs:
-            if src_op is None:
+            if src_op is None or const[src_op]:
                 continue
             src = owner_of_op.get(src_op)
             if src is None or src == dst or (src_op, dst) in seen:

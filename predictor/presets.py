@@ -25,8 +25,12 @@ def _bert(hidden: int, layers: int, heads: int) -> dict[str, Any]:
     return {"family": "bert", "hidden": hidden, "layers": layers, "heads": heads, "seq_len": 512, "vocab": 30522}
 
 
-def _t5(hidden: int, layers: int, heads: int, ffn: int) -> dict[str, Any]:
-    return {"family": "t5", "hidden": hidden, "layers": layers, "heads": heads, "ffn_hidden": ffn, "seq_len": 512, "vocab": 32128}
+def _t5(hidden: int, layers: int, heads: int, ffn: int, d_kv: int | None = None) -> dict[str, Any]:
+    spec = {"family": "t5", "hidden": hidden, "layers": layers, "heads": heads, "ffn_hidden": ffn, "seq_len": 512,
+            "vocab": 32128}
+    if d_kv is not None:  # heads × d_kv ≠ hidden: passed to T5Config through kwargs
+        spec["kwargs"] = {"d_kv": d_kv}
+    return spec
 
 
 def _vision(family: str, hidden: int, layers: int, heads: int, patch: int, image: int = 224) -> dict[str, Any]:
@@ -56,8 +60,8 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "t5-small": _t5(512, 6, 8, 2048),
     "t5-base": _t5(768, 12, 12, 3072),
     "t5-large": _t5(1024, 24, 16, 4096),
-    "t5-3b": _t5(1024, 24, 32, 16384),
-    "t5-11b": _t5(1024, 24, 128, 65536),
+    "t5-3b": _t5(1024, 24, 32, 16384, d_kv=128),
+    "t5-11b": _t5(1024, 24, 128, 65536, d_kv=128),
     "vit-b16": _vision("vit", 768, 12, 12, 16),
     "vit-l16": _vision("vit", 1024, 24, 16, 16),
     "vit-h14": _vision("vit", 1280, 32, 16, 14),
