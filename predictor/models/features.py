@@ -15,7 +15,7 @@ import hashlib
 import math
 import os
 import pickle
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
@@ -48,28 +48,66 @@ GRAPH_CACHE = Path(os.environ.get("SCALEDL_GRAPH_CACHE", Path.home() / ".cache" 
 def graph_of(spec: WorkloadSpec) -> LayerGraph:
     """The layer graph of a spec's model, built once per distinct model.
 
-    Building traces the model (~1-2 s), and a dataset has hundreds of distinct small models, so
-    graphs are also kept on disk, keyed by the model and the graph builder's source (a changed
-    builder never serves stale graphs).
+    Building traces the model (seconds), and a dataset has hundreds of distinct small models.
+    The graph builder stores a repeated block once with `count` = its repeats, so models that
+    differ only in depth share one graph up to those counts: a depth-1 graph is built (and kept
+    on disk, keyed by the model and the builder's source) and restamped with this model's depth.
+    Which nodes repeat is learned per family by comparing its depth-1 and depth-2 graphs (T5's
+    relative attention bias, for one, sits in block 0 only).
     """
-    key = spec.model.model_dump_json()
+    model = spec.model
+    key = model.model_dump_json()
     if key not in _GRAPHS:
-        import predictor.graph as builder
+        if model.family is None or model.hf_config is not None or model.module is not None:
+            from predictor.graph import graph_for
 
-        digest = hashlib.sha1((key + Path(builder.__file__).read_text()).encode()).hexdigest()[:20]
-        path = GRAPH_CACHE / f"{digest}.pkl"
-        try:
-            _GRAPHS[key] = pickle.loads(path.read_bytes())
-        except (OSError, pickle.UnpicklingError, EOFError):
-            _GRAPHS[key] = builder.graph_for(spec.model)
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-                tmp.write_bytes(pickle.dumps(_GRAPHS[key]))
-                tmp.replace(path)
-            except OSError:
-                pass  # a read-only cache only costs speed
+            _GRAPHS[key] = graph_for(model)
+        else:
+            _GRAPHS[key] = _with_depth(_cached_graph(_at_depth(model, 1)), model, _repeated_names(model))
     return _GRAPHS[key]
+
+
+def _at_depth(model: Any, depth: int) -> Any:
+    return model.model_copy(update={"layers": depth, "decoder_layers": depth if model.family == "t5" else None})
+
+
+_REPEATED: dict[str, frozenset[str]] = {}
+
+
+def _repeated_names(model: Any) -> frozenset[str]:
+    if model.family not in _REPEATED:
+        one, two = _cached_graph(_at_depth(model, 1)), _cached_graph(_at_depth(model, 2))
+        _REPEATED[model.family] = frozenset(a.name for a, b in zip(one.nodes, two.nodes) if b.count == 2 * a.count)
+    return _REPEATED[model.family]
+
+
+def _with_depth(graph: LayerGraph, model: Any, repeated: frozenset[str]) -> LayerGraph:
+    """A depth-1 graph with `model`'s block counts (t5: encoder and decoder separately)."""
+    dec = model.decoder_layers if model.decoder_layers is not None else model.layers
+    depth = {"block": model.layers, "enc": model.layers, "dec": dec}
+    nodes = [replace(n, count=n.count * depth[n.group]) if n.name in repeated else n for n in graph.nodes]
+    return replace(graph, nodes=nodes, num_blocks=model.num_blocks)
+
+
+def _cached_graph(model: Any) -> LayerGraph:
+    import predictor.graph as builder
+
+    key = model.model_dump_json()
+    digest = hashlib.sha1((key + Path(builder.__file__).read_text()).encode()).hexdigest()[:20]
+    path = GRAPH_CACHE / f"{digest}.pkl"
+    try:
+        return pickle.loads(path.read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError):
+        pass
+    graph = builder.graph_for(model)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(pickle.dumps(graph))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache only costs speed
+    return graph
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,52 @@
+"""The paper's baselines keep the predictor contract and learn from real measurements."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from predictor.evaluate import load_vtrain, mre, predict_samples
+from predictor.models.baselines import BiRNN, MLPAcc, RFHyperParams
+from predictor.models.features import TrainingData, graph_of
+from predictor.prediction import TIME_PARTS
+
+SINGLE = Path(__file__).resolve().parents[2] / "shared" / "ground_truth" / "vtrain_ground_truth_single.csv"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    """Real A100 rows (vTrain single-node), hidden 1024, 12 and 24 layers, shuffled with a seed."""
+    if not SINGLE.is_file():
+        pytest.skip(f"{SINGLE} not present")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data = [s for s in load_vtrain(SINGLE) if s.spec.model.hidden == 1024 and s.spec.model.layers in (12, 24)]
+    order = np.random.default_rng(0).permutation(len(data))
+    return [data[i] for i in order]
+
+
+@pytest.mark.parametrize("make", [lambda: RFHyperParams(seed=1), lambda: MLPAcc(epochs=150, seed=1),
+                                  lambda: BiRNN(epochs=150, seed=1)], ids=["rf", "mlp-acc", "birnn"])
+def test_baseline_contract_learning_and_determinism(make, rows):
+    train, test = rows[:240], rows[240:]
+    true = np.asarray([s.iter_time_s for s in test])
+    model = make().fit(TrainingData(train))
+    pred, mem = predict_samples(model, test)
+    assert np.all(np.isfinite(pred)) and np.all(pred > 0) and np.all(mem > 0)
+    # Learned: far better than predicting the training mean for every row.
+    mean_only = np.full_like(true, np.mean([s.iter_time_s for s in train]))
+    assert mre(pred, true) < 0.5 * mre(mean_only, true)
+    again, _ = predict_samples(make().fit(TrainingData(train)), test)
+    np.testing.assert_array_equal(pred, again)
+    spec = test[0].spec
+    one = model.predict(spec, graph_of(spec), [test[0].plan])[0]
+    assert set(one.breakdown) == set(TIME_PARTS) and one.iter_time_s == pytest.approx(sum(one.breakdown.values()))
+    assert one.extra["memory_from"] == "analytical"
+
+
+def test_sequence_baseline_must_be_fitted(rows):
+    with pytest.raises(RuntimeError, match="not fitted"):
+        BiRNN().predict(rows[0].spec, graph_of(rows[0].spec), [rows[0].plan])

@@ -1,0 +1,103 @@
+"""ScaleDL predictor: contract, determinism, learning on real measurements, checkpoint round trip, auto pick."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from predictor.evaluate import load_vtrain, mre, predict_samples
+from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.features import TrainingData
+from predictor.models.registry import checkpoint_path, load_predictor
+from predictor.models.scaledl import ScaleDLPredictor
+from predictor.prediction import MEMORY_PARTS, TIME_PARTS
+
+SINGLE = Path(__file__).resolve().parents[2] / "shared" / "ground_truth" / "vtrain_ground_truth_single.csv"
+
+
+@pytest.fixture(scope="module")
+def vtrain_slice():
+    """Real A100 measurements (vTrain single-node): hidden 1024, 12 layers to train, 24 layers held out."""
+    if not SINGLE.is_file():
+        pytest.skip(f"{SINGLE} not present")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rows = [s for s in load_vtrain(SINGLE) if s.spec.model.hidden == 1024 and s.spec.model.layers in (12, 24)]
+    train = [s for s in rows if s.spec.model.layers == 12]
+    test = [s for s in rows if s.spec.model.layers == 24]
+    return train, test
+
+
+@pytest.fixture(scope="module")
+def fitted(vtrain_slice):
+    train, _ = vtrain_slice
+    return ScaleDLPredictor(epochs=120, seed=3).fit(TrainingData(train, provenance={"source": "vtrain slice"}))
+
+
+def test_contract_one_prediction_per_plan_with_consistent_breakdowns(fitted, vtrain_slice):
+    _, test = vtrain_slice
+    spec = test[0].spec
+    plans = [s.plan for s in test if s.spec == spec][:7]
+    from predictor.models.features import graph_of
+
+    preds = fitted.predict(spec, graph_of(spec), plans)
+    assert len(preds) == len(plans)
+    for p in preds:
+        assert set(p.breakdown) == set(TIME_PARTS)
+        assert p.iter_time_s == pytest.approx(sum(p.breakdown.values()))
+        assert p.iter_time_s > 0 and all(v >= 0 for v in p.breakdown.values())
+        assert set(p.memory_breakdown) == set(MEMORY_PARTS)
+        assert p.peak_memory_gib == pytest.approx(max(p.memory_per_stage_gib))
+        assert set(p.extra["factors"]) == {"compute", "dp_comm", "tp_comm", "pp", "optimizer"}
+    assert fitted.predict(spec, graph_of(spec), []) == []
+
+
+def test_training_beats_the_untrained_composition_on_held_out_real_rows(fitted, vtrain_slice):
+    train, test = vtrain_slice
+    true = np.asarray([s.iter_time_s for s in test])
+    learned, _ = predict_samples(fitted, test)
+    plain = ScaleDLPredictor(use_gnn=False, use_global=False).fit(TrainingData(train))  # factors all 1
+    untrained, _ = predict_samples(plain, test)
+    analytical, _ = predict_samples(AnalyticalPredictor(), test)
+    np.testing.assert_allclose(untrained, analytical, rtol=1e-9)  # no layer data: the plain sum is the analytical time
+    assert mre(learned, true) < 0.6 * mre(analytical, true)
+
+
+def test_same_seed_same_model(vtrain_slice):
+    train, test = vtrain_slice
+    a = ScaleDLPredictor(epochs=30, seed=7).fit(TrainingData(train[:60]))
+    b = ScaleDLPredictor(epochs=30, seed=7).fit(TrainingData(train[:60]))
+    np.testing.assert_array_equal(predict_samples(a, test[:20])[0], predict_samples(b, test[:20])[0])
+
+
+def test_checkpoint_round_trip_predicts_identically(fitted, vtrain_slice, tmp_path):
+    _, test = vtrain_slice
+    path = tmp_path / "scaledl.pt"
+    fitted.save(path)
+    loaded = ScaleDLPredictor.load(path)
+    np.testing.assert_array_equal(predict_samples(fitted, test)[0], predict_samples(loaded, test)[0])
+    assert loaded.provenance["source"] == "vtrain slice" and loaded.provenance["samples"] > 0
+    assert path.stat().st_size < 3 * 1024**2
+
+
+def test_unfitted_and_missing_checkpoint_errors(tmp_path, vtrain_slice):
+    _, test = vtrain_slice
+    with pytest.raises(RuntimeError, match="not fitted"):
+        ScaleDLPredictor().predict(test[0].spec, None, [test[0].plan])  # type: ignore[arg-type]
+    with pytest.raises(FileNotFoundError, match="scaledl train"):
+        ScaleDLPredictor.load(tmp_path / "nope.pt")
+    with pytest.raises(ValueError, match="samples is empty"):
+        ScaleDLPredictor().fit(TrainingData([]))
+
+
+def test_auto_picks_the_shipped_a100_checkpoint():
+    path = checkpoint_path("a100-80gb")
+    if not path.is_file():
+        pytest.skip("no shipped A100 checkpoint yet")
+    predictor, label = load_predictor("auto", "a100-80gb")
+    assert isinstance(predictor, ScaleDLPredictor)
+    assert path.name in label
+    assert predictor.provenance.get("device") == "a100-80gb"
