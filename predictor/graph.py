@@ -921,10 +921,8 @@ def _attrs(kind: str, mod: nn.Module | None, ops: list[_Op], spec: ModelSpec,
     if kind == "linear" and mod is not None:
         d_in, d_out = _linear_dims(mod)
         attrs.update(d_in=d_in, d_out=d_out, bias=int(getattr(mod, "bias", None) is not None), seq=int(seq))
-        if d_in == 0 and in_shape and out_shape:  # parameterless head (GPT's tied logits)
-            attrs.update(d_in=in_shape[-1], d_out=out_shape[-1])
-    if kind == "linear" and mod is not None and not any(True for _ in mod.parameters()) and in_shape and out_shape:
-        attrs.update(d_in=in_shape[-1], d_out=out_shape[-1], bias=0, seq=int(seq))
+        if not any(True for _ in mod.parameters()) and in_shape and out_shape:  # GPT's tied logits
+            attrs.update(d_in=in_shape[-1], d_out=out_shape[-1], bias=0)
     elif kind == "embedding" and isinstance(mod, nn.Embedding):
         attrs.update(num_embeddings=mod.num_embeddings, d_out=mod.embedding_dim, seq=int(seq))
     elif kind == "conv" and mod is not None:
