@@ -59,24 +59,25 @@ def _connect(address: str | None) -> bool:
     return True
 
 
+def _graph(model: Any) -> Any:
+    from predictor.graph import graph_for  # imports torch: done in this thread, while Ray starts
+
+    return graph_for(model)
+
+
+def _import_search() -> None:
+    """Import the search and report modules (Ray Tune, pandas: seconds) while Ray starts."""
+    import orchestrator.report  # noqa: F401
+    import orchestrator.search  # noqa: F401
+
+
 def run_plan(req: PlanRequest) -> dict[str, Any]:
     """Search the plans of `req.spec`, write the report into `req.out`; returns the report."""
+    t0 = time.perf_counter()
     import ray
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from orchestrator.replicas import ReplicaPool
-    from orchestrator.report import RANK_BY, build_report, print_report, write_report
-    from orchestrator.search import SearchOptions, run_search
-    from predictor.graph import graph_for
-
-    t0 = time.perf_counter()
-    if req.rank_by not in RANK_BY:
-        raise SpecError(f"--rank-by must be one of {', '.join(RANK_BY)}, not {req.rank_by!r}")
-    if req.rank_by == "cost" and req.price_per_gpu_hour is None:
-        raise SpecError("--rank-by cost needs --price-per-gpu-hour")
-    if not 0 <= req.headroom < 1:
-        raise SpecError(f"--headroom must be in [0, 1), got {req.headroom}")
     spec = load_spec(req.spec)
     space_name, space = resolve_space(spec.search, req.space)
     enumeration = enumerate_plans(spec, space)
@@ -93,12 +94,17 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
         last[0] = now
 
     lap("enumerate_s")
-    with ThreadPoolExecutor(1) as ex:
-        graph_job = ex.submit(graph_for, spec.model)
+    with ThreadPoolExecutor(2) as ex:
+        graph_job, imports = ex.submit(_graph, spec.model), ex.submit(_import_search)
         started = _connect(req.address)
         lap("ray_init_s")
         graph = graph_job.result()
+        imports.result()
     lap("graph_wait_s")
+    from orchestrator.replicas import ReplicaPool
+    from orchestrator.report import build_report, print_report, write_report
+    from orchestrator.search import SearchOptions, run_search
+
     console = Console(quiet=not req.show)
     pool = None
     try:

@@ -89,6 +89,7 @@ class ResultStore:
         self.limit_gib, self.capacity_gib = limit_gib, capacity_gib
         self.batches: dict[str, tuple[list[str], list[Answer]]] = {}
         self.summaries: dict[str, dict[str, Any]] = {}
+        self.predicted = (0, 0.0)  # plans predicted in this run, and the time trials waited for them
         for path in sorted(self.dir.glob("*.pkl")) if resume else ():
             self.batches[path.stem] = pickle.loads(path.read_bytes())
             self.summaries[path.stem] = self._summary(*self.batches[path.stem])
@@ -96,14 +97,15 @@ class ResultStore:
     def summary(self, key: str) -> dict[str, Any] | None:
         return self.summaries.get(key)
 
-    def add(self, key: str, plans: list[str], answers: list[Answer]) -> dict[str, Any]:
+    def add(self, key: str, plans: list[str], answers: list[Answer], seconds: float) -> dict[str, Any]:
+        self.predicted = (self.predicted[0] + len(plans), self.predicted[1] + seconds)
         _atomic_write(self.dir / f"{key}.pkl", pickle.dumps((plans, answers)))
         self.batches[key] = (plans, answers)
         self.summaries[key] = self._summary(plans, answers)
         return self.summaries[key]
 
-    def all(self) -> dict[str, tuple[list[str], list[Answer]]]:
-        return self.batches
+    def all(self) -> tuple[dict[str, tuple[list[str], list[Answer]]], tuple[int, float]]:
+        return self.batches, self.predicted
 
     def _summary(self, plans: list[str], answers: list[Answer]) -> dict[str, Any]:
         """The trial's metric: best feasible time; without one, a penalty growing with the memory overflow."""
@@ -145,8 +147,9 @@ def _trial(config: dict[str, Any], space: TuneSpace, pool: ReplicaPool, store: A
     cached = summary is not None
     if summary is None:
         plans = [space.plans[i] for i in space.members(config)]
+        start = time.perf_counter()
         answers = pool.predict(plans)
-        summary = ray.get(store.add.remote(key, [str(p) for p in plans], answers))
+        summary = ray.get(store.add.remote(key, [str(p) for p in plans], answers, time.perf_counter() - start))
     tune.report({**summary, "cached": cached})
 
 
@@ -219,7 +222,8 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
                            tune_config=_tune_config(space, searcher, options), run_config=run_config)
     grid = tuner.fit()
     elapsed = time.perf_counter() - started
-    evaluated = _collect(ray.get(store.all.remote()), limit_gib, capacity_gib)
+    batches, (predicted, predict_s) = ray.get(store.all.remote())
+    evaluated = _collect(batches, limit_gib, capacity_gib)
     ray.kill(store)
     errors = [str(e).splitlines()[0] for e in grid.errors] if grid.num_errors else []
     stats = {
@@ -228,7 +232,10 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
         "trials": len(grid), "trials_failed": grid.num_errors, "trial_errors": errors[:5],
         "batch_size": batch if searcher == "exhaustive" else None, "groups": len(space.groups),
         "group_axes": list(GROUP_AXES), "budget_s": options.budget_s, "search_s": round(elapsed, 3),
+        # plans/s over the whole Tune run (its start included), and while trials were predicting.
         "plans_per_s": round(len(evaluated) / elapsed, 1) if elapsed > 0 else None,
+        "predict_s": round(predict_s, 3),
+        "plans_per_s_predicting": round(predicted / predict_s, 1) if predict_s else None,
         "resumed": options.resume, "headroom": options.headroom, "memory_limit_gib": round(limit_gib, 3),
         "tune_experiment": str(experiment),
     }
