@@ -190,18 +190,17 @@ class RankWorker:
         self.limit = memory_limit_bytes
         self.peak = 0
         self.over = 0  # RSS reached when the limit was passed (0: not passed)
-        self._stop = threading.Event()
         threading.Thread(target=self._watch, daemon=True).start()
 
     def _watch(self) -> None:
         """Track the RSS high-water mark; past the limit, flag it and end the process like the kernel OOM killer."""
         proc = psutil.Process()
-        while not self._stop.is_set():
+        while True:  # until the process ends: the driver kills every rank actor after the run
             rss = proc.memory_info().rss
             self.peak = max(self.peak, rss)
             if self.limit is not None and rss > self.limit:
                 self.over = rss
-                time.sleep(1.0)  # long enough for the driver's next poll to see the flag
+                time.sleep(2.0)  # long enough for the driver's next poll to see the flag
                 os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(0.01)
 
@@ -377,12 +376,15 @@ def _wait(job: ValidationJob, workers: list[Any], runs: list[Any], result: Valid
                 outputs[rank] = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
                 text = str(err)
-                oom = "out of memory" in text.lower() or "can't allocate memory" in text or "MemoryError" in text
+                over = _poll(workers, peaks)  # the watchdog's flag, if the rank is still there to ask
+                if over is None and job.memory_limit_gib and peaks[rank] > job.memory_limit_gib * GIB:
+                    over = (rank, peaks[rank])  # it died before the flag was read, but past its limit
+                oom = over is not None or any(s in text for s in ("out of memory", "can't allocate memory", "MemoryError"))
                 result.status = "oom" if oom else "error"
                 result.peak_memory_gib = [p / GIB for p in peaks]
-                result.detail = f"rank {rank} failed:\n" + _tail(text)
+                result.detail = _oom_note(job, *over) if over else f"rank {rank} failed:\n" + _tail(text)
                 return
-    _collect(outputs, peaks, result)
+    _collect(outputs, result)
 
 
 def _oom_note(job: ValidationJob, rank: int, reached: int) -> str:
@@ -409,7 +411,7 @@ def _poll(workers: list[Any], peaks: list[int]) -> tuple[int, int] | None:
     return over
 
 
-def _collect(outputs: dict[int, dict[str, Any]], peaks: list[int], result: ValidationResult) -> None:
+def _collect(outputs: dict[int, dict[str, Any]], result: ValidationResult) -> None:
     """Combine the ranks' answers with the measurement code's own rule (a step lasts as long as its slowest rank)."""
     summary = summarise([outputs[r] for r in sorted(outputs)])
     result.status = summary.status

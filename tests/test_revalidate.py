@@ -62,29 +62,30 @@ def test_rounds_history_and_the_drift_alert(cluster, tmp_path: Path, capsys: pyt
     url = f"sqlite:///{tmp_path}/history.db"
     with History.open(url) as h:
         store(h, "gpt2", 1.0, "analytical-honest")
-    args = ["revalidate", "--history", url, "--once", "--sample", "2", "--steps", "2", "--warmup", "1",
+    args = ["revalidate", "--history", url, "--once", "--sample", "1", "--steps", "2", "--warmup", "1",
             "--threshold", "0.5", "--dataset", str(tmp_path / "profile")]
     codes = [main(args), main(args)]
 
     with History.open(url) as h:
         rounds = h.rounds()
-        assert [(r["planned"], r["rows"], r["ok"]) for r in rounds] == [(2, 2, 2), (2, 2, 2)]
+        assert [(r["planned"], r["rows"], r["ok"]) for r in rounds] == [(1, 1, 1), (1, 1, 1)]
         rows = h.measurements()
-        assert {r["plan"] for r in rows} == {str(Plan.parse(p)) for p in PLANS}
+        assert [r["plan"] for r in rows] == [str(Plan.parse(PLANS[-1]))] * 2  # the most recent prediction first
         assert all(r["measured_time_s"] > 0 and r["device_fingerprint"].startswith("cpu:") for r in rows)
         (honest_error, n), = [v for (dev, fam), v in h.rolling_error().items() if fam == "gpt2"]
-        assert n == 4
+        assert n == 2
         assert codes == [1 if e > 0.5 else 0 for e in _rolling_after_each_round(rows)]
-        store(h, "bert", 10.0, "analytical-10x-wrong")
+        for _ in range(2):  # asked twice: the bert predictions are both the most recent and the most used
+            store(h, "bert", 10.0, "analytical-10x-wrong")
     capsys.readouterr()
 
-    assert main(args[:4] + ["--sample", "4"] + args[6:]) == 1
+    assert main(args[:4] + ["--sample", "2"] + args[6:]) == 1  # the two recent bert predictions
     out, err = capsys.readouterr()
     assert "DRIFT ALERT: bert on cpu:" in err
     with History.open(url) as h:
         rolling = {fam: e for (dev, fam), (e, n) in h.rolling_error().items()}
         assert rolling["bert"] > 0.5 and rolling["bert"] > rolling["gpt2"]
-        assert h.rounds()[-1]["rows"] == 4
+        assert h.rounds()[-1]["rows"] == 2 and {r["family"] for r in h.measurements(h.rounds()[-1]["id"])} == {"bert"}
 
     png = tmp_path / "error.png"
     assert main(["history", "--history", url, "--plot", str(png), "--threshold", "0.5"]) == 0
@@ -92,7 +93,7 @@ def test_rounds_history_and_the_drift_alert(cluster, tmp_path: Path, capsys: pyt
     assert "bert" in out and "gpt2" in out and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     from predictor import dataset
 
-    assert len(dataset.load(tmp_path / "profile")) == 4  # 2 plans x 2 families, re-measured rows deduped by config
+    assert len(dataset.load(tmp_path / "profile")) == 3  # gpt2 (re-measured twice: deduped by config) + 2 bert
 
 
 def _rolling_after_each_round(rows: list) -> list[float]:
