@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 plan: setup
-	$(BIN)/scaledl predict $(EXAMPLE) --plan dp=16,tp=8,pp=8,mbs=1,recompute=full,sp=true
+	$(BIN)/scaledl plan $(EXAMPLE) --out out/plan
 
 test: setup
 	$(BIN)/python -m pytest -q
