@@ -77,8 +77,9 @@ def layer_nodes(model: nn.Module, spec: ModelSpec) -> list[NodeRef]:
     for blocks in block_lists(model):
         first = names[id(blocks[0])]
         skip.update(names[id(later)] for later in list(blocks)[1:])
-        for sub, _ in blocks[0].named_modules():
-            count[f"{first}.{sub}" if sub else first] = len(blocks)
+        later = dict(blocks[1].named_modules()) if len(blocks) > 1 else {}
+        for sub, _ in blocks[0].named_modules():  # what only block 0 has (T5's position bias) occurs once
+            count[f"{first}.{sub}" if sub else first] = len(blocks) if sub in later or not sub else 1
     nodes = []
     for name, mod in model.named_modules():
         if any(name == s or name.startswith(s + ".") for s in skip):
