@@ -56,17 +56,17 @@ def main() -> None:
         ray.shutdown()
         cluster.shutdown()
     print(f"predictor: {label}; {args.warmup} warm-up + {args.steps} measured steps; both rounds in {wall:.0f} s")
-    print(f"{'family':6} {'plan':28} {'placement':12} {'pred s':>8} {'run1 s':>8} {'run2 s':>8} {'spread':>7} {'error':>7}")
+    print(f"{'family':6} {'plan':36} {'placement':12} {'pred s':>8} {'run1 s':>8} {'run2 s':>8} {'spread':>7} {'error':>7}")
     errors = []
     for (family, _, _), a, b in zip(CASES, first, second):
         if a.status != "ok" or b.status != "ok":
-            print(f"{family:6} {short_plan(a.plan):28} {a.status}/{b.status}: {(a.detail or b.detail)[:80]}")
+            print(f"{family:6} {short_plan(a.plan):36} {a.status}/{b.status}: {(a.detail or b.detail)[:80]}")
             continue
         spread = abs(a.measured_time_s - b.measured_time_s) / min(a.measured_time_s, b.measured_time_s)
         mean = (a.measured_time_s + b.measured_time_s) / 2
         error = (a.predicted_time_s - mean) / mean
         errors.append(abs(error))
-        print(f"{family:6} {short_plan(a.plan):28} {a.strategy:12} {a.predicted_time_s:8.4f} {a.measured_time_s:8.4f} "
+        print(f"{family:6} {short_plan(a.plan):36} {a.strategy:12} {a.predicted_time_s:8.4f} {a.measured_time_s:8.4f} "
               f"{b.measured_time_s:8.4f} {100 * spread:6.1f}% {100 * error:+6.1f}%")
     if errors:
         print(f"mean |error| {100 * sum(errors) / len(errors):.1f}% over {len(errors)} plans")

@@ -103,3 +103,28 @@ def _rolling_after_each_round(rows: list) -> list[float]:
         errors = [abs(r["error"]) for r in rows if r["round_id"] <= round_id]
         out.append(sum(errors) / len(errors))
     return out
+
+
+@pytest.mark.slow
+def test_every_keeps_running_rounds_while_readers_watch(cluster, tmp_path: Path) -> None:  # noqa: F811
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    url = f"sqlite:///{tmp_path}/history.db"
+    with History.open(url) as h:
+        store(h, "gpt2", 1.0, "analytical-honest")
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "revalidate", "--history", url, "--every", "1s",
+                             "--sample", "1", "--steps", "1", "--warmup", "1", "--address", cluster.address],
+                            cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        with History.open(url) as reader:  # a reader open the whole time never blocks the job
+            while len(reader.rounds()) < 2 and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(1)
+            assert proc.poll() is None, "the --every job exited"
+            assert len(reader.rounds()) >= 2
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)

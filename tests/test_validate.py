@@ -162,3 +162,27 @@ def test_a_hang_is_killed_and_a_killed_worker_is_an_error_while_the_rest_complet
     assert killed.status == "error" and "failed" in killed.detail
     assert rest.status == "ok" and rest.measured_time_s > 0
     assert ray.is_initialized()
+
+
+def test_plan_validate_measures_the_best_plan_and_stores_the_top_predictions(cluster, tmp_path: Path) -> None:
+    import json
+
+    import yaml
+
+    from orchestrator.cli import main
+    from orchestrator.history import History
+
+    spec = {**tiny(2), "search": {"zero": [0], "recompute": ["none"], "sp": [False], "schedule": ["1f1b"]}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    out = tmp_path / "report"
+    url = f"sqlite:///{tmp_path}/history.db"
+    assert main(["plan", str(tmp_path / "spec.yaml"), "--out", str(out), "--predictor", "analytical", "--top-k", "3",
+                 "--validate", "1", "--history", url, "--dataset", str(tmp_path / "profile")]) == 0
+    report = json.loads((out / "report.json").read_text())
+    (run,) = report["validation"]["plans"]
+    assert run["plan"] == report["ranked"][0]["plan"] and run["status"] == "ok", run["detail"]
+    assert run["predicted_time_s"] == report["ranked"][0]["iter_time_s"] and run["measured_time_s"] > 0
+    assert "## Measured by real runs" in (out / "report.md").read_text()
+    with History.open(url) as h:
+        assert [p.plan for p in h.predictions()] == [r["plan"] for r in report["ranked"][:3]]
+    assert list(dataset.load(tmp_path / "profile")["plan"]) == [run["plan"]]
