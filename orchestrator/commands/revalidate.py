@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--sample must be at least 1, got {args.sample}")
     if args.retrain and not args.dataset:
         raise UsageError("--retrain needs --dataset DIR: the profile dataset the rounds append to and ScaleDL refits on")
+    if args.window < 1:
+        raise UsageError(f"--window must be at least 1, got {args.window}")
     if args.threshold <= 0:
         raise UsageError(f"--threshold must be positive, got {args.threshold}")
     try:
@@ -69,5 +71,5 @@ def run(args: argparse.Namespace) -> int:
             if interval is None:
                 return 1 if report.drifted else 0
             # A long-lived job keeps watching after an alert; the alert is in its log.
-            time.sleep(max(0.0, interval - (time.monotonic() - started)))
             sys.stdout.flush()
+            time.sleep(max(0.0, interval - (time.monotonic() - started)))
