@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.history import History, MeasurementRow, StoredPrediction
-from orchestrator.validate import ValidationJob, ValidationResult, append_to_dataset, validate
+from orchestrator.validate import ValidationJob, ValidationResult, append_to_dataset, short_plan, validate
 from predictor.dataset import device_fingerprint
 from predictor.design import ProfileConfig
 from predictor.plan import Plan
@@ -119,7 +119,7 @@ def print_round(report: RoundReport, threshold: float) -> None:
         for col in ("plan", "family", "predicted s", "measured s", "error", "status"):
             table.add_column(col)
         for p, r in report.results:
-            table.add_row(p.plan, p.family, f"{p.predicted_time_s:.4g}",
+            table.add_row(short_plan(p.plan), p.family, f"{p.predicted_time_s:.4g}",
                           "-" if r.measured_time_s is None else f"{r.measured_time_s:.4g}",
                           _pct(r.time_error), r.status if r.status == "ok" else f"{r.status}: {r.detail[:60]}")
         console.print(table)

@@ -76,6 +76,7 @@ class ValidationResult:
     predicted_memory_gib: float | None = None
     strategy: str = ""
     nodes: list[str] = field(default_factory=list)  # node id of each rank
+    started_at: float = 0.0  # epoch seconds when its placement group was granted and the run began
     wall_s: float = 0.0
     detail: str = ""  # failure reason / log tail, or a note on the placement
     dataset_row: dict[str, Any] = field(default_factory=dict)  # whole-iteration columns for the profile dataset
@@ -241,7 +242,7 @@ def run_job(job: ValidationJob, pg: PlacementGroup | None = None) -> ValidationR
     """Run one validation on the connected Ray cluster; every failure comes back as a result."""
     t0 = time.perf_counter()
     result = ValidationResult(job.plan, "error", predicted_time_s=job.predicted_time_s,
-                              predicted_memory_gib=job.predicted_memory_gib)
+                              predicted_memory_gib=job.predicted_memory_gib, started_at=time.time())
     problem = _plan_problem(job)
     if problem:
         result.detail = problem

@@ -134,6 +134,19 @@ def test_dp_tp_pp_of_real_models_are_repeatable_and_placed_as_planned(cluster) -
 
 
 @pytest.mark.slow
+def test_trials_run_side_by_side_when_there_is_room_and_queue_when_not(cluster) -> None:
+    jobs = [ValidationJob(tiny(1), f"dp=1,mbs={m}", warmup=1, steps=3) for m in (1, 2, 4)]  # 1 CPU each, 2 CPUs
+    results = validate(jobs)
+    assert all(r.status == "ok" for r in results), [r.detail for r in results]
+    spans = [(r.started_at, r.started_at + r.wall_s) for r in results]
+    overlaps = [(a, b) for a in range(3) for b in range(a + 1, 3)
+                if spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]]
+    assert overlaps  # two ran at once
+    last = max(range(3), key=lambda i: spans[i][0])
+    assert spans[last][0] >= min(end for i, (_, end) in enumerate(spans) if i != last) - 0.5  # the third waited
+
+
+@pytest.mark.slow
 def test_a_hang_is_killed_and_a_killed_worker_is_an_error_while_the_rest_complete(cluster) -> None:
     import ray
     from ray.util.state import list_actors
