@@ -33,7 +33,6 @@ from typing import Any
 from orchestrator import plots
 from orchestrator.launch import launch_settings
 from orchestrator.search import Evaluated, SearchResult
-from orchestrator.validate import print_validation, validation_lines
 from predictor.hardware import GIB, Device
 from predictor.plan import Plan
 from predictor.prediction import TIME_PARTS
@@ -234,6 +233,8 @@ def _markdown(report: dict[str, Any]) -> str:
     lines += ["| " + " | ".join(row) + " |" for row in _table_rows(report)]
     lines += ["", "## Why the winner wins", "", report["explanation"], ""]
     if report.get("validation"):
+        from orchestrator.validate import validation_lines  # lazy: only --validate needs the measurement stack
+
         lines += validation_lines(report["validation"])
     if report["launch"]:
         launch = report["launch"]
@@ -303,4 +304,6 @@ def print_report(report: dict[str, Any], console: Any = None) -> None:
     console.print(table)
     console.print(report["explanation"])
     if report.get("validation"):
+        from orchestrator.validate import print_validation
+
         print_validation(report["validation"], console)
