@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from predictor import evaluate as ev  # noqa: E402
@@ -28,6 +30,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="per-split results as JSON")
     args = ap.parse_args()
+    torch.set_num_threads(1)  # small networks: threads only add contention on a shared machine
     data = ev.load_cpu_dataset(args.data)
     print(f"{args.data}: {len(data.samples)} iterations, {len(data.layers)} layer timings; "
           + ", ".join(f"{f} {sum(s.model == f for s in data.samples)}" for f in ev.FAMILIES), flush=True)

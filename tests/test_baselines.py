@@ -28,10 +28,10 @@ def rows():
     return [data[i] for i in order]
 
 
-@pytest.mark.parametrize("make", [lambda: RFHyperParams(seed=1), lambda: MLPAcc(epochs=150, seed=1),
-                                  lambda: BiRNN(epochs=150, seed=1)], ids=["rf", "mlp-acc", "birnn"])
+@pytest.mark.parametrize("make", [lambda: RFHyperParams(seed=1), lambda: MLPAcc(epochs=60, seed=1),
+                                  lambda: BiRNN(epochs=60, seed=1)], ids=["rf", "mlp-acc", "birnn"])
 def test_baseline_contract_learning_and_determinism(make, rows):
-    train, test = rows[:240], rows[240:]
+    train, test = rows[:150], rows[150:250]
     true = np.asarray([s.iter_time_s for s in test])
     model = make().fit(TrainingData(train))
     pred, mem = predict_samples(model, test)

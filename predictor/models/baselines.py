@@ -26,7 +26,7 @@ from predictor.hardware import get_device
 from predictor.layer_graph import LAYER_KINDS, LayerGraph
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
-from predictor.models.features import TERMS, TrainingData, by_workload, global_row, layer_key, layer_matrix
+from predictor.models.features import TERMS, TrainingData, by_workload, global_matrix, layer_key, layer_matrix
 from predictor.plan import RECOMPUTE_MODES, SCHEDULES, Plan
 from predictor.prediction import Prediction
 from predictor.workload import WorkloadSpec
@@ -96,15 +96,16 @@ def _node_inputs(spec: WorkloadSpec, graph: LayerGraph, plan: Plan) -> np.ndarra
     return np.concatenate([kinds, feats], axis=1).astype(np.float32)
 
 
-def _global(spec: WorkloadSpec, graph: LayerGraph, plan: Plan) -> list[float]:
+def _global(spec: WorkloadSpec, plans: Sequence[Plan]) -> np.ndarray:
     """Z without the analytical terms (the baselines do not see the analytical model)."""
-    return global_row(spec, graph, plan, get_device(spec.cluster.device, spec.cluster), np.zeros(len(TERMS)))
+    device = get_device(spec.cluster.device, spec.cluster)
+    return global_matrix(spec, plans, device, np.zeros((len(plans), len(TERMS)))).astype(np.float32)
 
 
 class _SeqBaseline(_Baseline):
     """Shared plumbing: padded node sequences + global features, trained on log iteration time."""
 
-    def __init__(self, hidden: int = 64, epochs: int = 500, lr: float = 5e-3, seed: int = 0) -> None:
+    def __init__(self, hidden: int = 64, epochs: int = 300, lr: float = 5e-3, seed: int = 0) -> None:
         super().__init__()
         self.hidden, self.epochs, self.lr, self.seed = hidden, epochs, lr, seed
         self.net: nn.Module | None = None
@@ -112,7 +113,7 @@ class _SeqBaseline(_Baseline):
 
     def _inputs(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]):
         x = [_node_inputs(spec, graph, p) for p in plans]
-        z = np.asarray([_global(spec, graph, p) for p in plans], dtype=np.float32)
+        z = _global(spec, plans)
         counts = np.asarray([n.count for n in graph.nodes], dtype=np.float32)
         return x, z, [counts] * len(plans)
 

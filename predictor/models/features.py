@@ -238,24 +238,30 @@ def edge_tensors(graph: LayerGraph) -> tuple[np.ndarray, np.ndarray]:
 GLOBAL_DIM = 12 + len(TERMS) + 4 + 3 + 3 + 2 + 3
 
 
-def global_row(spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device, terms: np.ndarray) -> list[float]:
-    """Z: micro-batching, plan degrees, device and links, and each time term's share.
+def global_matrix(spec: WorkloadSpec, plans: Sequence[Plan], device: Device, terms: np.ndarray) -> np.ndarray:
+    """Z per plan (rows): micro-batching, plan degrees, device and links, and each time term's share.
 
     Degrees enter saturating ((n-1)/n, bubble fraction) and no absolute model or cluster size
     enters at all, so a correction learned on 2-8 ranks stays bounded on 512. `device` carries
-    the cluster's link overrides (`get_device(name, cluster)`).
+    the cluster's link overrides (`get_device(name, cluster)`). Vectorised: a search asks
+    thousands of plans at once.
     """
-    m = max(plan.microbatches(spec.training.global_batch), 1)
-    row = [
-        math.log(plan.mbs), math.log(m), (plan.dp - 1) / plan.dp, math.log2(plan.tp), (plan.pp - 1) / plan.pp,
-        (plan.pp - 1) / (plan.v * m), math.log(plan.v), float(plan.sp),
-        math.log(device.flops(spec.training.precision)) / 10, math.log(device.mem_bandwidth) / 10,
-        math.log(device.intra_node.bandwidth) / 10, math.log(device.inter_node.bandwidth) / 10,
-        *_shares(np.asarray(terms, dtype=float)),
-    ]
-    row += [float(plan.zero == z) for z in range(4)]
-    row += [float(plan.recompute == r) for r in RECOMPUTE_MODES]
-    row += [float(plan.schedule == s) for s in SCHEDULES]
-    row += [float(spec.training.optimizer == o) for o in ("adam", "sgd")]
-    row += [float(spec.training.precision == p) for p in ("fp32", "fp16", "bf16")]
-    return row
+    def col(attr: str) -> np.ndarray:
+        return np.asarray([getattr(p, attr) for p in plans], dtype=float)
+
+    dp, tp, pp, mbs, v = col("dp"), col("tp"), col("pp"), col("mbs"), col("v")
+    m = np.maximum(spec.training.global_batch // (dp * mbs), 1)
+    n = len(plans)
+    total = terms.sum(1, keepdims=True)
+    shares = np.divide(terms, total, out=np.zeros_like(terms, dtype=float), where=total > 0)
+    dev = [math.log(device.flops(spec.training.precision)) / 10, math.log(device.mem_bandwidth) / 10,
+           math.log(device.intra_node.bandwidth) / 10, math.log(device.inter_node.bandwidth) / 10]
+    one_hots = [[float(p.zero == z) for z in range(4)] + [float(p.recompute == r) for r in RECOMPUTE_MODES]
+                + [float(p.schedule == s) for s in SCHEDULES] for p in plans]
+    settings = [float(spec.training.optimizer == o) for o in ("adam", "sgd")]
+    settings += [float(spec.training.precision == p) for p in ("fp32", "fp16", "bf16")]
+    return np.concatenate([
+        np.stack([np.log(mbs), np.log(m), (dp - 1) / dp, np.log2(tp), (pp - 1) / pp, (pp - 1) / (v * m), np.log(v),
+                  col("sp")], axis=1),
+        np.tile(dev, (n, 1)), shares, np.asarray(one_hots).reshape(n, 10), np.tile(settings, (n, 1)),
+    ], axis=1)

@@ -34,7 +34,7 @@ from predictor.layer_graph import LayerGraph
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
 from predictor.models.features import (EDGE_DIM, GLOBAL_DIM, NODE_DIM, TERM_OF_PART, TERMS, LayerKey, TrainingData,
-                                       by_workload, edge_tensors, global_row, layer_key, node_matrix,
+                                       by_workload, edge_tensors, global_matrix, layer_key, node_matrix,
                                        terms_from_breakdown)
 from predictor.models.gnn import CorrectionGNN
 from predictor.models.layerwise import LayerwiseModel, analytical_layer_time
@@ -65,7 +65,7 @@ class ScaleDLPredictor(Predictor):
     name = "scaledl"
 
     def __init__(self, regressor: Any | None = None, *, use_gnn: bool = True, use_global: bool = True,
-                 use_comm: bool = True, hidden: int = 32, heads: int = 4, epochs: int = 400, lr: float = 3e-3,
+                 use_comm: bool = True, hidden: int = 32, heads: int = 4, epochs: int = 300, lr: float = 3e-3,
                  weight_decay: float = 1e-4, seed: int = 0) -> None:
         self.config = dict(use_gnn=use_gnn, use_global=use_global, use_comm=use_comm, hidden=hidden, heads=heads,
                            epochs=epochs, lr=lr, weight_decay=weight_decay, seed=seed)
@@ -92,7 +92,6 @@ class ScaleDLPredictor(Predictor):
         key_of = np.empty(len(plans), dtype=int)
         breakdowns = []
         terms = np.empty((len(plans), len(TERMS)))
-        z = np.empty((len(plans), GLOBAL_DIM))
         for i, (plan, pred) in enumerate(zip(plans, ana)):
             key = layer_key(spec, plan)
             if key not in key_index:
@@ -110,8 +109,7 @@ class ScaleDLPredictor(Predictor):
                     bd[part] = 0.0
             breakdowns.append(bd)
             terms[i] = terms_from_breakdown(bd)
-            z[i] = global_row(spec, graph, plan, device, terms[i])
-        return _Composed(ana, breakdowns, terms, keys, key_of, layer_s, z)
+        return _Composed(ana, breakdowns, terms, keys, key_of, layer_s, global_matrix(spec, plans, device, terms))
 
     def _graph_data(self, graph: LayerGraph, layer_s: np.ndarray) -> Data:
         index, attr = edge_tensors(graph)
