@@ -54,6 +54,7 @@ def test_exhaustive_search_finds_the_direct_answer(pool, tmp_path) -> None:
     assert sorted(str(e.plan) for e in result.evaluated) == sorted(map(str, PLANS))
     assert best_found(result) == best_direct()
     assert sum(batches) == len(PLANS)  # the progress callback saw every batch
+    assert all(not i["gpu_ids"] for i in pool.ready())  # no GPU in this cluster: the replicas run on CPUs
     assert len(list((tmp_path / "evaluated").glob("*.pkl"))) == result.stats["trials"]
 
 
@@ -88,7 +89,7 @@ def test_a_failing_trial_is_recorded_not_fatal(pool, tmp_path) -> None:
     broken = ReplicaPool.start("analytical", SPEC, GRAPH, count=1, max_restarts=0)
     broken.ready()
     ray.kill(broken.replicas[0], no_restart=True)
-    result = run_search(PLANS, broken, tmp_path, CAPACITY, SearchOptions(batch_size=700), key="f")
+    result = run_search(PLANS, broken, tmp_path, CAPACITY, SearchOptions(batch_size=len(PLANS)), key="f")
     assert result.stats["trials_failed"] == result.stats["trials"] > 0
     assert result.evaluated == [] and result.stats["trial_errors"]
 

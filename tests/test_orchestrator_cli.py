@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,3 +53,26 @@ def test_empty_space_says_why(tmp_path) -> None:
     spec = write_spec(tmp_path, training={"global_batch": 12})  # dp=8 cannot split 12 samples
     run = scaledl("plan", spec, "--out", str(tmp_path / "o"), "--space", "zero-dp")
     assert run.returncode == 2 and "no valid plan" in run.stderr and "does not divide global_batch=12" in run.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_then_resume_from_the_command_line(tmp_path) -> None:
+    spec, out = write_spec(tmp_path), tmp_path / "out"
+    # Random search over 30 groups of the full space: one small trial each, so Ctrl-C lands mid-search.
+    args = [str(SCALEDL), "plan", spec, "--out", str(out), "--predictor", "analytical", "--space", "full",
+            "--searcher", "random", "--max-trials", "30"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not list((out / "evaluated").glob("*.pkl")):  # interrupt once the first batch is stored
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read() if proc.poll() is not None else ""
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=300)
+    assert proc.returncode == 0, proc.stderr.read()[-3000:]  # Ctrl-C ends the search, not the command
+    first = json.loads((out / "report.json").read_text())
+    assert first["ranked"] and first["search"]["trials"] < 30
+    run = scaledl(*args[1:], "--resume")
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["search"]["resumed"] and report["search"]["trials"] == 30
+    assert first["search"]["evaluated_plans"] < report["search"]["evaluated_plans"]
