@@ -24,11 +24,14 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _tree_rss(proc: psutil.Process) -> int:
+def _sample(proc: psutil.Process, cpu: dict[int, float]) -> int:
+    """RSS of the process tree now; records each process's CPU seconds so far into `cpu`."""
     total = 0
     for p in [proc, *proc.children(recursive=True)]:
         try:
             total += p.memory_info().rss
+            t = p.cpu_times()
+            cpu[p.pid] = max(cpu.get(p.pid, 0.0), t.user + t.system)
         except psutil.Error:
             pass
     return total
@@ -40,15 +43,17 @@ def run_once(spec: str, space: str | None, predictor: str, out: Path) -> dict:
         cmd += ["--space", space]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    ps, peak = psutil.Process(proc.pid), 0
+    ps, peak, cpu = psutil.Process(proc.pid), 0, {}
     while proc.poll() is None:
-        peak = max(peak, _tree_rss(ps))
+        peak = max(peak, _sample(ps, cpu))
         time.sleep(0.1)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"scaledl plan failed ({proc.returncode}): {proc.stderr.read()[-2000:]}")
     report = json.loads((out / "report.json").read_text())
-    return {"wall_s": wall, "peak_rss_gib": peak / 2**30, "report": report}
+    # CPU seconds of the whole tree (sampled every 0.1 s, so the last tenth of a second is missed): on a
+    # shared machine this, not the wall time, says what the command costs; / 2 bounds an idle 2-core run.
+    return {"wall_s": wall, "peak_rss_gib": peak / 2**30, "cpu_s": sum(cpu.values()), "report": report}
 
 
 def exhaustive_best(spec_path: str, space_name: str | None, predictor: str, limit_gib: float) -> tuple[str, int, float]:
@@ -77,14 +82,15 @@ def main() -> None:
     parser.add_argument("--predictor", default="auto")
     args = parser.parse_args()
     print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
-    print(f"{'run':>3} {'wall s':>7} {'ray+graph s':>11} {'search s':>8} {'plans':>6} {'plans/s':>8} {'peak GiB':>8}  top plan")
+    print(f"{'run':>3} {'wall s':>7} {'cpu s':>6} {'ray+graph s':>11} {'search s':>8} {'plans':>6} {'plans/s':>8} "
+          f"{'peak GiB':>8}  top plan")
     last = None
     for i in range(args.runs):
         with tempfile.TemporaryDirectory() as tmp:
             r = run_once(args.spec, args.space, args.predictor, Path(tmp) / "out")
         s = r["report"]["search"]
         top = r["report"]["ranked"][0]["plan"] if r["report"]["ranked"] else "-"
-        print(f"{i + 1:>3} {r['wall_s']:>7.2f} {s['timings']['ray_init_s'] + s['timings']['graph_wait_s']:>11.2f} {s['search_s']:>8.2f} "
+        print(f"{i + 1:>3} {r['wall_s']:>7.2f} {r['cpu_s']:>6.1f} {s['timings']['ray_init_s'] + s['timings']['graph_wait_s']:>11.2f} {s['search_s']:>8.2f} "
               f"{s['evaluated_plans']:>6} {s['plans_per_s']:>8.0f} {r['peak_rss_gib']:>8.2f}  {top}")
         print("     phases (s): " + ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in s["timings"].items())
               + f"; outside run_plan (python start, imports, report, exit) {r['wall_s'] - sum(s['timings'].values()):.2f}"

@@ -66,9 +66,12 @@ def _graph(model: Any) -> Any:
 
 
 def _import_search() -> None:
-    """Import the search and report modules (Ray Tune, pandas: seconds) while Ray starts."""
+    """Import the search and report modules (Ray Tune, pandas, matplotlib: seconds) while Ray starts."""
     import orchestrator.report  # noqa: F401
     import orchestrator.search  # noqa: F401
+    from orchestrator.plots import _pyplot
+
+    _pyplot()
 
 
 def run_plan(req: PlanRequest) -> dict[str, Any]:

@@ -17,7 +17,7 @@ def _png(fig) -> bytes:  # noqa: ANN001 - a matplotlib Figure
     return buf.getvalue()
 
 
-def _pyplot():
+def _pyplot():  # noqa: ANN202 - matplotlib.pyplot, imported on first use (about a second)
     import matplotlib
 
     matplotlib.use("Agg")
