@@ -69,9 +69,9 @@ def _import_search() -> None:
     """Import the search and report modules (Ray Tune, pandas, matplotlib: seconds) while Ray starts."""
     import orchestrator.report  # noqa: F401
     import orchestrator.search  # noqa: F401
-    from orchestrator.plots import _pyplot
+    from orchestrator.plots import pyplot
 
-    _pyplot()
+    pyplot()
 
 
 def run_plan(req: PlanRequest) -> dict[str, Any]:

@@ -17,7 +17,7 @@ def _png(fig) -> bytes:  # noqa: ANN001 - a matplotlib Figure
     return buf.getvalue()
 
 
-def _pyplot():  # noqa: ANN202 - matplotlib.pyplot, imported on first use (about a second)
+def pyplot():  # noqa: ANN202 - matplotlib.pyplot, imported on first use (about a second)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -39,7 +39,7 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 def time_vs_memory(feasible: list[tuple[float, float]], infeasible: list[tuple[float, float]],
                    limit_gib: float, best: tuple[float, float] | None) -> bytes:
     """Every evaluated plan as (peak memory GiB, iteration s), the Pareto front of the feasible ones."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     if infeasible:
         ax.scatter(*zip(*infeasible), s=6, c="#d62728", alpha=0.35, label=f"infeasible ({len(infeasible)})")
@@ -61,7 +61,7 @@ def time_vs_memory(feasible: list[tuple[float, float]], infeasible: list[tuple[f
 def stacked(labels: list[str], parts: list[dict[str, float]], keys: Sequence[str], ylabel: str, title: str,
             limit: float | None = None) -> bytes:
     """A stacked bar per plan (labels) of its breakdown `parts` over `keys`."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(labels) + 2), 4))
     bottom = [0.0] * len(labels)
     for key in keys:
