@@ -63,7 +63,10 @@ def test_kill_9_during_appends_never_leaves_a_torn_part(tmp_path):
     """)
     proc = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
-    time.sleep(1.5)
+    deadline = time.monotonic() + 120
+    while not dataset.parts(tmp_path, "iterations") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # well inside the next part's write (each takes longer than this)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     files = dataset.parts(tmp_path, "iterations")
