@@ -6,17 +6,19 @@
 # (D-optimal vs random vs full comparisons draw from it; its D-optimal picks are measured in
 # phase 1 and skipped). Phase 3: 20 configurations re-measured for the noise (bench/noise.py).
 # Phase 4: the device profile (matmul FLOP/s, bandwidth, collectives) into device.json.
-# Every phase resumes where a killed run stopped. Default: all phases in order.
+# Phase 5: the full BERT grid extended to dp=2 and tp=2 plans (967 configurations), random order.
+# Every phase resumes where a killed run stopped. Default: phases 1 3 4 2 5 (the order used).
 set -euo pipefail
 LIVE=${LIVE:-/work/h3data/cpu}
 PY=.venv/bin/python
 COMMON="--steps 3 --warmup 1 --layer-repeats 3 --timeout 90 --resume --out $LIVE"
-for phase in "${@:-1 2 3 4}"; do
+for phase in "${@:-1 3 4 2 5}"; do
   echo "phase $phase start $(date -u +%FT%TZ)"
   case $phase in
     1) $PY -m orchestrator.cli profile --families t5,gpt2,bert,vit,deit --design doptimal --budget 200 $COMMON ;;
     2) $PY -m orchestrator.cli profile --families bert --design full --plans single $COMMON ;;
     3) $PY bench/noise.py --data "$LIVE" --configs 20 --repeats 2 --seed 0 ;;
+    5) $PY -m orchestrator.cli profile --families bert --design full --plans single,dp,tp $COMMON ;;
     4) $PY -c "import sys; from predictor.profile import record_device_profile as r; print(r(sys.argv[1])['peak_flops'])" "$LIVE" ;;
   esac
 done
