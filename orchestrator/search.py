@@ -15,7 +15,6 @@ import hashlib
 import logging
 import math
 import os
-import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from ray import tune
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator.replicas import Answer, ReplicaPool
+from orchestrator.store import ResultStore, SearchError, infeasibility, prepare_store
 from predictor.plan import Plan
 from predictor.prediction import Prediction
 from search_spaces import GROUP_AXES, TuneSpace
@@ -34,10 +34,6 @@ SEARCHERS = ("auto", "exhaustive", "optuna", "random")
 HEADROOM = 0.10
 EXHAUSTIVE_LIMIT = 50_000
 EXPERIMENT = "search"
-
-
-class SearchError(RuntimeError):
-    """A search that cannot start or continue; the message says what to change."""
 
 
 @dataclass
@@ -71,73 +67,6 @@ class Evaluated:
 class SearchResult:
     evaluated: list[Evaluated]
     stats: dict[str, Any] = field(default_factory=dict)
-
-
-def infeasibility(pred: Prediction, limit_gib: float, capacity_gib: float) -> str | None:
-    """Why `pred` cannot run on a device of `capacity_gib` keeping `limit_gib` usable, or None."""
-    if pred.peak_memory_gib > limit_gib:
-        return (f"predicted peak memory {pred.peak_memory_gib:.1f} GiB exceeds {limit_gib:.1f} GiB "
-                f"({capacity_gib:.1f} GiB device less headroom)")
-    return None
-
-
-class ResultStore:
-    """Collects each trial's answers on the driver's node and persists them, one atomic file per batch."""
-
-    def __init__(self, directory: str, resume: bool, limit_gib: float, capacity_gib: float) -> None:
-        self.dir = Path(directory)
-        self.limit_gib, self.capacity_gib = limit_gib, capacity_gib
-        self.batches: dict[str, tuple[list[str], list[Answer]]] = {}
-        self.summaries: dict[str, dict[str, Any]] = {}
-        self.predicted = (0, 0.0)  # plans predicted in this run, and the time trials waited for them
-        for path in sorted(self.dir.glob("*.pkl")) if resume else ():
-            self.batches[path.stem] = pickle.loads(path.read_bytes())
-            self.summaries[path.stem] = self._summary(*self.batches[path.stem])
-
-    def summary(self, key: str) -> dict[str, Any] | None:
-        return self.summaries.get(key)
-
-    def add(self, key: str, plans: list[str], answers: list[Answer], seconds: float) -> dict[str, Any]:
-        self.predicted = (self.predicted[0] + len(plans), self.predicted[1] + seconds)
-        _atomic_write(self.dir / f"{key}.pkl", pickle.dumps((plans, answers)))
-        self.batches[key] = (plans, answers)
-        self.summaries[key] = self._summary(plans, answers)
-        return self.summaries[key]
-
-    def all(self) -> tuple[dict[str, tuple[list[str], list[Answer]]], tuple[int, float]]:
-        return self.batches, self.predicted
-
-    def _summary(self, plans: list[str], answers: list[Answer]) -> dict[str, Any]:
-        """The trial's metric: best feasible time; without one, a penalty growing with the memory overflow."""
-        preds = [a for a in answers if isinstance(a, Prediction)]
-        feasible = [p.iter_time_s for p in preds if infeasibility(p, self.limit_gib, self.capacity_gib) is None]
-        if feasible:
-            score = min(feasible)
-        elif preds:
-            score = 1e6 * min(p.peak_memory_gib for p in preds) / self.limit_gib
-        else:
-            score = 1e12
-        return {"score": score, "plans": len(plans), "feasible": len(feasible), "errors": len(answers) - len(preds)}
-
-
-def _prepare_store(directory: Path, fingerprint: str, resume: bool) -> None:
-    """A fresh store directory stamped with the search's fingerprint, or (resume) check it is the same search."""
-    stamp = directory / "FINGERPRINT"
-    if resume:
-        if not stamp.exists() or stamp.read_text() != fingerprint:
-            raise SearchError(f"{directory} holds no stored batches of this search (another spec, space, predictor "
-                              "or searcher); run without --resume")
-        return
-    directory.mkdir(parents=True, exist_ok=True)
-    for path in directory.glob("*.pkl"):
-        path.unlink()
-    _atomic_write(stamp, fingerprint.encode())
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _trial(config: dict[str, Any], space: TuneSpace, pool: ReplicaPool, store: Any) -> None:
@@ -198,7 +127,7 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
     if options.resume and not tune.Tuner.can_restore(str(experiment)):
         raise SearchError(f"nothing to resume in {experiment}; run without --resume")
     # The store runs on this (the driver's) node, so its directory is this process's --out.
-    _prepare_store(out_dir / "evaluated", fingerprint(key, searcher, batch, options.seed), options.resume)
+    prepare_store(out_dir / "evaluated", fingerprint(key, searcher, batch, options.seed), options.resume)
     store = ray.remote(ResultStore).options(
         num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
     ).remote(str(out_dir / "evaluated"), options.resume, limit_gib, capacity_gib)
