@@ -4,8 +4,10 @@ Tune runs ~30 trials/s at best, so a trial is a batch (exhaustive: a chunk of th
 random: a group; Optuna TPE: a group chosen by a conditional tree, see `search_spaces.tune_space`),
 never one plan. Trials hand their answers to a `ResultStore` actor on the driver's node, which
 writes each batch to `OUT/evaluated/` atomically; so the search is anytime (a budget or Ctrl-C
-stops Tune, what was evaluated is kept), `--resume` restores Tune's experiment state and reuses
-the stored batches, and a failing trial costs only its batch (Tune records it as errored).
+stops Tune, what was evaluated is kept), `--resume` restores Tune's experiment state after Ctrl-C
+or a crash and reuses the stored batches (Tune counts a run that ended on its budget as finished:
+rerun it with a larger budget instead), and a failing trial costs only its batch (retried twice,
+then recorded as errored).
 Plans predicted above the device memory, less a headroom, are kept as infeasible with the reason.
 """
 
