@@ -24,7 +24,7 @@ class CorrectionGNN(nn.Module):
 
     def __init__(self, node_dim: int, edge_dim: int, global_dim: int, n_factors: int,
                  hidden: int = 32, heads: int = 4, use_graph: bool = True, use_global: bool = True,
-                 max_log_factor: float = 2.0) -> None:
+                 max_log_factor: float = 4.0) -> None:
         super().__init__()
         if not (use_graph or use_global):
             raise ValueError("CorrectionGNN needs the graph branch, the global branch, or both")
@@ -41,6 +41,12 @@ class CorrectionGNN(nn.Module):
         self.head = nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, n_factors))
         nn.init.zeros_(self.head[-1].weight)
         nn.init.zeros_(self.head[-1].bias)
+
+    def set_prior(self, log_factor: float) -> None:
+        """Start every factor at exp(log_factor) (e.g. the median measured/composed ratio of the data)."""
+        with torch.no_grad():
+            target = max(-0.95, min(0.95, log_factor / self.max_log_factor))
+            self.head[-1].bias.fill_(self.max_log_factor * float(torch.atanh(torch.tensor(target))))
 
     def graph_embedding(self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor,
                         batch: torch.Tensor) -> torch.Tensor:
