@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
+    torch.set_num_threads(1)  # small networks: extra threads only add contention
     from predictor import evaluate as ev  # lazy: torch-geometric
 
     known = {**ev.METHODS, **ev.ABLATIONS}

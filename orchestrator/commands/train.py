@@ -20,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
+    torch.set_num_threads(1)  # small networks: extra threads only add contention
     from predictor.evaluate import load_cpu_dataset, load_vtrain  # lazy: torch-geometric
     from predictor.models.features import TrainingData
     from predictor.models.scaledl import ScaleDLPredictor
