@@ -18,9 +18,10 @@ import logging
 import math
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import ray
 from ray import tune
@@ -98,6 +99,28 @@ class _Progress(tune.Callback):
             self.on_batch(int(result.get("plans", 0)), float(result.get("score", math.inf)))
 
 
+@contextmanager
+def _quiet_tune() -> Iterator[None]:
+    """Tune without its console tables and per-trial result files, for this search only (other Tune
+    users in the process, e.g. validation runs, keep their defaults)."""
+    settings = {"RAY_AIR_NEW_OUTPUT": "0",  # the legacy reporter is silent at verbose=0; ours is the bar
+                "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1"}  # results live in the store: CSV/JSON/TBX only cost time
+    saved = {k: os.environ.get(k) for k in settings}
+    logger = logging.getLogger("ray.tune")
+    level = logger.level
+    os.environ.update(settings)
+    logger.setLevel(logging.ERROR)  # e.g. "could not fetch metrics", which the missing loggers would cause
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def choose_searcher(requested: str, n_plans: int, limit: int) -> str:
     if requested not in SEARCHERS:
         raise SearchError(f"unknown searcher {requested!r}; use one of {', '.join(SEARCHERS)}")
@@ -137,10 +160,6 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
     callbacks = [_Progress(on_batch)] if on_batch else []
     run_config = tune.RunConfig(name=EXPERIMENT, storage_path=str(storage), verbose=0, callbacks=callbacks,
                                 failure_config=tune.FailureConfig(max_failures=2, fail_fast=False))  # a lost node: retry the batch
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # the legacy reporter is silent at verbose=0; ours is the bar
-    # Results live in the store; Tune's per-trial CSV/JSON/TensorBoard loggers would only cost time.
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    logging.getLogger("ray.tune").setLevel(logging.ERROR)  # e.g. "could not fetch metrics" without those loggers
     started = time.perf_counter()
     if options.resume:
         tuner = tune.Tuner.restore(str(experiment), trainable, resume_unfinished=True, resume_errored=True)
@@ -151,7 +170,8 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
     else:
         tuner = tune.Tuner(trainable, param_space=_param_space(space, searcher, options),
                            tune_config=_tune_config(space, searcher, options), run_config=run_config)
-    grid = tuner.fit()
+    with _quiet_tune():
+        grid = tuner.fit()
     elapsed = time.perf_counter() - started
     batches, (predicted, predict_s) = ray.get(store.all.remote())
     evaluated = _collect(batches, limit_gib, capacity_gib)
