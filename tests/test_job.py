@@ -65,6 +65,7 @@ def test_ray_job_submit_runs_a_search_on_a_real_head(tmp_path) -> None:
             env=env, capture_output=True, text=True, timeout=600)
         from ray.job_submission import JobStatus, JobSubmissionClient
 
+        assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
         status = JobSubmissionClient(f"http://127.0.0.1:{dash}").get_job_status(job_id)
         assert status == JobStatus.SUCCEEDED, submit.stdout[-3000:] + submit.stderr[-3000:]
         report = json.loads((out / "report.json").read_text())
