@@ -36,7 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=2, help="new measurements per configuration")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--report-only", action="store_true", help="only print the CVs of the stored noise table")
     args = parser.parse_args(argv)
+    if args.report_only:
+        return report(args.data)
 
     rows = dataset.load(args.data)
     rows = rows[(rows["status"] == "ok") & (rows["design"] != "noise")]
@@ -73,6 +76,31 @@ def main(argv: list[str] | None = None) -> int:
           f"median {statistics.median(ok):.3f}, max {max(ok):.3f}")
     okm = [c for c in mem_cvs if c == c]
     print(f"peak memory CV: mean {statistics.fmean(okm):.3f}, max {max(okm):.3f}")
+    return 0
+
+
+def report(root: str) -> int:
+    """CV per re-measured configuration (original + stored re-measurements), for the median and the best step."""
+    orig = dataset.load(root).set_index("config_id")
+    noise = dataset.load(root, "noise")
+    noise = noise[noise["status"] == "ok"]
+    if noise.empty:
+        print(f"{root}: the noise table is empty; run without --report-only first", file=sys.stderr)
+        return 2
+    lines = []
+    for cid, again in noise.groupby("config_id"):
+        first = orig.loc[cid]
+        med = [float(first["iter_time_s"])] + again["iter_time_s"].tolist()
+        best = [float(first["iter_time_min_s"])] + again["iter_time_min_s"].tolist()
+        kind = ",".join(str(first["plan"]).split(",")[:4])
+        lines.append((first["family"], kind, int(first["batch"]), _cv(med), _cv(best), len(med)))
+    print(f"{'family':7} {'plan':22} {'batch':>5} {'CV median':>9} {'CV best':>8} {'runs':>4}")
+    for fam, kind, batch, cv_med, cv_best, n in sorted(lines):
+        print(f"{fam:7} {kind:22} {batch:5d} {cv_med:9.3f} {cv_best:8.3f} {n:4d}")
+    for label, col in (("median step", 3), ("best step", 4)):
+        cvs = [line[col] for line in lines]
+        print(f"iteration time CV ({label}) over {len(cvs)} configurations: mean {statistics.fmean(cvs):.3f}, "
+              f"median {statistics.median(cvs):.3f}, max {max(cvs):.3f}")
     return 0
 
 
