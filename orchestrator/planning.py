@@ -74,6 +74,13 @@ def _import_search() -> None:
     pyplot()
 
 
+def _root_cause(err: Exception) -> str:
+    """The last `SomeError: message` line of a remote traceback (Ray wraps the replica's own error)."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.split(":", 1)[0].endswith(("Error", "Exception"))]
+    return errors[-1] if errors else lines[-1] if lines else type(err).__name__
+
+
 def run_plan(req: PlanRequest) -> dict[str, Any]:
     """Search the plans of `req.spec`, write the report into `req.out`; returns the report."""
     t0 = time.perf_counter()
@@ -106,7 +113,7 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
     lap("graph_wait_s")
     from orchestrator.replicas import ReplicaPool
     from orchestrator.report import build_report, print_report, write_report
-    from orchestrator.search import SearchOptions, run_search
+    from orchestrator.search import SearchError, SearchOptions, run_search
 
     console = Console(quiet=not req.show)
     pool = None
@@ -115,7 +122,11 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
         replicas = req.replicas or min(max(1, int(ray.cluster_resources().get("CPU", 1))),
                                        -(-len(enumeration.plans) // 4000), 8)
         pool = ReplicaPool.start(req.predictor, spec, graph, count=replicas)
-        infos = pool.ready()
+        try:
+            infos = pool.ready()
+        except ray.exceptions.RayActorError as err:
+            raise SearchError(f"the predictor {req.predictor!r} could not be loaded in a replica: "
+                              f"{_root_cause(err)}") from None
         lap("replicas_s")
         options = SearchOptions(searcher=req.searcher, budget_s=req.budget_s, max_trials=req.max_trials,
                                 headroom=req.headroom, resume=req.resume, seed=req.seed)

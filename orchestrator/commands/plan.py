@@ -55,11 +55,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--headroom must be in [0, 1), got {args.headroom}")
     if args.budget_s is not None and args.budget_s <= 0:
         raise UsageError(f"--budget-s must be positive, got {args.budget_s}")
-    report = run_plan(PlanRequest(
-        spec=args.spec, out=args.out, space=args.space, searcher=args.searcher, budget_s=args.budget_s,
-        max_trials=args.max_trials, top_k=args.top_k, rank_by=args.rank_by, price_per_gpu_hour=args.price_per_gpu_hour,
-        headroom=args.headroom, predictor=args.predictor, address=args.address, replicas=args.replicas,
-        resume=args.resume, seed=args.seed, validate=args.validate, dataset=args.dataset, history=args.history))
+    from orchestrator.store import SearchError
+
+    try:
+        report = run_plan(PlanRequest(
+            spec=args.spec, out=args.out, space=args.space, searcher=args.searcher, budget_s=args.budget_s,
+            max_trials=args.max_trials, top_k=args.top_k, rank_by=args.rank_by, price_per_gpu_hour=args.price_per_gpu_hour,
+            headroom=args.headroom, predictor=args.predictor, address=args.address, replicas=args.replicas,
+            resume=args.resume, seed=args.seed, validate=args.validate, dataset=args.dataset, history=args.history))
+    except SearchError as err:  # e.g. nothing to resume, a predictor that does not load: a message, no traceback
+        raise UsageError(str(err)) from None
     # The process ends next: freezing the heap spares the interpreter's final garbage collection of
     # torch's and Ray's objects, seconds on two cores (the report is already on disk).
     gc.freeze()
