@@ -61,6 +61,19 @@ def _attention_attrs(spec: ModelSpec, path: str, mod: nn.Module) -> dict[str, in
             "causal": int(causal)}
 
 
+# Module class names (lower case) -> LayerGraph kinds (predictor.layer_graph.LAYER_KINDS).
+KIND_OF_CLASS = {"linear": "linear", "conv1d": "linear", "conv2d": "conv", "embedding": "embedding",
+                 "layernorm": "layernorm", "t5layernorm": "rmsnorm", "llamarmsnorm": "rmsnorm", "rmsnorm": "rmsnorm",
+                 "dropout": "dropout", "gelu": "activation", "geluactivation": "activation",
+                 "newgeluactivation": "activation", "relu": "activation", "silu": "activation",
+                 "softmax": "softmax"}
+
+
+def layer_kind(mod: nn.Module) -> str:
+    """The LayerGraph kind of a leaf module (GPT-2's Conv1D is a linear layer)."""
+    return KIND_OF_CLASS.get(type(mod).__name__.lower(), "other")
+
+
 def layer_nodes(model: nn.Module, spec: ModelSpec) -> list[NodeRef]:
     """The layers of `model` named like `predictor.graph` names them, without tracing the model.
 
@@ -89,7 +102,7 @@ def layer_nodes(model: nn.Module, spec: ModelSpec) -> list[NodeRef]:
             nodes.append(NodeRef(name, "attention", group, count.get(name, 1), (1, spec.tokens, spec.hidden or 0), (),
                                  _attention_attrs(spec, name, mod)))
         elif not list(mod.children()):
-            nodes.append(NodeRef(name, type(mod).__name__.lower(), group, count.get(name, 1), (), (), {}))
+            nodes.append(NodeRef(name, layer_kind(mod), group, count.get(name, 1), (), (), {}))
     from predictor.modelzoo import num_labels
 
     vision = spec.family in ("vit", "deit")
