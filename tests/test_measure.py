@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from predictor.design import ProfileConfig, _model
+from predictor.layer_graph import LAYER_KINDS
 from predictor.measure.iteration import WorkerPool, measure_iteration
 from predictor.measure.layers import layer_nodes, time_layers
 from predictor.modelzoo import build_model
@@ -65,7 +66,7 @@ def test_layer_rows_cover_the_model_with_real_times():
     spec = _model("gpt2", 2, 64, 2, 32)
     rows = time_layers(spec, 2, torch.device("cpu"))
     kinds = {r["kind"] for r in rows}
-    assert {"embedding", "linear", "attention", "loss", "layernorm"} <= kinds
+    assert {"embedding", "linear", "attention", "loss", "layernorm", "activation"} <= kinds <= set(LAYER_KINDS)
     assert all(r["fwd_s"] > 0 and r["repeats"] >= 3 and math.isfinite(r["bwd_s"]) for r in rows)
     by_name = {r["node"]: r for r in rows}
     assert by_name["transformer.h.0.attn.c_attn"]["count"] == 2
