@@ -248,8 +248,8 @@ class History:
         return [_stored(r) for r in rows]
 
     def sample(self, n: int, rng: random.Random | None = None, device: str | None = None) -> list[StoredPrediction]:
-        """Up to `n` distinct predictions (of `device` when given): a third most recent, a third most used,
-        the rest at random.
+        """Up to `n` distinct predictions (of `device` when given): about a third most recent, a third most
+        used, the rest at random.
 
         Recent ones catch a new predictor's mistakes, most-used ones are what users rely on, and
         random ones keep the long tail honest.
@@ -271,8 +271,9 @@ class History:
                     chosen.append(pid)
                     k -= 1
 
-        take(ids("last_used DESC, id DESC"), max(1, n // 3))
-        take(ids("uses DESC, last_used DESC, id DESC"), n // 3)
+        recent = -(-n // 3)  # a third, rounded up: n=1 takes the newest, n=2 one newest and one most used
+        take(ids("last_used DESC, id DESC"), recent)
+        take(ids("uses DESC, last_used DESC, id DESC"), (n - recent + 1) // 2)
         rest = [pid for pid in ids("id") if pid not in chosen]
         rng.shuffle(rest)
         take(rest, n - len(chosen))

@@ -70,6 +70,7 @@ def test_repeated_predictions_count_uses_and_sampling_mixes_recent_used_random(t
         picked = [p.id for p in h.sample(3, random.Random(0))]
         assert len(set(picked)) == 3
         assert picked[0] == ids[8] and picked[1] == ids[0]  # most recent, then most used
+        assert [p.id for p in h.sample(2, random.Random(5))] == [ids[8], ids[0]]  # nothing left to chance
         assert sorted(p.id for p in h.sample(100, random.Random(1))) == sorted(ids)
         with pytest.raises(HistoryError, match="positive"):
             h.record_predictions(SPEC, "cpu", "analytical", "v1", [("dp=1", float("nan"), 1.0)])
