@@ -11,7 +11,6 @@ past the threshold the round raises an alert (the CLI exits non-zero, so cron an
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import sys
@@ -168,13 +167,13 @@ def _error_on(predictor: Any, held: list[tuple[dict[str, Any], str, float]]) -> 
     return sum(errors) / len(errors)
 
 
-def retrain(history: History, checkpoint: str | Path, dataset_dir: str | Path, epochs: int = 400,
-            seed: int = 0) -> RetrainOutcome:
+def retrain(history: History, checkpoint: str | Path, dataset_dir: str | Path, epochs: int | None = None) -> RetrainOutcome:
     """Refit ScaleDL on the profile dataset (which the rounds appended to), minus the held-out configurations,
     and replace `checkpoint` only if the held-out error improves on the current predictor's.
 
     The current predictor is the checkpoint when it exists, else the analytical model (what
-    `auto` falls back to). The swap is an atomic rename: readers see the old or the new file.
+    `auto` falls back to); the refit keeps the checkpoint's settings (`epochs` overrides its
+    epochs). `ScaleDLPredictor.save` writes atomically: readers see the old or the new file.
     """
     from predictor.evaluate import load_cpu_dataset
     from predictor.models.analytical import AnalyticalPredictor
@@ -193,14 +192,14 @@ def retrain(history: History, checkpoint: str | Path, dataset_dir: str | Path, e
         return RetrainOutcome(False, None, None, len(held), 0, f"{dataset_dir} has no measured iterations outside "
                                                                "the held-out slice; kept the current one")
     old = ScaleDLPredictor.load(checkpoint) if checkpoint.is_file() else AnalyticalPredictor()
-    new = ScaleDLPredictor(epochs=epochs, seed=seed).fit(data)
+    config = dict(old.config) if isinstance(old, ScaleDLPredictor) else {}
+    if epochs is not None:
+        config["epochs"] = epochs
+    new = ScaleDLPredictor(**config).fit(data)
     old_error, new_error = _error_on(old, held), _error_on(new, held)
     swapped = new_error < old_error
     if swapped:
-        checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        tmp = checkpoint.with_name(f".{checkpoint.name}.{os.getpid()}.tmp")
-        new.save(tmp)
-        os.replace(tmp, checkpoint)
+        new.save(checkpoint)
     verdict = f"swapped {checkpoint}" if swapped else f"kept the current predictor ({checkpoint if checkpoint.is_file() else 'analytical'})"
     return RetrainOutcome(swapped, old_error, new_error, len(held), len(data.samples),
                           f"retrained on {len(data.samples)} iterations; held-out error over {len(held)} runs: "
