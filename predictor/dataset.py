@@ -46,7 +46,7 @@ ITERATION_COLUMNS = CONFIG_COLUMNS + ("design", "status", "error", "iter_time_s"
 LAYER_COLUMNS = ("config_id", "family", "node", "kind", "group", "count", "in_shape", "fwd_s", "bwd_s",
                  "fwd_spread", "bwd_spread", "repeats") + PROVENANCE
 REQUIRED = {"iterations": ITERATION_COLUMNS, "layers": LAYER_COLUMNS, "noise": ITERATION_COLUMNS}
-KEYS = {"iterations": ["config_id"], "layers": ["config_id", "node"], "noise": ["config_id", "measured_at"]}
+KEYS = {"iterations": ["config_id"], "layers": ["config_id", "node"], "noise": ["config_id", "measured_at", "iter_time_s"]}  # repeats can share a second
 STATUSES = ("ok", "error", "timeout", "oom")
 
 
