@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="profile dataset directory (e.g. predictor/data/cpu) or a vTrain single-node CSV (A100)")
     parser.add_argument("--out", required=True, metavar="FILE", help="checkpoint to write, e.g. predictor/checkpoints/scaledl-cpu.pt")
     parser.add_argument("--designs", default="doptimal", help="dataset designs to train on, comma separated, or 'all'")
-    parser.add_argument("--epochs", type=int, default=300, help="training epochs of the correction network")
+    parser.add_argument("--epochs", type=int, default=200, help="training epochs of the correction network")
     parser.add_argument("--seed", type=int, default=0)
 
 

@@ -105,7 +105,7 @@ def _global(spec: WorkloadSpec, plans: Sequence[Plan]) -> np.ndarray:
 class _SeqBaseline(_Baseline):
     """Shared plumbing: padded node sequences + global features, trained on log iteration time."""
 
-    def __init__(self, hidden: int = 64, epochs: int = 300, lr: float = 5e-3, seed: int = 0) -> None:
+    def __init__(self, hidden: int = 64, epochs: int = 200, lr: float = 5e-3, seed: int = 0) -> None:
         super().__init__()
         self.hidden, self.epochs, self.lr, self.seed = hidden, epochs, lr, seed
         self.net: nn.Module | None = None

@@ -34,8 +34,14 @@ if TYPE_CHECKING:  # pragma: no cover
 BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 GROUPS = ("pre", "block", "enc", "dec", "post")
 TP_ROLES = ("column", "row", "heads", "vocab", "replicated")
-# The correction factors' time terms: the paper's α (compute) and β (dp comm), plus this project's.
-TERMS: tuple[str, ...] = ("compute", "dp_comm", "tp_comm", "pp", "optimizer")
+# The correction factors' time terms: the paper's α (compute) and β (dp comm), plus this project's;
+# "overhead" is per-operator dispatch (framework) time, which no part of the analytical model carries.
+TERMS: tuple[str, ...] = ("compute", "dp_comm", "tp_comm", "pp", "optimizer", "overhead")
+DISPATCH_S = 20e-6  # reference cost of one eager operator call (the factor learns the real one)
+# Devices whose operators run in the dispatching thread, so dispatch time adds to the iteration.
+# On GPUs the host enqueues kernels asynchronously ahead of the device; what is left of launch
+# cost is in the analytical per-kernel launch term.
+SYNCHRONOUS_DEVICES = ("cpu",)
 TERM_OF_PART = {"compute": "compute", "dp_comm": "dp_comm", "tp_comm": "tp_comm",
                  "pp_bubble": "pp", "pp_p2p": "pp", "optimizer": "optimizer"}
 assert set(TERM_OF_PART) == set(TIME_PARTS), "every time part must map to a correction term"
@@ -156,6 +162,18 @@ class LayerKey:
 def layer_key(spec: WorkloadSpec, plan: Plan) -> LayerKey:
     return LayerKey(plan.mbs, plan.tp, plan.sp and plan.tp > 1, spec.training.precision, spec.cluster.device,
                     spec.model.heads)
+
+
+def overhead_seconds(graph: LayerGraph, plan: Plan, spec: WorkloadSpec) -> float:
+    """Reference dispatch time of one iteration on one rank: 3 operator calls per layer occurrence
+    (forward, 2 backward) per micro-batch on an average stage, and 2 optimizer calls per layer
+    with parameters; 0 on asynchronous (GPU) devices."""
+    if spec.cluster.device not in SYNCHRONOUS_DEVICES:
+        return 0.0
+    global_batch = spec.training.global_batch
+    layers = sum(n.count for n in graph.nodes) / plan.pp
+    with_params = sum(n.count for n in graph.nodes if n.params) / plan.pp
+    return DISPATCH_S * (3 * layers * plan.microbatches(global_batch) + 2 * with_params)
 
 
 def terms_from_breakdown(breakdown: dict[str, float]) -> np.ndarray:

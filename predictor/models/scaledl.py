@@ -34,7 +34,7 @@ from predictor.layer_graph import LayerGraph
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
 from predictor.models.features import (EDGE_DIM, GLOBAL_DIM, NODE_DIM, TERM_OF_PART, TERMS, LayerKey, TrainingData,
-                                       by_workload, edge_tensors, global_matrix, layer_key, node_matrix,
+                                       by_workload, edge_tensors, global_matrix, layer_key, node_matrix, overhead_seconds,
                                        terms_from_breakdown)
 from predictor.models.gnn import CorrectionGNN
 from predictor.models.layerwise import LayerwiseModel, analytical_layer_time
@@ -43,6 +43,7 @@ from predictor.prediction import Prediction
 from predictor.workload import WorkloadSpec
 
 _COMM_PARTS = ("dp_comm", "tp_comm", "pp_p2p")
+_OVERHEAD = TERMS.index("overhead")
 _MIN_MEMORY_ROWS = 10
 _MIN_VALIDATION = 40  # samples needed before a validation split is held out
 
@@ -66,7 +67,7 @@ class ScaleDLPredictor(Predictor):
     name = "scaledl"
 
     def __init__(self, regressor: Any | None = None, *, use_gnn: bool = True, use_global: bool = True,
-                 use_comm: bool = True, hidden: int = 32, heads: int = 4, epochs: int = 300, lr: float = 3e-3,
+                 use_comm: bool = True, hidden: int = 32, heads: int = 4, epochs: int = 200, lr: float = 3e-3,
                  weight_decay: float = 1e-4, seed: int = 0) -> None:
         self.config = dict(use_gnn=use_gnn, use_global=use_global, use_comm=use_comm, hidden=hidden, heads=heads,
                            epochs=epochs, lr=lr, weight_decay=weight_decay, seed=seed)
@@ -75,6 +76,8 @@ class ScaleDLPredictor(Predictor):
         self.net: CorrectionGNN | None = None
         self.z_mean = np.zeros(GLOBAL_DIM)
         self.z_std = np.ones(GLOBAL_DIM)
+        self.z_min = np.full(GLOBAL_DIM, -np.inf)
+        self.z_max = np.full(GLOBAL_DIM, np.inf)
         self.memory_model: Any | None = None
         self.provenance: dict[str, Any] = {}
         self._cache: tuple[weakref.ref, dict] | None = None
@@ -110,6 +113,7 @@ class ScaleDLPredictor(Predictor):
                     bd[part] = 0.0
             breakdowns.append(bd)
             terms[i] = terms_from_breakdown(bd)
+            terms[i, _OVERHEAD] = overhead_seconds(graph, plan, spec)
         return _Composed(ana, breakdowns, terms, keys, key_of, layer_s, global_matrix(spec, plans, device, terms))
 
     def _graph_data(self, graph: LayerGraph, layer_s: np.ndarray) -> Data:
@@ -118,6 +122,9 @@ class ScaleDLPredictor(Predictor):
                     edge_attr=torch.from_numpy(attr))
 
     def _z(self, z: np.ndarray) -> torch.Tensor:
+        """Standardised Z, clipped to the training range first: outside it (a 512-GPU plan for a model
+        trained on 8) the network's extrapolation is arbitrary, its value at the range's edge is not."""
+        z = np.clip(z, self.z_min, self.z_max)
         return torch.as_tensor((z - self.z_mean) / self.z_std, dtype=torch.float32)
 
     def _embed(self, graphs: list[Data]) -> torch.Tensor | None:
@@ -151,7 +158,7 @@ class ScaleDLPredictor(Predictor):
             zs.append(comp.z)
             ys += [s.iter_time_s for s in group]
         z = np.concatenate(zs)
-        self.z_mean = z.mean(0)
+        self.z_mean, self.z_min, self.z_max = z.mean(0), z.min(0), z.max(0)
         self.z_std = np.where(z.std(0) > 1e-6, z.std(0), 1.0)
         self.net = self._new_net()
         if self.net is not None:
@@ -251,7 +258,8 @@ class ScaleDLPredictor(Predictor):
         mem_ratio = np.ones(len(plans))
         if self.memory_model is not None:
             mem_ratio = np.exp(self.memory_model.predict(np.asarray([self._memory_x(z, a) for z, a in zip(comp.z, comp.ana)])))
-        return [_corrected(a, bd, f, r) for a, bd, f, r in zip(comp.ana, comp.breakdowns, factors, mem_ratio)]
+        return [_corrected(a, bd, t, f, r)
+                for a, bd, t, f, r in zip(comp.ana, comp.breakdowns, comp.terms, factors, mem_ratio)]
 
     # ------------------------------------------------------------ save / load
 
@@ -262,7 +270,7 @@ class ScaleDLPredictor(Predictor):
         blob = lzma.compress(pickle.dumps({"layer_models": self.layerwise.models, "attr_keys": self.layerwise.attr_keys,
                                            "memory_model": self.memory_model}), preset=6)
         state = {"format": 1, "config": self.config, "net": None if self.net is None else self.net.state_dict(), "z_mean": self.z_mean,
-                 "z_std": self.z_std, "sklearn": blob, "provenance": self.provenance}
+                 "z_std": self.z_std, "z_min": self.z_min, "z_max": self.z_max, "sklearn": blob, "provenance": self.provenance}
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
@@ -282,6 +290,7 @@ class ScaleDLPredictor(Predictor):
         self.layerwise.models, self.layerwise.attr_keys = learned["layer_models"], learned["attr_keys"]
         self.memory_model = learned["memory_model"]
         self.z_mean, self.z_std = state["z_mean"], state["z_std"]
+        self.z_min, self.z_max = state["z_min"], state["z_max"]
         self.net = self._new_net()
         if self.net is not None:
             self.net.load_state_dict(state["net"])
@@ -291,9 +300,12 @@ class ScaleDLPredictor(Predictor):
         return self
 
 
-def _corrected(ana: Prediction, breakdown: dict[str, float], factors: np.ndarray, mem_ratio: float) -> Prediction:
-    """The analytical prediction with each time part scaled by its term's factor and memory by its residual."""
+def _corrected(ana: Prediction, breakdown: dict[str, float], terms: np.ndarray, factors: np.ndarray,
+               mem_ratio: float) -> Prediction:
+    """The analytical prediction with each time part scaled by its term's factor and memory by its
+    residual; the dispatch overhead is reported inside compute (it is time spent computing)."""
     bd = {part: float(sec * factors[TERMS.index(TERM_OF_PART[part])]) for part, sec in breakdown.items()}
+    bd["compute"] += float(terms[_OVERHEAD] * factors[_OVERHEAD])
     total = sum(bd.values())
     speedup = ana.iter_time_s / total if total > 0 else 1.0
     return Prediction(
