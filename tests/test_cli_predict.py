@@ -71,10 +71,17 @@ def test_table_output(spec_path, capsys):
     assert "TFLOP/s/GPU" in out and "dp_comm" in out and "activations" in out
 
 
-def test_auto_without_checkpoint_warns_and_uses_analytical(spec_path, capsys):
-    code, out, err = _run(capsys, spec_path, "--plan", "dp=8", "--json")
+def test_auto_without_checkpoint_warns_and_uses_analytical(tmp_path, capsys):
+    path = tmp_path / "v100.yaml"  # no ScaleDL checkpoint is shipped for the V100
+    path.write_text(SPEC.replace("a100-80gb", "v100-32gb"))
+    code, out, err = _run(capsys, str(path), "--plan", "dp=8", "--json")
     assert code == 0 and json.loads(out)["predictor"] == "analytical"
-    assert "no ScaleDL checkpoint for device 'a100-80gb'" in err
+    assert "no ScaleDL checkpoint for device 'v100-32gb'" in err
+
+
+def test_auto_uses_the_shipped_checkpoint_of_the_device(spec_path, capsys):
+    code, out, _ = _run(capsys, spec_path, "--plan", "dp=8", "--json")
+    assert code == 0 and json.loads(out)["predictor"].startswith("scaledl")
 
 
 @pytest.mark.parametrize("argv, message", [
