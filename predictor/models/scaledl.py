@@ -306,6 +306,13 @@ def _corrected(ana: Prediction, breakdown: dict[str, float], terms: np.ndarray, 
     residual; the dispatch overhead is reported inside compute (it is time spent computing)."""
     bd = {part: float(sec * factors[TERMS.index(TERM_OF_PART[part])]) for part, sec in breakdown.items()}
     bd["compute"] += float(terms[_OVERHEAD] * factors[_OVERHEAD])
+    # Physics bounds what the factors may learn: no plan computes its model FLOPs faster than the
+    # dense peak. Factors fitted where compute and communication are confounded (vTrain's single
+    # node, full recomputation only) would otherwise promise MFU > 100 % on plans unlike the data.
+    at_peak = ana.mfu * ana.iter_time_s
+    bounded = bd["compute"] < at_peak
+    if bounded:
+        bd["compute"] = at_peak
     total = sum(bd.values())
     speedup = ana.iter_time_s / total if total > 0 else 1.0
     return Prediction(
@@ -313,5 +320,6 @@ def _corrected(ana: Prediction, breakdown: dict[str, float], terms: np.ndarray, 
         memory_per_stage_gib=[m * mem_ratio for m in ana.memory_per_stage_gib],
         memory_breakdown={k: v * mem_ratio for k, v in ana.memory_breakdown.items()},
         tflops_per_gpu=ana.tflops_per_gpu * speedup, mfu=ana.mfu * speedup,
-        extra={**ana.extra, "predictor": "scaledl", "factors": dict(zip(TERMS, map(float, factors)))},
+        extra={**ana.extra, "predictor": "scaledl", "factors": dict(zip(TERMS, map(float, factors))),
+               "compute_at_peak_bound": bounded},
     )
