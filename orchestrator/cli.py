@@ -47,4 +47,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the imported module's main, not this __main__ copy: commands raise orchestrator.cli's
+    # UsageError, which a class defined again in __main__ would not catch.
+    from orchestrator.cli import main as _main
+
+    sys.exit(_main())
