@@ -230,7 +230,7 @@ def format_table(frame: pd.DataFrame, protocol: str, title: str) -> str:
     methods = list(dict.fromkeys(part["method"]))
     summary = overall(part)
     models = ["Overall"] + [m for m in FAMILIES if m in set(part["model"])]
-    width = max(18, *(len(m) + 2 for m in methods))
+    width = max(20, *(len(m) + 2 for m in methods))
     lines = [title, "model".ljust(8) + "".join(m.rjust(width) for m in methods)]
     for model in models:
         cells = []
