@@ -1,6 +1,6 @@
 """ScaleDL on A100: train on vTrain's single-node measurements only, evaluate on the multi-node set.
 
-    .venv/bin/python bench/a100_eval.py [--save predictor/checkpoints/scaledl-a100-80gb.pt]
+    .venv/bin/python bench/a100_eval.py [--save predictor/checkpoints/experimental/scaledl-a100-80gb-single-node.pt]
 
 The single-node file (1,440 rows, 2-8 A100s) is the only training data; there are no per-layer
 timings for A100, so the layer-wise part is the analytical layer model and the GNN/global
@@ -31,7 +31,7 @@ from predictor.models.features import Sample, TrainingData  # noqa: E402
 from predictor.models.scaledl import ScaleDLPredictor  # noqa: E402
 
 GROUND_TRUTH = Path(__file__).resolve().parents[2] / "shared" / "ground_truth"
-CHECKPOINT = Path(__file__).resolve().parents[1] / "predictor" / "checkpoints" / "scaledl-a100-80gb.pt"
+CHECKPOINT = Path(__file__).resolve().parents[1] / "predictor" / "checkpoints" / "experimental" / "scaledl-a100-80gb-single-node.pt"
 CANDIDATES = {  # chosen between by cross-validation on the single-node file
     "gnn+global": {"epochs": 200},
     "global-only": {"epochs": 200, "use_gnn": False},

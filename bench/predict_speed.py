@@ -1,6 +1,6 @@
 """Prediction throughput on a GPT-3 175B workload: plans predicted per second, analytical vs ScaleDL.
 
-    nice -n 10 .venv/bin/python bench/predict_speed.py [--checkpoint predictor/checkpoints/scaledl-a100-80gb.pt]
+    nice -n 10 .venv/bin/python bench/predict_speed.py [--checkpoint predictor/checkpoints/experimental/scaledl-a100-80gb-single-node.pt]
 
 The plans are the valid plans of the `full` search space for examples/gpt3-175b-a100x1024.yaml
 (ZeRO, recomputation, sequence parallel, schedules included), repeated to --n. One batched
@@ -46,7 +46,7 @@ def rate(predictor, spec, graph, plans, repeats: int) -> tuple[float, float, flo
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spec", type=Path, default=ROOT / "examples" / "gpt3-175b-a100x1024.yaml")
-    ap.add_argument("--checkpoint", type=Path, default=checkpoint_path("a100-80gb"))
+    ap.add_argument("--checkpoint", type=Path, default=checkpoint_path("a100-80gb").parent / "experimental" / "scaledl-a100-80gb-single-node.pt")
     ap.add_argument("--n", type=int, default=5000, help="plans per predict call")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()

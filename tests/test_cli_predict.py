@@ -79,11 +79,6 @@ def test_auto_without_checkpoint_warns_and_uses_analytical(tmp_path, capsys):
     assert "no ScaleDL checkpoint for device 'v100-32gb'" in err
 
 
-def test_auto_uses_the_shipped_checkpoint_of_the_device(spec_path, capsys):
-    code, out, _ = _run(capsys, spec_path, "--plan", "dp=8", "--json")
-    assert code == 0 and json.loads(out)["predictor"].startswith("scaledl")
-
-
 @pytest.mark.parametrize("argv, message", [
     (["--plan", "dp=3"], "cluster has 8 GPUs"),
     (["--plan", "dq=8"], "unknown plan field 'dq'"),
