@@ -30,12 +30,13 @@ Columns (ITERATION_COLUMNS / LAYER_COLUMNS below are the contract; extra columns
 from __future__ import annotations
 
 import os
-import platform
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
+
+from predictor.hardware import cpu_model_name
 
 TABLES = ("iterations", "layers", "noise")
 PROVENANCE = ("device", "torch_version", "threads", "measured_at")
@@ -60,15 +61,7 @@ def device_fingerprint(device: str = "cpu") -> str:
         import torch
 
         return f"cuda:{torch.cuda.get_device_name(torch.device(device))}"
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"cpu:{name}:{os.cpu_count()}c"
+    return f"cpu:{cpu_model_name()}:{os.cpu_count()}c"
 
 
 def provenance(device: str = "cpu", threads: int = 1) -> dict[str, object]:

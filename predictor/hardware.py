@@ -7,7 +7,9 @@ bytes/s. `cpu` is this machine: its figures are measured on first use and cached
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -100,3 +102,14 @@ def get_device(name: str, cluster: "ClusterSpec | None" = None) -> Device:
         if changes:
             device = replace(device, **changes)
     return device
+
+
+def cpu_model_name() -> str:
+    """This machine's CPU model as /proc/cpuinfo names it (fingerprints of measured CPU figures)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

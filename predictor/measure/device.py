@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from predictor.hardware import Device, Link
+from predictor.hardware import Device, Link, cpu_model_name
 from predictor.measure.collectives import benchmark_collectives, fit_link
 
 CACHE_FILE = "cpu_device.json"
@@ -30,15 +29,7 @@ def cache_dir() -> Path:
 
 
 def fingerprint() -> dict[str, str]:
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": model, "cores": str(os.cpu_count()), "torch": torch.__version__}
+    return {"cpu": cpu_model_name(), "cores": str(os.cpu_count()), "torch": torch.__version__}
 
 
 def _best_time(fn, budget_s: float, min_reps: int = 3) -> float:
