@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from predictor.evaluate import load_vtrain, mre, predict_samples
+from predictor.evaluate import mre, predict_samples
 from predictor.models.baselines import BiRNN, MLPAcc, RFHyperParams
 from predictor.models.features import TrainingData, graph_of
 from predictor.prediction import TIME_PARTS
-
-SINGLE = Path(__file__).resolve().parents[2] / "shared" / "ground_truth" / "vtrain_ground_truth_single.csv"
+from tests.vtrain_rows import a100_rows
 
 
 @pytest.fixture(scope="module")
 def rows():
     """Real A100 rows (vTrain single-node), hidden 1024, 12 and 24 layers, shuffled with a seed."""
-    if not SINGLE.is_file():
-        pytest.skip(f"{SINGLE} not present")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        data = [s for s in load_vtrain(SINGLE) if s.spec.model.hidden == 1024 and s.spec.model.layers in (12, 24)]
+    data = a100_rows()
     order = np.random.default_rng(0).permutation(len(data))
     return [data[i] for i in order]
 

@@ -2,30 +2,22 @@
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from predictor.evaluate import load_vtrain, mre, predict_samples
+from predictor.evaluate import mre, predict_samples
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.features import TrainingData, graph_of, overhead_seconds
 from predictor.models.registry import checkpoint_path, load_predictor
 from predictor.models.scaledl import ScaleDLPredictor
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
-
-SINGLE = Path(__file__).resolve().parents[2] / "shared" / "ground_truth" / "vtrain_ground_truth_single.csv"
+from tests.vtrain_rows import a100_rows
 
 
 @pytest.fixture(scope="module")
 def vtrain_slice():
     """Real A100 measurements (vTrain single-node): hidden 1024, 12 layers to train, 24 layers held out."""
-    if not SINGLE.is_file():
-        pytest.skip(f"{SINGLE} not present")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rows = [s for s in load_vtrain(SINGLE) if s.spec.model.hidden == 1024 and s.spec.model.layers in (12, 24)]
+    rows = a100_rows()
     train = [s for s in rows if s.spec.model.layers == 12]
     test = [s for s in rows if s.spec.model.layers == 24]
     return train, test
