@@ -9,12 +9,18 @@ correlation within each group of comparable plans (same model, GPU count and glo
 the regret of the predicted-best plan of each group (measured time of the predicted best /
 measured best - 1).
 
-    .venv/bin/python bench/vtrain_eval.py [--shared PATH] [--predictor analytical|auto|PATH]
+    .venv/bin/python bench/vtrain_eval.py [--shared PATH] [--predictor analytical|auto|PATH] [--record]
+
+`--record` (analytical only) writes the multi-node figures into
+predictor/checkpoints/analytical-accuracy.json, which `scaledl plan` reports as the measured
+accuracy of the analytical predictor on this device.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import math
 import sys
 import time
@@ -26,7 +32,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from predictor.graph import graph_for  # noqa: E402
-from predictor.models.registry import load_predictor  # noqa: E402
+from predictor.models.registry import ANALYTICAL_ACCURACY, load_predictor  # noqa: E402
 from predictor.plan import Plan, plan_errors  # noqa: E402
 from predictor.workload import parse_spec  # noqa: E402
 
@@ -83,12 +89,20 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def summarise(name: str, df: pd.DataFrame) -> list[str]:
+def headline(df: pd.DataFrame) -> dict[str, float]:
+    """MAPE, median APE and mean signed error (%) over the rows that could be predicted."""
     ok = df.dropna(subset=["predicted (ms)"])
     measured, predicted = ok["iteration time (ms)"].to_numpy(), ok["predicted (ms)"].to_numpy()
-    ape = np.abs(predicted - measured) / measured
-    lines = [f"## {name}: {len(ok)}/{len(df)} rows predicted, MAPE {100 * ape.mean():.1f}% "
-             f"(median APE {100 * np.median(ape):.1f}%, mean signed error {100 * np.mean((predicted - measured) / measured):+.1f}%)"]
+    rel = (predicted - measured) / measured
+    return {"rows": len(ok), "mape_pct": round(100 * float(np.abs(rel).mean()), 2),
+            "median_ape_pct": round(100 * float(np.median(np.abs(rel))), 2), "mean_signed_pct": round(100 * float(rel.mean()), 2)}
+
+
+def summarise(name: str, df: pd.DataFrame) -> list[str]:
+    ok = df.dropna(subset=["predicted (ms)"])
+    h = headline(df)
+    lines = [f"## {name}: {h['rows']}/{len(df)} rows predicted, MAPE {h['mape_pct']:.1f}% "
+             f"(median APE {h['median_ape_pct']:.1f}%, mean signed error {h['mean_signed_pct']:+.1f}%)"]
     lines.append(f"{'model (h, heads, layers, seq)':<30} {'rows':>5} {'groups':>6} {'MAPE':>7} {'Spearman':>9} {'regret':>8}")
     for model, mdf in ok.groupby(MODEL_COLS):
         rhos, regrets = [], []
@@ -112,7 +126,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shared", default=str(root.parent / "shared"), help="the shared/ folder (default: ../shared)")
     parser.add_argument("--predictor", default="analytical")
+    parser.add_argument("--record", action="store_true",
+                        help=f"write the multi-node figures to {ANALYTICAL_ACCURACY.relative_to(root)} (analytical only)")
     args = parser.parse_args()
+    if args.record and args.predictor != "analytical":
+        parser.error("--record stores the analytical predictor's accuracy; run it with --predictor analytical")
     gt = Path(args.shared) / "ground_truth"
     for name in ("single", "multi"):
         path = gt / f"vtrain_ground_truth_{name}.csv"
@@ -123,7 +141,20 @@ def main() -> int:
         df = predict_file(path, args.predictor)
         print("\n".join(summarise(f"{path.name} ({args.predictor})", df)))
         print(f"({time.perf_counter() - t0:.1f} s)\n")
+        if args.record and name == "multi":
+            record(headline(df), path.name)
     return 0
+
+
+def record(figures: dict[str, float], source: str) -> None:
+    """Merge this device's measured accuracy into the analytical accuracy file (atomically)."""
+    table = json.loads(ANALYTICAL_ACCURACY.read_text()) if ANALYTICAL_ACCURACY.is_file() else {}
+    table[DEVICE] = {**figures, "source": f"{source} (vTrain, 64-512 A100s; never fitted on)",
+                     "measured_by": "bench/vtrain_eval.py --record", "date": datetime.date.today().isoformat()}
+    tmp = ANALYTICAL_ACCURACY.with_suffix(".tmp")
+    tmp.write_text(json.dumps(table, indent=2, sort_keys=True) + "\n")
+    tmp.replace(ANALYTICAL_ACCURACY)
+    print(f"recorded in {ANALYTICAL_ACCURACY}")
 
 
 if __name__ == "__main__":

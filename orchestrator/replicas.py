@@ -34,20 +34,21 @@ class PredictorReplica:
     def __init__(self, predictor: "str | Predictor", spec: WorkloadSpec, graph: LayerGraph) -> None:
         """`predictor`: a registry name or checkpoint path (loaded here, once per replica), or a ready
         Predictor object (shipped pickled, e.g. a library user's own model)."""
+        from predictor.models.registry import load_predictor, measured_accuracy  # heavy (torch): only in the actor
+
         self.spec, self.graph = spec, graph
         if isinstance(predictor, str):
-            from predictor.models.registry import load_predictor  # heavy (torch, checkpoints): only in the actor
-
             self.predictor, self.label = load_predictor(predictor, spec.cluster.device)
         else:
             self.predictor, self.label = predictor, predictor.name
+        self.accuracy = measured_accuracy(self.predictor, spec.cluster.device)
         self.calls = 0
 
     def info(self) -> dict[str, Any]:
         """Where this replica runs and what it serves (for reports and placement tests)."""
         ctx = ray.get_runtime_context()
         return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "predictor": self.label, "accuracy": getattr(self.predictor, "accuracy", None), "calls": self.calls}
+                "predictor": self.label, "accuracy": self.accuracy, "calls": self.calls}
 
     def predict(self, plans: Sequence[Plan]) -> list[Answer]:
         """Predictions in order; if the batch call fails, plans are retried one by one so one bad plan

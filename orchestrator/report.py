@@ -3,7 +3,8 @@
 `OUT/report.json` (schema `scaledl.report/1`):
     schema, created (UTC ISO time), spec_path, spec (the validated workload spec),
     device: {name, capacity_gib, memory_limit_gib, headroom, peak_tflops, intra_node_gbps, inter_node_gbps},
-    predictor: {name, accuracy (a measured accuracy when the predictor carries one, else null)},
+    predictor: {name, accuracy: null when never measured, else {mape_pct (mean absolute % error of the iteration
+        time), rows (how many measured runs), source (which runs, never trained on), measured_by, ...}},
     ranking: {by: time|throughput|cost, price_per_gpu_hour},
     space: {name, config, candidates, valid, rejected, top_rejections: [[reason, count]]},
     search: the search statistics (searcher, trials, failed trials, evaluated plans, plans/s, ...),
@@ -219,12 +220,19 @@ def _table_rows(report: dict[str, Any], full: bool = True) -> list[list[str]]:
 _HEADER = ["#", "plan", "iter s", "tokens/s", "peak GiB", "MFU %", "$/iter"]
 
 
+def accuracy_text(accuracy: dict[str, Any] | None) -> str:
+    """The predictor's measured accuracy in words, e.g. 'measured error 11.2% over 109 runs of ...'."""
+    if not accuracy:
+        return "accuracy never measured for this device: treat the times as estimates"
+    return f"measured error {accuracy['mape_pct']:.1f}% over {accuracy['rows']} runs of {accuracy['source']}"
+
+
 def _markdown(report: dict[str, Any]) -> str:
     s, sp, dev = report["search"], report["space"], report["device"]
     lines = [f"# ScaleDL plan report: {report['spec_path']}", "",
              f"Device {dev['name']} ({dev['capacity_gib']:.0f} GiB, limit {dev['memory_limit_gib']:.1f} GiB), "
              f"{report['spec']['cluster']['nodes']}x{report['spec']['cluster']['gpus_per_node']} GPUs; "
-             f"predictor {report['predictor']['name']} (accuracy: {report['predictor'].get('accuracy') or 'not measured'}).",
+             f"predictor {report['predictor']['name']} ({accuracy_text(report['predictor'].get('accuracy'))}).",
              f"Space {sp['name']}: {sp['candidates']} candidates, {sp['valid']} valid; searcher {s['searcher']} "
              f"evaluated {s['evaluated_plans']} plans in {s['trials']} trials ({s['trials_failed']} failed), "
              f"{s['search_s']} s, {s['plans_per_s']} plans/s; {report['ranked_total']} fit in memory, "
@@ -251,9 +259,14 @@ def _markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _html_table(header: list[str], rows: list[list[str]]) -> str:
+    e = html.escape
+    return ("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows) + "</table>")
+
+
 def _html(report: dict[str, Any], figures: dict[str, bytes]) -> str:
     e = html.escape
-    rows = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in _table_rows(report))
     imgs = "".join(f'<h2>{e(name.replace("_", " "))}</h2><img alt="{e(name)}" src="data:image/png;base64,'
                    f'{base64.b64encode(png).decode()}">' for name, png in figures.items())
     launch = report["launch"]
@@ -263,12 +276,20 @@ def _html(report: dict[str, Any], figures: dict[str, bytes]) -> str:
         f"<pre>{e(json.dumps(launch['deepspeed_config'], indent=2))}</pre>"
         + "".join(f"<p>note: {e(n)}</p>" for n in launch["notes"]))
     summary = _markdown(report).split("\n")[2:4]
+    validation = ""
+    if report.get("validation"):
+        from orchestrator.validate import VALIDATION_HEADER, validation_rows
+
+        section = report["validation"]
+        validation = (f"<h2>Measured by real runs</h2><p>The {section['k']} best plans, {section['warmup']} warm-up + "
+                      f"{section['steps']} measured steps each.</p>" + _html_table(VALIDATION_HEADER, validation_rows(section))
+                      + (f"<p>Note: {e(section['note'])}.</p>" if section["note"] else ""))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>ScaleDL plan report</title><style>"
             "body{font-family:sans-serif;max-width:1100px;margin:2em auto}td,th{padding:2px 8px;border-bottom:1px solid #ddd}"
             f"pre{{background:#f4f4f4;padding:8px;white-space:pre-wrap}}</style></head><body>"
             f"<h1>ScaleDL plan report: {e(report['spec_path'])}</h1>" + "".join(f"<p>{e(s)}</p>" for s in summary)
-            + "<h2>Best plans</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in _HEADER) + f"</tr>{rows}</table>"
-            f"<h2>Why the winner wins</h2><p>{e(report['explanation'])}</p>{imgs}{launch_html}</body></html>")
+            + "<h2>Best plans</h2>" + _html_table(_HEADER, _table_rows(report))
+            + f"<h2>Why the winner wins</h2><p>{e(report['explanation'])}</p>{validation}{imgs}{launch_html}</body></html>")
 
 
 def write_report(report: dict[str, Any], out_dir: Path) -> list[Path]:

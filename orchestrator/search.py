@@ -4,10 +4,14 @@ Tune runs ~30 trials/s at best, so a trial is a batch (exhaustive: a chunk of th
 random: a group; Optuna TPE: a group chosen by a conditional tree, see `search_spaces.tune_space`),
 never one plan. Trials hand their answers to a `ResultStore` actor on the driver's node, which
 writes each batch to `OUT/evaluated/` atomically; so the search is anytime (a budget or Ctrl-C
-stops Tune, what was evaluated is kept), `--resume` restores Tune's experiment state after Ctrl-C
-or a crash and reuses the stored batches (Tune counts a run that ended on its budget as finished:
-rerun it with a larger budget instead), and a failing trial costs only its batch (retried twice,
+stops Tune, what was evaluated is kept), and a failing trial costs only its batch (retried twice,
 then recorded as errored).
+
+`--resume` continues from the stored batches, after Ctrl-C, a crash or a spent budget alike: a new
+Tune run over what is left (exhaustive and random: the batches not stored yet; Optuna: the same
+seeded TPE, whose trials on stored groups answer from the store at once, so it replays its history
+and goes on). Not `Tuner.restore`: Tune counts a run stopped by its budget as finished, so restoring
+it continues nothing, and a restored run keeps the old budget.
 Plans predicted above the device memory, less a headroom, are kept as infeasible with the reason.
 """
 
@@ -149,8 +153,8 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
     out_dir = out_dir.resolve()
     storage = out_dir / "tune"
     experiment = storage / EXPERIMENT
-    if options.resume and not tune.Tuner.can_restore(str(experiment)):
-        raise SearchError(f"nothing to resume in {experiment}; run without --resume")
+    if options.resume and not (out_dir / "evaluated" / "FINGERPRINT").is_file():
+        raise SearchError(f"nothing to resume in {out_dir}; run without --resume")
     # The store runs on this (the driver's) node, so its directory is this process's --out.
     prepare_store(out_dir / "evaluated", fingerprint(key, searcher, batch, options.seed), options.resume)
     store = ray.remote(ResultStore).options(
@@ -161,26 +165,24 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
     run_config = tune.RunConfig(name=EXPERIMENT, storage_path=str(storage), verbose=0, callbacks=callbacks,
                                 failure_config=tune.FailureConfig(max_failures=2, fail_fast=False))  # a lost node: retry the batch
     started = time.perf_counter()
-    if options.resume:
-        tuner = tune.Tuner.restore(str(experiment), trainable, resume_unfinished=True, resume_errored=True)
-        # Tune restores the old run's budget (already spent) and callbacks (our progress bar is not pickled);
-        # this run's budget and progress bar apply instead. Tuner has no public setter for either.
-        tuner._local_tuner._tune_config.time_budget_s = options.budget_s
-        tuner._local_tuner._run_config.callbacks = callbacks
-    else:
-        tuner = tune.Tuner(trainable, param_space=_param_space(space, searcher, options),
-                           tune_config=_tune_config(space, searcher, options), run_config=run_config)
-    with _quiet_tune():
-        grid = tuner.fit()
+    done = {p.stem for p in (out_dir / "evaluated").glob("*.pkl")} if options.resume else set()
+    param_space = _param_space(space, searcher, options, done)
+    grid = None
+    if param_space is not None:  # None: a resumed search with nothing left to evaluate
+        tuner = tune.Tuner(trainable, param_space=param_space, tune_config=_tune_config(space, searcher, options),
+                           run_config=run_config)
+        with _quiet_tune():
+            grid = tuner.fit()
     elapsed = time.perf_counter() - started
     batches, (predicted, predict_s) = ray.get(store.all.remote())
     evaluated = _collect(batches, limit_gib, capacity_gib)
     ray.kill(store)
-    errors = [str(e).splitlines()[0] for e in grid.errors] if grid.num_errors else []
+    errors = [str(e).splitlines()[0] for e in grid.errors] if grid is not None and grid.num_errors else []
     stats = {
         "searcher": searcher, "valid_plans": len(plans), "evaluated_plans": len(evaluated),
         "feasible_plans": sum(e.feasible for e in evaluated), "complete": len(evaluated) == len(plans),
-        "trials": len(grid), "trials_failed": grid.num_errors, "trial_errors": errors[:5],
+        "trials": len(grid) if grid is not None else 0, "trials_failed": len(errors), "trial_errors": errors[:5],
+        "batches_reused": len(done),
         "batch_size": batch if searcher == "exhaustive" else None, "groups": len(space.groups),
         "group_axes": list(GROUP_AXES), "budget_s": options.budget_s, "search_s": round(elapsed, 3),
         # plans/s over the whole Tune run (its start included), and while trials were predicting.
@@ -193,14 +195,17 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
     return SearchResult(evaluated, stats)
 
 
-def _param_space(space: TuneSpace, searcher: str, options: SearchOptions) -> dict[str, Any]:
+def _param_space(space: TuneSpace, searcher: str, options: SearchOptions, done: set[str]) -> dict[str, Any] | None:
+    """Tune's param_space; for a grid, only the batches not in `done` (stored by the run being resumed),
+    None when none is left."""
     if searcher == "optuna":
         return {}  # the define-by-run function (space.suggest) is the space
     grid = space.grid(searcher, options.seed)
     axis, values = next(iter(grid.items()))
     if searcher == "random" and options.max_trials:
         values = values[: options.max_trials]
-    return {axis: tune.grid_search(values)}
+    values = [v for v in values if space.key({axis: v}) not in done]
+    return {axis: tune.grid_search(values)} if values else None
 
 
 def _tune_config(space: TuneSpace, searcher: str, options: SearchOptions) -> tune.TuneConfig:

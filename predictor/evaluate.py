@@ -161,6 +161,25 @@ def rmse_ms(pred: np.ndarray, true: np.ndarray) -> float:
     return float(np.sqrt(np.mean((pred - true) ** 2)) * 1000)
 
 
+def holdout_split(data: TrainingData, fraction: float, seed: int = 0) -> tuple[TrainingData, list[Sample]]:
+    """(train, held out): a seeded `fraction` of each architecture's configurations held out, so the
+    accuracy a checkpoint records is measured on configurations it never saw."""
+    held: set[str] = set()
+    for fam in sorted({s.model for s in data.samples}):
+        mine = sorted(s.config_id for s in data.samples if s.model == fam)
+        order = np.random.default_rng(seed).permutation(len(mine))
+        held.update(mine[i] for i in order[: int(round(fraction * len(mine)))])
+    return subset(data, lambda s: s.config_id not in held), [s for s in data.samples if s.config_id in held]
+
+
+def accuracy_of(model: Predictor, samples: Sequence[Sample], source: str) -> dict[str, object]:
+    """The accuracy record a checkpoint carries (reports show it): errors of `model` on `samples`."""
+    true = np.asarray([s.iter_time_s for s in samples])
+    pred, _ = predict_samples(model, samples)
+    return {"mape_pct": round(mre(pred, true), 2), "rmse_ms": round(rmse_ms(pred, true), 3), "rows": len(samples),
+            "source": source, "measured_by": "scaledl train"}
+
+
 @dataclass
 class Split:
     protocol: str  # "id" or "ood"

@@ -104,11 +104,18 @@ def test_sampling_searchers_stay_in_budget_and_valid(pool, tmp_path, searcher) -
     assert not result.stats["complete"]
 
 
-def test_budget_stops_early_with_what_was_found(pool, tmp_path) -> None:
+def test_budget_stops_early_with_what_was_found_and_resume_completes(pool, tmp_path) -> None:
     result = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=20, concurrency=1, budget_s=0.5),
                         key="b")
     assert not result.stats["complete"] and result.stats["trials"] < len(PLANS) / 20
     assert all(e.prediction is not None for e in result.evaluated)
+    resumed = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=20, concurrency=1, resume=True),
+                         key="b")
+    assert resumed.stats["complete"] and resumed.stats["batches_reused"] == len(result.evaluated) // 20
+    assert resumed.stats["trials"] == -(-len(PLANS) // 20) - resumed.stats["batches_reused"]
+    assert best_found(resumed) == best_direct()
+    again = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=20, resume=True), key="b")
+    assert again.stats["complete"] and again.stats["trials"] == 0  # nothing left: no Tune run at all
 
 
 def test_ctrl_c_keeps_what_was_found_and_resume_completes(pool, tmp_path) -> None:

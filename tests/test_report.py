@@ -109,3 +109,25 @@ def test_launch_settings_follow_the_plan() -> None:
 def test_pareto_front() -> None:
     points = [(1, 5), (2, 3), (3, 4), (4, 1), (2, 6)]
     assert pareto_front(points) == [0, 1, 3]
+
+
+def test_validation_and_accuracy_appear_in_every_report_file(tmp_path) -> None:
+    """A validated report shows the measured runs in report.md and report.html; a measured accuracy is stated."""
+    from orchestrator.validate import ValidationResult
+
+    report, _ = report_for(top_k=3)
+    best = report["ranked"][0]
+    ok = ValidationResult(best["plan"], "ok", measured_time_s=1.25, predicted_time_s=1.0, peak_memory_gib=[2.0],
+                          predicted_memory_gib=2.2)
+    oom = ValidationResult(report["ranked"][1]["plan"], "oom", detail="CUDA out of memory\nmore")
+    report["validation"] = {"k": 2, "steps": 3, "warmup": 1, "plans": [ok.to_dict(), oom.to_dict()],
+                            "note": "the measured winner differs"}
+    report["predictor"]["accuracy"] = {"mape_pct": 11.2, "rows": 109, "source": "vtrain multi"}
+    write_report(report, tmp_path)
+    html, md = (tmp_path / "report.html").read_text(), (tmp_path / "report.md").read_text()
+    for text in (html, md):
+        assert "Measured by real runs" in text and "-20.0%" in text and "oom: CUDA out of memory" in text
+        assert "measured error 11.2% over 109 runs of vtrain multi" in text
+    report["predictor"]["accuracy"] = None
+    write_report(report, tmp_path)
+    assert "accuracy never measured" in (tmp_path / "report.md").read_text()

@@ -91,3 +91,57 @@ def test_auto_picks_the_shipped_cpu_checkpoint():
     predictor, label = load_predictor("auto", "cpu")
     assert isinstance(predictor, ScaleDLPredictor)
     assert path.name in label
+
+
+def test_checkpoint_from_other_features_is_refused(fitted, tmp_path):
+    import torch
+
+    path = tmp_path / "old.pt"
+    fitted.save(path)
+    state = torch.load(path, weights_only=False)
+    state["features"] = dict(state["features"], version=state["features"]["version"] - 1)
+    torch.save(state, path)
+    with pytest.raises(ValueError, match="other features.*scaledl train"):
+        ScaleDLPredictor.load(path)
+
+
+def test_update_fine_tunes_towards_new_measurements(fitted, vtrain_slice):
+    """Active learning: a checkpoint trained on 12-layer models, updated with half of the 24-layer
+    runs, gets better on the other half; its z range grows and the update is recorded."""
+    _, test = vtrain_slice
+    new, held = test[::2], test[1::2]
+    true = np.asarray([s.iter_time_s for s in held])
+    before = mre(predict_samples(fitted, held)[0], true)
+    import copy
+
+    updated = copy.deepcopy(fitted).update(TrainingData(new, provenance={"source": "validation runs"}), epochs=60)
+    after = mre(predict_samples(updated, held)[0], true)
+    assert after < before
+    assert updated.provenance["updates"][-1]["source"] == "validation runs"
+    assert np.all(updated.z_min <= fitted.z_min) and np.all(updated.z_max >= fitted.z_max)
+    with pytest.raises(RuntimeError, match="fitted"):
+        ScaleDLPredictor().update(TrainingData(new))
+
+
+def test_train_command_records_held_out_accuracy_and_update_keeps_or_swaps(tmp_path):
+    """`scaledl train` on a vTrain single-node CSV slice: the checkpoint carries its held-out error,
+    which `measured_accuracy` (what reports show) returns; `--update` writes a checkpoint."""
+    import pandas as pd
+
+    from orchestrator.cli import main
+    from predictor.models.registry import measured_accuracy
+    from tests.vtrain_rows import SINGLE
+
+    a100_rows()  # skips when shared/ is absent
+    frame = pd.read_csv(SINGLE, encoding="utf-8-sig")
+    csv = tmp_path / "slice.csv"
+    frame[frame["hidden size"] == 1024].to_csv(csv, index=False)
+    ckpt = tmp_path / "a.pt"
+    assert main(["train", "--data", str(csv), "--out", str(ckpt), "--epochs", "20", "--holdout", "0.25"]) == 0
+    model = ScaleDLPredictor.load(ckpt)
+    acc = measured_accuracy(model, "a100-80gb")
+    assert acc is not None and acc["rows"] > 0 and 0 < acc["mape_pct"] < 100 and "held out" in acc["source"]
+    assert main(["train", "--data", str(csv), "--update", str(ckpt), "--out", str(tmp_path / "b.pt"),
+                 "--epochs", "5", "--holdout", "0.25"]) == 0
+    # written, or kept with a message when the held-out error got worse: either way b.pt is only written if better
+    assert main(["train", "--data", str(csv), "--holdout", "1.5", "--out", str(ckpt)]) == 2

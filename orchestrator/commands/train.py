@@ -1,4 +1,10 @@
-"""`scaledl train`: fit the ScaleDL predictor on measurements and write a checkpoint."""
+"""`scaledl train`: fit the ScaleDL predictor on measurements and write a checkpoint, or fine-tune one
+(`--update`) on a dataset that has grown, e.g. by `scaledl plan --validate K --dataset DIR` runs.
+
+A seeded share of each architecture's configurations (`--holdout`) is never trained on: the
+checkpoint records its error on them, and reports show that figure as the predictor's accuracy.
+`--update` keeps the current checkpoint when fine-tuning makes the held-out error worse.
+"""
 
 from __future__ import annotations
 
@@ -13,35 +19,68 @@ HELP = "train the ScaleDL predictor on a profile dataset (or vTrain single-node 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, metavar="DIR|CSV",
                         help="profile dataset directory (e.g. predictor/data/cpu) or a vTrain single-node CSV (A100)")
-    parser.add_argument("--out", required=True, metavar="FILE", help="checkpoint to write, e.g. predictor/checkpoints/scaledl-cpu.pt")
-    parser.add_argument("--designs", default="doptimal", help="dataset designs to train on, comma separated, or 'all'")
-    parser.add_argument("--epochs", type=int, default=200, help="training epochs of the correction network")
+    parser.add_argument("--out", metavar="FILE", help="checkpoint to write, e.g. predictor/checkpoints/scaledl-cpu.pt "
+                                                     "(with --update: default the updated checkpoint itself)")
+    parser.add_argument("--update", metavar="CHECKPOINT",
+                        help="fine-tune this checkpoint on --data instead of training from scratch (active learning)")
+    parser.add_argument("--designs", help="dataset designs to train on, comma separated, or 'all' "
+                                          "(default: doptimal; with --update: all, which includes validation runs)")
+    parser.add_argument("--holdout", type=float, default=0.2,
+                        help="share of each architecture's configurations held out to measure the accuracy (default 0.2)")
+    parser.add_argument("--epochs", type=int, help="training epochs of the correction network (default 200; --update 60)")
     parser.add_argument("--seed", type=int, default=0)
 
 
-def run(args: argparse.Namespace) -> int:
-    import torch
-
-    torch.set_num_threads(1)  # small networks: extra threads only add contention
-    from predictor.evaluate import load_cpu_dataset, load_vtrain  # lazy: torch-geometric
+def _load(src: Path, designs_arg: str):  # noqa: ANN202 - TrainingData, imported lazily (torch-geometric)
+    from predictor.evaluate import load_cpu_dataset, load_vtrain
     from predictor.models.features import TrainingData
-    from predictor.models.scaledl import ScaleDLPredictor
 
-    src = Path(args.data)
     if not src.exists():
         raise FileNotFoundError(f"--data {src} does not exist")
     if src.is_file():
         if src.suffix != ".csv":
             raise UsageError(f"--data {src}: a file must be a vTrain CSV (.csv); a profile dataset is a directory")
         samples = load_vtrain(src)
-        data = TrainingData(samples, provenance={"source": str(src), "device": samples[0].spec.cluster.device if samples else ""})
-    else:
-        designs = None if args.designs == "all" else tuple(d.strip() for d in args.designs.split(","))
-        data = load_cpu_dataset(src, designs=designs)
+        return TrainingData(samples, provenance={"source": str(src), "device": samples[0].spec.cluster.device if samples else ""})
+    designs = None if designs_arg == "all" else tuple(d.strip() for d in designs_arg.split(","))
+    return load_cpu_dataset(src, designs=designs)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    torch.set_num_threads(1)  # small networks: extra threads only add contention
+    from predictor.evaluate import accuracy_of, holdout_split
+    from predictor.models.scaledl import ScaleDLPredictor
+
+    if not 0 <= args.holdout < 1:
+        raise UsageError(f"--holdout {args.holdout}: give a share in [0, 1), e.g. 0.2")
+    if args.update is None and args.out is None:
+        raise UsageError("--out FILE is required (the checkpoint to write), unless --update CHECKPOINT is given")
+    out = Path(args.out or args.update)
+    src = Path(args.data)
+    designs = args.designs or ("all" if args.update else "doptimal")
+    data = _load(src, designs)
     if not data.samples:
-        raise UsageError(f"--data {src}: no usable measured iterations (designs={args.designs})")
-    print(f"training ScaleDL on {len(data.samples)} iterations and {len(data.layers)} layer timings from {src}")
-    model = ScaleDLPredictor(epochs=args.epochs, seed=args.seed).fit(data)
-    model.save(args.out)
-    print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1024:.0f} KiB)")
+        raise UsageError(f"--data {src}: no usable measured iterations (designs={designs})")
+    train, held = holdout_split(data, args.holdout, args.seed) if args.holdout else (data, [])
+    source = f"{len(held) * 100 // max(len(data.samples), 1)}% of {src} held out (seed {args.seed})"
+    print(f"training ScaleDL on {len(train.samples)} iterations and {len(train.layers)} layer timings from {src}"
+          + (f"; {len(held)} held out" if held else ""))
+    if args.update:
+        model = ScaleDLPredictor.load(args.update)
+        before = accuracy_of(model, held, source) if held else None
+        model.update(train, epochs=args.epochs or 60)
+    else:
+        before = None
+        model = ScaleDLPredictor(epochs=args.epochs or 200, seed=args.seed).fit(train)
+    if held:
+        model.provenance["accuracy"] = accuracy_of(model, held, source)
+        print(f"held-out error: {model.accuracy['mape_pct']:.1f}% MAPE, RMSE {model.accuracy['rmse_ms']:.1f} ms "
+              f"over {len(held)} configurations" + (f" (before the update: {before['mape_pct']:.1f}%)" if before else ""))
+        if before and model.accuracy["mape_pct"] > before["mape_pct"]:
+            print(f"kept {args.update}: the update made the held-out error worse")
+            return 0
+    model.save(out)
+    print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB)")
     return 0

@@ -20,6 +20,8 @@ class Predictor(ABC):
     """Predicts time and memory of (workload, plan) pairs."""
 
     name: str = "predictor"
+    # Measured accuracy of this fitted predictor (held-out figures and where they come from), if known.
+    accuracy: dict[str, Any] | None = None
 
     def fit(self, data: Any) -> "Predictor":
         """Learn from a profile dataset; predictors without parameters return self."""

@@ -254,6 +254,15 @@ def edge_tensors(graph: LayerGraph) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------- global view Z
 
 GLOBAL_DIM = 12 + len(TERMS) + 4 + 3 + 3 + 2 + 3
+# Bump when a feature's meaning changes without its width changing: checkpoints record the version
+# they were trained with and refuse to load under another (their inputs would be misread silently).
+FEATURE_VERSION = 1
+
+
+def feature_signature() -> dict[str, Any]:
+    """What a checkpoint's learned parts assume about the features: checked when it is loaded."""
+    return {"version": FEATURE_VERSION, "node_dim": NODE_DIM, "edge_dim": EDGE_DIM, "global_dim": GLOBAL_DIM,
+            "terms": list(TERMS), "layer_kinds": list(LAYER_KINDS)}
 
 
 def global_matrix(spec: WorkloadSpec, plans: Sequence[Plan], device: Device, terms: np.ndarray) -> np.ndarray:

@@ -3,13 +3,17 @@ if there is one, else analytical with a warning) or the path of a ScaleDL checkp
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
+from typing import Any
 
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
+# The analytical model's accuracy per device where it was measured against real runs (bench/vtrain_eval.py --record).
+ANALYTICAL_ACCURACY = CHECKPOINT_DIR / "analytical-accuracy.json"
 
 
 def checkpoint_path(device_name: str) -> Path:
@@ -38,3 +42,13 @@ def load_predictor(name_or_path: str, device_name: str) -> tuple[Predictor, str]
     if not path.is_file():
         raise FileNotFoundError(f"predictor {name_or_path!r} is neither 'analytical', 'auto' nor an existing checkpoint file")
     return _load_scaledl(path), f"scaledl ({path})"
+
+
+def measured_accuracy(predictor: Predictor, device_name: str) -> dict[str, Any] | None:
+    """How accurate `predictor` was measured to be on this device (reports show it), or None if never measured:
+    a checkpoint carries its held-out accuracy; the analytical model's is recorded per device."""
+    if isinstance(predictor, AnalyticalPredictor):
+        if not ANALYTICAL_ACCURACY.is_file():
+            return None
+        return json.loads(ANALYTICAL_ACCURACY.read_text()).get(device_name)
+    return predictor.accuracy

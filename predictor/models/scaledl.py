@@ -34,8 +34,8 @@ from predictor.layer_graph import LayerGraph
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
 from predictor.models.features import (EDGE_DIM, GLOBAL_DIM, NODE_DIM, TERM_OF_PART, TERMS, LayerKey, TrainingData,
-                                       by_workload, edge_tensors, global_matrix, layer_key, node_matrix, overhead_seconds,
-                                       terms_from_breakdown)
+                                       by_workload, edge_tensors, feature_signature, global_matrix, layer_key,
+                                       node_matrix, overhead_seconds, terms_from_breakdown)
 from predictor.models.gnn import CorrectionGNN
 from predictor.models.layerwise import LayerwiseModel, analytical_layer_time
 from predictor.plan import Plan
@@ -46,6 +46,19 @@ _COMM_PARTS = ("dp_comm", "tp_comm", "pp_p2p")
 _OVERHEAD = TERMS.index("overhead")
 _MIN_MEMORY_ROWS = 10
 _MIN_VALIDATION = 40  # samples needed before a validation split is held out
+
+
+@dataclass
+class _Rows:
+    """Training tensors of a dataset: unique (graph, layer key) graphs, per-sample index into them,
+    raw Z, composed terms, log measured times, and (features, log ratio) rows of the memory residual."""
+
+    graphs: list[Data]
+    gidx: torch.Tensor
+    z: np.ndarray
+    terms: torch.Tensor
+    log_y: torch.Tensor
+    memory: list[tuple[np.ndarray, float]]
 
 
 @dataclass
@@ -140,6 +153,41 @@ class ScaleDLPredictor(Predictor):
             raise ValueError("ScaleDLPredictor.fit needs at least one measured iteration (TrainingData.samples is empty)")
         torch.manual_seed(self.config["seed"])
         self.layerwise.fit(data.layers)
+        rows = self._rows(data)
+        self.z_mean, self.z_min, self.z_max = rows.z.mean(0), rows.z.min(0), rows.z.max(0)
+        self.z_std = np.where(rows.z.std(0) > 1e-6, rows.z.std(0), 1.0)
+        self.net = self._new_net()
+        if self.net is not None:
+            self._train(rows, self.config["epochs"], self.config["lr"])
+        self._fit_memory(rows.memory)
+        self.provenance = dict(data.provenance, samples=len(data.samples), layer_rows=len(data.layers))
+        self._fitted = True
+        return self
+
+    def update(self, data: TrainingData, epochs: int = 60, lr_scale: float = 0.3) -> "ScaleDLPredictor":
+        """Fine-tune a fitted predictor on `data` (e.g. its dataset plus validation runs appended to it):
+        the correction network continues from its weights at a lower learning rate, the memory residual
+        is refitted; the layer-wise regressors are kept (validation runs measure whole iterations only).
+        Z keeps its standardisation, so the network reads its inputs as before; the clipping range
+        grows to cover the new plans."""
+        if not self._fitted:
+            raise RuntimeError("update needs a fitted predictor: load a checkpoint or call fit first")
+        if not data.samples:
+            raise ValueError("ScaleDLPredictor.update needs at least one measured iteration")
+        torch.manual_seed(self.config["seed"])
+        rows = self._rows(data)
+        self.z_min, self.z_max = np.minimum(self.z_min, rows.z.min(0)), np.maximum(self.z_max, rows.z.max(0))
+        if self.net is not None:
+            self._train(rows, epochs, self.config["lr"] * lr_scale)
+        self._fit_memory(rows.memory)
+        updates = list(self.provenance.get("updates", []))
+        updates.append(dict(data.provenance, samples=len(data.samples), epochs=epochs))
+        self.provenance = dict(self.provenance, updates=updates)
+        self.provenance.pop("accuracy", None)  # measured on the model before the update: no longer its accuracy
+        return self
+
+    def _rows(self, data: TrainingData) -> _Rows:
+        """The training tensors of `data`: per-key graphs, the composed terms, Z and the measured times."""
         self._cache = None
         graphs, key_graph, terms, zs, ys, gidx, mem_rows = [], {}, [], [], [], [], []
         for spec, graph, idx in by_workload(data.samples):
@@ -157,18 +205,9 @@ class ScaleDLPredictor(Predictor):
             terms.append(comp.terms)
             zs.append(comp.z)
             ys += [s.iter_time_s for s in group]
-        z = np.concatenate(zs)
-        self.z_mean, self.z_min, self.z_max = z.mean(0), z.min(0), z.max(0)
-        self.z_std = np.where(z.std(0) > 1e-6, z.std(0), 1.0)
-        self.net = self._new_net()
-        if self.net is not None:
-                self._train(graphs, torch.as_tensor(np.asarray(gidx)), self._z(z),
-                        torch.as_tensor(np.concatenate(terms), dtype=torch.float32),
-                        torch.log(torch.as_tensor(ys, dtype=torch.float32)))
-        self._fit_memory(mem_rows)
-        self.provenance = dict(data.provenance, samples=len(data.samples), layer_rows=len(data.layers))
-        self._fitted = True
-        return self
+        return _Rows(graphs, torch.as_tensor(np.asarray(gidx)), np.concatenate(zs),
+                     torch.as_tensor(np.concatenate(terms), dtype=torch.float32),
+                     torch.log(torch.as_tensor(ys, dtype=torch.float32)), mem_rows)
 
     def _new_net(self) -> CorrectionGNN | None:
         """The correction network, or None for the plain-sum ablation (all factors 1)."""
@@ -178,13 +217,13 @@ class ScaleDLPredictor(Predictor):
         return CorrectionGNN(NODE_DIM, EDGE_DIM, GLOBAL_DIM, len(TERMS), hidden=c["hidden"], heads=c["heads"],
                              use_graph=c["use_gnn"], use_global=c["use_global"])
 
-    def _train(self, graphs: list[Data], gidx: torch.Tensor, z: torch.Tensor, terms: torch.Tensor,
-               log_y: torch.Tensor) -> None:
+    def _train(self, rows: _Rows, epochs: int, lr: float) -> None:
         """Full-batch AdamW on the squared log error, keeping the epoch best on a seeded 15 % validation
         split (measured iteration times are noisy; the last epoch tends to fit the noise)."""
         assert self.net is not None
-        opt = torch.optim.AdamW(self.net.parameters(), lr=self.config["lr"], weight_decay=self.config["weight_decay"])
-        batch = Batch.from_data_list(graphs) if self.config["use_gnn"] else None
+        opt = torch.optim.AdamW(self.net.parameters(), lr=lr, weight_decay=self.config["weight_decay"])
+        batch = Batch.from_data_list(rows.graphs) if self.config["use_gnn"] else None
+        gidx, z, terms, log_y = rows.gidx, self._z(rows.z), rows.terms, rows.log_y
         n = len(log_y)
         order = torch.randperm(n, generator=torch.Generator().manual_seed(self.config["seed"]))
         n_val = n * 15 // 100 if n >= _MIN_VALIDATION else 0
@@ -199,12 +238,12 @@ class ScaleDLPredictor(Predictor):
 
         best, best_state = float("inf"), None
         self.net.train()
-        for epoch in range(self.config["epochs"]):
+        for epoch in range(epochs):
             opt.zero_grad()
             err = losses()
             err[fit].mean().backward()
             opt.step()
-            if n_val and (epoch % 5 == 4 or epoch == self.config["epochs"] - 1):
+            if n_val and (epoch % 5 == 4 or epoch == epochs - 1):
                 score = float(err[val].mean().detach())
                 if score < best:
                     best, best_state = score, {k: v.detach().clone() for k, v in self.net.state_dict().items()}
@@ -261,6 +300,11 @@ class ScaleDLPredictor(Predictor):
         return [_corrected(a, bd, t, f, r)
                 for a, bd, t, f, r in zip(comp.ana, comp.breakdowns, comp.terms, factors, mem_ratio)]
 
+    @property
+    def accuracy(self) -> dict[str, Any] | None:
+        """The held-out accuracy `scaledl train` measured for this checkpoint, if any."""
+        return self.provenance.get("accuracy")
+
     # ------------------------------------------------------------ save / load
 
     def save(self, path: str | Path) -> None:
@@ -269,7 +313,8 @@ class ScaleDLPredictor(Predictor):
             raise RuntimeError("nothing to save: the predictor is not fitted")
         blob = lzma.compress(pickle.dumps({"layer_models": self.layerwise.models, "attr_keys": self.layerwise.attr_keys,
                                            "memory_model": self.memory_model}), preset=6)
-        state = {"format": 1, "config": self.config, "net": None if self.net is None else self.net.state_dict(), "z_mean": self.z_mean,
+        state = {"format": 2, "features": feature_signature(), "config": self.config,
+                 "net": None if self.net is None else self.net.state_dict(), "z_mean": self.z_mean,
                  "z_std": self.z_std, "z_min": self.z_min, "z_max": self.z_max, "sklearn": blob, "provenance": self.provenance}
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -285,6 +330,12 @@ class ScaleDLPredictor(Predictor):
         if not path.is_file():
             raise FileNotFoundError(f"ScaleDL checkpoint {path} does not exist; train one with `scaledl train`")
         state = torch.load(path, map_location="cpu", weights_only=False)  # our own shipped file (pickled forests)
+        mine, theirs = feature_signature(), state.get("features") or {}
+        differ = sorted(k for k in mine if theirs.get(k) != mine[k])
+        if differ:
+            raise ValueError(f"ScaleDL checkpoint {path} was trained with other features than this version computes "
+                             f"({', '.join(f'{k}: {theirs.get(k)} vs {mine[k]}' for k in differ[:3])}); "
+                             "retrain it with `scaledl train`")
         self = cls(**state["config"])
         learned = pickle.loads(lzma.decompress(state["sklearn"]))
         self.layerwise.models, self.layerwise.attr_keys = learned["layer_models"], learned["attr_keys"]
