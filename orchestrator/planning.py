@@ -60,9 +60,9 @@ def _connect(address: str | None) -> bool:
 
 
 def _graph(model: Any) -> Any:
-    from predictor.graph import graph_for  # imports torch: done in this thread, while Ray starts
+    from predictor.graph_cache import cached_graph  # a traced graph imports torch: done in this thread, while Ray starts
 
-    return graph_for(model)
+    return cached_graph(model)
 
 
 def _import_search() -> None:

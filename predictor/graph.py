@@ -40,6 +40,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from predictor.graph_cache import cached_graph, clear_memory
 from predictor.layer_graph import LayerGraph, LayerNode
 from predictor.modelzoo import build_model, example_inputs, module_args, output_loss
 from predictor.workload import ModelSpec
@@ -67,19 +68,15 @@ _VOCAB_EMBEDDING = {"word_embeddings", "wte", "embed_tokens", "shared", "tok_emb
 # Public API
 # --------------------------------------------------------------------------------------------
 
-_CACHE: dict[str, LayerGraph] = {}
-
 
 def graph_for(model: ModelSpec) -> LayerGraph:
-    """`build_graph`, cached per distinct model spec (keyed by its JSON)."""
-    key = model.model_dump_json()
-    if key not in _CACHE:
-        _CACHE[key] = build_graph(model)
-    return _CACHE[key]
+    """`build_graph`, cached in memory and on disk per distinct model spec (`predictor.graph_cache`)."""
+    return cached_graph(model)
 
 
 def clear_cache() -> None:
-    _CACHE.clear()
+    """Forget the in-memory graphs (the disk copies stay)."""
+    clear_memory()
 
 
 def build_graph(model: ModelSpec) -> LayerGraph:

@@ -167,6 +167,29 @@ def test_graph_for_is_cached() -> None:
     assert graph_for(spec) is graph_for(ModelSpec(**SMALL["gpt"]))
 
 
+def test_graphs_are_kept_on_disk_and_reused_without_tracing(tmp_path, monkeypatch) -> None:
+    import predictor.graph as builder
+    from predictor import graph_cache
+
+    monkeypatch.setattr(graph_cache, "CACHE_DIR", tmp_path)
+    spec = ModelSpec(**SMALL["gpt"])
+    graph_cache.clear_memory()
+    built = graph_for(spec)
+    assert len(list(tmp_path.glob("*.pkl"))) == 1
+    graph_cache.clear_memory()
+
+    def no_tracing(_model):  # a stored graph must not be traced again
+        raise AssertionError("traced although the graph is on disk")
+
+    monkeypatch.setattr(builder, "build_graph", no_tracing)
+    assert graph_for(spec) == built
+    (next(tmp_path.glob("*.pkl"))).write_bytes(b"truncated")  # a damaged file is rebuilt, not an error
+    graph_cache.clear_memory()
+    monkeypatch.undo()
+    monkeypatch.setattr(graph_cache, "CACHE_DIR", tmp_path)
+    assert graph_for(spec) == built
+
+
 def test_module_spec_blocks(graphs: dict) -> None:
     g = graphs["module"]
     assert g.family == "module" and g.num_blocks == 3

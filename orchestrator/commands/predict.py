@@ -60,7 +60,8 @@ def predict_texts(spec: WorkloadSpec, texts: list[str], predictor_name: str) -> 
         warnings.simplefilter("always")
         predictor, label = load_predictor(predictor_name, spec.cluster.device)
     for w in caught:
-        print(f"scaledl predict: warning: {w.message}", file=sys.stderr)
+        if issubclass(w.category, UserWarning):  # ours (e.g. the analytical fallback); not libraries' deprecations
+            print(f"scaledl predict: warning: {w.message}", file=sys.stderr)
     checked = [_checked(t, spec) for t in texts]
     plans = [c for c in checked if isinstance(c, Plan)]
     predictions: list[Prediction] = []

@@ -11,16 +11,13 @@ Everything is log-scaled: times, FLOPs and bytes span six orders of magnitude ov
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
-import pickle
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
+from predictor.graph_cache import cached_graph
 from predictor.hardware import Device
 from predictor.layer_graph import LAYER_KINDS, LayerGraph
 from predictor.parallel import shard_nodes
@@ -48,7 +45,6 @@ assert set(TERM_OF_PART) == set(TIME_PARTS), "every time part must map to a corr
 
 
 _GRAPHS: dict[str, LayerGraph] = {}
-GRAPH_CACHE = Path(os.environ.get("SCALEDL_GRAPH_CACHE", Path.home() / ".cache" / "scaledl" / "graphs"))
 
 
 def graph_of(spec: WorkloadSpec) -> LayerGraph:
@@ -57,7 +53,7 @@ def graph_of(spec: WorkloadSpec) -> LayerGraph:
     Building traces the model (seconds), and a dataset has hundreds of distinct small models.
     The graph builder stores a repeated block once with `count` = its repeats, so models that
     differ only in depth share one graph up to those counts: a depth-1 graph is built (and kept
-    on disk, keyed by the model and the builder's source) and restamped with this model's depth.
+    on disk by `predictor.graph_cache`) and restamped with this model's depth.
     Which nodes repeat is learned per family by comparing its depth-1 and depth-2 graphs (T5's
     relative attention bias, for one, sits in block 0 only).
     """
@@ -65,11 +61,9 @@ def graph_of(spec: WorkloadSpec) -> LayerGraph:
     key = model.model_dump_json()
     if key not in _GRAPHS:
         if model.family is None or model.hf_config is not None or model.module is not None:
-            from predictor.graph import graph_for
-
-            _GRAPHS[key] = graph_for(model)
+            _GRAPHS[key] = cached_graph(model)
         else:
-            _GRAPHS[key] = _with_depth(_cached_graph(_at_depth(model, 1)), model, _repeated_names(model))
+            _GRAPHS[key] = _with_depth(cached_graph(_at_depth(model, 1)), model, _repeated_names(model))
     return _GRAPHS[key]
 
 
@@ -82,7 +76,7 @@ _REPEATED: dict[str, frozenset[str]] = {}
 
 def _repeated_names(model: Any) -> frozenset[str]:
     if model.family not in _REPEATED:
-        one, two = _cached_graph(_at_depth(model, 1)), _cached_graph(_at_depth(model, 2))
+        one, two = cached_graph(_at_depth(model, 1)), cached_graph(_at_depth(model, 2))
         _REPEATED[model.family] = frozenset(a.name for a, b in zip(one.nodes, two.nodes) if b.count == 2 * a.count)
     return _REPEATED[model.family]
 
@@ -93,27 +87,6 @@ def _with_depth(graph: LayerGraph, model: Any, repeated: frozenset[str]) -> Laye
     depth = {"block": model.layers, "enc": model.layers, "dec": dec}
     nodes = [replace(n, count=n.count * depth[n.group]) if n.name in repeated else n for n in graph.nodes]
     return replace(graph, nodes=nodes, num_blocks=model.num_blocks)
-
-
-def _cached_graph(model: Any) -> LayerGraph:
-    import predictor.graph as builder
-
-    key = model.model_dump_json()
-    digest = hashlib.sha1((key + Path(builder.__file__).read_text()).encode()).hexdigest()[:20]
-    path = GRAPH_CACHE / f"{digest}.pkl"
-    try:
-        return pickle.loads(path.read_bytes())
-    except (OSError, pickle.UnpicklingError, EOFError):
-        pass
-    graph = builder.graph_for(model)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(pickle.dumps(graph))
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only cache only costs speed
-    return graph
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,71 @@
+"""Layer graphs kept in memory and on disk, so a model is traced once per machine, not once per run.
+
+Building a graph imports torch and traces the model (seconds for GPT-3 175B), while a stored one
+loads in milliseconds; `scaledl plan` is run again and again on the same models. A graph is keyed
+by the model spec and by what it is built from (the source of the graph builder, model zoo, graph
+types and presets; the torch and transformers versions), so a change to any of them builds it
+afresh. Models defined by
+user code (`module:`) or a config file (`hf_config:`) are kept in memory only: their source can
+change under the same spec. `SCALEDL_GRAPH_CACHE` moves the folder; a read-only one only costs speed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import pickle
+from pathlib import Path
+
+from predictor.layer_graph import LayerGraph
+from predictor.workload import ModelSpec
+
+CACHE_DIR = Path(os.environ.get("SCALEDL_GRAPH_CACHE", Path.home() / ".cache" / "scaledl" / "graphs"))
+_BUILT_FROM = ("graph.py", "modelzoo.py", "layer_graph.py", "presets.py")
+_MEMORY: dict[str, LayerGraph] = {}
+
+
+def _disk_path(model: ModelSpec, key: str) -> Path | None:
+    if model.module is not None or model.hf_config is not None:
+        return None
+    here = Path(__file__).parent
+    sources = "".join((here / name).read_text() for name in _BUILT_FROM)
+    versions = "".join(importlib.metadata.version(p) for p in ("torch", "transformers"))
+    return CACHE_DIR / f"{hashlib.sha1((key + sources + versions).encode()).hexdigest()[:24]}.pkl"
+
+
+def cached_graph(model: ModelSpec) -> LayerGraph:
+    """The layer graph of `model`: from memory, else from disk, else built (and stored)."""
+    key = model.model_dump_json()
+    if key in _MEMORY:
+        return _MEMORY[key]
+    path = _disk_path(model, key)
+    graph = None
+    if path is not None:
+        try:
+            graph = pickle.loads(path.read_bytes())
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
+            pass  # absent, or written by an incompatible version: rebuild
+    if graph is None:
+        from predictor.graph import build_graph  # imports torch: only when a graph must be traced
+
+        graph = build_graph(model)
+        if path is not None:
+            _store(path, graph)
+    _MEMORY[key] = graph
+    return graph
+
+
+def clear_memory() -> None:
+    """Forget the in-memory graphs (the disk copies stay)."""
+    _MEMORY.clear()
+
+
+def _store(path: Path, graph: LayerGraph) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(pickle.dumps(graph))
+        tmp.replace(path)
+    except OSError:
+        pass
