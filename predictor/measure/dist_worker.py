@@ -81,7 +81,7 @@ def _sync(device: torch.device) -> None:
 
 def run_iteration(job: dict, rank: int, world: int, device: torch.device) -> dict:
     """Real training steps of one configuration on this rank: per-step seconds and peak memory."""
-    from predictor.measure.parallelize import apply_ddp, apply_fsdp, apply_tp, pipeline_stage
+    from predictor.measure.parallelize import apply_ddp, apply_fsdp, apply_full_recompute, apply_tp, pipeline_stage
     from predictor.modelzoo import build_model, example_inputs, training_loss
 
     spec = ModelSpec.model_validate_json(job["spec_json"])
@@ -94,6 +94,10 @@ def run_iteration(job: dict, rank: int, world: int, device: torch.device) -> dic
     torch.manual_seed(1000 + rank)
     model = build_model(spec, device, dtype)
     model.train()
+    if plan.recompute == "full":
+        apply_full_recompute(model)
+    elif plan.recompute != "none":
+        raise ValueError(f"recompute={plan.recompute}: only full recomputation is implemented in measured runs")
     torch.manual_seed(0)  # same data on every rank: tensor parallel ranks must see identical inputs
 
     if plan.pp > 1:

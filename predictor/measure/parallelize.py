@@ -2,7 +2,7 @@
 
 Small separate functions in the torchtitan style: `apply_tp` (DTensor Colwise/Rowwise on the
 block linears, Megatron's layout), `apply_fsdp` (`fully_shard` per block, then the root),
-`apply_ddp`, and `pipeline_stage` (the model cut into two halves of its blocks, the first
+`apply_ddp`, `apply_full_recompute` (activation checkpointing per block), and `pipeline_stage` (the model cut into two halves of its blocks, the first
 with the embeddings, the last with the head and the loss). They run inside an initialised
 process group (see `predictor.measure.dist_worker`).
 
@@ -101,6 +101,21 @@ def apply_fsdp(model: nn.Module, mesh: Any) -> nn.Module:
         for block in blocks:
             fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
+    return model
+
+
+def apply_full_recompute(model: nn.Module) -> nn.Module:
+    """Megatron's full recomputation: each block keeps only its input and recomputes its activations
+    in the backward pass (non-reentrant `torch.utils.checkpoint`). Applied before any sharding: it
+    replaces only each block's `forward`, so parameter names (tensor parallel plans) and module
+    hooks (FSDP, DDP) are untouched, and pipeline stages built from the blocks inherit it."""
+    from functools import partial
+
+    from torch.utils.checkpoint import checkpoint
+
+    for blocks in block_lists(model):
+        for block in blocks:
+            block.forward = partial(checkpoint, block.forward, use_reentrant=False)
     return model
 
 
