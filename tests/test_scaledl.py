@@ -140,7 +140,7 @@ def test_train_command_records_held_out_accuracy_and_update_keeps_or_swaps(tmp_p
     assert main(["train", "--data", str(csv), "--out", str(ckpt), "--epochs", "20", "--holdout", "0.25"]) == 0
     model = ScaleDLPredictor.load(ckpt)
     acc = measured_accuracy(model, "a100-80gb")
-    assert acc is not None and acc["rows"] > 0 and 0 < acc["mape_pct"] < 100 and "held out" in acc["source"]
+    assert acc is not None and acc["rows"] > 0 and 0 < acc["mape_pct"] < 100 and "held-out" in acc["source"]
     assert main(["train", "--data", str(csv), "--update", str(ckpt), "--out", str(tmp_path / "b.pt"),
                  "--epochs", "5", "--holdout", "0.25"]) == 0
     # written, or kept with a message when the held-out error got worse: either way b.pt is only written if better

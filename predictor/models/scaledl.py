@@ -80,7 +80,7 @@ class ScaleDLPredictor(Predictor):
     name = "scaledl"
 
     def __init__(self, regressor: Any | None = None, *, use_gnn: bool = True, use_global: bool = True,
-                 use_comm: bool = True, hidden: int = 32, heads: int = 4, epochs: int = 200, lr: float = 3e-3,
+                 use_comm: bool = True, hidden: int = 32, heads: int = 4, epochs: int = 800, lr: float = 3e-3,
                  weight_decay: float = 1e-4, seed: int = 0) -> None:
         self.config = dict(use_gnn=use_gnn, use_global=use_global, use_comm=use_comm, hidden=hidden, heads=heads,
                            epochs=epochs, lr=lr, weight_decay=weight_decay, seed=seed)
