@@ -439,8 +439,13 @@ def _trial(config: dict[str, Any], jobs: Sequence[ValidationJob]) -> None:
     tune.report({"job": config["job"], "result": json.dumps(result.to_dict())})
 
 
-def validate(jobs: Sequence[ValidationJob], storage: str | None = None) -> list[ValidationResult]:
-    """Validate plans as Ray Tune trials on the connected (or a new local) Ray cluster; results in job order."""
+def validate(jobs: Sequence[ValidationJob], storage: str | None = None,
+             concurrency: int | None = None) -> list[ValidationResult]:
+    """Validate plans as Ray Tune trials on the connected (or a new local) Ray cluster; results in job order.
+
+    `concurrency` caps the runs in flight (default: as many as the cluster holds). Cap it at 1 where
+    the cluster's declared CPUs are not separate cores (e.g. `ray.cluster_utils` nodes on one
+    machine): runs side by side there slow each other down and measure the contention."""
     if not jobs:
         return []
     connect_ray()
@@ -462,7 +467,7 @@ def validate(jobs: Sequence[ValidationJob], storage: str | None = None) -> list[
         # An empty head bundle: the trial driver only waits, the ranks own the resources.
         factories[i] = tune.PlacementGroupFactory([{}] + bundles, strategy=placement[i][0])
     if factories:
-        results.update(_run_trials(jobs, factories, storage))
+        results.update(_run_trials(jobs, factories, storage, concurrency))
     for i in factories:  # launched runs: say how they were placed
         results[i].strategy, note = placement[i]
         if note:
@@ -471,7 +476,7 @@ def validate(jobs: Sequence[ValidationJob], storage: str | None = None) -> list[
 
 
 def _run_trials(jobs: Sequence[ValidationJob], factories: dict[int, tune.PlacementGroupFactory],
-                storage: str | None) -> dict[int, ValidationResult]:
+                storage: str | None, concurrency: int | None) -> dict[int, ValidationResult]:
     """One Tune trial per job; Tune starts each as soon as its placement group fits, the rest queue."""
     trainable = tune.with_resources(tune.with_parameters(_trial, jobs=list(jobs)),
                                     resources=lambda config: factories[config["job"]])
@@ -481,7 +486,7 @@ def _run_trials(jobs: Sequence[ValidationJob], factories: dict[int, tune.Placeme
         tuner = tune.Tuner(
             trainable,
             param_space={"job": tune.grid_search(sorted(factories))},
-            tune_config=tune.TuneConfig(max_concurrent_trials=len(factories)),
+            tune_config=tune.TuneConfig(max_concurrent_trials=concurrency or len(factories)),
             run_config=tune.RunConfig(storage_path=storage or tmp, name="validate", verbose=0),
         )
         for res in tuner.fit():
