@@ -79,19 +79,23 @@ class ModelSpec(_Strict):
     def _resolve_sources(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        sources = [k for k in ("family", "preset", "hf_config", "module") if data.get(k) is not None]
-        if "family" in sources and len(sources) > 1 and sources[1] in ("hf_config", "module"):
-            raise ValueError(f"give one of family+dims, preset, hf_config or module, not {' and '.join(sources)}")
-        if not sources:
+        # One source defines the model: a preset, an HF config file, a module, or else family + dims.
+        # Keys next to a preset or a config override it; a module's model has no family.
+        bases = [k for k in ("preset", "hf_config", "module") if data.get(k) is not None]
+        if "module" in bases and data.get("family") is not None:
+            bases.append("family")
+        if len(bases) > 1:
+            raise ValueError(f"give one of family+dims, preset, hf_config or module, not {' and '.join(bases)}")
+        if not bases and data.get("family") is None:
             raise ValueError("give one of: family (with hidden/layers/heads/...), preset, hf_config or module")
-        if "preset" in sources:
+        if "preset" in bases:
             name = data["preset"]
             if name not in MODEL_PRESETS:
                 raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(sorted(MODEL_PRESETS))}")
             merged = dict(MODEL_PRESETS[name])
             merged.update({k: v for k, v in data.items() if v is not None})  # explicit keys override the preset
             return merged
-        if "hf_config" in sources:
+        if "hf_config" in bases:
             return {**_dims_from_hf(data["hf_config"]), **{k: v for k, v in data.items() if v is not None}}
         return data
 

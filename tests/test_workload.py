@@ -58,3 +58,14 @@ def test_unknown_key_and_missing_dims():
 def test_missing_file_is_a_spec_error(tmp_path):
     with pytest.raises(SpecError, match="cannot read spec"):
         load_spec(tmp_path / "nope.yaml")
+
+
+def test_one_model_source_and_overrides():
+    """A preset or an HF config may be overridden key by key; two sources, or a module with a family, are refused."""
+    spec = parse_spec({**_spec(), "model": {"preset": "gpt3-125m", "layers": 2}})
+    assert spec.model.layers == 2 and spec.model.hidden == parse_spec({**_spec(), "model": {"preset": "gpt3-125m"}}).model.hidden
+    for model, named in (({"preset": "gpt3-125m", "module": "m:f"}, "preset and module"),
+                         ({"family": "gpt", "module": "m:f"}, "module and family"),
+                         ({}, "give one of: family")):
+        with pytest.raises(SpecError, match=named):
+            parse_spec({**_spec(), "model": model})
