@@ -4,13 +4,13 @@ Building a graph imports torch and traces the model (seconds for GPT-3 175B), wh
 loads in milliseconds; `scaledl plan` is run again and again on the same models. A graph is keyed
 by the model spec and by what it is built from (the source of the graph builder, model zoo, graph
 types and presets; the torch and transformers versions), so a change to any of them builds it
-afresh. Models defined by
-user code (`module:`) or a config file (`hf_config:`) are kept in memory only: their source can
-change under the same spec. `SCALEDL_GRAPH_CACHE` moves the folder; a read-only one only costs speed.
+afresh. Models defined by user code (`module:`) or a config file (`hf_config:`) are kept in memory
+only: their source can change under the same spec. `SCALEDL_GRAPH_CACHE` moves the folder; a read-only one only costs speed.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import os
@@ -25,13 +25,18 @@ _BUILT_FROM = ("graph.py", "modelzoo.py", "layer_graph.py", "presets.py")
 _MEMORY: dict[str, LayerGraph] = {}
 
 
+@functools.cache
+def _builder_fingerprint() -> str:
+    """What every graph of this process is built from; read once (a dataset asks for hundreds of graphs)."""
+    here = Path(__file__).parent
+    sources = "".join((here / name).read_text() for name in _BUILT_FROM)
+    return sources + "".join(importlib.metadata.version(p) for p in ("torch", "transformers"))
+
+
 def _disk_path(model: ModelSpec, key: str) -> Path | None:
     if model.module is not None or model.hf_config is not None:
         return None
-    here = Path(__file__).parent
-    sources = "".join((here / name).read_text() for name in _BUILT_FROM)
-    versions = "".join(importlib.metadata.version(p) for p in ("torch", "transformers"))
-    return CACHE_DIR / f"{hashlib.sha1((key + sources + versions).encode()).hexdigest()[:24]}.pkl"
+    return CACHE_DIR / f"{hashlib.sha1((key + _builder_fingerprint()).encode()).hexdigest()[:24]}.pkl"
 
 
 def cached_graph(model: ModelSpec) -> LayerGraph:

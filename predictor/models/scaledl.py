@@ -193,6 +193,7 @@ class ScaleDLPredictor(Predictor):
         for spec, graph, idx in by_workload(data.samples):
             group = [data.samples[i] for i in idx]
             comp = self._compose(spec, graph, [s.plan for s in group])
+            memory_x = self._memory_x(comp.z, comp.ana)
             for j, s in enumerate(group):
                 k = comp.key_of[j]
                 gk = (id(graph), comp.keys[k])
@@ -201,7 +202,7 @@ class ScaleDLPredictor(Predictor):
                     graphs.append(self._graph_data(graph, comp.layer_s[k]))
                 gidx.append(key_graph[gk])
                 if s.peak_memory_gib:
-                    mem_rows.append((self._memory_x(comp.z[j], comp.ana[j]), np.log(s.peak_memory_gib / comp.ana[j].peak_memory_gib)))
+                    mem_rows.append((memory_x[j], np.log(s.peak_memory_gib / comp.ana[j].peak_memory_gib)))
             terms.append(comp.terms)
             zs.append(comp.z)
             ys += [s.iter_time_s for s in group]
@@ -252,9 +253,11 @@ class ScaleDLPredictor(Predictor):
         self.net.eval()
 
     @staticmethod
-    def _memory_x(z: np.ndarray, ana: Prediction) -> np.ndarray:
-        """Memory residual features: Z and the analytical peak (a process's fixed overhead matters more for small peaks)."""
-        return np.append(z, np.log(max(ana.peak_memory_gib, 1e-6)))
+    def _memory_x(z: np.ndarray, ana: Sequence[Prediction]) -> np.ndarray:
+        """Memory residual features per plan (rows): Z and the log analytical peak (a process's fixed
+        overhead matters more for small peaks)."""
+        peaks = np.asarray([a.peak_memory_gib for a in ana], dtype=float)
+        return np.column_stack([z, np.log(np.maximum(peaks, 1e-6))])
 
     def _fit_memory(self, rows: list[tuple[np.ndarray, float]]) -> None:
         """A residual on log(measured / analytical peak), learned only where enough peaks were measured."""
@@ -296,7 +299,7 @@ class ScaleDLPredictor(Predictor):
                 factors = self.net.factors(emb, self._z(comp.z)).numpy().astype(float)
         mem_ratio = np.ones(len(plans))
         if self.memory_model is not None:
-            mem_ratio = np.exp(self.memory_model.predict(np.asarray([self._memory_x(z, a) for z, a in zip(comp.z, comp.ana)])))
+            mem_ratio = np.exp(self.memory_model.predict(self._memory_x(comp.z, comp.ana)))
         return [_corrected(a, bd, t, f, r)
                 for a, bd, t, f, r in zip(comp.ana, comp.breakdowns, comp.terms, factors, mem_ratio)]
 
