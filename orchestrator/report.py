@@ -278,11 +278,11 @@ def _html(report: dict[str, Any], figures: dict[str, bytes]) -> str:
     summary = _markdown(report).split("\n")[2:4]
     validation = ""
     if report.get("validation"):
-        from orchestrator.validate import VALIDATION_HEADER, validation_rows
+        from orchestrator.validate import VALIDATION_HEADER, validation_intro, validation_rows
 
         section = report["validation"]
-        validation = (f"<h2>Measured by real runs</h2><p>The {section['k']} best plans, {section['warmup']} warm-up + "
-                      f"{section['steps']} measured steps each.</p>" + _html_table(VALIDATION_HEADER, validation_rows(section))
+        validation = (f"<h2>Measured by real runs</h2><p>{e(validation_intro(section))}</p>"
+                      + _html_table(VALIDATION_HEADER, validation_rows(section))
                       + (f"<p>Note: {e(section['note'])}.</p>" if section["note"] else ""))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>ScaleDL plan report</title><style>"
             "body{font-family:sans-serif;max-width:1100px;margin:2em auto}td,th{padding:2px 8px;border-bottom:1px solid #ddd}"

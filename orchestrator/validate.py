@@ -577,11 +577,15 @@ def validation_rows(section: dict[str, Any]) -> list[list[str]]:
 VALIDATION_HEADER = ["plan", "predicted s", "measured s", "time error", "predicted GiB", "measured GiB", "status"]
 
 
+def validation_intro(section: dict[str, Any]) -> str:
+    """The sentence that opens a validation section (report.md and report.html)."""
+    return (f"The {section['k']} best plans, {section['warmup']} warm-up + {section['steps']} measured steps each "
+            "(measured memory: the largest rank's training memory).")
+
+
 def validation_lines(section: dict[str, Any]) -> list[str]:
     """The report.md section of a validation."""
-    lines = ["## Measured by real runs", "",
-             f"The {section['k']} best plans, {section['warmup']} warm-up + {section['steps']} measured steps each "
-             "(measured memory: the largest rank's training memory).", "",
+    lines = ["## Measured by real runs", "", validation_intro(section), "",
              "| " + " | ".join(VALIDATION_HEADER) + " |", "|" + "---|" * len(VALIDATION_HEADER)]
     lines += ["| " + " | ".join(row) + " |" for row in validation_rows(section)]
     if section["note"]:

@@ -15,7 +15,7 @@ import json
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -161,14 +161,22 @@ def rmse_ms(pred: np.ndarray, true: np.ndarray) -> float:
     return float(np.sqrt(np.mean((pred - true) ** 2)) * 1000)
 
 
+def _shuffled_per_model(data: TrainingData, seed: int, by_id: bool = False) -> Iterator[tuple[str, list[Sample]]]:
+    """Each architecture (sorted) with its samples in a seeded random order: of the data's order, or
+    (`by_id`) of the config ids' order, which does not depend on how the data was loaded."""
+    for fam in sorted({s.model for s in data.samples}):
+        mine = [s for s in data.samples if s.model == fam]
+        if by_id:
+            mine.sort(key=lambda s: s.config_id)
+        yield fam, [mine[i] for i in np.random.default_rng(seed).permutation(len(mine))]
+
+
 def holdout_split(data: TrainingData, fraction: float, seed: int = 0) -> tuple[TrainingData, list[Sample]]:
     """(train, held out): a seeded `fraction` of each architecture's configurations held out, so the
     accuracy a checkpoint records is measured on configurations it never saw."""
     held: set[str] = set()
-    for fam in sorted({s.model for s in data.samples}):
-        mine = sorted(s.config_id for s in data.samples if s.model == fam)
-        order = np.random.default_rng(seed).permutation(len(mine))
-        held.update(mine[i] for i in order[: int(round(fraction * len(mine)))])
+    for _, mine in _shuffled_per_model(data, seed, by_id=True):
+        held.update(s.config_id for s in mine[: int(round(fraction * len(mine)))])
     return subset(data, lambda s: s.config_id not in held), [s for s in data.samples if s.config_id in held]
 
 
@@ -191,13 +199,10 @@ class Split:
 def in_domain_splits(data: TrainingData, n_train: int = 160, seed: int = 0) -> list[Split]:
     """Per architecture: a seeded split, n_train for training (at most 80% when fewer were measured)."""
     out = []
-    for fam in sorted({s.model for s in data.samples}):
-        mine = [s for s in data.samples if s.model == fam]
-        order = np.random.default_rng(seed).permutation(len(mine))
+    for fam, mine in _shuffled_per_model(data, seed):
         k = min(n_train, int(round(0.8 * len(mine))))
-        train_ids = {mine[i].config_id for i in order[:k]}
-        out.append(Split("id", fam, subset(data, lambda s: s.config_id in train_ids),
-                         [mine[i] for i in order[k:]]))
+        train_ids = {s.config_id for s in mine[:k]}
+        out.append(Split("id", fam, subset(data, lambda s: s.config_id in train_ids), mine[k:]))
     return out
 
 
