@@ -9,7 +9,7 @@ points, which is what a nonlinear regressor trained on the result needs.
 
 Candidates per model family (`candidates`) span layers, hidden, heads, sequence length
 (image size for ViT/DeiT), batch and the parallel plan over at most `max_procs`
-processes, restricted to what a small CPU measures in about a second.
+processes, from a named grid (`GRIDS`): small models for a 2-core CPU, realistic ones for a GPU.
 """
 
 from __future__ import annotations
@@ -157,29 +157,49 @@ def random_design(m: int, k: int, seed: int = 0) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- candidates
 
-VOCAB = 4096  # fixed small vocabulary so the logit layer does not dwarf the blocks on a CPU
-TEXT_SEQ = (32, 64, 128, 256)
-IMAGE_SIZES = (32, 64, 96, 128, 160)  # with patch 16: 5 .. 101 tokens
 PATCH = 16
-LAYERS = (2, 4, 6, 8)
-HIDDEN = (64, 128, 192, 256, 384, 512)
-HEADS = (2, 4, 8)
-BATCH = (1, 2, 4, 8, 16, 32)
-CPU_FLOP_CAP = 3e9  # ≈ 0.1 s per iteration on one core of this machine (135 GFLOP/s peak matmul)
 
+
+@dataclass(frozen=True)
+class Grid:
+    """The candidate ranges for one class of device: what it measures in about a tenth of a second."""
+
+    layers: tuple[int, ...]
+    hidden: tuple[int, ...]
+    heads: tuple[int, ...]
+    text_seq: tuple[int, ...]
+    image_sizes: tuple[int, ...]  # with PATCH 16: (size/16)^2 + 1 tokens
+    batch: tuple[int, ...]
+    vocab: int
+    flop_cap: float  # largest iteration (training FLOPs) measured
+    min_head_dim: int
+
+
+GRIDS = {
+    # Small enough for one core of a 2-core CPU (≈ 135-180 GFLOP/s fp32 peak matmul); a fixed small
+    # vocabulary so the logit layer does not dwarf the blocks.
+    "cpu": Grid(layers=(2, 4, 6, 8), hidden=(64, 128, 192, 256, 384, 512), heads=(2, 4, 8),
+                text_seq=(32, 64, 128, 256), image_sizes=(32, 64, 96, 128, 160), batch=(1, 2, 4, 8, 16, 32),
+                vocab=4096, flop_cap=3e9, min_head_dim=16),
+    # Realistic blocks for a data-centre GPU (bf16 at a few hundred TFLOP/s): BERT/GPT-2/ViT-base to
+    # 1B-class widths, ImageNet-size images, a 32k vocabulary; iterations up to ≈ 50 ms.
+    "gpu": Grid(layers=(2, 4, 8, 12), hidden=(512, 768, 1024, 1536, 2048), heads=(8, 16),
+                text_seq=(128, 256, 512, 1024), image_sizes=(128, 224, 384), batch=(1, 2, 4, 8, 16, 32),
+                vocab=32768, flop_cap=1e13, min_head_dim=64),
+}
 # Share of a family's budget per plan kind: most rows are single-process (what layer sums
 # explain), the rest covers every 2-process mode once the CPU allows it.
 STRATA_SHARE = {"single": 0.5, "dp": 0.1, "fsdp": 0.1, "tp": 0.1, "pp-gpipe": 0.1, "pp-1f1b": 0.1}
 
 
-def _model(family: str, layers: int, hidden: int, heads: int, size: int) -> ModelSpec:
+def _model(family: str, layers: int, hidden: int, heads: int, size: int, vocab: int) -> ModelSpec:
     dims = {"family": family, "hidden": hidden, "heads": heads}
     if family == "t5":
-        dims.update(layers=layers // 2, decoder_layers=layers // 2, seq_len=size, vocab=VOCAB)
+        dims.update(layers=layers // 2, decoder_layers=layers // 2, seq_len=size, vocab=vocab)
     elif family in VISION_FAMILIES:
         dims.update(layers=layers, image_size=size, patch_size=PATCH)
     else:
-        dims.update(layers=layers, seq_len=size, vocab=VOCAB)
+        dims.update(layers=layers, seq_len=size, vocab=vocab)
     return ModelSpec(**dims)
 
 
@@ -198,17 +218,21 @@ def _plans(batch: int, model: ModelSpec, max_procs: int) -> list[Plan]:
     return plans
 
 
-def candidates(family: str, max_procs: int = 2, flop_cap: float = CPU_FLOP_CAP) -> list[ProfileConfig]:
-    """Every config of `family` in the CPU grid whose iteration costs at most `flop_cap` FLOPs."""
-    sizes = IMAGE_SIZES if family in VISION_FAMILIES else TEXT_SEQ
+def candidates(family: str, max_procs: int = 2, flop_cap: float | None = None, grid: str = "cpu") -> list[ProfileConfig]:
+    """Every config of `family` in the named grid whose iteration costs at most `flop_cap` FLOPs (default: the grid's)."""
+    if grid not in GRIDS:
+        raise DesignError(f"unknown candidate grid {grid!r}; use {' or '.join(GRIDS)}")
+    g = GRIDS[grid]
+    cap = g.flop_cap if flop_cap is None else flop_cap
+    sizes = g.image_sizes if family in VISION_FAMILIES else g.text_seq
     out = []
-    for layers, hidden, heads, size, batch in itertools.product(LAYERS, HIDDEN, HEADS, sizes, BATCH):
-        if hidden % heads or hidden // heads < 16:
+    for layers, hidden, heads, size, batch in itertools.product(g.layers, g.hidden, g.heads, sizes, g.batch):
+        if hidden % heads or hidden // heads < g.min_head_dim:
             continue
-        model = _model(family, layers, hidden, heads, size)
+        model = _model(family, layers, hidden, heads, size, g.vocab)
         for plan in _plans(batch, model, max_procs):
             cfg = ProfileConfig(model, batch, plan)
-            if cfg.estimated_flops() <= flop_cap:
+            if cfg.estimated_flops() <= cap:
                 out.append(cfg)
     return out
 

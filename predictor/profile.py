@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from predictor import dataset
-from predictor.design import CPU_FLOP_CAP, ProfileConfig, candidates, choose
+from predictor.design import GRIDS, ProfileConfig, candidates, choose
 from predictor.measure.iteration import WorkerPool, measure_iteration
 
 
@@ -52,11 +52,12 @@ class ProfileSummary:
 
 
 def select(families: list[str], design: str, budget: int, seed: int = 0, max_procs: int = 2,
-           strata: list[str] | None = None, flop_cap: float = CPU_FLOP_CAP) -> list[tuple[ProfileConfig, str]]:
+           strata: list[str] | None = None, flop_cap: float | None = None,
+           grid: str = "cpu") -> list[tuple[ProfileConfig, str]]:
     """(config, design label) for every family, in family order (one family finishes before the next)."""
     out: list[tuple[ProfileConfig, str]] = []
     for family in families:
-        pool = candidates(family, max_procs=max_procs, flop_cap=flop_cap)
+        pool = candidates(family, max_procs=max_procs, flop_cap=flop_cap, grid=grid)
         if strata:
             unknown = set(strata) - {c.stratum for c in pool}
             if unknown:
@@ -64,7 +65,8 @@ def select(families: list[str], design: str, budget: int, seed: int = 0, max_pro
                                    f"available: {', '.join(sorted({c.stratum for c in pool}))}")
             pool = [c for c in pool if c.stratum in strata]
         if not pool:
-            raise ProfileError(f"no {family} candidates fit the FLOP cap {flop_cap:g}; raise it")
+            cap = GRIDS[grid].flop_cap if flop_cap is None else flop_cap
+            raise ProfileError(f"no {family} candidates of the {grid} grid fit the FLOP cap {cap:g}; raise --flop-cap")
         if design == "full":  # in random order: a run stopped early still covers the grid uniformly
             order = np.random.default_rng(seed).permutation(len(pool))
             out += [(pool[i], design) for i in order]
@@ -133,17 +135,18 @@ def run_profile(configs: list[tuple[ProfileConfig, str]], out: str | Path, resum
     return summary
 
 
-def record_device_profile(out: str | Path) -> dict:
-    """Measure this CPU (matmul FLOP/s, copy bandwidth, gloo collectives and their α-β fit) into out/device.json.
+def record_device_profile(out: str | Path, device: str = "cpu") -> dict:
+    """Measure the device (matmul FLOP/s, copy bandwidth; on CPU also gloo collectives) into out/device.json.
 
-    Uses `predictor.measure.device.measure_cpu`, so the dataset carries the device profile
-    (the paper's h_dev) it was measured with, next to the rows' device fingerprint.
+    Uses `predictor.measure.device.measure_cpu` or `measure_cuda`, so the dataset carries the
+    device profile (the paper's h_dev) it was measured with, next to the rows' device fingerprint.
     """
     import os
 
-    from predictor.measure.device import measure_cpu
+    from predictor.measure.device import measure_cpu, measure_cuda
 
-    record = {**measure_cpu(), "dataset_device": dataset.device_fingerprint("cpu")}
+    measured = measure_cuda() if device.startswith("cuda") else measure_cpu()
+    record = {**measured, "dataset_device": dataset.device_fingerprint(device)}
     path = Path(out) / "device.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(".device.json.tmp")

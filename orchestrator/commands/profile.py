@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from orchestrator.cli import UsageError
-from predictor.design import CPU_FLOP_CAP, STRATA_SHARE, DesignError
+from predictor.design import GRIDS, STRATA_SHARE, DesignError
 from predictor.profile import ProfileError, ProfileSettings, run_profile, select
 from predictor.workload import FAMILIES
 
@@ -28,7 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured steps first")
     parser.add_argument("--layer-repeats", type=int, default=3, help="minimum repeats per layer timing")
     parser.add_argument("--no-layers", action="store_true", help="skip per-layer timings")
-    parser.add_argument("--flop-cap", type=float, default=CPU_FLOP_CAP, help="largest iteration (FLOPs) to measure")
+    parser.add_argument("--grid", choices=tuple(GRIDS), default=None,
+                        help="candidate model sizes: cpu (small) or gpu (realistic); default follows --device")
+    parser.add_argument("--flop-cap", type=float, default=None,
+                        help="largest iteration (FLOPs) to measure; default the grid's (cpu 3e9, gpu 1e13)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a configuration counts as hung")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
@@ -51,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
                                layers=not args.no_layers, timeout_s=args.timeout, device=args.device,
                                dtype=args.dtype, procs=args.procs)
     try:
-        configs = select(families, args.design, args.budget, args.seed, args.procs, strata or None, args.flop_cap)
+        grid = args.grid or ("cpu" if args.device == "cpu" else "gpu")
+        configs = select(families, args.design, args.budget, args.seed, args.procs, strata or None, args.flop_cap, grid)
         return _run_with_progress(configs, args.out, args.resume, settings)
     except (ProfileError, DesignError) as err:
         raise UsageError(str(err)) from None

@@ -79,6 +79,46 @@ def measure_cpu() -> dict:
     }
 
 
+def measure_cuda(index: int = 0, n: int = 8192, reps: int = 10) -> dict:
+    """Measure a CUDA GPU now: n³ matmul FLOP/s per precision (CUDA events, after warm-up) and copy bandwidth.
+
+    fp32 is plain fp32 (TF32 off, PyTorch's default). Collectives need a second GPU and are
+    left out (`link` is None): a one-GPU machine has no link to measure.
+    """
+    dev = torch.device("cuda", index)
+
+    def seconds(fn) -> float:
+        fn()
+        torch.cuda.synchronize(dev)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / reps
+
+    flops = {}
+    for name, dtype in _DTYPES.items():
+        a, b = (torch.randn(n, n, device=dev, dtype=dtype) for _ in range(2))
+        flops[name] = 2.0 * n**3 / seconds(lambda: torch.mm(a, b))
+        del a, b
+    src = torch.ones(2**30 // 4, device=dev)
+    dst = torch.empty_like(src)
+    bandwidth = 2.0 * src.numel() * 4 / seconds(lambda: dst.copy_(src))
+    props = torch.cuda.get_device_properties(dev)
+    return {
+        "fingerprint": {"gpu": props.name, "memory_bytes": str(props.total_memory), "torch": torch.__version__,
+                        "cuda": str(torch.version.cuda)},
+        "peak_flops": flops,
+        "mem_bandwidth": bandwidth,
+        "memory_capacity": props.total_memory,
+        "link": None,
+        "collectives": [],
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
 def _device_from(record: dict) -> Device:
     link = Link(record["link"]["bandwidth"], record["link"]["latency"], "gloo on this machine, 2 local processes, α-β fit")
     capacity = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
