@@ -31,7 +31,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="per-split results as JSON")
     args = ap.parse_args()
     torch.set_num_threads(1)  # small networks: threads only add contention on a shared machine
-    data = ev.load_cpu_dataset(args.data)
+    data = ev.load_profile_dataset(args.data)
     print(f"{args.data}: {len(data.samples)} iterations, {len(data.layers)} layer timings; "
           + ", ".join(f"{f} {sum(s.model == f for s in data.samples)}" for f in ev.FAMILIES), flush=True)
     methods = dict(ev.METHODS) if args.no_ablations else {**ev.METHODS, **ev.ABLATIONS}

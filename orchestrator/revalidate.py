@@ -175,7 +175,7 @@ def retrain(history: History, checkpoint: str | Path, dataset_dir: str | Path, e
     `auto` falls back to); the refit keeps the checkpoint's settings (`epochs` overrides its
     epochs). `ScaleDLPredictor.save` writes atomically: readers see the old or the new file.
     """
-    from predictor.evaluate import load_cpu_dataset
+    from predictor.evaluate import load_profile_dataset
     from predictor.models.analytical import AnalyticalPredictor
     from predictor.models.scaledl import ScaleDLPredictor
 
@@ -186,7 +186,7 @@ def retrain(history: History, checkpoint: str | Path, dataset_dir: str | Path, e
                                                        "kept the current one")
     held_ids = {ProfileConfig(parse_spec(s).model, parse_spec(s).training.global_batch, Plan.parse(p)).config_id
                 for s, p, _ in held}
-    data = load_cpu_dataset(dataset_dir, designs=None)
+    data = load_profile_dataset(dataset_dir, designs=None)
     data.samples = [s for s in data.samples if s.config_id not in held_ids]
     if not data.samples:
         return RetrainOutcome(False, None, None, len(held), 0, f"{dataset_dir} has no measured iterations outside "

@@ -27,13 +27,15 @@ from predictor.models.baselines import BiRNN, MLPAcc, RFHyperParams
 from predictor.models.features import Sample, TrainingData, by_workload, graph_of, layer_key
 from predictor.models.layerwise import LayerObs
 from predictor.models.scaledl import ScaleDLPredictor
+from predictor.hardware import catalogue_name
 from predictor.plan import Plan, plan_errors
 from predictor.workload import ModelSpec, parse_spec
 
 CPU_DATASET = Path(__file__).parent / "data" / "cpu"
 FAMILIES = ("t5", "gpt2", "bert", "vit", "deit")
-# The CPU measurements: fp32 Adam (predictor.measure.dist_worker), one rank per process.
-CPU_TRAINING = {"precision": "fp32", "optimizer": "adam"}
+# Profile measurements train with Adam (predictor.measure.dist_worker), one rank per process, in
+# the dtype the dataset's settings.json records (fp32 when it records none, as the CPU data).
+PRECISIONS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 # vTrain's cluster (ground_truth/README.md): 8 A100 per node, 800 Gb/s InfiniBand per node = 12.5 GB/s per GPU.
 VTRAIN_INTER_NODE = {"bandwidth_gbps": 12.5, "latency_us": 10.0}
@@ -58,27 +60,39 @@ ABLATIONS: dict[str, Method] = {
 # ------------------------------------------------------------------ loading
 
 
-def spec_for(model_json: str, batch: int, plan: Plan, device: str = "cpu"):
-    """The workload of one CPU configuration: its model, global batch, and one 'node' of plan.gpus ranks."""
+def spec_for(model_json: str, batch: int, plan: Plan, device: str = "cpu", precision: str = "fp32"):
+    """The workload of one profiled configuration: its model, global batch, and one 'node' of plan.gpus ranks."""
     model = ModelSpec.model_validate_json(model_json) if isinstance(model_json, str) else model_json
-    return parse_spec({"model": model.model_dump(exclude_none=True), "training": {"global_batch": int(batch), **CPU_TRAINING},
+    training = {"global_batch": int(batch), "precision": precision, "optimizer": "adam"}
+    return parse_spec({"model": model.model_dump(exclude_none=True), "training": training,
                        "cluster": {"device": device, "nodes": 1, "gpus_per_node": plan.gpus}})
 
 
-def load_cpu_dataset(root: str | Path = CPU_DATASET, designs: Sequence[str] | None = ("doptimal",),
-                     families: Sequence[str] = FAMILIES, with_layers: bool = True) -> TrainingData:
+def dataset_device(root: str | Path, fingerprints: Sequence[str]) -> tuple[str, str]:
+    """(catalogue device, precision) a profile dataset was measured with: one device per dataset."""
+    names = sorted({catalogue_name(f) for f in fingerprints})
+    if len(names) > 1:
+        raise ValueError(f"{root} mixes measurements of several devices ({', '.join(names)}); keep one device per dataset")
+    settings = Path(root) / "settings.json"
+    dtype = json.loads(settings.read_text()).get("dtype", "float32") if settings.exists() else "float32"
+    return (names[0] if names else "cpu"), PRECISIONS[dtype]
+
+
+def load_profile_dataset(root: str | Path = CPU_DATASET, designs: Sequence[str] | None = ("doptimal",),
+                         families: Sequence[str] = FAMILIES, with_layers: bool = True) -> TrainingData:
     """Measured iterations (status ok) of `designs` as Samples, with their layer timings and provenance."""
     it = dataset.load(root, "iterations")
     it = it[(it["status"] == "ok") & it["family"].isin(families) & (it["iter_time_s"] > 0)]
     if designs is not None:
         it = it[it["design"].isin(designs)]
     it = it.sort_values("config_id").reset_index(drop=True)
+    device, precision = dataset_device(root, it["device"])
     samples: list[Sample] = []
     for row in it.itertuples(index=False):
         plan = Plan.parse(row.plan)
         mem = row.peak_mem_bytes / 1024**3 if pd.notna(row.peak_mem_bytes) and row.peak_mem_bytes > 0 else None
-        samples.append(Sample(spec_for(row.spec_json, row.batch, plan), plan, float(row.iter_time_s), mem,
-                              model=row.family, config_id=row.config_id))
+        samples.append(Sample(spec_for(row.spec_json, row.batch, plan, device, precision), plan, float(row.iter_time_s),
+                              mem, model=row.family, config_id=row.config_id))
     layers = _layer_obs(root, samples) if with_layers else []
     prov = {"dataset": str(root), "designs": list(designs) if designs else "all", "rows": len(samples),
             "device": sorted(set(it["device"])), "torch_version": sorted(set(it["torch_version"])),

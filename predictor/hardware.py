@@ -8,6 +8,7 @@ bytes/s. `cpu` is this machine: its figures are measured on first use and cached
 from __future__ import annotations
 
 import platform
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -102,6 +103,22 @@ def get_device(name: str, cluster: "ClusterSpec | None" = None) -> Device:
         if changes:
             device = replace(device, **changes)
     return device
+
+
+def catalogue_name(fingerprint: str) -> str:
+    """The catalogue device a dataset fingerprint was measured on ('cpu:…' → cpu, 'cuda:NVIDIA H200' → h200).
+
+    A catalogue name matches when all its parts (e.g. 'a100', '80gb') are words of the GPU's
+    name; the most specific match wins.
+    """
+    if fingerprint.startswith("cpu"):
+        return "cpu"
+    words = set(re.findall(r"[a-z]+\d+|\d+gb", fingerprint.lower()))
+    matches = [name for name in DEVICES if name != "cpu" and set(name.split("-")) <= words]
+    if not matches:
+        raise KeyError(f"measured device {fingerprint!r} is not in the catalogue ({', '.join(DEVICES)}); "
+                       f"add it to predictor/hardware.py DEVICES")
+    return max(matches, key=lambda name: len(name.split("-")))
 
 
 def cpu_model_name() -> str:

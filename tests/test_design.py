@@ -49,3 +49,14 @@ def test_choose_splits_budget_over_plan_kinds_and_ids_are_unique():
     assert {"single", "dp", "tp", "pp-1f1b"} <= kinds
     assert all(c.estimated_flops() <= 3e9 for c in picked)
     assert all(c.plan.gpus <= 2 for c in picked)
+
+
+def test_gpu_grid_is_realistic_and_bounded():
+    pool = candidates("gpt2", max_procs=1, grid="gpu")
+    assert pool and all(c.plan.gpus == 1 for c in pool)
+    assert all(c.estimated_flops() <= 1e13 for c in pool)
+    assert min(c.model.hidden for c in pool) >= 512 and max(c.model.seq_len for c in pool) == 1024
+    assert all(c.model.hidden // c.model.heads >= 64 for c in pool)
+    assert {c.config_id for c in pool}.isdisjoint(c.config_id for c in candidates("gpt2", max_procs=1))
+    with pytest.raises(DesignError, match="unknown candidate grid 'tpu'; use cpu or gpu"):
+        candidates("gpt2", grid="tpu")

@@ -71,3 +71,14 @@ def test_tables_pool_overall_and_list_every_model():
     text = format_table(frame, "id", "Table I")
     assert "Overall" in text and "bert" in text and "gpt2" in text and "5.00 /" in text and "30.00 /" in text
     assert "scaledl" in format_ood_average(frame)
+
+
+def test_shipped_gpu_dataset_loads_as_its_device_and_precision():
+    from predictor.evaluate import load_profile_dataset
+
+    data = load_profile_dataset("predictor/data/h200", with_layers=False)
+    assert len(data.samples) == 197 and {s.model for s in data.samples} == {"t5", "gpt2", "bert", "vit", "deit"}
+    assert {(s.spec.cluster.device, s.spec.training.precision) for s in data.samples} == {("h200", "bf16")}
+    assert data.provenance["device"] == ["cuda:NVIDIA H200"]
+    cpu = load_profile_dataset(families=("bert",), with_layers=False)
+    assert {(s.spec.cluster.device, s.spec.training.precision) for s in cpu.samples} == {("cpu", "fp32")}

@@ -50,3 +50,15 @@ def test_cpu_is_measured_once_and_cached(tmp_path, monkeypatch):
     monkeypatch.setattr(measure_device, "measure_cpu", lambda: pytest.fail("should re-measure") or {})
     with pytest.raises(pytest.fail.Exception, match="should re-measure"):
         get_device("cpu")
+
+
+def test_measured_gpus_map_to_the_catalogue():
+    from predictor.hardware import catalogue_name
+
+    assert catalogue_name("cpu:Intel(R) Xeon(R) Processor:2c") == "cpu"
+    assert catalogue_name("cuda:NVIDIA H200") == "h200"
+    assert catalogue_name("cuda:NVIDIA H20") == "h20"
+    assert catalogue_name("cuda:NVIDIA A100-SXM4-80GB") == "a100-80gb"
+    assert catalogue_name("cuda:NVIDIA H100 80GB HBM3") == "h100"
+    with pytest.raises(KeyError, match="'cuda:NVIDIA L4' is not in the catalogue"):
+        catalogue_name("cuda:NVIDIA L4")

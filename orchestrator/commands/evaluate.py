@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"profile dataset {root} does not exist (collect one with `scaledl profile`)")
     families = tuple(f.strip() for f in args.families.split(",")) if args.families else ev.FAMILIES
     designs = None if args.designs == "all" else tuple(d.strip() for d in args.designs.split(","))
-    data = ev.load_cpu_dataset(root, designs=designs, families=families)
+    data = ev.load_profile_dataset(root, designs=designs, families=families)
     if not data.samples:
         raise UsageError(f"{root}: no measured iterations for families {', '.join(families)} and designs {args.designs}")
     counts = {f: sum(s.model == f for s in data.samples) for f in families}

@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _load(src: Path, designs_arg: str):  # noqa: ANN202 - TrainingData, imported lazily (torch-geometric)
-    from predictor.evaluate import load_cpu_dataset, load_vtrain
+    from predictor.evaluate import load_profile_dataset, load_vtrain
     from predictor.models.features import TrainingData
 
     if not src.exists():
@@ -44,7 +44,7 @@ def _load(src: Path, designs_arg: str):  # noqa: ANN202 - TrainingData, imported
         samples = load_vtrain(src)
         return TrainingData(samples, provenance={"source": str(src), "device": samples[0].spec.cluster.device if samples else ""})
     designs = None if designs_arg == "all" else tuple(d.strip() for d in designs_arg.split(","))
-    return load_cpu_dataset(src, designs=designs)
+    return load_profile_dataset(src, designs=designs)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,7 +2,8 @@
 # Collect a GPU profile dataset on a machine with one CUDA GPU, within a time limit
 # (run from the repository root):
 #   predictor/data/collect_gpu.sh OUT_DIR [SECONDS=420]
-# 1. The device profile (bf16/fp16/fp32 matmul FLOP/s, copy bandwidth) into OUT_DIR/device.json.
+# 1. The device profile (bf16/fp16/fp32 matmul FLOP/s, copy bandwidth) into OUT_DIR/device.json
+#    (kept when it is there already).
 # 2. A smoke test: one GPT-2 configuration; the script stops (exit 1) if it does not measure,
 #    so a broken set-up costs seconds, not the whole limit.
 # 3. D-optimal single-GPU configurations of the paper's five models at realistic sizes (the
@@ -25,7 +26,7 @@ COMMON=(--device "$DEVICE" --dtype "${DTYPE:-bfloat16}" --grid "${GRID:-gpu}" --
 profile() { timeout -k 10 "$1" "$PY" -m orchestrator.cli profile --design doptimal "${@:2}" "${COMMON[@]}"; }
 
 echo "device profile $(date -u +%FT%TZ)"
-"$PY" -c "import json, sys; from predictor.profile import record_device_profile as r
+[ -f "$OUT/device.json" ] || "$PY" -c "import json, sys; from predictor.profile import record_device_profile as r
 d = r(sys.argv[1], sys.argv[2]); print(json.dumps({k: d[k] for k in ('fingerprint', 'peak_flops', 'mem_bandwidth')}))" \
   "$OUT" "$DEVICE" || exit 1
 
