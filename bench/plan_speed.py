@@ -92,9 +92,13 @@ def main() -> None:
         top = r["report"]["ranked"][0]["plan"] if r["report"]["ranked"] else "-"
         print(f"{i + 1:>3} {r['wall_s']:>7.2f} {r['cpu_s']:>6.1f} {s['timings']['ray_init_s'] + s['timings']['graph_wait_s']:>11.2f} {s['search_s']:>8.2f} "
               f"{s['evaluated_plans']:>6} {s['plans_per_s']:>8.0f} {r['peak_rss_gib']:>8.2f}  {top}")
+        # replicas_ready overlaps the search (Tune starts while the replicas load): not in the sum.
+        sequential = sum(v for k, v in s["timings"].items() if k != "replicas_ready_s")
         print("     phases (s): " + ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in s["timings"].items())
-              + f"; outside run_plan (python start, imports, report, exit) {r['wall_s'] - sum(s['timings'].values()):.2f}"
-              + f"; trials predicting: {s['predict_s']:.2f} s = {s['plans_per_s_predicting']:.0f} plans/s")
+              + f"; outside run_plan (python start, imports, report, exit) {r['wall_s'] - sequential:.2f}"
+              + f"; search after the replicas were ready: {s['search_after_ready_s']:.2f} s = "
+              f"{s['plans_per_s_after_ready']:.0f} plans/s; trials predicting: {s['predict_s']:.2f} s = "
+              f"{s['plans_per_s_predicting']:.0f} plans/s")
         last = r["report"]
     assert last is not None
     best, n, seconds = exhaustive_best(args.spec, args.space, args.predictor, last["device"]["memory_limit_gib"])

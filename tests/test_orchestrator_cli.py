@@ -77,3 +77,18 @@ def test_ctrl_c_then_resume_from_the_command_line(tmp_path) -> None:
     # the resumed run evaluates only the groups the first one had not stored
     assert report["search"]["resumed"] and report["search"]["trials"] + report["search"]["batches_reused"] == 30
     assert first["search"]["evaluated_plans"] < report["search"]["evaluated_plans"]
+
+
+def test_a_missing_predictor_file_fails_before_ray_starts(tmp_path) -> None:
+    run = scaledl("plan", write_spec(tmp_path), "--out", str(tmp_path / "out"), "--predictor", str(tmp_path / "nope.pt"))
+    assert run.returncode == 2
+    assert "nope.pt' is neither 'analytical', 'auto' nor an existing checkpoint file" in run.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_predictor_that_does_not_load_is_a_clear_error(tmp_path) -> None:
+    bad = tmp_path / "bad.pt"
+    bad.write_text("not a checkpoint")
+    run = scaledl("plan", write_spec(tmp_path), "--out", str(tmp_path / "out"), "--predictor", str(bad))
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "could not be loaded in a replica" in run.stderr and "Traceback" not in run.stderr.splitlines()[-1]

@@ -38,10 +38,14 @@ def load_predictor(name_or_path: str, device_name: str) -> tuple[Predictor, str]
         warnings.warn(f"no ScaleDL checkpoint for device {device_name!r} (looked for {path}); "
                       "using the analytical predictor", stacklevel=2)
         return AnalyticalPredictor(), "analytical"
-    path = Path(name_or_path)
-    if not path.is_file():
+    check_predictor_name(name_or_path)
+    return _load_scaledl(Path(name_or_path)), f"scaledl ({name_or_path})"
+
+
+def check_predictor_name(name_or_path: str) -> None:
+    """Fail fast (before replicas start) on a predictor that is neither a known name nor a checkpoint file."""
+    if name_or_path not in ("analytical", "auto") and not Path(name_or_path).is_file():
         raise FileNotFoundError(f"predictor {name_or_path!r} is neither 'analytical', 'auto' nor an existing checkpoint file")
-    return _load_scaledl(path), f"scaledl ({path})"
 
 
 def measured_accuracy(predictor: Predictor, device_name: str) -> dict[str, Any] | None:
