@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -173,6 +173,7 @@ class Grid:
     vocab: int
     flop_cap: float  # largest iteration (training FLOPs) measured
     min_head_dim: int
+    flop_floor: float = 0.0  # only iterations above this (a grid that extends another to larger sizes)
 
 
 GRIDS = {
@@ -187,6 +188,10 @@ GRIDS = {
                 text_seq=(128, 256, 512, 1024), image_sizes=(128, 224, 384), batch=(1, 2, 4, 8, 16, 32),
                 vocab=32768, flop_cap=1e13, min_head_dim=64),
 }
+# The CPU grid's next decade of sizes (3e9-3e10 FLOPs, ≈ 0.1-1 s per iteration): the plans users
+# validate on this machine are that large, and corrections learned below it do not extrapolate.
+GRIDS["cpu-large"] = replace(GRIDS["cpu"], text_seq=(64, 128, 256, 512), image_sizes=(96, 128, 160, 224, 256),
+                             flop_floor=3e9, flop_cap=3e10)
 # Share of a family's budget per plan kind: most rows are single-process (what layer sums
 # explain), the rest covers every 2-process mode once the CPU allows it.
 STRATA_SHARE = {"single": 0.5, "dp": 0.1, "fsdp": 0.1, "tp": 0.1, "pp-gpipe": 0.1, "pp-1f1b": 0.1}
@@ -232,7 +237,7 @@ def candidates(family: str, max_procs: int = 2, flop_cap: float | None = None, g
         model = _model(family, layers, hidden, heads, size, g.vocab)
         for plan in _plans(batch, model, max_procs):
             cfg = ProfileConfig(model, batch, plan)
-            if cfg.estimated_flops() <= cap:
+            if g.flop_floor < cfg.estimated_flops() <= cap:
                 out.append(cfg)
     return out
 

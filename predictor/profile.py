@@ -53,8 +53,12 @@ class ProfileSummary:
 
 def select(families: list[str], design: str, budget: int, seed: int = 0, max_procs: int = 2,
            strata: list[str] | None = None, flop_cap: float | None = None,
-           grid: str = "cpu") -> list[tuple[ProfileConfig, str]]:
-    """(config, design label) for every family, in family order (one family finishes before the next)."""
+           grid: str = "cpu", label: str | None = None) -> list[tuple[ProfileConfig, str]]:
+    """(config, design label) for every family, in family order (one family finishes before the next).
+
+    The label (default: the design's name) is what the dataset's `design` column records.
+    """
+    label = label or design
     out: list[tuple[ProfileConfig, str]] = []
     for family in families:
         pool = candidates(family, max_procs=max_procs, flop_cap=flop_cap, grid=grid)
@@ -69,9 +73,9 @@ def select(families: list[str], design: str, budget: int, seed: int = 0, max_pro
             raise ProfileError(f"no {family} candidates of the {grid} grid fit the FLOP cap {cap:g}; raise --flop-cap")
         if design == "full":  # in random order: a run stopped early still covers the grid uniformly
             order = np.random.default_rng(seed).permutation(len(pool))
-            out += [(pool[i], design) for i in order]
+            out += [(pool[i], label) for i in order]
         else:
-            out += [(cfg, design) for cfg in choose(pool, min(budget, len(pool)), design, seed)]
+            out += [(cfg, label) for cfg in choose(pool, min(budget, len(pool)), design, seed)]
     return out
 
 

@@ -18,6 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated model families, measured in this order")
     parser.add_argument("--design", choices=("doptimal", "random", "full"), default="doptimal",
                         help="how configurations are chosen from each family's candidate grid")
+    parser.add_argument("--label", default=None,
+                        help="value of the dataset's design column (default: the --design name; the paper's "
+                             "protocols read 'doptimal' rows only, so extra collections get their own label)")
     parser.add_argument("--budget", type=int, default=200, help="configurations per family (ignored by --design full)")
     parser.add_argument("--out", required=True, help="dataset directory (created; parquet part files)")
     parser.add_argument("--resume", action="store_true", help="continue a killed run: skip configurations already in --out")
@@ -29,9 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layer-repeats", type=int, default=3, help="minimum repeats per layer timing")
     parser.add_argument("--no-layers", action="store_true", help="skip per-layer timings")
     parser.add_argument("--grid", choices=tuple(GRIDS), default=None,
-                        help="candidate model sizes: cpu (small) or gpu (realistic); default follows --device")
+                        help="candidate model sizes: cpu (small), cpu-large (the next decade of sizes) or gpu "
+                             "(realistic); default follows --device")
     parser.add_argument("--flop-cap", type=float, default=None,
-                        help="largest iteration (FLOPs) to measure; default the grid's (cpu 3e9, gpu 1e13)")
+                        help="largest iteration (FLOPs) to measure; default the grid's (cpu 3e9, cpu-large 3e10, gpu 1e13)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a configuration counts as hung")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
@@ -55,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
                                dtype=args.dtype, procs=args.procs)
     try:
         grid = args.grid or ("cpu" if args.device == "cpu" else "gpu")
-        configs = select(families, args.design, args.budget, args.seed, args.procs, strata or None, args.flop_cap, grid)
+        configs = select(families, args.design, args.budget, args.seed, args.procs, strata or None, args.flop_cap, grid, args.label)
         return _run_with_progress(configs, args.out, args.resume, settings)
     except (ProfileError, DesignError) as err:
         raise UsageError(str(err)) from None

@@ -7,6 +7,9 @@
 # phase 1 and skipped). Phase 3: 20 configurations re-measured for the noise (bench/noise.py).
 # Phase 4: the device profile (matmul FLOP/s, bandwidth, collectives) into device.json.
 # Phase 5: the full BERT grid extended to dp=2 and tp=2 plans (967 configurations), random order.
+# Phase 6: the next decade of sizes (grid cpu-large, 3e9-3e10 FLOPs), labelled doptimal-large so the
+# paper's protocols (doptimal rows) are unchanged: per model 4 each of dp, fsdp, tp, pp-gpipe,
+# pp-1f1b and 8 single-process configurations; the checkpoint trains on them (--designs all).
 # Every phase resumes where a killed run stopped. Default: phases 1 3 4 2 5 (the order used).
 set -euo pipefail
 LIVE=${LIVE:-/work/h3data/cpu}
@@ -19,6 +22,9 @@ for phase in "${@:-1 3 4 2 5}"; do
     2) $PY -m orchestrator.cli profile --families bert --design full --plans single $COMMON ;;
     3) $PY bench/noise.py --data "$LIVE" --configs 20 --repeats 2 --seed 0 ;;
     5) $PY -m orchestrator.cli profile --families bert --design full --plans single,dp,tp $COMMON ;;
+    6) LARGE="--design doptimal --grid cpu-large --label doptimal-large --families t5,gpt2,bert,vit,deit"
+       $PY -m orchestrator.cli profile $LARGE --plans dp,fsdp,tp,pp-gpipe,pp-1f1b --budget 20 $COMMON
+       $PY -m orchestrator.cli profile $LARGE --plans single --budget 8 $COMMON ;;
     4) $PY -c "import sys; from predictor.profile import record_device_profile as r; print(r(sys.argv[1])['peak_flops'])" "$LIVE" ;;
   esac
 done
