@@ -197,7 +197,7 @@ GRIDS["cpu-large"] = replace(GRIDS["cpu"], text_seq=(64, 128, 256, 512), image_s
 STRATA_SHARE = {"single": 0.5, "dp": 0.1, "fsdp": 0.1, "tp": 0.1, "pp-gpipe": 0.1, "pp-1f1b": 0.1}
 
 
-def _model(family: str, layers: int, hidden: int, heads: int, size: int, vocab: int) -> ModelSpec:
+def _model(family: str, layers: int, hidden: int, heads: int, size: int, vocab: int = GRIDS["cpu"].vocab) -> ModelSpec:
     dims = {"family": family, "hidden": hidden, "heads": heads}
     if family == "t5":
         dims.update(layers=layers // 2, decoder_layers=layers // 2, seq_len=size, vocab=vocab)
