@@ -28,6 +28,11 @@ CASES = [  # family, plan, model dims beyond DIMS
     ("bert", "tp=2,mbs=8", {"seq_len": 128, "vocab": 1024}),
     ("vit", "pp=2,mbs=4,schedule=gpipe", {"image_size": 128, "patch_size": 8}),
     ("gpt2", "dp=1,mbs=8", {"seq_len": 128, "vocab": 1024}),
+    # Added after the checkpoint was retrained, so never seen while deciding what to collect or train.
+    ("t5", "dp=2,mbs=4", {"seq_len": 128, "vocab": 1024}),
+    ("deit", "tp=2,mbs=8", {"image_size": 128, "patch_size": 8}),
+    ("gpt2", "pp=2,mbs=2,schedule=1f1b", {"seq_len": 256, "vocab": 1024}),
+    ("bert", "dp=2,mbs=4,zero=3", {"seq_len": 128, "vocab": 1024}),
 ]
 
 
