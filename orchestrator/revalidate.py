@@ -168,12 +168,13 @@ def _error_on(predictor: Any, held: list[tuple[dict[str, Any], str, float]]) -> 
 
 
 def retrain(history: History, checkpoint: str | Path, dataset_dir: str | Path, epochs: int | None = None) -> RetrainOutcome:
-    """Refit ScaleDL on the profile dataset (which the rounds appended to), minus the held-out configurations,
-    and replace `checkpoint` only if the held-out error improves on the current predictor's.
+    """Fine-tune the checkpoint on the profile dataset (which the rounds appended to), minus the held-out
+    configurations, and replace `checkpoint` only if the held-out error improves on the current predictor's.
 
-    The current predictor is the checkpoint when it exists, else the analytical model (what
-    `auto` falls back to); the refit keeps the checkpoint's settings (`epochs` overrides its
-    epochs). `ScaleDLPredictor.save` writes atomically: readers see the old or the new file.
+    The current predictor is the checkpoint when it exists (fine-tuned with `ScaleDLPredictor.update`,
+    as `scaledl train --update` does), else the analytical model (what `auto` falls back to), and
+    then ScaleDL is fitted from scratch; `epochs` overrides the epochs of either.
+    `ScaleDLPredictor.save` writes atomically: readers see the old or the new file.
     """
     from predictor.evaluate import load_profile_dataset
     from predictor.models.analytical import AnalyticalPredictor
@@ -191,16 +192,21 @@ def retrain(history: History, checkpoint: str | Path, dataset_dir: str | Path, e
     if not data.samples:
         return RetrainOutcome(False, None, None, len(held), 0, f"{dataset_dir} has no measured iterations outside "
                                                                "the held-out slice; kept the current one")
-    old = ScaleDLPredictor.load(checkpoint) if checkpoint.is_file() else AnalyticalPredictor()
-    config = dict(old.config) if isinstance(old, ScaleDLPredictor) else {}
-    if epochs is not None:
-        config["epochs"] = epochs
-    new = ScaleDLPredictor(**config).fit(data)
-    old_error, new_error = _error_on(old, held), _error_on(new, held)
+    if checkpoint.is_file():
+        old = ScaleDLPredictor.load(checkpoint)
+        old_error = _error_on(old, held)  # before `update` changes it in place
+        new = old.update(data, **({"epochs": epochs} if epochs is not None else {}))
+        how = "fine-tuned"
+    else:
+        old = AnalyticalPredictor()
+        old_error = _error_on(old, held)
+        new = ScaleDLPredictor(**({"epochs": epochs} if epochs is not None else {})).fit(data)
+        how = "trained"
+    new_error = _error_on(new, held)
     swapped = new_error < old_error
     if swapped:
         new.save(checkpoint)
     verdict = f"swapped {checkpoint}" if swapped else f"kept the current predictor ({checkpoint if checkpoint.is_file() else 'analytical'})"
     return RetrainOutcome(swapped, old_error, new_error, len(held), len(data.samples),
-                          f"retrained on {len(data.samples)} iterations; held-out error over {len(held)} runs: "
+                          f"{how} on {len(data.samples)} iterations; held-out error over {len(held)} runs: "
                           f"current {100 * old_error:.1f}%, retrained {100 * new_error:.1f}%; {verdict}")

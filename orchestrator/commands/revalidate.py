@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="device name of the stored predictions this cluster re-measures (default: cpu without GPUs)")
     parser.add_argument("--dataset", default=None, metavar="DIR", help="also append the runs to this profile dataset")
     parser.add_argument("--retrain", action="store_true",
-                        help="after a round, refit ScaleDL on --dataset; swap --checkpoint only if the error on a "
+                        help="after a round, fine-tune the checkpoint on --dataset (fit one if none exists); swap it only if the error on a "
                              "held-out slice of the history improves")
     parser.add_argument("--checkpoint", default=None, metavar="PATH",
                         help="checkpoint --retrain replaces (default: the shipped one of --device)")
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     if args.sample < 1:
         raise UsageError(f"--sample must be at least 1, got {args.sample}")
     if args.retrain and not args.dataset:
-        raise UsageError("--retrain needs --dataset DIR: the profile dataset the rounds append to and ScaleDL refits on")
+        raise UsageError("--retrain needs --dataset DIR: the profile dataset the rounds append to and ScaleDL is fine-tuned on")
     if args.window < 1:
         raise UsageError(f"--window must be at least 1, got {args.window}")
     if args.threshold <= 0:
