@@ -25,8 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="device name of the stored predictions this cluster re-measures (default: cpu without GPUs)")
     parser.add_argument("--dataset", default=None, metavar="DIR", help="also append the runs to this profile dataset")
     parser.add_argument("--retrain", action="store_true",
-                        help="after a round, fine-tune the checkpoint on --dataset (fit one if none exists); swap it only if the error on a "
-                             "held-out slice of the history improves")
+                        help="after a round, fine-tune the checkpoint on --dataset (fit one if none exists); "
+                             "swap it only if the error on a held-out slice of the history improves")
     parser.add_argument("--checkpoint", default=None, metavar="PATH",
                         help="checkpoint --retrain replaces (default: the shipped one of --device)")
     parser.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray)")
