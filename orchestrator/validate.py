@@ -339,8 +339,6 @@ def unmeasurable(plan: Plan) -> str:
         reasons.append("combined dp/tp/pp degrees (one kind of parallelism per run)")
     if plan.pp > 2:
         reasons.append(f"pp={plan.pp} (pipelines of 2 stages only)")
-    if plan.zero in (1, 2):
-        reasons.append(f"zero={plan.zero} (DDP or FSDP/zero=3 only)")
     if plan.recompute not in ("none", "full"):
         reasons.append(f"recompute={plan.recompute} (full recomputation only)")
     if plan.sp:

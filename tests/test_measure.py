@@ -25,6 +25,7 @@ def _tiny(family="bert", plan=Plan(dp=1, mbs=4), batch=4):
 
 @pytest.mark.parametrize("plan", [
     Plan(dp=1, mbs=4), Plan(dp=2, mbs=2), Plan(tp=2, mbs=4), Plan(pp=2, mbs=1, schedule="1f1b"),
+    Plan(dp=2, mbs=2, zero=1), Plan(dp=2, mbs=2, zero=2),
     pytest.param(Plan(dp=2, mbs=2, zero=3), marks=pytest.mark.slow),
     pytest.param(Plan(pp=2, mbs=2, schedule="gpipe"), marks=pytest.mark.slow),
     Plan(dp=2, mbs=2, recompute="full"),

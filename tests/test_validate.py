@@ -50,11 +50,11 @@ def test_placement_follows_the_plan() -> None:
 
 
 def test_only_plans_the_measurement_code_implements_are_run() -> None:
-    for ok in ("dp=1,mbs=4", "dp=2,zero=3", "tp=2", "pp=2,schedule=gpipe", "dp=2,recompute=full"):
+    for ok in ("dp=1,mbs=4", "dp=2,zero=1", "dp=2,zero=2", "dp=2,zero=3", "tp=2", "pp=2,schedule=gpipe",
+               "dp=2,recompute=full"):
         assert unmeasurable(Plan.parse(ok)) == ""
     assert "combined" in unmeasurable(Plan(dp=2, tp=2))
     assert "pp=4" in unmeasurable(Plan(pp=4))
-    assert "zero=1" in unmeasurable(Plan(dp=2, zero=1))
     assert "recompute=selective" in unmeasurable(Plan(recompute="selective"))
     assert short_plan(str(Plan(dp=2, mbs=4, zero=3))) == "dp=2,tp=1,pp=1,mbs=4,zero=3"
 
@@ -94,9 +94,9 @@ def test_plans_run_for_real_and_failures_are_results(cluster, tmp_path: Path) ->
         ValidationJob(big, "dp=1", predicted_time_s=0.5, predicted_memory_gib=0.3, warmup=1, steps=3,
                       memory_limit_gib=0.8),  # needs ~1.3 GiB resident
         ValidationJob(tiny(2), "tp=3", warmup=1, steps=1),  # heads=2: not a valid plan
-        ValidationJob(tiny(2), "dp=2,zero=1", warmup=1, steps=1),  # ZeRO-1 is not implemented by the measurement
+        ValidationJob(tiny(2), "dp=2,recompute=selective", warmup=1, steps=1),  # not implemented by the measurement
     ]
-    ok, unplaceable, oom, invalid, zero1 = validate(jobs)
+    ok, unplaceable, oom, invalid, selective = validate(jobs)
 
     assert ok.status == "ok", ok.detail
     assert 0 < ok.measured_time_min_s <= ok.measured_time_s <= ok.measured_time_max_s < 5
@@ -109,9 +109,10 @@ def test_plans_run_for_real_and_failures_are_results(cluster, tmp_path: Path) ->
     assert oom.status == "oom" and "passed its memory limit of 0.8 GiB" in oom.detail and "said it fits: wrong" in oom.detail
     assert oom.peak_memory_gib[0] > 0.8
     assert invalid.status == "error" and "tp=3 does not divide heads=2" in invalid.detail
-    assert zero1.status == "error" and "not measurable yet: zero=1" in zero1.detail and not zero1.nodes
+    assert selective.status == "error" and "not measurable yet: recompute=selective" in selective.detail
+    assert not selective.nodes
 
-    append_to_dataset(tmp_path, jobs, [ok, unplaceable, oom, invalid, zero1])
+    append_to_dataset(tmp_path, jobs, [ok, unplaceable, oom, invalid, selective])
     rows = dataset.load(tmp_path).set_index("status")
     assert sorted(rows.index) == ["ok", "oom"]  # launched runs only, failures included
     assert rows.loc["ok", "iter_time_s"] == ok.measured_time_s and rows.loc["ok", "design"] == "validate"

@@ -122,10 +122,10 @@ def run_iteration(job: dict, rank: int, world: int, device: torch.device) -> dic
         per_rank = batch // plan.dp
         if plan.tp > 1:
             model = apply_tp(model, _mesh(world, device))
-        elif plan.dp > 1 and plan.zero == 3:
-            model = apply_fsdp(model, _mesh(world, device))
+        elif plan.dp > 1 and plan.zero >= 2:
+            model = apply_fsdp(model, _mesh(world, device), reshard_after_forward=plan.zero == 3)
         elif plan.dp > 1:
-            model = apply_ddp(model)
+            model = apply_ddp(model)  # zero=1 shards the optimizer below
         micro = [example_inputs(spec, plan.mbs, device, dtype) for _ in range(max(1, per_rank // plan.mbs))]
         params = list(model.parameters())
 
@@ -133,7 +133,12 @@ def run_iteration(job: dict, rank: int, world: int, device: torch.device) -> dic
             for inputs in micro:
                 training_loss(model, inputs, spec).backward()
 
-    optimizer = torch.optim.Adam(params, lr=1e-4, foreach=False)
+    if plan.dp > 1 and plan.zero == 1:  # ZeRO-1: each rank keeps and updates the Adam states of its shard
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        optimizer = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.Adam, lr=1e-4, foreach=False)
+    else:
+        optimizer = torch.optim.Adam(params, lr=1e-4, foreach=False)
     times = []
     for step in range(int(job["warmup"]) + int(job["steps"])):
         if distributed:

@@ -93,14 +93,16 @@ def block_lists(model: nn.Module) -> list[nn.ModuleList]:
     return [m for m in lists if sum(p.numel() for p in m.parameters()) * 4 >= top]
 
 
-def apply_fsdp(model: nn.Module, mesh: Any) -> nn.Module:
-    """ZeRO-3 / FSDP2 full sharding: each block is a unit, the rest falls to the root."""
+def apply_fsdp(model: nn.Module, mesh: Any, reshard_after_forward: bool = True) -> nn.Module:
+    """FSDP2 sharding, each block a unit and the rest falling to the root: ZeRO-3 (parameters gathered
+    again for the backward pass), or with `reshard_after_forward=False` ZeRO-2 (SHARD_GRAD_OP: gathered
+    once per step and kept through the backward pass; gradients reduce-scattered, Adam states sharded)."""
     from torch.distributed.fsdp import fully_shard
 
     for blocks in block_lists(model):
         for block in blocks:
-            fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
     return model
 
 
