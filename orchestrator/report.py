@@ -13,6 +13,8 @@
     ranked_total, infeasible: the fastest plans that do not fit (at most 100) {plan, reason, iter_time_s,
         peak_memory_gib}, infeasible_total, failed: plans whose prediction failed {plan, error},
     explanation: one paragraph derived from the winner's breakdown against the runners-up,
+    caution: '' or a warning that the winner lies outside the learned predictor's training data
+        (the ranked plans' `extra.outside_training` lists what, per plan),
     launch: {plan, megatron_args, deepspeed_config, torchrun, notes} for the winner (null if none fits),
     validation (only with --validate K): {k, steps, warmup, plans: [ValidationResult.to_dict()], note}
         (see orchestrator.validate).
@@ -169,6 +171,7 @@ def build_report(*, spec: WorkloadSpec, spec_path: str, device: Device, predicto
         "failed_total": len(failed),
         "top_k": top_k,
         "explanation": explain(ranked, result.evaluated, spec, limit_gib),
+        "caution": caution(ranked),
         "launch": launch_settings(ranked[0].plan, spec) if ranked else None,
         "_points": {  # for the plots only; dropped from report.json
             "feasible": [(e.prediction.peak_memory_gib, e.prediction.iter_time_s) for e in result.evaluated if e.feasible],  # type: ignore[union-attr]
@@ -220,6 +223,17 @@ def _table_rows(report: dict[str, Any], full: bool = True) -> list[list[str]]:
 _HEADER = ["#", "plan", "iter s", "tokens/s", "peak GiB", "MFU %", "$/iter"]
 
 
+def caution(ranked: list[Evaluated]) -> str:
+    """A warning when the best plan lies outside the learned predictor's training data ('' otherwise):
+    its measured accuracy does not cover such predictions."""
+    outside = ranked[0].prediction.extra.get("outside_training") if ranked else None  # type: ignore[union-attr]
+    if not outside:
+        return ""
+    return ("Caution: the predictor was never trained on a workload or plan like the best one ("
+            + "; ".join(outside) + "); expect larger errors than its measured accuracy, and validate it "
+            "(--validate) before relying on it.")
+
+
 def accuracy_text(accuracy: dict[str, Any] | None) -> str:
     """The predictor's measured accuracy in words, e.g. 'measured error 11.2% over 109 runs of ...'."""
     if not accuracy:
@@ -239,6 +253,8 @@ def _markdown(report: dict[str, Any]) -> str:
              f"{report['infeasible_total']} do not.", "", "## Best plans", "",
              "| " + " | ".join(_HEADER) + " |", "|" + "---|" * len(_HEADER)]
     lines += ["| " + " | ".join(row) + " |" for row in _table_rows(report)]
+    if report.get("caution"):
+        lines += ["", f"**{report['caution']}**"]
     lines += ["", "## Why the winner wins", "", report["explanation"], ""]
     if report.get("validation"):
         from orchestrator.validate import validation_lines  # lazy: only --validate needs the measurement stack
@@ -289,6 +305,7 @@ def _html(report: dict[str, Any], figures: dict[str, bytes]) -> str:
             f"pre{{background:#f4f4f4;padding:8px;white-space:pre-wrap}}</style></head><body>"
             f"<h1>ScaleDL plan report: {e(report['spec_path'])}</h1>" + "".join(f"<p>{e(s)}</p>" for s in summary)
             + "<h2>Best plans</h2>" + _html_table(_HEADER, _table_rows(report))
+            + (f"<p><strong>{e(report['caution'])}</strong></p>" if report.get("caution") else "")
             + f"<h2>Why the winner wins</h2><p>{e(report['explanation'])}</p>{validation}{imgs}{launch_html}</body></html>")
 
 
@@ -324,6 +341,8 @@ def print_report(report: dict[str, Any], console: Any = None) -> None:
         table.add_row(*row)
     console.print(table)
     console.print(report["explanation"])
+    if report.get("caution"):
+        console.print(f"[bold yellow]{report['caution']}[/]")
     if report.get("validation"):
         from orchestrator.validate import print_validation
 

@@ -131,3 +131,23 @@ def test_validation_and_accuracy_appear_in_every_report_file(tmp_path) -> None:
     report["predictor"]["accuracy"] = None
     write_report(report, tmp_path)
     assert "accuracy never measured" in (tmp_path / "report.md").read_text()
+
+
+def test_a_winner_outside_the_predictors_training_data_carries_a_caution(tmp_path) -> None:
+    report, evs = report_for()
+    assert report["caution"] == ""
+    best = rank(evs)[0]
+    best.prediction.extra["outside_training"] = ["vocab 51200 (trained 4096)"]
+    report, _ = report_for()
+    assert report["caution"] == ""  # a fresh evaluation: nothing flagged
+    stats = {"memory_limit_gib": CAPACITY * 0.4, "headroom": 0.6, "searcher": "exhaustive", "evaluated_plans": len(evs),
+             "trials": 3, "trials_failed": 0, "search_s": 1.0, "plans_per_s": len(evs)}
+    space = load_space("megatron-3d")
+    flagged = build_report(spec=SPEC, spec_path="spec.yaml", device=DEVICE, predictor={"name": "scaledl", "accuracy": None},
+                           space_name="megatron-3d", space=space, enumeration=enumerate_plans(SPEC, space),
+                           result=SearchResult(evs, stats))
+    assert "never trained on a workload or plan like the best one (vocab 51200 (trained 4096))" in flagged["caution"]
+    write_report(flagged, tmp_path)
+    for name in ("report.md", "report.html"):
+        assert "vocab 51200 (trained 4096)" in (tmp_path / name).read_text()
+    assert json.loads((tmp_path / "report.json").read_text())["caution"] == flagged["caution"]

@@ -72,7 +72,16 @@ def test_checkpoint_round_trip_predicts_identically(fitted, vtrain_slice, tmp_pa
     loaded = ScaleDLPredictor.load(path)
     np.testing.assert_array_equal(predict_samples(fitted, test)[0], predict_samples(loaded, test)[0])
     assert loaded.provenance["source"] == "vtrain slice" and loaded.provenance["samples"] > 0
+    assert loaded.domain == fitted.domain and loaded.domain.ranges["blocks"] == [12, 12]
     assert path.stat().st_size < 3 * 1024**2
+
+
+def test_predictions_outside_the_training_data_say_so(fitted, vtrain_slice):
+    train, test = vtrain_slice
+    inside = fitted.predict(train[0].spec, graph_of(train[0].spec), [train[0].plan])[0]
+    assert "outside_training" not in inside.extra
+    outside = fitted.predict(test[0].spec, graph_of(test[0].spec), [test[0].plan])[0]
+    assert "blocks 24 (trained 12)" in outside.extra["outside_training"]
 
 
 def test_unfitted_and_missing_checkpoint_errors(tmp_path, vtrain_slice):
@@ -119,6 +128,7 @@ def test_update_fine_tunes_towards_new_measurements(fitted, vtrain_slice):
     assert after < before
     assert updated.provenance["updates"][-1]["source"] == "validation runs"
     assert np.all(updated.z_min <= fitted.z_min) and np.all(updated.z_max >= fitted.z_max)
+    assert updated.domain.ranges["blocks"] == [12, 24]  # the runs it was updated with are now inside
     with pytest.raises(RuntimeError, match="fitted"):
         ScaleDLPredictor().update(TrainingData(new))
 

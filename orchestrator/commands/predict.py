@@ -88,6 +88,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(results[0] if len(results) == 1 else results, indent=1))
     else:
         _print_tables(spec, results, label)
+    for r in results:
+        outside = r.get("extra", {}).get("outside_training")
+        if outside:
+            print(f"scaledl predict: warning: {_short(r['plan'])} lies outside the predictor's training data "
+                  f"({'; '.join(outside)}): expect larger errors than its measured accuracy", file=sys.stderr)
     for r in errors:
         print(f"scaledl predict: error: {r['error']}", file=sys.stderr)
     return 2 if len(errors) == len(results) else 0

@@ -33,6 +33,7 @@ from predictor.hardware import get_device
 from predictor.layer_graph import LayerGraph
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
+from predictor.models.domain import TrainingDomain
 from predictor.models.features import (EDGE_DIM, GLOBAL_DIM, NODE_DIM, TERM_OF_PART, TERMS, LayerKey, TrainingData,
                                        by_workload, edge_tensors, feature_signature, global_matrix, layer_key,
                                        node_matrix, overhead_seconds, terms_from_breakdown)
@@ -93,6 +94,7 @@ class ScaleDLPredictor(Predictor):
         self.z_max = np.full(GLOBAL_DIM, np.inf)
         self.memory_model: Any | None = None
         self.provenance: dict[str, Any] = {}
+        self.domain: TrainingDomain | None = None  # what it was trained on; predictions outside it say so
         self._cache: tuple[weakref.ref, dict] | None = None
         self._fitted = False
 
@@ -161,6 +163,7 @@ class ScaleDLPredictor(Predictor):
             self._train(rows, self.config["epochs"], self.config["lr"])
         self._fit_memory(rows.memory)
         self.provenance = dict(data.provenance, samples=len(data.samples), layer_rows=len(data.layers))
+        self.domain = TrainingDomain.of((s.spec, s.plan) for s in data.samples)
         self._fitted = True
         return self
 
@@ -180,6 +183,8 @@ class ScaleDLPredictor(Predictor):
         if self.net is not None:
             self._train(rows, epochs, self.config["lr"] * lr_scale)
         self._fit_memory(rows.memory)
+        pairs = ((s.spec, s.plan) for s in data.samples)
+        self.domain = self.domain.merged(pairs) if self.domain else TrainingDomain.of(pairs)
         updates = list(self.provenance.get("updates", []))
         updates.append(dict(data.provenance, samples=len(data.samples), epochs=epochs))
         self.provenance = dict(self.provenance, updates=updates)
@@ -300,8 +305,15 @@ class ScaleDLPredictor(Predictor):
         mem_ratio = np.ones(len(plans))
         if self.memory_model is not None:
             mem_ratio = np.exp(self.memory_model.predict(self._memory_x(comp.z, comp.ana)))
-        return [_corrected(a, bd, t, f, r)
-                for a, bd, t, f, r in zip(comp.ana, comp.breakdowns, comp.terms, factors, mem_ratio)]
+        preds = [_corrected(a, bd, t, f, r)
+                 for a, bd, t, f, r in zip(comp.ana, comp.breakdowns, comp.terms, factors, mem_ratio)]
+        if self.domain is not None:
+            workload = self.domain.outside_workload(spec)
+            for plan, pred in zip(plans, preds):
+                outside = workload + self.domain.outside_plan(plan)
+                if outside:
+                    pred.extra["outside_training"] = outside
+        return preds
 
     @property
     def accuracy(self) -> dict[str, Any] | None:
@@ -318,7 +330,8 @@ class ScaleDLPredictor(Predictor):
                                            "memory_model": self.memory_model}), preset=6)
         state = {"format": 2, "features": feature_signature(), "config": self.config,
                  "net": None if self.net is None else self.net.state_dict(), "z_mean": self.z_mean,
-                 "z_std": self.z_std, "z_min": self.z_min, "z_max": self.z_max, "sklearn": blob, "provenance": self.provenance}
+                 "z_std": self.z_std, "z_min": self.z_min, "z_max": self.z_max, "sklearn": blob, "provenance": self.provenance,
+                 "domain": self.domain.to_dict() if self.domain else None}
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
@@ -350,6 +363,7 @@ class ScaleDLPredictor(Predictor):
             self.net.load_state_dict(state["net"])
             self.net.eval()
         self.provenance = state["provenance"]
+        self.domain = TrainingDomain.from_dict(state.get("domain"))  # None in checkpoints older than the field
         self._fitted = True
         return self
 

@@ -1,0 +1,94 @@
+"""The training domain of a learned predictor: which workloads and plans it has seen measured.
+
+A learned correction extrapolates badly (the CPU checkpoint trained only on iterations below
+3e9 FLOPs was 49 % off a decade above), so a prediction for a workload or plan outside the
+training data should say so instead of looking as trustworthy as the checkpoint's held-out
+error. The domain is the range of each size (hidden, blocks, tokens, vocabulary, batch, the
+degrees and micro-batch) and the set of each setting (ZeRO stage, recomputation, schedule,
+sequence parallelism, precision, device) over the training samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from predictor.plan import Plan
+from predictor.workload import WorkloadSpec
+
+SIZES = ("hidden", "blocks", "tokens", "vocab", "global batch")
+DEGREES = ("dp", "tp", "pp", "mbs")
+SETTINGS = ("zero", "recompute", "schedule", "sp")
+
+
+def _sizes(spec: WorkloadSpec) -> dict[str, float]:
+    m = spec.model
+    return {"hidden": m.hidden or 0, "blocks": m.num_blocks, "tokens": m.tokens, "vocab": m.vocab or 0,
+            "global batch": spec.training.global_batch}
+
+
+def _workload_settings(spec: WorkloadSpec) -> dict[str, str]:
+    return {"precision": str(spec.training.precision), "device": str(spec.cluster.device)}
+
+
+def _plan_settings(plan: Plan) -> dict[str, str]:
+    return {s: str(getattr(plan, s)).lower() for s in SETTINGS}  # as plan strings write them (sp=false)
+
+
+@dataclass
+class TrainingDomain:
+    ranges: dict[str, list[float]] = field(default_factory=dict)  # name -> [min, max] over values > 0
+    seen: dict[str, list[str]] = field(default_factory=dict)  # setting -> values seen
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[WorkloadSpec, Plan]]) -> "TrainingDomain":
+        """The domain of (spec, plan) training pairs."""
+        domain = cls()
+        for spec, plan in pairs:
+            domain._add(spec, plan)
+        return domain
+
+    def merged(self, pairs: Iterable[tuple[WorkloadSpec, Plan]]) -> "TrainingDomain":
+        """This domain grown by more training pairs (a fine-tuned checkpoint has seen both)."""
+        out = TrainingDomain({k: list(v) for k, v in self.ranges.items()}, {k: list(v) for k, v in self.seen.items()})
+        for spec, plan in pairs:
+            out._add(spec, plan)
+        return out
+
+    def _add(self, spec: WorkloadSpec, plan: Plan) -> None:
+        numbers = {**_sizes(spec), **{d: getattr(plan, d) for d in DEGREES}}
+        for name, value in numbers.items():
+            if value > 0:
+                lo, hi = self.ranges.get(name, [value, value])
+                self.ranges[name] = [min(lo, value), max(hi, value)]
+        labels = {**_workload_settings(spec), **_plan_settings(plan)}
+        for name, value in labels.items():
+            if value not in self.seen.setdefault(name, []):
+                self.seen[name].append(value)
+
+    def outside_workload(self, spec: WorkloadSpec) -> list[str]:
+        """What of the workload (not the plan) lies outside the domain, e.g. 'vocab 30522 (trained 4096)'."""
+        return self._outside(_sizes(spec), _workload_settings(spec))
+
+    def outside_plan(self, plan: Plan) -> list[str]:
+        return self._outside({d: getattr(plan, d) for d in DEGREES}, _plan_settings(plan))
+
+    def _outside(self, numbers: dict[str, float], labels: dict[str, str]) -> list[str]:
+        out = []
+        for name, value in numbers.items():
+            if name in self.ranges and value > 0:
+                lo, hi = self.ranges[name]
+                if not lo <= value <= hi:
+                    trained = f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
+                    out.append(f"{name} {value:g} (trained {trained})")
+        for name, value in labels.items():
+            if name in self.seen and value not in self.seen[name]:
+                out.append(f"{name}={value} (trained {', '.join(self.seen[name])})")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ranges": self.ranges, "seen": self.seen}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> "TrainingDomain | None":
+        return cls(data["ranges"], data["seen"]) if data else None
