@@ -33,8 +33,9 @@ def evaluated(headroom: float) -> tuple[list[Evaluated], float]:
     return [Evaluated(p, pr, infeasible=infeasibility(pr, limit, CAPACITY)) for p, pr in zip(plans, preds)], limit
 
 
-def report_for(headroom: float = 0.6, **kw):
-    evs, limit = evaluated(headroom)
+def report_for(headroom: float = 0.6, evs: list[Evaluated] | None = None, **kw):
+    fresh, limit = evaluated(headroom)
+    evs = fresh if evs is None else evs
     stats = {"memory_limit_gib": limit, "headroom": headroom, "searcher": "exhaustive", "evaluated_plans": len(evs),
              "trials": 3, "trials_failed": 0, "search_s": 1.0, "plans_per_s": len(evs)}
     space = load_space("megatron-3d")
@@ -136,16 +137,8 @@ def test_validation_and_accuracy_appear_in_every_report_file(tmp_path) -> None:
 def test_a_winner_outside_the_predictors_training_data_carries_a_caution(tmp_path) -> None:
     report, evs = report_for()
     assert report["caution"] == ""
-    best = rank(evs)[0]
-    best.prediction.extra["outside_training"] = ["vocab 51200 (trained 4096)"]
-    report, _ = report_for()
-    assert report["caution"] == ""  # a fresh evaluation: nothing flagged
-    stats = {"memory_limit_gib": CAPACITY * 0.4, "headroom": 0.6, "searcher": "exhaustive", "evaluated_plans": len(evs),
-             "trials": 3, "trials_failed": 0, "search_s": 1.0, "plans_per_s": len(evs)}
-    space = load_space("megatron-3d")
-    flagged = build_report(spec=SPEC, spec_path="spec.yaml", device=DEVICE, predictor={"name": "scaledl", "accuracy": None},
-                           space_name="megatron-3d", space=space, enumeration=enumerate_plans(SPEC, space),
-                           result=SearchResult(evs, stats))
+    rank(evs)[0].prediction.extra["outside_training"] = ["vocab 51200 (trained 4096)"]
+    flagged, _ = report_for(evs=evs)
     assert "never trained on a workload or plan like the best one (vocab 51200 (trained 4096))" in flagged["caution"]
     write_report(flagged, tmp_path)
     for name in ("report.md", "report.html"):
