@@ -2,7 +2,8 @@
 replicas -> Ray Tune search -> report files.
 
 Ray is embedded (a private local instance, never someone else's) unless an address is given; the
-layer graph is built while Ray starts, since both take seconds and neither needs the other.
+layer graph is built while Ray starts, and the Tune search starts while the replicas load, since
+each takes a second or more and neither needs the other to begin.
 """
 
 from __future__ import annotations
