@@ -336,7 +336,9 @@ class ScaleDLPredictor(Predictor):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
         buf = io.BytesIO()
-        torch.save(state, buf)
+        # Protocol 4 stores the compressed forests as raw bytes; torch's default protocol 2 writes
+        # bytes as latin-1 text, which grows this blob by half.
+        torch.save(state, buf, pickle_protocol=4)
         tmp.write_bytes(buf.getvalue())
         tmp.replace(path)
 
