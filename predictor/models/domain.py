@@ -16,7 +16,6 @@ from typing import Any, Iterable
 from predictor.plan import Plan
 from predictor.workload import WorkloadSpec
 
-SIZES = ("hidden", "blocks", "tokens", "vocab", "global batch")
 DEGREES = ("dp", "tp", "pp", "mbs")
 SETTINGS = ("zero", "recompute", "schedule", "sp")
 
@@ -29,6 +28,10 @@ def _sizes(spec: WorkloadSpec) -> dict[str, float]:
 
 def _workload_settings(spec: WorkloadSpec) -> dict[str, str]:
     return {"precision": str(spec.training.precision), "device": str(spec.cluster.device)}
+
+
+def _plan_degrees(plan: Plan) -> dict[str, float]:
+    return {d: getattr(plan, d) for d in DEGREES}
 
 
 def _plan_settings(plan: Plan) -> dict[str, str]:
@@ -56,7 +59,7 @@ class TrainingDomain:
         return out
 
     def _add(self, spec: WorkloadSpec, plan: Plan) -> None:
-        numbers = {**_sizes(spec), **{d: getattr(plan, d) for d in DEGREES}}
+        numbers = {**_sizes(spec), **_plan_degrees(plan)}
         for name, value in numbers.items():
             if value > 0:
                 lo, hi = self.ranges.get(name, [value, value])
@@ -71,7 +74,7 @@ class TrainingDomain:
         return self._outside(_sizes(spec), _workload_settings(spec))
 
     def outside_plan(self, plan: Plan) -> list[str]:
-        return self._outside({d: getattr(plan, d) for d in DEGREES}, _plan_settings(plan))
+        return self._outside(_plan_degrees(plan), _plan_settings(plan))
 
     def _outside(self, numbers: dict[str, float], labels: dict[str, str]) -> list[str]:
         out = []
