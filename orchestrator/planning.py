@@ -52,10 +52,11 @@ def _connect(address: str | None) -> bool:
     if ray.is_initialized():
         return False
     if address is None:
-        # No prestarted idle workers: the replicas and Tune's trial actors start their own, and an idle
-        # worker only burns a second of CPU importing Ray on a small machine.
+        # Idle workers prestarted as Ray starts (one per CPU) are there when the replicas and the result
+        # store ask, so those start in ~0.3 s instead of booting Python and Ray after. (Tune's trial
+        # actors cannot use them: Tune gives its trainables their own runtime env, so a trial still boots its own.)
         ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
-                 _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False})
+                 _system_config={"enable_worker_prestart": True, "prestart_worker_first_driver": True})
     else:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     return True
