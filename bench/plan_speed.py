@@ -97,7 +97,8 @@ def main() -> None:
         print("     phases (s): " + ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in s["timings"].items())
               + f"; outside run_plan (python start, imports, report, exit) {r['wall_s'] - sequential:.2f}"
               + f"; search after the replicas were ready: {s['search_after_ready_s']:.2f} s = "
-              f"{s['plans_per_s_after_ready']:.0f} plans/s; trials predicting: {s['predict_s']:.2f} s = "
+              f"{s['plans_per_s_after_ready']:.0f} plans/s; once the first trial ran: {s['running_s']:.2f} s = "
+              f"{s['plans_per_s_running']:.0f} plans/s; trials predicting: {s['predict_s']:.2f} s = "
               f"{s['plans_per_s_predicting']:.0f} plans/s")
         last = r["report"]
     assert last is not None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +37,15 @@ class ResultStore:
         self.batches: dict[str, tuple[list[str], list[Answer]]] = {}
         self.summaries: dict[str, dict[str, Any]] = {}
         self.predicted = (0, 0.0)  # plans predicted in this run, and the time trials waited for them
+        self.first_call: float | None = None  # when (time.time) the first trial asked: its process was up
         for path in sorted(self.dir.glob("*.pkl")) if resume else ():
             self.batches[path.stem] = pickle.loads(path.read_bytes())
             self.summaries[path.stem] = self._summary(*self.batches[path.stem])
 
     def summary(self, key: str) -> dict[str, Any] | None:
+        """The stored batch's summary, or None; every trial asks this first."""
+        if self.first_call is None:
+            self.first_call = time.time()
         return self.summaries.get(key)
 
     def add(self, key: str, plans: list[str], answers: list[Answer], seconds: float) -> dict[str, Any]:
@@ -50,8 +55,8 @@ class ResultStore:
         self.summaries[key] = self._summary(plans, answers)
         return self.summaries[key]
 
-    def all(self) -> tuple[dict[str, tuple[list[str], list[Answer]]], tuple[int, float]]:
-        return self.batches, self.predicted
+    def all(self) -> tuple[dict[str, tuple[list[str], list[Answer]]], tuple[int, float], float | None]:
+        return self.batches, self.predicted, self.first_call
 
     def _summary(self, plans: list[str], answers: list[Answer]) -> dict[str, Any]:
         """The trial's metric: best feasible time; without one, a penalty growing with the memory overflow."""
