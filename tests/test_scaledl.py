@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from predictor.evaluate import mre, predict_samples
 from predictor.models.analytical import AnalyticalPredictor
@@ -74,6 +75,37 @@ def test_checkpoint_round_trip_predicts_identically(fitted, vtrain_slice, tmp_pa
     assert loaded.provenance["source"] == "vtrain slice" and loaded.provenance["samples"] > 0
     assert loaded.domain == fitted.domain and loaded.domain.ranges["blocks"] == [12, 12]
     assert path.stat().st_size < 3 * 1024**2
+
+
+def test_ensemble_factors_are_the_geometric_mean_of_its_members(vtrain_slice):
+    train, test = vtrain_slice
+    ens = ScaleDLPredictor(epochs=30, seed=1, ensemble=3).fit(TrainingData(train[:60]))
+    assert len(ens.net.members) == 3
+    spec = test[0].spec
+    plans = [s.plan for s in test if s.spec == spec][:5]
+    comp = ens._compose(spec, graph_of(spec), plans)
+    emb = torch.stack(ens._per_key(graph_of(spec), comp))[torch.as_tensor(comp.key_of)]
+    z = ens._z(comp.z)
+    with torch.no_grad():
+        members = torch.stack([m.factors(e, z) for m, e in zip(ens.net.members, emb.chunk(3, dim=1))])
+        assert not torch.allclose(members[0], members[1])  # trained apart, they differ
+        np.testing.assert_allclose(ens.net.factors(emb, z), members.log().mean(0).exp(), rtol=1e-5)
+    got = [p.extra["factors"]["compute"] for p in ens.predict(spec, graph_of(spec), plans)]
+    np.testing.assert_allclose(got, members[:, :, 0].log().mean(0).exp(), rtol=1e-5)
+
+
+def test_a_checkpoint_from_before_ensembles_loads_as_one_network(vtrain_slice, tmp_path):
+    train, test = vtrain_slice
+    one = ScaleDLPredictor(epochs=30, seed=2, ensemble=1).fit(TrainingData(train[:60]))
+    path = tmp_path / "old.pt"
+    one.save(path)
+    state = torch.load(path, weights_only=False)  # rewrite it as the format before ensembles wrote it
+    del state["config"]["ensemble"]
+    state["net"] = {k.removeprefix("members.0."): v for k, v in state["net"].items()}
+    torch.save(state, path)
+    old = ScaleDLPredictor.load(path)
+    assert old.config["ensemble"] == 1
+    np.testing.assert_array_equal(predict_samples(one, test[:20])[0], predict_samples(old, test[:20])[0])
 
 
 def test_predictions_outside_the_training_data_say_so(fitted, vtrain_slice):

@@ -29,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="share of each architecture's configurations held out to measure the accuracy (default 0.2)")
     parser.add_argument("--epochs", type=int, help="training epochs of the correction network (default 800; the best "
                                                    "epoch on a 15%% validation split is kept; --update: 60)")
+    parser.add_argument("--ensemble", type=int, default=None, metavar="K",
+                        help="correction networks trained apart and averaged (default 5; more: steadier, slower to train)")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -54,6 +56,10 @@ def run(args: argparse.Namespace) -> int:
     from predictor.evaluate import accuracy_of, holdout_split
     from predictor.models.scaledl import ScaleDLPredictor
 
+    if args.ensemble is not None and args.ensemble < 1:
+        raise UsageError(f"--ensemble {args.ensemble}: give at least 1 network")
+    if args.ensemble is not None and args.update:
+        raise UsageError("--ensemble applies to a new checkpoint; --update keeps the checkpoint's own networks")
     if not 0 <= args.holdout < 1:
         raise UsageError(f"--holdout {args.holdout}: give a share in [0, 1), e.g. 0.2")
     if args.update is None and args.out is None:
@@ -74,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         model.update(train, epochs=args.epochs or 60)
     else:
         before = None
-        model = ScaleDLPredictor(epochs=args.epochs or 800, seed=args.seed).fit(train)
+        extra = {"ensemble": args.ensemble} if args.ensemble else {}
+        model = ScaleDLPredictor(epochs=args.epochs or 800, seed=args.seed, **extra).fit(train)
     if held:
         model.provenance["accuracy"] = accuracy_of(model, held, source)
         print(f"held-out error: {model.accuracy['mape_pct']:.1f}% MAPE, RMSE {model.accuracy['rmse_ms']:.1f} ms "

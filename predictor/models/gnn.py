@@ -7,6 +7,10 @@ multiplicative correction factor per time term (α compute, β dp comm, and the 
 project's plans add). Factors are exp(head) with the head initialised to zero, so an
 untrained network leaves the composed time unchanged and training only learns deviations.
 
+`CorrectionEnsemble` averages several such networks (geometric mean of their factors): each is
+trained on a few hundred noisy iterations, and networks started from other seeds disagree most
+exactly where one of them extrapolates badly.
+
 Note: PyG's TransformerConv adds the projected edge feature to the key (score =
 q_i·(k_j + W_e e_ij)/√d) rather than the paper's separate ReLU(W_e e_ij + b) bias; both put
 the edge features into the attention score.
@@ -42,12 +46,6 @@ class CorrectionGNN(nn.Module):
         nn.init.zeros_(self.head[-1].weight)
         nn.init.zeros_(self.head[-1].bias)
 
-    def set_prior(self, log_factor: float) -> None:
-        """Start every factor at exp(log_factor) (e.g. the median measured/composed ratio of the data)."""
-        with torch.no_grad():
-            target = max(-0.95, min(0.95, log_factor / self.max_log_factor))
-            self.head[-1].bias.fill_(self.max_log_factor * float(torch.atanh(torch.tensor(target))))
-
     def graph_embedding(self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor,
                         batch: torch.Tensor) -> torch.Tensor:
         """Pooled node embeddings per graph (Eqs. 11-13 + pooling); cacheable per graph."""
@@ -65,3 +63,23 @@ class CorrectionGNN(nn.Module):
             parts.append(self.global_mlp(z))
         out = self.head(torch.cat(parts, dim=1))
         return torch.exp(self.max_log_factor * torch.tanh(out / self.max_log_factor))
+
+
+class CorrectionEnsemble(nn.Module):
+    """K CorrectionGNNs trained apart (other seeds, other validation splits); factors are their geometric mean."""
+
+    def __init__(self, size: int, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - CorrectionGNN's arguments
+        super().__init__()
+        if size < 1:
+            raise ValueError(f"an ensemble needs at least one network, got {size}")
+        self.members = nn.ModuleList(CorrectionGNN(*args, **kwargs) for _ in range(size))
+
+    def graph_embedding(self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor,
+                        batch: torch.Tensor) -> torch.Tensor:
+        """Every member's pooled embedding, side by side (cached per graph like one network's)."""
+        return torch.cat([m.graph_embedding(x, edge_index, edge_attr, batch) for m in self.members], dim=1)
+
+    def factors(self, graph_emb: torch.Tensor | None, z: torch.Tensor) -> torch.Tensor:
+        parts = [None] * len(self.members) if graph_emb is None else graph_emb.chunk(len(self.members), dim=1)
+        logs = [torch.log(m.factors(e, z)) for m, e in zip(self.members, parts)]
+        return torch.exp(torch.stack(logs).mean(0))

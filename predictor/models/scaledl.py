@@ -37,7 +37,7 @@ from predictor.models.domain import TrainingDomain
 from predictor.models.features import (EDGE_DIM, GLOBAL_DIM, NODE_DIM, TERM_OF_PART, TERMS, LayerKey, TrainingData,
                                        by_workload, edge_tensors, feature_signature, global_matrix, layer_key,
                                        node_matrix, overhead_seconds, terms_from_breakdown)
-from predictor.models.gnn import CorrectionGNN
+from predictor.models.gnn import CorrectionEnsemble, CorrectionGNN
 from predictor.models.layerwise import LayerwiseModel, analytical_layer_time
 from predictor.plan import Plan
 from predictor.prediction import Prediction
@@ -47,6 +47,7 @@ _COMM_PARTS = ("dp_comm", "tp_comm", "pp_p2p")
 _OVERHEAD = TERMS.index("overhead")
 _MIN_MEMORY_ROWS = 10
 _MIN_VALIDATION = 40  # samples needed before a validation split is held out
+ENSEMBLE = 5  # correction networks averaged (chosen by cross-validation inside training splits, see the closing note)
 
 
 @dataclass
@@ -82,12 +83,12 @@ class ScaleDLPredictor(Predictor):
 
     def __init__(self, regressor: Any | None = None, *, use_gnn: bool = True, use_global: bool = True,
                  use_comm: bool = True, hidden: int = 32, heads: int = 4, epochs: int = 800, lr: float = 3e-3,
-                 weight_decay: float = 1e-4, seed: int = 0) -> None:
+                 weight_decay: float = 1e-4, ensemble: int = ENSEMBLE, seed: int = 0) -> None:
         self.config = dict(use_gnn=use_gnn, use_global=use_global, use_comm=use_comm, hidden=hidden, heads=heads,
-                           epochs=epochs, lr=lr, weight_decay=weight_decay, seed=seed)
+                           epochs=epochs, lr=lr, weight_decay=weight_decay, ensemble=ensemble, seed=seed)
         self.analytical = AnalyticalPredictor()
         self.layerwise = LayerwiseModel(analytical_layer_time, get_device, regressor, seed)
-        self.net: CorrectionGNN | None = None
+        self.net: CorrectionEnsemble | None = None
         self.z_mean = np.zeros(GLOBAL_DIM)
         self.z_std = np.ones(GLOBAL_DIM)
         self.z_min = np.full(GLOBAL_DIM, -np.inf)
@@ -215,35 +216,43 @@ class ScaleDLPredictor(Predictor):
                      torch.as_tensor(np.concatenate(terms), dtype=torch.float32),
                      torch.log(torch.as_tensor(ys, dtype=torch.float32)), mem_rows)
 
-    def _new_net(self) -> CorrectionGNN | None:
-        """The correction network, or None for the plain-sum ablation (all factors 1)."""
+    def _new_net(self) -> CorrectionEnsemble | None:
+        """The correction networks, or None for the plain-sum ablation (all factors 1)."""
         c = self.config
         if not (c["use_gnn"] or c["use_global"]):
             return None
-        return CorrectionGNN(NODE_DIM, EDGE_DIM, GLOBAL_DIM, len(TERMS), hidden=c["hidden"], heads=c["heads"],
-                             use_graph=c["use_gnn"], use_global=c["use_global"])
+        return CorrectionEnsemble(c["ensemble"], NODE_DIM, EDGE_DIM, GLOBAL_DIM, len(TERMS), hidden=c["hidden"],
+                                  heads=c["heads"], use_graph=c["use_gnn"], use_global=c["use_global"])
 
     def _train(self, rows: _Rows, epochs: int, lr: float) -> None:
+        """Each member of the ensemble apart (members start from successive draws of the seeded
+        generator, and each holds out its own validation split)."""
+        assert self.net is not None
+        batch = Batch.from_data_list(rows.graphs) if self.config["use_gnn"] else None
+        for i, member in enumerate(self.net.members):
+            self._train_member(member, rows, batch, epochs, lr, self.config["seed"] + i)
+        self.net.eval()
+
+    def _train_member(self, net: CorrectionGNN, rows: _Rows, batch: Batch | None, epochs: int, lr: float,
+                      seed: int) -> None:
         """Full-batch AdamW on the squared log error, keeping the epoch best on a seeded 15 % validation
         split (measured iteration times are noisy; the last epoch tends to fit the noise)."""
-        assert self.net is not None
-        opt = torch.optim.AdamW(self.net.parameters(), lr=lr, weight_decay=self.config["weight_decay"])
-        batch = Batch.from_data_list(rows.graphs) if self.config["use_gnn"] else None
+        opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=self.config["weight_decay"])
         gidx, z, terms, log_y = rows.gidx, self._z(rows.z), rows.terms, rows.log_y
         n = len(log_y)
-        order = torch.randperm(n, generator=torch.Generator().manual_seed(self.config["seed"]))
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
         n_val = n * 15 // 100 if n >= _MIN_VALIDATION else 0
         val, fit = order[:n_val], order[n_val:]
 
         def losses() -> torch.Tensor:
             emb = None
             if batch is not None:
-                emb = self.net.graph_embedding(batch.x, batch.edge_index, batch.edge_attr, batch.batch)[gidx]
-            pred = (self.net.factors(emb, z) * terms).sum(1)
+                emb = net.graph_embedding(batch.x, batch.edge_index, batch.edge_attr, batch.batch)[gidx]
+            pred = (net.factors(emb, z) * terms).sum(1)
             return (torch.log(pred.clamp_min(1e-9)) - log_y) ** 2
 
         best, best_state = float("inf"), None
-        self.net.train()
+        net.train()
         for epoch in range(epochs):
             opt.zero_grad()
             err = losses()
@@ -252,10 +261,10 @@ class ScaleDLPredictor(Predictor):
             if n_val and (epoch % 5 == 4 or epoch == epochs - 1):
                 score = float(err[val].mean().detach())
                 if score < best:
-                    best, best_state = score, {k: v.detach().clone() for k, v in self.net.state_dict().items()}
+                    best, best_state = score, {k: v.detach().clone() for k, v in net.state_dict().items()}
         if best_state is not None:
-            self.net.load_state_dict(best_state)
-        self.net.eval()
+            net.load_state_dict(best_state)
+        net.eval()
 
     @staticmethod
     def _memory_x(z: np.ndarray, ana: Sequence[Prediction]) -> np.ndarray:
@@ -354,7 +363,7 @@ class ScaleDLPredictor(Predictor):
             raise ValueError(f"ScaleDL checkpoint {path} was trained with other features than this version computes "
                              f"({', '.join(f'{k}: {theirs.get(k)} vs {mine[k]}' for k in differ[:3])}); "
                              "retrain it with `scaledl train`")
-        self = cls(**state["config"])
+        self = cls(**{"ensemble": 1, **state["config"]})  # checkpoints before ensembles hold one network
         learned = pickle.loads(lzma.decompress(state["sklearn"]))
         self.layerwise.models, self.layerwise.attr_keys = learned["layer_models"], learned["attr_keys"]
         self.memory_model = learned["memory_model"]
@@ -362,7 +371,10 @@ class ScaleDLPredictor(Predictor):
         self.z_min, self.z_max = state["z_min"], state["z_max"]
         self.net = self._new_net()
         if self.net is not None:
-            self.net.load_state_dict(state["net"])
+            net = state["net"]
+            if not any(k.startswith("members.") for k in net):
+                net = {f"members.0.{k}": v for k, v in net.items()}
+            self.net.load_state_dict(net)
             self.net.eval()
         self.provenance = state["provenance"]
         self.domain = TrainingDomain.from_dict(state.get("domain"))  # None in checkpoints older than the field
