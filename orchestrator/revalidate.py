@@ -178,7 +178,7 @@ def retrain(history: History, checkpoint: str | Path, dataset_dir: str | Path, e
     """
     from predictor.evaluate import load_profile_dataset
     from predictor.models.analytical import AnalyticalPredictor
-    from predictor.models.scaledl import ScaleDLPredictor
+    from predictor.models.scaledl import CHECKPOINT_ENSEMBLE, ScaleDLPredictor
 
     checkpoint = Path(checkpoint)
     held = held_out_slice(history)
@@ -200,7 +200,7 @@ def retrain(history: History, checkpoint: str | Path, dataset_dir: str | Path, e
     else:
         old = AnalyticalPredictor()
         old_error = _error_on(old, held)
-        new = ScaleDLPredictor(**({"epochs": epochs} if epochs is not None else {})).fit(data)
+        new = ScaleDLPredictor(ensemble=CHECKPOINT_ENSEMBLE, **({"epochs": epochs} if epochs is not None else {})).fit(data)
         how = "trained"
     new_error = _error_on(new, held)
     swapped = new_error < old_error
