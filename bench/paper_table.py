@@ -27,6 +27,7 @@ def main() -> int:
     ap.add_argument("--data", type=Path, default=ev.CPU_DATASET)
     ap.add_argument("--protocols", default="id,ood")
     ap.add_argument("--no-ablations", action="store_true")
+    ap.add_argument("--methods", help="only these methods (comma separated names, ablations included)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="per-split results as JSON")
     args = ap.parse_args()
@@ -35,6 +36,12 @@ def main() -> int:
     print(f"{args.data}: {len(data.samples)} iterations, {len(data.layers)} layer timings; "
           + ", ".join(f"{f} {sum(s.model == f for s in data.samples)}" for f in ev.FAMILIES), flush=True)
     methods = dict(ev.METHODS) if args.no_ablations else {**ev.METHODS, **ev.ABLATIONS}
+    if args.methods:
+        wanted = args.methods.split(",")
+        unknown = [m for m in wanted if m not in {**ev.METHODS, **ev.ABLATIONS}]
+        if unknown:
+            ap.error(f"--methods: unknown {', '.join(unknown)}; known: {', '.join({**ev.METHODS, **ev.ABLATIONS})}")
+        methods = {m: {**ev.METHODS, **ev.ABLATIONS}[m] for m in wanted}
     t0 = time.time()
     text, frame = ev.paper_tables(data, methods, args.protocols.split(","), args.seed,
                                   log=lambda m: print(m, flush=True))
