@@ -192,15 +192,16 @@ def retrain(history: History, checkpoint: str | Path, dataset_dir: str | Path, e
     if not data.samples:
         return RetrainOutcome(False, None, None, len(held), 0, f"{dataset_dir} has no measured iterations outside "
                                                                "the held-out slice; kept the current one")
+    epochs_arg = {"epochs": epochs} if epochs is not None else {}
     if checkpoint.is_file():
         old = ScaleDLPredictor.load(checkpoint)
         old_error = _error_on(old, held)  # before `update` changes it in place
-        new = old.update(data, **({"epochs": epochs} if epochs is not None else {}))
+        new = old.update(data, **epochs_arg)
         how = "fine-tuned"
     else:
         old = AnalyticalPredictor()
         old_error = _error_on(old, held)
-        new = ScaleDLPredictor(ensemble=CHECKPOINT_ENSEMBLE, **({"epochs": epochs} if epochs is not None else {})).fit(data)
+        new = ScaleDLPredictor(ensemble=CHECKPOINT_ENSEMBLE, **epochs_arg).fit(data)
         how = "trained"
     new_error = _error_on(new, held)
     swapped = new_error < old_error

@@ -55,6 +55,10 @@ class CorrectionGNN(nn.Module):
 
     def factors(self, graph_emb: torch.Tensor | None, z: torch.Tensor) -> torch.Tensor:
         """Eq. 14: factors from [pooled graph ‖ MLP(Z)]; graph_emb rows align with z rows."""
+        return torch.exp(self.log_factors(graph_emb, z))
+
+    def log_factors(self, graph_emb: torch.Tensor | None, z: torch.Tensor) -> torch.Tensor:
+        """The factors' logarithms, bounded to ±max_log_factor."""
         parts = []
         if self.use_graph:
             assert graph_emb is not None
@@ -62,7 +66,7 @@ class CorrectionGNN(nn.Module):
         if self.use_global:
             parts.append(self.global_mlp(z))
         out = self.head(torch.cat(parts, dim=1))
-        return torch.exp(self.max_log_factor * torch.tanh(out / self.max_log_factor))
+        return self.max_log_factor * torch.tanh(out / self.max_log_factor)
 
 
 class CorrectionEnsemble(nn.Module):
@@ -81,5 +85,4 @@ class CorrectionEnsemble(nn.Module):
 
     def factors(self, graph_emb: torch.Tensor | None, z: torch.Tensor) -> torch.Tensor:
         parts = [None] * len(self.members) if graph_emb is None else graph_emb.chunk(len(self.members), dim=1)
-        logs = [torch.log(m.factors(e, z)) for m, e in zip(self.members, parts)]
-        return torch.exp(torch.stack(logs).mean(0))
+        return torch.exp(torch.stack([m.log_factors(e, z) for m, e in zip(self.members, parts)]).mean(0))
