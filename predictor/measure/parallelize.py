@@ -201,9 +201,14 @@ def pipeline_stage(model: nn.Module, spec: ModelSpec, stage: int, mbs: int) -> t
             return Stage(nn.ModuleDict({"enc": enc}), [], lambda p, ids: p["enc"](input_ids=ids).last_hidden_state,
                          None), _lm_loss
         dec_ids = torch.randint(0, spec.vocab or 2, (mbs, spec.seq_len or 1))
+        # As T5ForConditionalGeneration.forward: with tied embeddings the decoder output is scaled by
+        # d_model^-0.5 before the LM head. Without it the logits are sqrt(d_model) times too large, the
+        # softmax's gradient underflows into denormals, and a CPU step runs up to 11x slower (d_model 128).
+        scaled = getattr(model.config, "scale_decoder_outputs", model.config.tie_word_embeddings)  # older transformers
+        out_scale = model.model_dim ** -0.5 if scaled else 1.0
 
         def post(p, x):
             out = p["dec"](input_ids=dec_ids[: x.shape[0]], encoder_hidden_states=x, use_cache=False).last_hidden_state
-            return p["lm_head"](out)
+            return p["lm_head"](out * out_scale)
         return Stage(nn.ModuleDict({"dec": model.decoder, "lm_head": model.lm_head}), [], None, post), _lm_loss
     raise ValueError(f"pipeline parallel: no stage split for family {fam!r}")
