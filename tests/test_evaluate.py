@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.evaluate import (format_ood_average, format_table, in_domain_splits, mre, out_of_domain_splits,
+from predictor.evaluate import (format_average, format_table, in_domain_splits, mre, out_of_domain_splits,
                                 overall, rmse_ms, spec_for)
 from predictor.models.features import Sample, TrainingData
 from predictor.models.layerwise import LayerObs
@@ -70,7 +70,9 @@ def test_tables_pool_overall_and_list_every_model():
     assert summary.set_index("method").loc["scaledl", "mre"] == pytest.approx(5.0)
     text = format_table(frame, "id", "Table I")
     assert "Overall" in text and "bert" in text and "gpt2" in text and "5.00 /" in text and "30.00 /" in text
-    assert "scaledl" in format_ood_average(frame)
+    average = format_average(frame, "id", "ID average").splitlines()
+    assert average[0] == "ID average"
+    assert [line.split()[:2] for line in average[2:]] == [["scaledl", "5.00"], ["rf", "30.00"]]
 
 
 def test_shipped_gpu_dataset_loads_as_its_device_and_precision():
