@@ -1,10 +1,12 @@
-"""How many correction networks ScaleDL should average, chosen on training data only.
+"""Choices of ScaleDL's settings made on training data only: how many correction networks to average,
+or any other ScaleDLPredictor setting.
 
     nice -n 10 .venv/bin/python bench/ensemble_cv.py [--models t5,bert] [--sizes 1,5]
+    nice -n 10 .venv/bin/python bench/ensemble_cv.py --configs "use_comm=true use_comm=false"
 
 For each architecture's in-domain training split (the 160 configurations `bench/paper_table.py`
 trains on; its 40 test configurations are never read), 4-fold cross-validation: fit ScaleDL with
-each ensemble size on three folds, score MRE on the fourth. Prints one line per fold and the mean.
+each setting on three folds, score MRE on the fourth. Prints one line per fold and the mean.
 """
 
 from __future__ import annotations
@@ -28,31 +30,45 @@ def main() -> int:
     ap.add_argument("--data", type=Path, default=ev.CPU_DATASET)
     ap.add_argument("--models", default=",".join(ev.FAMILIES))
     ap.add_argument("--sizes", default="1,5", help="ensemble sizes to compare")
+    ap.add_argument("--configs", help="settings to compare instead, space separated, each KEY=VALUE[,KEY=VALUE] of "
+                                      "ScaleDLPredictor's keywords (true/false/int/float), e.g. 'use_comm=true use_comm=false'")
     ap.add_argument("--folds", type=int, default=4)
     args = ap.parse_args()
     torch.set_num_threads(1)
     data = ev.load_profile_dataset(args.data)
-    sizes = [int(k) for k in args.sizes.split(",")]
+    configs = ([_setting(c) for c in args.configs.split()] if args.configs
+               else [{"ensemble": int(k)} for k in args.sizes.split(",")])
+    names = [",".join(f"{k}={v}" for k, v in c.items()) for c in configs]
     for split in ev.in_domain_splits(data, seed=0):
         if split.model not in args.models.split(","):
             continue
         train = split.train.samples
         folds = np.array_split(np.random.default_rng(1).permutation(len(train)), args.folds)
-        scores: dict[int, list[float]] = {k: [] for k in sizes}
+        scores: dict[str, list[float]] = {n: [] for n in names}
         for f in folds:
             held = {train[i].config_id for i in f}
             fit_on = ev.subset(split.train, lambda s: s.config_id not in held)
             test = [train[i] for i in f]
             true = np.asarray([s.iter_time_s for s in test])
-            for k in sizes:
+            for name, config in zip(names, configs):
                 t0 = time.time()
-                pred, _ = ev.predict_samples(ScaleDLPredictor(seed=0, ensemble=k).fit(fit_on), test)
-                scores[k].append(ev.mre(pred, true))
-                print(f"{split.model:5s} fold {len(scores[k])} ensemble {k}: MRE {scores[k][-1]:6.2f}%  "
+                pred, _ = ev.predict_samples(ScaleDLPredictor(**{"seed": 0, **config}).fit(fit_on), test)
+                scores[name].append(ev.mre(pred, true))
+                print(f"{split.model:5s} fold {len(scores[name])} {name}: MRE {scores[name][-1]:6.2f}%  "
                       f"({time.time() - t0:.0f} s)", flush=True)
-        print(f"{split.model:5s} CV MRE " + "  ".join(f"ensemble {k}: {np.mean(v):.2f}%" for k, v in scores.items()),
-              flush=True)
+        print(f"{split.model:5s} CV MRE " + "  ".join(f"{n}: {np.mean(v):.2f}%" for n, v in scores.items()), flush=True)
     return 0
+
+
+def _setting(text: str) -> dict[str, object]:
+    """'use_comm=false,ensemble=5' -> {'use_comm': False, 'ensemble': 5}."""
+    out: dict[str, object] = {}
+    for item in text.split(","):
+        key, _, raw = item.partition("=")
+        low = raw.strip().lower()
+        out[key.strip()] = (low == "true" if low in ("true", "false") else
+                            int(raw) if raw.strip().lstrip("-").isdigit() else float(raw))
+    return out
 
 
 if __name__ == "__main__":

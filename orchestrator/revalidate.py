@@ -178,7 +178,7 @@ def retrain(history: History, checkpoint: str | Path, dataset_dir: str | Path, e
     """
     from predictor.evaluate import load_profile_dataset
     from predictor.models.analytical import AnalyticalPredictor
-    from predictor.models.scaledl import CHECKPOINT_ENSEMBLE, ScaleDLPredictor
+    from predictor.models.scaledl import ScaleDLPredictor
 
     checkpoint = Path(checkpoint)
     held = held_out_slice(history)
@@ -201,7 +201,7 @@ def retrain(history: History, checkpoint: str | Path, dataset_dir: str | Path, e
     else:
         old = AnalyticalPredictor()
         old_error = _error_on(old, held)
-        new = ScaleDLPredictor(ensemble=CHECKPOINT_ENSEMBLE, **epochs_arg).fit(data)
+        new = ScaleDLPredictor(**epochs_arg).fit(data)
         how = "trained"
     new_error = _error_on(new, held)
     swapped = new_error < old_error

@@ -30,8 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, help="training epochs of the correction network (default 800; the best "
                                                    "epoch on a 15%% validation split is kept; --update: 60)")
     parser.add_argument("--ensemble", type=int, default=None, metavar="K",
-                        help="correction networks trained apart and averaged (default 1: on the shipped dataset five did "
-                             "no better; on a few hundred configurations five are steadier, and K times slower to train)")
+                        help="correction networks trained apart and averaged (default 1: in cross-validation on the CPU "
+                             "dataset five did no better; K times slower to train)")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)  # small networks: extra threads only add contention
     from predictor.evaluate import accuracy_of, holdout_split
-    from predictor.models.scaledl import CHECKPOINT_ENSEMBLE, ScaleDLPredictor
+    from predictor.models.scaledl import ENSEMBLE, ScaleDLPredictor
 
     if args.ensemble is not None and args.ensemble < 1:
         raise UsageError(f"--ensemble {args.ensemble}: give at least 1 network")
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         before = None
         model = ScaleDLPredictor(epochs=args.epochs or 800, seed=args.seed,
-                                 ensemble=args.ensemble or CHECKPOINT_ENSEMBLE).fit(train)
+                                 ensemble=args.ensemble or ENSEMBLE).fit(train)
     if held:
         model.provenance["accuracy"] = accuracy_of(model, held, source)
         print(f"held-out error: {model.accuracy['mape_pct']:.1f}% MAPE, RMSE {model.accuracy['rmse_ms']:.1f} ms "
