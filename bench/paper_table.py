@@ -35,13 +35,14 @@ def main() -> int:
     data = ev.load_profile_dataset(args.data)
     print(f"{args.data}: {len(data.samples)} iterations, {len(data.layers)} layer timings; "
           + ", ".join(f"{f} {sum(s.model == f for s in data.samples)}" for f in ev.FAMILIES), flush=True)
-    methods = dict(ev.METHODS) if args.no_ablations else {**ev.METHODS, **ev.ABLATIONS}
+    known = {**ev.METHODS, **ev.ABLATIONS}
+    methods = dict(ev.METHODS) if args.no_ablations else known
     if args.methods:
         wanted = args.methods.split(",")
-        unknown = [m for m in wanted if m not in {**ev.METHODS, **ev.ABLATIONS}]
+        unknown = [m for m in wanted if m not in known]
         if unknown:
-            ap.error(f"--methods: unknown {', '.join(unknown)}; known: {', '.join({**ev.METHODS, **ev.ABLATIONS})}")
-        methods = {m: {**ev.METHODS, **ev.ABLATIONS}[m] for m in wanted}
+            ap.error(f"--methods: unknown {', '.join(unknown)}; known: {', '.join(known)}")
+        methods = {m: known[m] for m in wanted}
     t0 = time.time()
     text, frame = ev.paper_tables(data, methods, args.protocols.split(","), args.seed,
                                   log=lambda m: print(m, flush=True))
