@@ -286,6 +286,11 @@ def example_inputs(model: ModelSpec, batch: int, device: str | torch.device = "m
     return inputs
 
 
+def primary_input(inputs: dict[str, Any]) -> torch.Tensor:
+    """The tensor a model's first layer reads (images or token ids): what a first pipeline stage is fed."""
+    return inputs["pixel_values"] if "pixel_values" in inputs else inputs["input_ids"]
+
+
 def module_args(model: ModelSpec, inputs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """(args, kwargs) to call the model with: `module:` models take their inputs positionally."""
     if model.module is not None:

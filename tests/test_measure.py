@@ -126,13 +126,13 @@ def test_pipeline_stages_compute_the_whole_model(family):
     skips a step of the model (T5's d_model^-0.5 scaling before its tied LM head, once) measures
     another computation, and on CPU one up to 11x slower (the softmax gradient turns denormal)."""
     from predictor.measure.parallelize import pipeline_stage
-    from predictor.modelzoo import example_inputs
+    from predictor.modelzoo import example_inputs, primary_input
 
     spec = _model(family, 2, 128, 2, 32)
     torch.manual_seed(0)
     model = build_model(spec, "cpu").eval()
     inputs = example_inputs(spec, 2, "cpu", torch.float32)
-    first = inputs["pixel_values"] if "pixel_values" in inputs else inputs["input_ids"]
+    first = primary_input(inputs)
     stage0, _ = pipeline_stage(model, spec, 0, 2)
     torch.manual_seed(1)
     stage1, _ = pipeline_stage(model, spec, 1, 2)

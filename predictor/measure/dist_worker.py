@@ -82,7 +82,7 @@ def _sync(device: torch.device) -> None:
 def run_iteration(job: dict, rank: int, world: int, device: torch.device) -> dict:
     """Real training steps of one configuration on this rank: per-step seconds and peak memory."""
     from predictor.measure.parallelize import apply_ddp, apply_fsdp, apply_full_recompute, apply_tp, pipeline_stage
-    from predictor.modelzoo import build_model, example_inputs, training_loss
+    from predictor.modelzoo import build_model, example_inputs, primary_input, training_loss
 
     spec = ModelSpec.model_validate_json(job["spec_json"])
     plan = Plan.parse(job["plan"])
@@ -110,7 +110,7 @@ def run_iteration(job: dict, rank: int, world: int, device: torch.device) -> dic
         sched_cls = ScheduleGPipe if plan.schedule == "gpipe" else Schedule1F1B
         schedule = sched_cls(stage, n_microbatches=batch // plan.mbs, loss_fn=loss_fn)
         inputs = example_inputs(spec, batch, device, dtype)
-        first = inputs["pixel_values"] if "pixel_values" in inputs else inputs["input_ids"]
+        first = primary_input(inputs)
         params = list(stage_mod.parameters())
 
         def forward_backward() -> None:
