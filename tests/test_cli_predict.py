@@ -1,11 +1,14 @@
 """`scaledl predict` end to end through the real CLI entry point (real spec files, real graph)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from orchestrator.cli import main
 from predictor.prediction import TIME_PARTS
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 SPEC = """\
 model:
@@ -77,6 +80,17 @@ def test_auto_without_checkpoint_warns_and_uses_analytical(tmp_path, capsys):
     code, out, err = _run(capsys, str(path), "--plan", "dp=8", "--json")
     assert code == 0 and json.loads(out)["predictor"] == "analytical"
     assert "no ScaleDL checkpoint for device 'v100-32gb'" in err
+
+
+def test_outside_training_warns_once_for_the_workload_and_per_plan_for_the_rest(capsys):
+    """The shipped CPU checkpoint never saw BERT's 30,522-token vocabulary (shared by every plan: said
+    once) nor ZeRO-1 (only the second plan: said for it alone)."""
+    code, _, err = _run(capsys, str(EXAMPLES / "bert-cpu2.yaml"), "--predictor", "auto",
+                        "--plan", "dp=2,mbs=4", "--plan", "dp=2,mbs=4,zero=1")
+    assert code == 0
+    assert err.count("vocab 30522") == 1 and "all 2 plans lie outside" in err
+    lines = [line for line in err.splitlines() if "zero=1 (trained" in line]
+    assert len(lines) == 1 and lines[0].startswith("scaledl predict: warning: dp=2,tp=1,pp=1,mbs=4,zero=1 also lies")
 
 
 @pytest.mark.parametrize("argv, message", [

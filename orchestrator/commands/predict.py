@@ -88,14 +88,27 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(results[0] if len(results) == 1 else results, indent=1))
     else:
         _print_tables(spec, results, label)
-    for r in results:
-        outside = r.get("extra", {}).get("outside_training")
-        if outside:
-            print(f"scaledl predict: warning: {_short(r['plan'])} lies outside the predictor's training data "
-                  f"({'; '.join(outside)}): expect larger errors than its measured accuracy", file=sys.stderr)
+    _warn_outside(results)
     for r in errors:
         print(f"scaledl predict: error: {r['error']}", file=sys.stderr)
     return 2 if len(errors) == len(results) else 0
+
+
+def _warn_outside(results: list[dict[str, Any]]) -> None:
+    """Warn of predictions outside the learned predictor's training data: what all plans share (the
+    workload's sizes, usually) once, then each plan's own reasons, so a long plan list stays readable."""
+    outside = [(r["plan"], r.get("extra", {}).get("outside_training") or []) for r in results if "error" not in r]
+    shared = [w for w in outside[0][1] if all(w in o for _, o in outside)] if len(outside) > 1 else []
+    advice = "expect larger errors than its measured accuracy"
+    if shared:
+        print(f"scaledl predict: warning: all {len(outside)} plans lie outside the predictor's training data "
+              f"({'; '.join(shared)}): {advice}", file=sys.stderr)
+    for plan, reasons in outside:
+        own = [w for w in reasons if w not in shared]
+        if own:
+            also = "also " if shared else ""
+            print(f"scaledl predict: warning: {_short(plan)} {also}lies outside the predictor's training data "
+                  f"({'; '.join(own)}): {advice}", file=sys.stderr)
 
 
 def _short(text: str) -> str:
