@@ -1,8 +1,9 @@
 """Choices of ScaleDL's settings made on training data only: how many correction networks to average,
-or any other ScaleDLPredictor setting.
+or any other ScaleDLPredictor setting; and the other methods on the same folds.
 
     nice -n 10 .venv/bin/python bench/ensemble_cv.py [--models t5,bert] [--sizes 1,5]
     nice -n 10 .venv/bin/python bench/ensemble_cv.py --configs "use_comm=true use_comm=false"
+    nice -n 10 .venv/bin/python bench/ensemble_cv.py --methods birnn
 
 For each architecture's in-domain training split (the 160 configurations `bench/paper_table.py`
 trains on; its 40 test configurations are never read), 4-fold cross-validation: fit ScaleDL with
@@ -15,6 +16,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -22,6 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from predictor import evaluate as ev  # noqa: E402
+from predictor.models.base import Predictor  # noqa: E402
 from predictor.models.scaledl import ScaleDLPredictor  # noqa: E402
 
 
@@ -32,32 +35,45 @@ def main() -> int:
     ap.add_argument("--sizes", default="1,5", help="ensemble sizes to compare")
     ap.add_argument("--configs", help="settings to compare instead, space separated, each KEY=VALUE[,KEY=VALUE] of "
                                       "ScaleDLPredictor's keywords (true/false/int/float), e.g. 'use_comm=true use_comm=false'")
+    ap.add_argument("--methods", help="compare these methods of `scaledl evaluate` (comma separated, their defaults) "
+                                      "instead, e.g. 'birnn,scaledl': is a gap on one test split more than its noise?")
     ap.add_argument("--folds", type=int, default=4)
     args = ap.parse_args()
     torch.set_num_threads(1)
+    candidates = _candidates(args, ap)
     data = ev.load_profile_dataset(args.data)
-    configs = ([_setting(c) for c in args.configs.split()] if args.configs
-               else [{"ensemble": int(k)} for k in args.sizes.split(",")])
-    names = [",".join(f"{k}={v}" for k, v in c.items()) for c in configs]
     for split in ev.in_domain_splits(data, seed=0):
         if split.model not in args.models.split(","):
             continue
         train = split.train.samples
         folds = np.array_split(np.random.default_rng(1).permutation(len(train)), args.folds)
-        scores: dict[str, list[float]] = {n: [] for n in names}
+        scores: dict[str, list[float]] = {n: [] for n in candidates}
         for f in folds:
             held = {train[i].config_id for i in f}
             fit_on = ev.subset(split.train, lambda s: s.config_id not in held)
             test = [train[i] for i in f]
             true = np.asarray([s.iter_time_s for s in test])
-            for name, config in zip(names, configs):
+            for name, make in candidates.items():
                 t0 = time.time()
-                pred, _ = ev.predict_samples(ScaleDLPredictor(**{"seed": 0, **config}).fit(fit_on), test)
+                pred, _ = ev.predict_samples(make().fit(fit_on), test)
                 scores[name].append(ev.mre(pred, true))
                 print(f"{split.model:5s} fold {len(scores[name])} {name}: MRE {scores[name][-1]:6.2f}%  "
                       f"({time.time() - t0:.0f} s)", flush=True)
         print(f"{split.model:5s} CV MRE " + "  ".join(f"{n}: {np.mean(v):.2f}%" for n, v in scores.items()), flush=True)
     return 0
+
+
+def _candidates(args: argparse.Namespace, ap: argparse.ArgumentParser) -> dict[str, Callable[[], Predictor]]:
+    """Name -> unfitted predictor (seed 0) of what the command line asks to compare."""
+    if args.methods:
+        unknown = [m for m in args.methods.split(",") if m not in ev.METHODS]
+        if unknown:
+            ap.error(f"--methods: unknown {', '.join(unknown)}; known: {', '.join(ev.METHODS)}")
+        return {m: (lambda m=m: ev.METHODS[m](0)) for m in args.methods.split(",")}
+    configs = ([_setting(c) for c in args.configs.split()] if args.configs
+               else [{"ensemble": int(k)} for k in args.sizes.split(",")])
+    return {",".join(f"{k}={v}" for k, v in c.items()): (lambda c=c: ScaleDLPredictor(**{"seed": 0, **c}))
+            for c in configs}
 
 
 def _setting(text: str) -> dict[str, object]:
