@@ -3,7 +3,8 @@
     .venv/bin/python bench/cpu_collective_cost.py      # on an otherwise idle machine; ~20 s
 
 Two gloo ranks, one thread each, as the CPU dataset's measured runs use them. Prints, per step:
-  - a 128 KiB all-reduce alone (what `predictor.measure.device` fits α-β on);
+  - a 128 KiB all-reduce alone, mean of back-to-back calls (the device profile's α-β fit,
+    `predictor.measure.collectives`, takes the best of five calls, each after a barrier);
   - the same all-reduce interleaved with four 256^3 matmuls (its cost once ranks also compute);
   - one MLP block (128 -> 512 -> 128, micro-batch 8 x 32 tokens) forward + backward in one process and
     under DTensor tensor parallelism (ColwiseParallel + RowwiseParallel: two all-reduces per step).
@@ -13,14 +14,19 @@ cost per tensor-parallel layer that the analytical composition does not price.
 
 from __future__ import annotations
 
-import os
+import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from predictor.measure.collectives import free_port  # noqa: E402
 
 HIDDEN, TOKENS, MBS = 128, 32, 8
 
@@ -42,13 +48,12 @@ def _per_call(fn: Callable[[], object], sync: Callable[[], object] = lambda: Non
     return (time.perf_counter() - t0) / n
 
 
-def _rank(rank: int, world: int, out: mp.SimpleQueue) -> None:
+def _rank(rank: int, world: int, port: int, out: mp.SimpleQueue) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29535")
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     act = torch.randn(MBS * TOKENS * HIDDEN)
     a, b = torch.randn(256, 256), torch.randn(256, 256)
     alone = _per_call(lambda: dist.all_reduce(act), dist.barrier)
@@ -67,7 +72,7 @@ def main() -> int:
     block, x = _mlp(), torch.randn(MBS, TOKENS, HIDDEN, requires_grad=True)
     single = _per_call(lambda: block(x).sum().backward(), n=100)
     out = mp.get_context("spawn").SimpleQueue()
-    mp.spawn(_rank, args=(2, out), nprocs=2)
+    mp.spawn(_rank, args=(2, free_port(), out), nprocs=2)
     alone, interleaved, tp = out.get()
     print(f"all-reduce of {MBS * TOKENS * HIDDEN * 4 // 1024} KiB: alone {alone * 1e3:.2f} ms, "
           f"interleaved with compute {interleaved * 1e3:.2f} ms")

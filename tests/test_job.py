@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from predictor.measure.collectives import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 RAY = Path(sys.executable).parent / "ray"
@@ -32,16 +33,10 @@ def test_ray_cluster_yaml_passes_rays_own_validation() -> None:
         validate_config(prepare_config(config))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_ray_job_submit_runs_a_search_on_a_real_head(tmp_path) -> None:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}  # Ray 2.60 token auth: disabled on both sides
-    port, dash = _free_port(), _free_port()
+    port, dash = free_port(), free_port()
     head = subprocess.Popen(
         [str(RAY), "start", "--head", "--block", f"--port={port}", "--dashboard-host=127.0.0.1",
          f"--dashboard-port={dash}", "--disable-usage-stats", "--num-cpus=2", "--include-dashboard=true"],

@@ -35,7 +35,8 @@ class CollectivePoint:
     seconds: float
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now: the rendezvous of a local process group."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -91,7 +92,7 @@ def benchmark_collectives(sizes: tuple[int, ...] = DEFAULT_SIZES, world_size: in
     """
     if world_size < 2:
         raise ValueError(f"world_size must be >= 2 to measure collectives, got {world_size}")
-    port = _free_port()
+    port = free_port()
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
            "OMP_NUM_THREADS": "1"}

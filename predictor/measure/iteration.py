@@ -10,13 +10,13 @@ result with that status; the pool is restarted behind it, so the caller never ha
 from __future__ import annotations
 
 import multiprocessing as mp
-import socket
 import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from predictor.design import ProfileConfig
+from predictor.measure.collectives import free_port
 
 
 @dataclass
@@ -40,12 +40,6 @@ class IterationResult:
                 "steps": self.steps, "peak_mem_bytes": peak, "peak_mem_delta_bytes": delta, "mem_kind": self.mem_kind}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class WorkerPool:
     """`world` persistent rank processes; `run(job, ranks, timeout)` answers or says why not."""
 
@@ -60,7 +54,7 @@ class WorkerPool:
         from predictor.measure.dist_worker import worker_main
 
         ctx = mp.get_context("spawn")
-        port = _free_port()
+        port = free_port()
         for rank in range(self.world):
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=worker_main, args=(rank, self.world, port, child, self.threads, self.device),
