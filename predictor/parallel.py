@@ -49,6 +49,7 @@ class ShardedNodes:
     gemm_n: np.ndarray
     gemm_k: np.ndarray
     gemm_batch: np.ndarray  # independent GEMMs per sample (attention: heads on this rank)
+    tp_linear: np.ndarray  # bool: a linear the runtime shards by column or row (a DTensor module on CPU)
     tp_fwd_ar: np.ndarray  # tp all-reduces (or RS+AG pairs with sp) after this node in forward
     tp_bwd_ar: np.ndarray  # ... in backward
     tp_payload: np.ndarray  # elements per sample of each of those collectives (the full, unsharded tensor)
@@ -153,6 +154,7 @@ def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None) -> ShardedNo
         act_elems=np.array([float(nd.act_elems) for nd in nodes]) / act_div,
         io_elems=(in_elems + out_elems) / io_div,
         out_full=out_elems, gemm_m=gm, gemm_n=gn, gemm_k=gk, gemm_batch=gb,
+        tp_linear=(kind == "linear") & np.isin(role, ("column", "row")) if tp > 1 else np.zeros(n, dtype=bool),
         tp_fwd_ar=tp_fwd, tp_bwd_ar=tp_bwd, tp_payload=payload, attention=attention,
         repeated=rep, block_input=block_in,
     )

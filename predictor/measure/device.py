@@ -1,9 +1,12 @@
 """This machine as a `Device`: single-thread matmul FLOP/s, memory bandwidth and gloo links, measured once.
 
 One rank of a `cpu` cluster is one single-threaded process, so everything is measured with one
-thread. The result is cached as JSON in `$SCALEDL_CACHE` (default `~/.cache/scaledl/`) with a
-fingerprint (CPU model, core count, torch version); a different fingerprint re-measures.
-The whole first-use measurement takes well under 20 s.
+thread. Besides the idle α-β link, the costs inside a training step are measured
+(`predictor.measure.step_costs`): what each collective call and p2p message adds beyond the link's
+α-β time while ranks compute, and DTensor's cost per sharded linear (`Device.extra`). The result
+is cached as JSON in `$SCALEDL_CACHE` (default `~/.cache/scaledl/`) with a fingerprint (CPU model,
+core count, torch version, profile version); a different fingerprint re-measures. The whole
+first-use measurement takes about 30 s.
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ from pathlib import Path
 
 import torch
 
+from predictor import comm
 from predictor.hardware import Device, Link, cpu_model_name
 from predictor.measure.collectives import benchmark_collectives, fit_link
+from predictor.measure.step_costs import measure_step_costs
 
 CACHE_FILE = "cpu_device.json"
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _MEMO: dict[str, Device] = {}
+PROFILE_VERSION = "2"  # 2: with step costs; a cache of an older version is re-measured
 
 
 def cache_dir() -> Path:
@@ -29,7 +35,8 @@ def cache_dir() -> Path:
 
 
 def fingerprint() -> dict[str, str]:
-    return {"cpu": cpu_model_name(), "cores": str(os.cpu_count()), "torch": torch.__version__}
+    return {"cpu": cpu_model_name(), "cores": str(os.cpu_count()), "torch": torch.__version__,
+            "profile": PROFILE_VERSION}
 
 
 def _best_time(fn, budget_s: float, min_reps: int = 3) -> float:
@@ -75,6 +82,7 @@ def measure_cpu() -> dict:
         "mem_bandwidth": bandwidth,
         "link": {"bandwidth": link.bandwidth, "latency": link.latency},
         "collectives": [[p.op, p.bytes, p.world_size, p.seconds] for p in points],
+        "step_costs": measure_step_costs(),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
@@ -120,10 +128,18 @@ def measure_cuda(index: int = 0, n: int = 8192, reps: int = 10) -> dict:
 
 
 def _device_from(record: dict) -> Device:
+    """The Device of a measured record: the idle α-β link, and in `extra` what a collective call and a
+    p2p message cost inside a step beyond it, and DTensor's cost per sharded linear."""
     link = Link(record["link"]["bandwidth"], record["link"]["latency"], "gloo on this machine, 2 local processes, α-β fit")
+    costs = record["step_costs"]
+    size = costs["bytes"]
+    extra = {"collective_call_s": max(0.0, costs["collective_s"] - float(comm.allreduce(size, comm.Group(2, 1, link, link)))),
+             "p2p_call_s": max(0.0, costs["p2p_s"] - float(comm.p2p(size, link))),
+             "tp_linear_s": costs["tp_linear_s"]}
     capacity = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     return Device("cpu", dict(record["peak_flops"]), float(record["mem_bandwidth"]), capacity, link, link,
-                  f"measured on this machine ({record['fingerprint']['cpu']}) at {record['measured_at']}", measured=True)
+                  f"measured on this machine ({record['fingerprint']['cpu']}) at {record['measured_at']}", measured=True,
+                  extra=extra)
 
 
 def _write_atomic(path: Path, data: dict) -> None:

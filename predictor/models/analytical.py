@@ -79,6 +79,11 @@ HOST_OPS: dict[str, int] = {"linear": 2, "attention": 12, "embedding": 3, "rmsno
                             "conv": 2}
 
 
+# PyTorch DDP's gradient bucket (bucket_cap_mb=25): one all-reduce per bucket. Megatron's buckets are of the
+# same order (tens of MB); on fast links the count hardly matters, on a CPU's gloo each call costs ~1 ms.
+DDP_BUCKET_BYTES = 25 * 2**20
+
+
 def gemm_efficiency(m, n, k, batch, cfg: AnalyticalConfig, sms: int = 0):
     """Achievable fraction of peak for a (batched) GEMM of shape m×k · k×n: saturating in each dim, wave-quantised."""
     m, n, k = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k))
@@ -136,14 +141,16 @@ def _layer_times(spec, graph, tp, sp, mbs, device, cfg):
     return fwd, bwd
 
 
-def _tp_time(layout: Layout, calls: np.ndarray, elems: np.ndarray) -> np.ndarray:
-    """Seconds for `calls` tp collectives moving `elems` elements in total, per stage."""
+def _tp_time(layout: Layout, calls: np.ndarray, elems: np.ndarray, call_s: float) -> np.ndarray:
+    """Seconds for `calls` tp all-reduces (reduce-scatter + all-gather pairs with sp) moving `elems`
+    elements in total, per stage; each collective also costs `call_s` (a measured device's in-step cost)."""
     if layout.plan.tp == 1:
         return np.zeros_like(calls)
     size = np.where(calls > 0, elems / np.maximum(calls, 1), 0.0) * layout.act_bytes
     g = layout.tp_group
-    one = comm.reduce_scatter(size, g) + comm.allgather(size, g) if layout.plan.sp else comm.allreduce(size, g)
-    return calls * one
+    if layout.plan.sp:
+        return calls * (comm.reduce_scatter(size, g) + comm.allgather(size, g) + 2 * call_s)
+    return calls * (comm.allreduce(size, g) + call_s)
 
 
 class AnalyticalPredictor(Predictor):
@@ -173,7 +180,7 @@ class AnalyticalPredictor(Predictor):
             t_b = t_b + counts[:, rep] @ fwd[rep]
         elif plan.recompute == "selective":
             t_b = t_b + counts[:, nodes.attention] @ fwd[nodes.attention]
-        t_tp = self._tp_stage_time(lay, cfg) if plan.tp > 1 else np.zeros_like(t_f)
+        t_tp = self._tp_stage_time(lay, cfg, device) if plan.tp > 1 else np.zeros_like(t_f)
         ops = np.array([HOST_OPS.get(k, 1) for k in nodes.kind], dtype=float) * cfg.host_op_s
         host_f = counts @ ops
         host_b = 2 * host_f
@@ -188,9 +195,12 @@ class AnalyticalPredictor(Predictor):
         return t_f * stretch, t_b * stretch, t_tp
 
     @staticmethod
-    def _tp_stage_time(lay: Layout, cfg: AnalyticalConfig) -> np.ndarray:
-        """Tensor-parallel collective seconds per pipeline rank for one micro-batch."""
+    def _tp_stage_time(lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndarray:
+        """Tensor-parallel seconds per pipeline rank for one micro-batch: the collectives, and on a
+        measured device the runtime's own cost per sharded linear (`tp_linear_s`, DTensor on CPU)."""
         plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
+        framework = counts @ nodes.tp_linear * device.extra.get("tp_linear_s", 0.0)
+        call_s = device.extra.get("collective_call_s", 0.0)
         rep = nodes.repeated
         fwd_calls = counts @ nodes.tp_fwd_ar
         bwd_calls = counts @ nodes.tp_bwd_ar
@@ -199,7 +209,8 @@ class AnalyticalPredictor(Predictor):
         if plan.recompute == "full":  # the recomputed forward repeats the blocks' forward all-reduces
             fwd_calls = fwd_calls + counts[:, rep] @ nodes.tp_fwd_ar[rep]
             fwd_elems = fwd_elems + counts[:, rep] @ (nodes.tp_fwd_ar * nodes.tp_payload)[rep] * plan.mbs
-        return (_tp_time(lay, fwd_calls, fwd_elems) + _tp_time(lay, bwd_calls, bwd_elems)) * (1 - cfg.overlap_tp)
+        collectives = _tp_time(lay, fwd_calls, fwd_elems, call_s) + _tp_time(lay, bwd_calls, bwd_elems, call_s)
+        return collectives * (1 - cfg.overlap_tp) + framework
 
     def _one(self, spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device, model_flops: float,
              stage_cache: dict) -> Prediction:
@@ -218,11 +229,12 @@ class AnalyticalPredictor(Predictor):
         bubble = (p - 1) / v * per_mb[s]
         if p > 1:
             link = device.inter_node if lay.pp_link_inter else device.intra_node
-            pp_p2p = float(2 * (m * v + p - 1) * comm.p2p(lay.p2p_elems * lay.act_bytes, link))
+            one = comm.p2p(lay.p2p_elems * lay.act_bytes, link) + device.extra.get("p2p_call_s", 0.0)
+            pp_p2p = float(2 * (m * v + p - 1) * one)
         else:
             pp_p2p = 0.0
         psi = counts @ nodes.params
-        dp_comm = float(np.max(self._dp_time(lay, psi))) * (1 - cfg.overlap_dp)
+        dp_comm = float(np.max(self._dp_time(lay, psi, m, device.extra.get("collective_call_s", 0.0)))) * (1 - cfg.overlap_dp)
         opt_bytes = 2 * optimizer_bytes_per_param(spec.training.optimizer, spec.training.precision) + lay.grad_bytes + lay.param_bytes
         shard = plan.dp if plan.zero >= 1 else 1
         optimizer = float(psi.max()) / shard * opt_bytes / (device.mem_bandwidth * cfg.bw_eff)
@@ -242,15 +254,25 @@ class AnalyticalPredictor(Predictor):
         )
 
     @staticmethod
-    def _dp_time(lay: Layout, psi: np.ndarray) -> np.ndarray:
-        """Gradient sync per stage: all-reduce (ZeRO-0), reduce-scatter + all-gather (1, 2), + weight all-gathers (3)."""
+    def _dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float) -> np.ndarray:
+        """Gradient sync per stage, call by call: each call pays the link latency, and on a measured
+        device `call_s` (its in-step cost).
+
+        ZeRO-0/1: DDP buckets (DDP_BUCKET_BYTES) all-reduced, or reduce-scattered and the updated
+        weights all-gathered. ZeRO-2/3: one FSDP unit per block plus one for the rest of the stage, each
+        reduce-scattering its gradients; ZeRO-2 gathers its weights once per step, ZeRO-3 again in every
+        micro-batch's forward and backward.
+        """
         plan, g = lay.plan, lay.dp_group
         if plan.dp == 1:
             return np.zeros_like(psi)
-        grads = psi * lay.grad_bytes
-        if plan.zero == 0:
-            return comm.allreduce(grads, g)
-        t = comm.reduce_scatter(grads, g) + comm.allgather(psi * lay.param_bytes, g)
-        if plan.zero >= 3:  # weights gathered again for the backward (ZeRO-3: 1.5x the DP volume)
-            t = t + comm.allgather(psi * lay.param_bytes, g)
-        return t
+        grads, weights = psi * lay.grad_bytes, psi * lay.param_bytes
+        if plan.zero <= 1:
+            calls = np.maximum(1.0, np.ceil(grads / DDP_BUCKET_BYTES))
+            if plan.zero == 0:
+                return calls * (comm.allreduce(grads / calls, g) + call_s)
+            return calls * (comm.reduce_scatter(grads / calls, g) + comm.allgather(weights / calls, g) + 2 * call_s)
+        units = np.ceil(lay.blocks_per_stage) + 1
+        gathers = 2 * microbatches if plan.zero >= 3 else 1
+        return units * (comm.reduce_scatter(grads / units, g) + gathers * comm.allgather(weights / units, g)
+                        + (1 + gathers) * call_s)
