@@ -6,7 +6,7 @@ thread. Besides the idle α-β link, the costs inside a training step are measur
 α-β time while ranks compute, and DTensor's cost per sharded linear (`Device.extra`). The result
 is cached as JSON in `$SCALEDL_CACHE` (default `~/.cache/scaledl/`) with a fingerprint (CPU model,
 core count, torch version, profile version); a different fingerprint re-measures. The whole
-first-use measurement takes about 30 s.
+first-use measurement takes about 20 s.
 """
 
 from __future__ import annotations
