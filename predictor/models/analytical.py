@@ -1,8 +1,8 @@
 """Analytical roofline predictor: the baseline, and the fallback of the learned ScaleDL model.
 
 Per layer: max(FLOPs / (peak · eff(GEMM shape)), bytes / (bandwidth · bw_eff)) plus a kernel
-launch cost; communication from `predictor.comm`; pipeline bubble (p-1)/(v·m) of the slowest
-stage; optimizer step memory-bound over the local optimizer state. Nothing here is fit to
+launch cost; communication from `predictor.comm`; pipeline fill and drain from the other stages'
+time per micro-batch ((p-1)/(v·m) of the ideal when stages are balanced); optimizer step memory-bound over the local optimizer state. Nothing here is fit to
 measurements of training iterations; every constant is in `AnalyticalConfig` with its reason.
 """
 
@@ -226,7 +226,9 @@ class AnalyticalPredictor(Predictor):
         p, v = plan.pp, plan.v
         compute = m * (t_f[s] + t_b[s])
         tp_comm = m * t_tp[s]
-        bubble = (p - 1) / v * per_mb[s]
+        # Fill and drain: the other stages' micro-batch time before the slowest stage starts and after it ends,
+        # (Σ t − max t)/v; (p-1)/v of the slowest stage's time when the stages are balanced (Narayanan et al. 2021).
+        bubble = (per_mb.sum() - per_mb[s]) / v
         if p > 1:
             link = device.inter_node if lay.pp_link_inter else device.intra_node
             one = comm.p2p(lay.p2p_elems * lay.act_bytes, link) + device.extra.get("p2p_call_s", 0.0)
