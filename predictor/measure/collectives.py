@@ -83,23 +83,16 @@ def _worker(rank: int, world: int, port: int, sizes: tuple[int, ...], reps: int)
     os._exit(0)  # gloo can abort in its destructors otherwise (ARCHITECTURE.md)
 
 
-def benchmark_collectives(sizes: tuple[int, ...] = DEFAULT_SIZES, world_size: int = 2, reps: int = 5,
-                          timeout_s: float = 120.0) -> list[CollectivePoint]:
-    """Measure every op in OPS at every size with `world_size` local single-threaded processes.
-
-    Workers are fresh interpreters (`python -m predictor.measure.collectives`), so this works from
-    any caller, including scripts without a `__main__` guard.
-    """
-    if world_size < 2:
-        raise ValueError(f"world_size must be >= 2 to measure collectives, got {world_size}")
-    port = free_port()
+def run_local_ranks(module: str, world_size: int, args: list[str], what: str, timeout_s: float = 120.0) -> str:
+    """Run `python -m module RANK WORLD PORT *args` as `world_size` fresh single-threaded interpreters on
+    127.0.0.1 and return the last line rank 0 printed. Fresh interpreters work from any caller, including
+    scripts without a `__main__` guard; a failure raises with the ranks' stderr, `what` naming the benchmark."""
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
            "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "predictor.measure.collectives", str(world_size), str(port), str(reps),
-           ",".join(map(str, sizes))]
-    procs = [subprocess.Popen([*cmd[:3], str(r), *cmd[3:]], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for r in range(world_size)]
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, "-m", module, str(r), str(world_size), str(port), *args], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world_size)]
     try:
         outs = [p.communicate(timeout=timeout_s) for p in procs]
     finally:
@@ -108,8 +101,18 @@ def benchmark_collectives(sizes: tuple[int, ...] = DEFAULT_SIZES, world_size: in
                 p.kill()
     if procs[0].returncode != 0 or not outs[0][0].strip():
         err = "\n".join(o[1].strip()[-2000:] for o in outs if o[1].strip())
-        raise RuntimeError(f"collective benchmark failed (exit codes {[p.returncode for p in procs]}): {err}")
-    return [CollectivePoint(*row) for row in json.loads(outs[0][0].strip().splitlines()[-1])]
+        raise RuntimeError(f"{what} failed (exit codes {[p.returncode for p in procs]}): {err}")
+    return outs[0][0].strip().splitlines()[-1]
+
+
+def benchmark_collectives(sizes: tuple[int, ...] = DEFAULT_SIZES, world_size: int = 2, reps: int = 5,
+                          timeout_s: float = 120.0) -> list[CollectivePoint]:
+    """Measure every op in OPS at every size with `world_size` local single-threaded processes."""
+    if world_size < 2:
+        raise ValueError(f"world_size must be >= 2 to measure collectives, got {world_size}")
+    line = run_local_ranks("predictor.measure.collectives", world_size, [str(reps), ",".join(map(str, sizes))],
+                           "collective benchmark", timeout_s)
+    return [CollectivePoint(*row) for row in json.loads(line)]
 
 
 def _coefficients(op: str, n: int) -> tuple[float, float]:

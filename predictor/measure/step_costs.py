@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Callable
 
-from predictor.measure.collectives import free_port
+from predictor.measure.collectives import run_local_ranks
 
 HIDDEN, TOKENS, MBS = 128, 32, 8  # a small transformer MLP block: latency-bound, as CPU plans are
 SMALL_BYTES = 16 * 1024
@@ -88,26 +86,12 @@ def _worker(rank: int, world: int, port: int, calls: int) -> None:
 
 
 def measure_step_costs(world_size: int = 2, calls: int = 400, timeout_s: float = 120.0) -> dict[str, float]:
-    """{'collective_s', 'p2p_s', 'tp_linear_s'} seconds (and the message 'bytes') on this machine with `world_size` local single-threaded ranks."""
+    """{'collective_s', 'p2p_s', 'tp_linear_s'} seconds (and the message 'bytes') on this machine with
+    `world_size` local single-threaded ranks."""
     if world_size < 2:
         raise ValueError(f"world_size must be >= 2 to measure step costs, got {world_size}")
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
-           "OMP_NUM_THREADS": "1"}
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", "predictor.measure.step_costs", str(r), str(world_size), str(port),
-                               str(calls)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in range(world_size)]
-    try:
-        outs = [p.communicate(timeout=timeout_s) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    if procs[0].returncode != 0 or not outs[0][0].strip():
-        err = "\n".join(o[1].strip()[-2000:] for o in outs if o[1].strip())
-        raise RuntimeError(f"step-cost benchmark failed (exit codes {[p.returncode for p in procs]}): {err}")
-    return json.loads(outs[0][0].strip().splitlines()[-1])
+    return json.loads(run_local_ranks("predictor.measure.step_costs", world_size, [str(calls)], "step-cost benchmark",
+                                      timeout_s))
 
 
 if __name__ == "__main__":
