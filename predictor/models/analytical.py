@@ -1,9 +1,10 @@
 """Analytical roofline predictor: the baseline, and the fallback of the learned ScaleDL model.
 
 Per layer: max(FLOPs / (peak · eff(GEMM shape)), bytes / (bandwidth · bw_eff)) plus a kernel
-launch cost; communication from `predictor.comm`; pipeline fill and drain from the other stages'
-time per micro-batch ((p-1)/(v·m) of the ideal when stages are balanced); optimizer step memory-bound over the local optimizer state. Nothing here is fit to
-measurements of training iterations; every constant is in `AnalyticalConfig` with its reason.
+launch cost; communication from `predictor.comm`, call by call; pipeline fill and drain from the
+other stages' time per micro-batch ((p-1)/(v·m) of the ideal when stages are balanced); optimizer
+step memory-bound over the local optimizer state. Nothing here is fit to measurements of training
+iterations; every constant is in `AnalyticalConfig` with its reason.
 """
 
 from __future__ import annotations
@@ -236,7 +237,8 @@ class AnalyticalPredictor(Predictor):
         else:
             pp_p2p = 0.0
         psi = counts @ nodes.params
-        dp_comm = float(np.max(self._dp_time(lay, psi, m, device.extra.get("collective_call_s", 0.0)))) * (1 - cfg.overlap_dp)
+        dp_sync = self._dp_time(lay, psi, m, device.extra.get("collective_call_s", 0.0))
+        dp_comm = float(np.max(dp_sync)) * (1 - cfg.overlap_dp)
         opt_bytes = 2 * optimizer_bytes_per_param(spec.training.optimizer, spec.training.precision) + lay.grad_bytes + lay.param_bytes
         shard = plan.dp if plan.zero >= 1 else 1
         optimizer = float(psi.max()) / shard * opt_bytes / (device.mem_bandwidth * cfg.bw_eff)
