@@ -18,9 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from predictor import comm  # noqa: E402
 from predictor.measure.collectives import benchmark_collectives, fit_link  # noqa: E402
-from predictor.measure.step_costs import measure_step_costs  # noqa: E402
+from predictor.measure.step_costs import idle_seconds, measure_step_costs  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,9 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     for run in range(args.runs):
         link = fit_link(benchmark_collectives())
         costs = measure_step_costs()
-        size = costs["bytes"]
-        idle_ar = float(comm.allreduce(size, comm.Group(2, 1, link, link)))
-        idle_p2p = float(comm.p2p(size, link))
+        idle_ar, idle_p2p = idle_seconds(link, costs["bytes"])
         print(f"{run:>3} {idle_ar * 1e3:>16.3f} {costs['collective_s'] * 1e3:>8.3f} {idle_p2p * 1e3:>15.3f} "
               f"{costs['p2p_s'] * 1e3:>8.3f} {costs['tp_linear_s'] * 1e3:>15.3f}", flush=True)
     return 0

@@ -81,7 +81,8 @@ def test_data_parallel_sync_grows_with_zero3():
 
 
 def _slow_link_spec(latency_us: float):
-    """A one-node GPT-3-sized-layer workload whose NVLink has a 1 ms per-call latency (a CPU's gloo in a step)."""
+    """One node of 8 A100s, global batch 8, whose NVLink latency is `latency_us` (1,000: a CPU's gloo in a step);
+    the tests pair it with small hand-built GPT graphs."""
     return parse_spec({"model": {"preset": "gpt3-175b"}, "training": {"global_batch": 8, "precision": "bf16"},
                        "cluster": {"device": "a100-80gb", "nodes": 1, "gpus_per_node": 8,
                                    "intra_node": {"bandwidth_gbps": 300, "latency_us": latency_us}}})
@@ -91,9 +92,9 @@ def test_each_sync_call_pays_the_link_latency():
     """FSDP syncs per unit (block + the rest) and DDP per 25 MiB bucket: with a 1 ms link latency the
     extra calls cost 1 ms each (2 ranks: one latency step per all-reduce, gather and scatter)."""
     graph = gpt_graph(1024, 16, 512, 6, 4096)
+    plans = [Plan.parse("dp=2,mbs=4"), Plan.parse("dp=2,mbs=4,zero=2"), Plan.parse("dp=2,mbs=2,zero=3")]
     preds = {}
     for latency in (0.0, 1000.0):
-        plans = [Plan.parse("dp=2,mbs=4"), Plan.parse("dp=2,mbs=4,zero=2"), Plan.parse("dp=2,mbs=2,zero=3")]
         preds[latency] = AnalyticalPredictor().predict(_slow_link_spec(latency), graph, plans)
     extra = [b.breakdown["dp_comm"] - a.breakdown["dp_comm"] for a, b in zip(preds[0.0], preds[1000.0])]
     buckets = -(-graph.params * 2 // (25 * 2**20))

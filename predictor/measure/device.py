@@ -19,10 +19,9 @@ from pathlib import Path
 
 import torch
 
-from predictor import comm
 from predictor.hardware import Device, Link, cpu_model_name
 from predictor.measure.collectives import benchmark_collectives, fit_link
-from predictor.measure.step_costs import measure_step_costs
+from predictor.measure.step_costs import idle_seconds, measure_step_costs
 
 CACHE_FILE = "cpu_device.json"
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -132,9 +131,9 @@ def _device_from(record: dict) -> Device:
     p2p message cost inside a step beyond it, and DTensor's cost per sharded linear."""
     link = Link(record["link"]["bandwidth"], record["link"]["latency"], "gloo on this machine, 2 local processes, α-β fit")
     costs = record["step_costs"]
-    size = costs["bytes"]
-    extra = {"collective_call_s": max(0.0, costs["collective_s"] - float(comm.allreduce(size, comm.Group(2, 1, link, link)))),
-             "p2p_call_s": max(0.0, costs["p2p_s"] - float(comm.p2p(size, link))),
+    idle_all_reduce, idle_p2p = idle_seconds(link, costs["bytes"])
+    extra = {"collective_call_s": max(0.0, costs["collective_s"] - idle_all_reduce),
+             "p2p_call_s": max(0.0, costs["p2p_s"] - idle_p2p),
              "tp_linear_s": costs["tp_linear_s"]}
     capacity = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     return Device("cpu", dict(record["peak_flops"]), float(record["mem_bandwidth"]), capacity, link, link,

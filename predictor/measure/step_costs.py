@@ -24,6 +24,8 @@ import sys
 import time
 from typing import Callable
 
+from predictor import comm
+from predictor.hardware import Link
 from predictor.measure.collectives import run_local_ranks
 
 HIDDEN, TOKENS, MBS = 128, 32, 8  # a small transformer MLP block: latency-bound, as CPU plans are
@@ -57,25 +59,34 @@ def _worker(rank: int, world: int, port: int, calls: int) -> None:
         return nn.Sequential(nn.Linear(HIDDEN, width), nn.GELU(), nn.Linear(width, HIDDEN))
 
     small = torch.ones(SMALL_BYTES // 4)
+    act = torch.ones(MBS * TOKENS * HIDDEN)
     a, b = torch.randn(256, 256), torch.randn(256, 256)
+
+    def work() -> None:
+        for _ in range(4):
+            a @ b
+
     def message() -> None:
         if rank == 0:
             dist.send(small, 1)
         elif rank == 1:
             dist.recv(small, 0)
 
-    compute = _per_call(lambda: [a @ b for _ in range(4)], dist.barrier, calls)
-    both = _per_call(lambda: ([a @ b for _ in range(4)], dist.all_reduce(small)), dist.barrier, calls)
-    sent = _per_call(lambda: ([a @ b for _ in range(4)], message()), dist.barrier, calls)
-    act = torch.ones(MBS * TOKENS * HIDDEN)
-    act_ar = _per_call(lambda: ([a @ b for _ in range(4)], dist.all_reduce(act)), dist.barrier, calls) - compute
+    def after_work(call: Callable[[], object]) -> float:
+        """Seconds `call` adds when it follows the compute `work` on every rank."""
+        return _per_call(lambda: (work(), call()), dist.barrier, calls) - compute
+
+    compute = _per_call(work, dist.barrier, calls)
+    both = after_work(lambda: dist.all_reduce(small))
+    sent = after_work(message)
+    act_ar = after_work(lambda: dist.all_reduce(act))
     x = torch.randn(MBS, TOKENS, HIDDEN, requires_grad=True)
     local = mlp(4 * HIDDEN // world)
     local_s = _per_call(lambda: local(x).sum().backward(), dist.barrier, calls // 2)
     block = parallelize_module(mlp(4 * HIDDEN), init_device_mesh("cpu", (world,)),
                                {"0": ColwiseParallel(), "2": RowwiseParallel()})
     tp_s = _per_call(lambda: block(x).sum().backward(), dist.barrier, calls // 2)
-    out = torch.tensor([both - compute, sent - compute, (tp_s - local_s - 2 * act_ar) / 2], dtype=torch.float64)
+    out = torch.tensor([both, sent, (tp_s - local_s - 2 * act_ar) / 2], dtype=torch.float64)
     dist.all_reduce(out, op=dist.ReduceOp.MAX)  # a step waits for its slowest rank
     if rank == 0:
         names = ("collective_s", "p2p_s", "tp_linear_s")
@@ -83,6 +94,12 @@ def _worker(rank: int, world: int, port: int, calls: int) -> None:
         sys.stdout.flush()
     dist.barrier()
     os._exit(0)  # gloo can abort in its destructors otherwise (ARCHITECTURE.md)
+
+
+def idle_seconds(link: Link, size: float) -> tuple[float, float]:
+    """(all-reduce, send/recv) seconds of a `size`-byte message between 2 ranks on the idle α-β `link`:
+    what the in-step costs are compared against."""
+    return float(comm.allreduce(size, comm.Group(2, 1, link, link))), float(comm.p2p(size, link))
 
 
 def measure_step_costs(world_size: int = 2, calls: int = 400, timeout_s: float = 120.0) -> dict[str, float]:
