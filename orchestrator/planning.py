@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from predictor.hardware import get_device
+from predictor.hardware import spec_device
 from predictor.models.registry import check_predictor_name
 from predictor.workload import SpecError, load_spec
 from search_spaces import enumerate_plans, resolve_space
@@ -106,7 +106,7 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
         reasons = "; ".join(f"{n}x {r}" for r, n in enumeration.top_reasons(3))
         raise SpecError(f"{req.spec}: the space {space_name} has no valid plan ({enumeration.checked} candidates "
                         f"rejected; most common: {reasons}); try another --space or relax the search: section")
-    device = get_device(spec.cluster.device, spec.cluster)
+    device = spec_device(spec)
     last = [t0]
 
     def lap(name: str) -> None:

@@ -48,6 +48,12 @@ def _tree_allreduce(size, n: int, link: Link):
     return np.ceil(np.log2(n)) * (link.latency + np.asarray(size, dtype=float) / link.bandwidth)
 
 
+def tree_beats_ring(size, n: int, link: Link):
+    """Whether recursive doubling is the cheaper flat all-reduce of `size` bytes over n ranks (the branch
+    `allreduce` prices; the α-β fit of measured points follows it)."""
+    return _tree_allreduce(size, n, link) < _ring_allreduce(size, n, link)
+
+
 def _ring_half(size, n: int, link: Link):
     """Reduce-scatter or all-gather of `size` bytes (the full buffer) over a ring of n ranks."""
     if n <= 1:

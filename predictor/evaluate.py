@@ -60,12 +60,24 @@ ABLATIONS: dict[str, Method] = {
 # ------------------------------------------------------------------ loading
 
 
-def spec_for(model_json: str, batch: int, plan: Plan, device: str = "cpu", precision: str = "fp32"):
-    """The workload of one profiled configuration: its model, global batch, and one 'node' of plan.gpus ranks."""
+def spec_for(model_json: str, batch: int, plan: Plan, device: str = "cpu", precision: str = "fp32",
+             device_profile: str | None = None):
+    """The workload of one profiled configuration: its model, global batch, and one 'node' of plan.gpus ranks
+    (priced with `device_profile` where the dataset ships the profile of the machine it was measured on)."""
     model = ModelSpec.model_validate_json(model_json) if isinstance(model_json, str) else model_json
     training = {"global_batch": int(batch), "precision": precision, "optimizer": "adam"}
-    return parse_spec({"model": model.model_dump(exclude_none=True), "training": training,
-                       "cluster": {"device": device, "nodes": 1, "gpus_per_node": plan.gpus}})
+    cluster = {"device": device, "nodes": 1, "gpus_per_node": plan.gpus}
+    if device_profile is not None:
+        cluster["device_profile"] = device_profile
+    return parse_spec({"model": model.model_dump(exclude_none=True), "training": training, "cluster": cluster})
+
+
+def dataset_profile(root: str | Path, device: str) -> str | None:
+    """The absolute path of a measured-device dataset's own device.json, None where it has none (or the
+    device is a catalogue GPU): training and evaluating on the dataset then price it as measured there,
+    so its figures do not depend on the machine that reruns them."""
+    path = Path(root).resolve() / "device.json"
+    return str(path) if device == "cpu" and path.is_file() else None
 
 
 def dataset_device(root: str | Path, fingerprints: Sequence[str]) -> tuple[str, str]:
@@ -87,15 +99,16 @@ def load_profile_dataset(root: str | Path = CPU_DATASET, designs: Sequence[str] 
         it = it[it["design"].isin(designs)]
     it = it.sort_values("config_id").reset_index(drop=True)
     device, precision = dataset_device(root, it["device"])
+    profile = dataset_profile(root, device)
     samples: list[Sample] = []
     for row in it.itertuples(index=False):
         plan = Plan.parse(row.plan)
         mem = row.peak_mem_bytes / 1024**3 if pd.notna(row.peak_mem_bytes) and row.peak_mem_bytes > 0 else None
-        samples.append(Sample(spec_for(row.spec_json, row.batch, plan, device, precision), plan, float(row.iter_time_s),
-                              mem, model=row.family, config_id=row.config_id))
+        samples.append(Sample(spec_for(row.spec_json, row.batch, plan, device, precision, profile), plan,
+                              float(row.iter_time_s), mem, model=row.family, config_id=row.config_id))
     layers = _layer_obs(root, samples) if with_layers else []
     prov = {"dataset": str(root), "designs": list(designs) if designs else "all", "rows": len(samples),
-            "device": sorted(set(it["device"])), "torch_version": sorted(set(it["torch_version"])),
+            "device": sorted(set(it["device"])), "device_profile": str(Path(root) / "device.json") if profile else None, "torch_version": sorted(set(it["torch_version"])),
             "measured_from": str(it["measured_at"].min()) if len(it) else "", "measured_to": str(it["measured_at"].max()) if len(it) else ""}
     return TrainingData(samples, layers, prov)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from predictor.workload import ClusterSpec
+    from predictor.workload import ClusterSpec, WorkloadSpec
 
 GB = 1e9
 GIB = 1024**3
@@ -85,12 +85,18 @@ DEVICES: dict[str, Device | None] = {
 def get_device(name: str, cluster: "ClusterSpec | None" = None) -> Device:
     """The device `name` with the cluster's intra_node / inter_node link overrides applied.
 
-    `cpu` is this machine, measured on first use and cached (predictor.measure.device).
+    `cpu` is the cluster's `device_profile` where it names one (the machine a dataset was measured
+    on), else this machine, measured on first use and cached (predictor.measure.device).
     """
     if name not in DEVICES:
         raise KeyError(f"unknown device {name!r}; known devices: {', '.join(DEVICES)}")
     device = DEVICES[name]
-    if device is None:
+    profile = getattr(cluster, "device_profile", None)
+    if profile is not None:
+        from predictor.measure.device import profile_device  # lazy: predictor.measure imports this module
+
+        device = profile_device(profile)
+    elif device is None:
         from predictor.measure.device import measured_cpu  # lazy: measuring spawns processes
 
         device = measured_cpu()
@@ -103,6 +109,11 @@ def get_device(name: str, cluster: "ClusterSpec | None" = None) -> Device:
         if changes:
             device = replace(device, **changes)
     return device
+
+
+def spec_device(spec: "WorkloadSpec") -> Device:
+    """The device a workload spec runs on, with its cluster's overrides and device profile."""
+    return get_device(spec.cluster.device, spec.cluster)
 
 
 def catalogue_name(fingerprint: str) -> str:

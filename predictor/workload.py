@@ -167,11 +167,21 @@ class ClusterSpec(_Strict):
     gpus_per_node: int = Field(default=8, gt=0)
     intra_node: LinkSpec | None = None
     inter_node: LinkSpec | None = None
+    device_profile: str | None = Field(
+        default=None, description="cpu only: a measured device profile (a device.json from `scaledl profile` or a "
+                                  "dataset) to price the workload with, instead of measuring this machine")
 
     @model_validator(mode="after")
     def _known_device(self) -> "ClusterSpec":
         if self.device not in DEVICES:
             raise ValueError(f"unknown device {self.device!r}; known devices: {', '.join(DEVICES)}")
+        if self.device_profile is not None:
+            if DEVICES[self.device] is not None:
+                raise ValueError(f"device_profile is for measured devices (cpu); {self.device!r} is priced from its "
+                                 f"data sheet: remove device_profile or set device: cpu")
+            if not Path(self.device_profile).is_file():
+                raise ValueError(f"device_profile {self.device_profile!r} does not exist; give the path of a device.json "
+                                 f"written by `scaledl profile` (or remove it to measure this machine)")
         return self
 
     @property

@@ -5,7 +5,7 @@ import pytest
 
 from predictor import comm
 from predictor.hardware import GB, Link
-from predictor.measure.collectives import CollectivePoint, _coefficients, fit_link
+from predictor.measure.collectives import CollectivePoint, fit_link
 
 NV = Link(100 * GB, 5e-6)
 IB = Link(10 * GB, 20e-6)
@@ -51,13 +51,16 @@ def test_vectorised_and_trivial_groups():
     assert comm.p2p(1e9, IB) == pytest.approx(0.1 + 20e-6)
 
 
-def test_fit_recovers_alpha_beta_from_model_points():
-    alpha, bw = 30e-6, 2.5e9
-    points = []
-    for op in ("all_reduce", "all_gather", "reduce_scatter", "send_recv"):
-        a, b = _coefficients(op, 2)
-        for size in (1024, 65536, 1 << 22):
-            points.append(CollectivePoint(op, size, 2, a * alpha + b * size / bw))
+@pytest.mark.parametrize("world", [2, 8])
+def test_fit_recovers_the_link_that_the_prediction_formulas_were_priced_with(world):
+    # Points priced by predictor.comm itself: the fitted link must reproduce them through the same
+    # formulas, including the all-reduce branch (recursive doubling always wins for 2 ranks).
+    truth = Link(2.5e9, 30e-6)
+    group = comm.Group(world, 1, truth, truth)
+    price = {"all_reduce": lambda s: comm.allreduce(s, group), "all_gather": lambda s: comm.allgather(s, group),
+             "reduce_scatter": lambda s: comm.reduce_scatter(s, group), "send_recv": lambda s: comm.p2p(s, truth)}
+    points = [CollectivePoint(op, size, world, float(fn(size))) for op, fn in price.items()
+              for size in (1024, 65536, 1 << 22, 1 << 26)]
     link = fit_link(points)
-    assert link.latency == pytest.approx(alpha, rel=1e-6)
-    assert link.bandwidth == pytest.approx(bw, rel=1e-6)
+    assert link.latency == pytest.approx(truth.latency, rel=1e-6)
+    assert link.bandwidth == pytest.approx(truth.bandwidth, rel=1e-6)

@@ -67,3 +67,60 @@ def test_measured_gpus_map_to_the_catalogue():
     assert catalogue_name("cuda:NVIDIA H100 80GB HBM3") == "h100"
     with pytest.raises(KeyError, match="'cuda:NVIDIA L4' is not in the catalogue"):
         catalogue_name("cuda:NVIDIA L4")
+
+
+DATASET_PROFILE = "predictor/data/cpu/device.json"
+
+
+def _cpu_spec(**cluster):
+    return parse_spec({"model": {"family": "bert", "hidden": 64, "layers": 2, "heads": 2, "seq_len": 32, "vocab": 1000},
+                       "training": {"global_batch": 4, "precision": "fp32"},
+                       "cluster": {"device": "cpu", "nodes": 1, "gpus_per_node": 2, **cluster}})
+
+
+def test_a_device_profile_prices_the_spec_as_on_the_machine_that_measured_it(tmp_path):
+    from predictor.hardware import spec_device
+    from predictor.models.analytical import AnalyticalPredictor
+    from predictor.graph import graph_for
+    from predictor.plan import Plan
+
+    record = json.loads(open(DATASET_PROFILE).read())
+    pinned = spec_device(_cpu_spec(device_profile=DATASET_PROFILE))
+    assert pinned.peak_flops == record["peak_flops"] and pinned.mem_bandwidth == record["mem_bandwidth"]
+    assert pinned.extra["tp_linear_s"] == record["step_costs"]["tp_linear_s"]
+    assert "device.json" in pinned.source and pinned.measured
+    # twice the FLOP/s and no step costs: a different machine, priced from its own file
+    faster = {**record, "peak_flops": {k: 2 * v for k, v in record["peak_flops"].items()}}
+    del faster["step_costs"]
+    (tmp_path / "device.json").write_text(json.dumps(faster))
+    spec = _cpu_spec(device_profile=str(tmp_path / "device.json"))
+    assert spec_device(spec).flops("fp32") == 2 * pinned.flops("fp32") and spec_device(spec).extra == {}
+    plans = [Plan(tp=2)]
+    graph = graph_for(spec.model)
+    slow = AnalyticalPredictor().predict(_cpu_spec(device_profile=DATASET_PROFILE), graph, plans)[0]
+    fast = AnalyticalPredictor().predict(spec, graph, plans)[0]
+    assert fast.breakdown["compute"] < slow.breakdown["compute"] and fast.breakdown["tp_comm"] < slow.breakdown["tp_comm"]
+
+
+def test_device_profile_errors_name_the_field_and_the_fix(tmp_path):
+    from predictor.hardware import spec_device
+    from predictor.workload import SpecError
+
+    with pytest.raises(SpecError, match=r"device_profile .*nope.json' does not exist.*scaledl profile"):
+        _cpu_spec(device_profile=str(tmp_path / "nope.json"))
+    with pytest.raises(SpecError, match=r"device_profile is for measured devices \(cpu\).*'a100-80gb'"):
+        parse_spec({"model": {"preset": "gpt3-1.3b"}, "training": {"global_batch": 8},
+                    "cluster": {"device": "a100-80gb", "device_profile": DATASET_PROFILE}})
+    (tmp_path / "gpu.json").write_text(json.dumps({"peak_flops": {}, "link": None, "collectives": []}))
+    with pytest.raises(ValueError, match=r"cluster.device_profile .*gpu.json' is not a readable CPU device profile"):
+        spec_device(_cpu_spec(device_profile=str(tmp_path / "gpu.json")))
+
+
+def test_profile_dataset_is_priced_with_its_own_device_profile():
+    from predictor.evaluate import load_profile_dataset
+    from predictor.hardware import spec_device
+
+    data = load_profile_dataset(families=("bert",), with_layers=False)
+    record = json.loads(open(DATASET_PROFILE).read())
+    assert {spec_device(s.spec).peak_flops["fp32"] for s in data.samples} == {record["peak_flops"]["fp32"]}
+    assert data.provenance["device_profile"].endswith("predictor/data/cpu/device.json")

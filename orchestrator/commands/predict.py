@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.cli import UsageError
-from predictor.hardware import get_device
+from predictor.hardware import spec_device
 from predictor.models.registry import load_predictor
 from predictor.plan import Plan, PlanError, plan_errors
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS, Prediction
@@ -122,7 +122,7 @@ def _print_tables(spec: WorkloadSpec, results: list[dict[str, Any]], label: str)
     from rich.table import Table
 
     console = Console()
-    capacity = get_device(spec.cluster.device, spec.cluster).mem_capacity / 1024**3
+    capacity = spec_device(spec).mem_capacity / 1024**3
     ok = [r for r in results if "error" not in r]
     unit = "ranks" if spec.cluster.device == "cpu" else "GPUs"
     summary = Table(title=f"{spec.cluster.device} x {spec.cluster.gpus} {unit}, predictor: {label}")

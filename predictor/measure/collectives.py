@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from predictor import comm
 from predictor.hardware import Link
 
 OPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
@@ -115,22 +116,25 @@ def benchmark_collectives(sizes: tuple[int, ...] = DEFAULT_SIZES, world_size: in
     return [CollectivePoint(*row) for row in json.loads(line)]
 
 
-def _coefficients(op: str, n: int) -> tuple[float, float]:
-    """(latency steps, bandwidth factor) of `op` in the α-β model of predictor.comm for n ranks."""
+def _coefficients(op: str, n: int, tree: bool = False) -> tuple[float, float]:
+    """(latency steps, bandwidth factor) of `op` over n ranks in the α-β model of predictor.comm.
+
+    `tree`: the all-reduce takes recursive doubling (ceil(log2 n) steps of α + S/B), the branch
+    `comm.allreduce` prices when it is the cheaper one.
+    """
     if op == "all_reduce":
+        if tree:
+            steps = float(np.ceil(np.log2(n)))
+            return steps, steps
         return 2 * (n - 1), 2 * (n - 1) / n
     if op in ("all_gather", "reduce_scatter"):
         return n - 1, (n - 1) / n
     return 1.0, 1.0
 
 
-def fit_link(points: list[CollectivePoint], source: str = "measured") -> Link:
-    """Least-squares α (latency) and B (bus bandwidth) over all points: t = a_op·α + b_op·S/B.
-
-    Relative residuals are minimised (each row divided by its time) so small messages, which
-    fix α, weigh as much as large ones, which fix B.
-    """
-    a = np.array([[*_coefficients(p.op, p.world_size)] for p in points])
+def _lstsq_link(points: list[CollectivePoint], tree: list[bool], source: str) -> Link:
+    """Least-squares α and B of t = a_op·α + b_op·S/B with each all-reduce on its given branch."""
+    a = np.array([[*_coefficients(p.op, p.world_size, t)] for p, t in zip(points, tree)])
     size = np.array([p.bytes for p in points], dtype=float)
     t = np.array([p.seconds for p in points])
     design = np.column_stack([a[:, 0], a[:, 1] * size]) / t[:, None]
@@ -139,6 +143,25 @@ def fit_link(points: list[CollectivePoint], source: str = "measured") -> Link:
         big = size == size.max()
         inv_bw = float(np.median((t[big] - a[big, 0] * max(alpha, 0)) / (a[big, 1] * size[big])))
     return Link(bandwidth=float(1.0 / max(inv_bw, 1e-15)), latency=max(float(alpha), 0.0), source=source)
+
+
+def fit_link(points: list[CollectivePoint], source: str = "measured", rounds: int = 5) -> Link:
+    """The α (latency) and B (bus bandwidth) under which predictor.comm's formulas best reproduce `points`.
+
+    Relative residuals are minimised (each row divided by its time) so small messages, which
+    fix α, weigh as much as large ones, which fix B. An all-reduce is fitted on the branch
+    (ring or recursive doubling) that `comm.allreduce` takes for it under the fitted link, so
+    the fit and the prediction use one formula: start from the ring, refit until the branches settle.
+    """
+    tree = [False] * len(points)
+    link = _lstsq_link(points, tree, source)
+    for _ in range(rounds):
+        settled = [p.op == "all_reduce" and bool(comm.tree_beats_ring(p.bytes, p.world_size, link)) for p in points]
+        if settled == tree:
+            break
+        tree = settled
+        link = _lstsq_link(points, tree, source)
+    return link
 
 
 if __name__ == "__main__":

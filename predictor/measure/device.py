@@ -6,7 +6,7 @@ thread. Besides the idle α-β link, the costs inside a training step are measur
 α-β time while ranks compute, and DTensor's cost per sharded linear (`Device.extra`). The result
 is cached as JSON in `$SCALEDL_CACHE` (default `~/.cache/scaledl/`) with a fingerprint (CPU model,
 core count, torch version, profile version); a different fingerprint re-measures. The whole
-first-use measurement takes about 20 s.
+first-use measurement takes about 45 s.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from pathlib import Path
 import torch
 
 from predictor.hardware import Device, Link, cpu_model_name
-from predictor.measure.collectives import benchmark_collectives, fit_link
+from predictor.measure.collectives import CollectivePoint, benchmark_collectives, fit_link
 from predictor.measure.step_costs import idle_seconds, measure_step_costs
 
 CACHE_FILE = "cpu_device.json"
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _MEMO: dict[str, Device] = {}
-PROFILE_VERSION = "2"  # 2: with step costs; a cache of an older version is re-measured
+PROFILE_VERSION = "3"  # 2: with step costs, 3: their median of 3 runs; an older cache is re-measured
 
 
 def cache_dir() -> Path:
@@ -126,18 +126,23 @@ def measure_cuda(index: int = 0, n: int = 8192, reps: int = 10) -> dict:
     }
 
 
-def _device_from(record: dict) -> Device:
-    """The Device of a measured record: the idle α-β link, and in `extra` what a collective call and a
-    p2p message cost inside a step beyond it, and DTensor's cost per sharded linear."""
-    link = Link(record["link"]["bandwidth"], record["link"]["latency"], "gloo on this machine, 2 local processes, α-β fit")
-    costs = record["step_costs"]
-    idle_all_reduce, idle_p2p = idle_seconds(link, costs["bytes"])
-    extra = {"collective_call_s": max(0.0, costs["collective_s"] - idle_all_reduce),
-             "p2p_call_s": max(0.0, costs["p2p_s"] - idle_p2p),
-             "tp_linear_s": costs["tp_linear_s"]}
-    capacity = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+def _device_from(record: dict, where: str) -> Device:
+    """The Device of a measured record: the α-β link fitted to its collectives, and in `extra` what a
+    collective call and a p2p message cost inside a step beyond it, and DTensor's cost per sharded linear
+    (none where the record predates step costs)."""
+    source = f"gloo between 2 local processes {where}, α-β fit"
+    points = [CollectivePoint(*row) for row in record.get("collectives", [])]
+    link = fit_link(points, source) if points else Link(record["link"]["bandwidth"], record["link"]["latency"], source)
+    extra = {}
+    costs = record.get("step_costs")
+    if costs:
+        idle_all_reduce, idle_p2p = idle_seconds(link, costs["bytes"])
+        extra = {"collective_call_s": max(0.0, costs["collective_s"] - idle_all_reduce),
+                 "p2p_call_s": max(0.0, costs["p2p_s"] - idle_p2p),
+                 "tp_linear_s": costs["tp_linear_s"]}
+    capacity = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))  # a profile does not record it
     return Device("cpu", dict(record["peak_flops"]), float(record["mem_bandwidth"]), capacity, link, link,
-                  f"measured on this machine ({record['fingerprint']['cpu']}) at {record['measured_at']}", measured=True,
+                  f"measured {where} ({record['fingerprint']['cpu']}) at {record['measured_at']}", measured=True,
                   extra=extra)
 
 
@@ -166,5 +171,21 @@ def measured_cpu(refresh: bool = False) -> Device:
     if record is None:
         record = measure_cpu()
         _write_atomic(path, record)
-    _MEMO[key] = _device_from(record)
+    _MEMO[key] = _device_from(record, "on this machine")
+    return _MEMO[key]
+
+
+def profile_device(path: str | Path) -> Device:
+    """The `cpu` Device of a measured profile file (a dataset's device.json, `scaledl profile`'s output),
+    whatever machine it was measured on: a spec that names it is priced as on that machine."""
+    key = f"profile:{path}"
+    if key not in _MEMO:
+        path = Path(path).resolve()
+        try:
+            record = json.loads(path.read_text())
+            device = _device_from(record, f"in {path.name}")
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"cluster.device_profile {str(path)!r} is not a readable CPU device profile ({err!r}); "
+                             f"point it at a device.json written by `scaledl profile` or shipped with a dataset") from err
+        _MEMO[key] = device
     return _MEMO[key]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import time
 from typing import Callable
@@ -102,13 +103,18 @@ def idle_seconds(link: Link, size: float) -> tuple[float, float]:
     return float(comm.allreduce(size, comm.Group(2, 1, link, link))), float(comm.p2p(size, link))
 
 
-def measure_step_costs(world_size: int = 2, calls: int = 400, timeout_s: float = 120.0) -> dict[str, float]:
+def measure_step_costs(world_size: int = 2, calls: int = 400, runs: int = 3,
+                       timeout_s: float = 120.0) -> dict[str, float]:
     """{'collective_s', 'p2p_s', 'tp_linear_s'} seconds (and the message 'bytes') on this machine with
-    `world_size` local single-threaded ranks."""
+    `world_size` local single-threaded ranks: the median of `runs` fresh benchmarks, each a mean over
+    `calls` calls (one run's means swing 10-20 % from the next)."""
     if world_size < 2:
         raise ValueError(f"world_size must be >= 2 to measure step costs, got {world_size}")
-    return json.loads(run_local_ranks("predictor.measure.step_costs", world_size, [str(calls)], "step-cost benchmark",
-                                      timeout_s))
+    if runs < 1:
+        raise ValueError(f"runs must be >= 1, got {runs}")
+    results = [json.loads(run_local_ranks("predictor.measure.step_costs", world_size, [str(calls)],
+                                          "step-cost benchmark", timeout_s)) for _ in range(runs)]
+    return {key: statistics.median(r[key] for r in results) for key in results[0]}
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from predictor import comm
-from predictor.hardware import Device, get_device
+from predictor.hardware import Device, spec_device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import GIB, memory_per_stage, optimizer_bytes_per_param
 from predictor.models.base import Predictor
@@ -161,10 +161,10 @@ class AnalyticalPredictor(Predictor):
 
     def __init__(self, config: AnalyticalConfig | None = None, device: Device | None = None) -> None:
         self.config = config or AnalyticalConfig()
-        self.device = device  # None: get_device(spec.cluster.device, spec.cluster)
+        self.device = device  # None: spec_device(spec)
 
     def predict(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> list[Prediction]:
-        device = self.device or get_device(spec.cluster.device, spec.cluster)
+        device = self.device or spec_device(spec)
         model_flops = (graph.fwd_flops + graph.bwd_flops) * spec.training.global_batch
         stage_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # plans of a batch share stages
         return [self._one(spec, graph, plan, device, model_flops, stage_cache) for plan in plans]

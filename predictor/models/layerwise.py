@@ -53,7 +53,7 @@ class LayerObs:
 class LayerwiseModel:
     """φ_kind per (device, layer kind) on top of an analytical base time."""
 
-    def __init__(self, base_time: BaseTime, device_of: Callable[[str], Device],
+    def __init__(self, base_time: BaseTime, device_of: Callable[[WorkloadSpec], Device],
                  regressor: Any | None = None, seed: int = 0) -> None:
         self.base_time = base_time
         self.device_of = device_of
@@ -77,7 +77,7 @@ class LayerwiseModel:
                                                                if o.graph.nodes[o.index].kind == kind}))
                 idx = [o.index for o in mine]
                 meas = np.asarray([[o.fwd_s, max(o.bwd_s, 1e-9)] for o in mine])
-                xs.setdefault((key.device, kind), []).append(layer_matrix(graph, key, self.device_of(key.device), keys, idx))
+                xs.setdefault((key.device, kind), []).append(layer_matrix(graph, key, self.device_of(spec), keys, idx))
                 ys.setdefault((key.device, kind), []).append(np.log(meas / base[idx]))
         for dk in sorted(xs):
             model = clone(self.regressor)
@@ -86,7 +86,7 @@ class LayerwiseModel:
         return self
 
     def _base(self, spec: WorkloadSpec, graph: LayerGraph, key: LayerKey) -> np.ndarray:
-        return np.maximum(np.asarray(self.base_time(spec, graph, key, self.device_of(key.device)), dtype=float), 1e-9)
+        return np.maximum(np.asarray(self.base_time(spec, graph, key, self.device_of(spec)), dtype=float), 1e-9)
 
     def predict(self, spec: WorkloadSpec, graph: LayerGraph, key: LayerKey) -> tuple[np.ndarray, np.ndarray]:
         """(predicted, analytical) fwd/bwd seconds per node, per micro-batch and occurrence: arrays (n, 2)."""
@@ -96,7 +96,7 @@ class LayerwiseModel:
         for i, n in enumerate(graph.nodes):
             if (key.device, n.kind) in self.models:
                 by_kind.setdefault(n.kind, []).append(i)
-        device = self.device_of(key.device)
+        device = self.device_of(spec)
         for kind, idx in by_kind.items():
             x = layer_matrix(graph, key, device, self.attr_keys[kind], idx)
             ratio = np.exp(np.asarray(self.models[(key.device, kind)].predict(x)).reshape(len(idx), 2))

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
-from predictor.hardware import get_device
+from predictor.hardware import spec_device
 from predictor.layer_graph import LayerGraph
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
@@ -91,7 +91,7 @@ class ScaleDLPredictor(Predictor):
         self.config = dict(use_gnn=use_gnn, use_global=use_global, use_comm=use_comm, hidden=hidden, heads=heads,
                            epochs=epochs, lr=lr, weight_decay=weight_decay, ensemble=ensemble, seed=seed)
         self.analytical = AnalyticalPredictor()
-        self.layerwise = LayerwiseModel(analytical_layer_time, get_device, regressor, seed)
+        self.layerwise = LayerwiseModel(analytical_layer_time, spec_device, regressor, seed)
         self.net: CorrectionEnsemble | None = None
         self.z_mean = np.zeros(GLOBAL_DIM)
         self.z_std = np.ones(GLOBAL_DIM)
@@ -106,7 +106,7 @@ class ScaleDLPredictor(Predictor):
     # ------------------------------------------------------------ composition
 
     def _compose(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> _Composed:
-        device = get_device(spec.cluster.device, spec.cluster)
+        device = spec_device(spec)
         ana = self.analytical.predict(spec, graph, plans)
         counts = np.asarray([n.count for n in graph.nodes], dtype=float)
         keys: list[LayerKey] = []
