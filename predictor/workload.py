@@ -245,6 +245,10 @@ def load_spec(path: str | Path) -> WorkloadSpec:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise SpecError(f"{path}: YAML syntax error{where}: {getattr(err, 'problem', err)}") from None
+    cluster = data.get("cluster") if isinstance(data, dict) else None
+    if isinstance(cluster, dict) and isinstance(cluster.get("device_profile"), str):
+        # a relative profile path is relative to the spec file, wherever the command runs
+        cluster["device_profile"] = str(path.parent / Path(cluster["device_profile"]).expanduser())
     try:
         return parse_spec(data)
     except SpecError as err:

@@ -60,6 +60,18 @@ def test_missing_file_is_a_spec_error(tmp_path):
         load_spec(tmp_path / "nope.yaml")
 
 
+def test_a_relative_device_profile_is_relative_to_the_spec_file(tmp_path, monkeypatch):
+    import shutil
+
+    (tmp_path / "specs").mkdir()
+    shutil.copy(ROOT / "predictor/data/cpu/device.json", tmp_path / "specs" / "mine.json")
+    text = (ROOT / "examples/bert-cpu2.yaml").read_text() + "  device_profile: mine.json\n"
+    (tmp_path / "specs" / "bert.yaml").write_text(text)
+    monkeypatch.chdir(tmp_path)  # not the spec's folder
+    spec = load_spec("specs/bert.yaml")
+    assert Path(spec.cluster.device_profile).samefile(tmp_path / "specs" / "mine.json")
+
+
 def test_one_model_source_and_overrides():
     """A preset or an HF config may be overridden key by key; two sources, or a module with a family, are refused."""
     spec = parse_spec({**_spec(), "model": {"preset": "gpt3-125m", "layers": 2}})

@@ -122,10 +122,12 @@ def _print_tables(spec: WorkloadSpec, results: list[dict[str, Any]], label: str)
     from rich.table import Table
 
     console = Console()
-    capacity = spec_device(spec).mem_capacity / 1024**3
+    device = spec_device(spec)
+    capacity = device.mem_capacity / 1024**3
     ok = [r for r in results if "error" not in r]
     unit = "ranks" if spec.cluster.device == "cpu" else "GPUs"
-    summary = Table(title=f"{spec.cluster.device} x {spec.cluster.gpus} {unit}, predictor: {label}")
+    priced = f" ({device.source})" if device.measured else ""  # which measurement: this machine or a profile file
+    summary = Table(title=f"{spec.cluster.device}{priced} x {spec.cluster.gpus} {unit}, predictor: {label}")
     summary.add_column("plan", overflow="fold")
     for col in ("iter (s)", "TFLOP/s/GPU", "MFU", f"peak GiB (/{capacity:.0f})"):
         summary.add_column(col, justify="right")
