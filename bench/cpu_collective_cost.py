@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from predictor.measure.collectives import benchmark_collectives, fit_link  # noqa: E402
+from predictor.measure.collectives import benchmark_collectives, fit_link, fit_op_links  # noqa: E402
 from predictor.measure.step_costs import idle_seconds, measure_step_costs  # noqa: E402
 
 
@@ -29,9 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# .venv/bin/python bench/cpu_collective_cost.py --runs {args.runs}   ({time.strftime('%d %b %Y %H:%M UTC', time.gmtime())})")
     print(f"{'run':>3} {'all-reduce idle':>16} {'in step':>8} {'send/recv idle':>15} {'in step':>8} {'DTensor linear':>15}   (ms)")
     for run in range(args.runs):
-        link = fit_link(benchmark_collectives())
+        points = benchmark_collectives()
         costs = measure_step_costs(runs=1)
-        idle_ar, idle_p2p = idle_seconds(link, costs["bytes"])
+        idle_ar, idle_p2p = idle_seconds(fit_link(points), fit_op_links(points), costs["bytes"])
         print(f"{run:>3} {idle_ar * 1e3:>16.3f} {costs['collective_s'] * 1e3:>8.3f} {idle_p2p * 1e3:>15.3f} "
               f"{costs['p2p_s'] * 1e3:>8.3f} {costs['tp_linear_s'] * 1e3:>15.3f}", flush=True)
     return 0

@@ -26,10 +26,16 @@ class Group:
     n_inter: int
     intra: Link
     inter: Link
+    intra_ops: tuple[tuple[str, Link], ...] = ()  # a measured device: each collective's own α-β inside the node
 
     @property
     def size(self) -> int:
         return self.n_intra * self.n_inter
+
+    def intra_for(self, op: str) -> Link:
+        """The intra-node link `op` runs on: the α-β fitted to that op alone where it was measured (gloo's
+        all-reduce, all-gather, reduce-scatter and send/recv run different algorithms), else the node's."""
+        return dict(self.intra_ops).get(op, self.intra)
 
 
 def _ring_allreduce(size, n: int, link: Link):
@@ -69,11 +75,12 @@ def allreduce(size, group: Group):
         return np.minimum(_ring_allreduce(s, n, link), _tree_allreduce(s, n, link))
 
     if k == 1:
-        return flat(size, g, group.intra)
+        return flat(size, g, group.intra_for("all_reduce"))
     if g == 1:
         return flat(size, k, group.inter)
     size = np.asarray(size, dtype=float)
-    return 2 * _ring_half(size, g, group.intra) + flat(size / g, k, group.inter)
+    inside = _ring_half(size, g, group.intra_for("reduce_scatter")) + _ring_half(size, g, group.intra_for("all_gather"))
+    return inside + flat(size / g, k, group.inter)
 
 
 def reduce_scatter(size, group: Group):
@@ -81,12 +88,14 @@ def reduce_scatter(size, group: Group):
     g, k = group.n_intra, group.n_inter
     size = np.asarray(size, dtype=float)
     # Across nodes each node's g NICs carry (k-1)/k of the data between them; inside, a ring over g.
-    return _ring_half(size, g, group.intra) + _ring_half(size / g, k, group.inter)
+    return _ring_half(size, g, group.intra_for("reduce_scatter")) + _ring_half(size / g, k, group.inter)
 
 
 def allgather(size, group: Group):
     """All-gather producing a `size`-byte buffer on every rank; same volume as reduce-scatter."""
-    return reduce_scatter(size, group)
+    g, k = group.n_intra, group.n_inter
+    size = np.asarray(size, dtype=float)
+    return _ring_half(size, g, group.intra_for("all_gather")) + _ring_half(size / g, k, group.inter)
 
 
 def p2p(size, link: Link):

@@ -43,6 +43,7 @@ class Device:
     source: str
     measured: bool = False
     extra: dict[str, float] = field(default_factory=dict)
+    op_links: dict[str, Link] = field(default_factory=dict)  # measured: each collective's own intra-node α-β
 
     def flops(self, precision: str) -> float:
         return self.peak_flops[precision]

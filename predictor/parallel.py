@@ -205,13 +205,14 @@ def _stages(graph: LayerGraph, pp: int, v: int) -> tuple[np.ndarray, np.ndarray]
 def group_of(plan: Plan, axis: str, gpus_per_node: int, device: Device) -> Group:
     """The communication group of `axis`: ranks per node and nodes spanned, from the placement."""
     n = getattr(plan, axis)
+    ops = tuple(sorted(device.op_links.items()))
     if n == 1 or plan.group_span(axis) <= gpus_per_node:
-        return Group(n, 1, device.intra_node, device.inter_node)
+        return Group(n, 1, device.intra_node, device.inter_node, ops)
     stride = plan.stride(axis)
     per_node = max(1, min(n, gpus_per_node // stride)) if stride < gpus_per_node else 1
     while n % per_node:
         per_node -= 1
-    return Group(per_node, n // per_node, device.intra_node, device.inter_node)
+    return Group(per_node, n // per_node, device.intra_node, device.inter_node, ops)
 
 
 def apply_plan(spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device) -> Layout:

@@ -155,3 +155,23 @@ def test_layer_times_exposed_and_cached():
     i = names.index("fc1")
     eff = gemm_efficiency(S, 4 * H / 8, H, 1, AnalyticalConfig(), sms=108)
     assert fwd[i] == pytest.approx(GRAPH.nodes[i].fwd_flops / 8 / (312e12 * eff) + 3e-6)
+
+
+def test_a_measured_device_prices_each_collective_on_its_own_link():
+    """DDP all-reduces on the all-reduce link, ZeRO-3 on the reduce-scatter and all-gather links, and
+    pipeline messages on the send/recv link (a measured CPU's gloo ops differ 3-8x)."""
+    from dataclasses import replace
+
+    from predictor.hardware import Link
+
+    graph, spec = gpt_graph(1024, 16, 512, 6, 4096), _slow_link_spec(5.0)
+    plans = [Plan.parse(t) for t in ("dp=2,mbs=4", "dp=2,mbs=4,zero=3", "pp=2,mbs=2")]
+    measured = replace(A100, measured=True)
+    slow = Link(1e9, 1e-3)
+    base = AnalyticalPredictor(device=measured).predict(spec, graph, plans)
+    for op, plan_index, part in (("all_reduce", 0, "dp_comm"), ("reduce_scatter", 1, "dp_comm"),
+                                 ("all_gather", 1, "dp_comm"), ("send_recv", 2, "pp_p2p")):
+        own = AnalyticalPredictor(device=replace(measured, op_links={op: slow})).predict(spec, graph, plans)
+        for i in range(3):
+            changed = own[i].breakdown[part] != pytest.approx(base[i].breakdown[part])
+            assert changed == (i == plan_index), (op, i)

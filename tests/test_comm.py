@@ -64,3 +64,34 @@ def test_fit_recovers_the_link_that_the_prediction_formulas_were_priced_with(wor
     link = fit_link(points)
     assert link.latency == pytest.approx(truth.latency, rel=1e-6)
     assert link.bandwidth == pytest.approx(truth.bandwidth, rel=1e-6)
+
+
+def test_each_op_runs_on_its_own_measured_link_inside_the_node():
+    ops = {"all_reduce": Link(1 * GB, 300e-6), "all_gather": Link(2 * GB, 150e-6),
+           "reduce_scatter": Link(0.5 * GB, 200e-6), "send_recv": Link(6 * GB, 80e-6)}
+    flat = comm.Group(2, 1, NV, IB, tuple(sorted(ops.items())))
+    size = 4e6
+    assert comm.allreduce(size, flat) == pytest.approx(300e-6 + size / (1 * GB))  # recursive doubling, 2 ranks
+    assert comm.allgather(size, flat) == pytest.approx(150e-6 + size / 2 / (2 * GB))
+    assert comm.reduce_scatter(size, flat) == pytest.approx(200e-6 + size / 2 / (0.5 * GB))
+    assert flat.intra_for("send_recv") == ops["send_recv"] and flat.intra_for("broadcast") == NV
+    # across nodes: the inside steps on the ops' own links, the node-to-node step on the network's
+    hier = comm.Group(2, 4, NV, IB, tuple(sorted(ops.items())))
+    across = comm.allreduce(size / 2, comm.Group(1, 4, NV, IB))
+    assert comm.allreduce(size, hier) == pytest.approx(comm.reduce_scatter(size, flat) + comm.allgather(size, flat) + across)
+
+
+def test_per_op_fit_recovers_each_ops_link():
+    from predictor.measure.collectives import fit_op_links
+
+    ops = {"all_reduce": Link(1.8e9, 330e-6), "all_gather": Link(1.1e9, 150e-6),
+           "reduce_scatter": Link(0.46e9, 220e-6), "send_recv": Link(5.8e9, 78e-6)}
+    group = comm.Group(2, 1, NV, NV, tuple(sorted(ops.items())))
+    price = {"all_reduce": lambda s: comm.allreduce(s, group), "all_gather": lambda s: comm.allgather(s, group),
+             "reduce_scatter": lambda s: comm.reduce_scatter(s, group), "send_recv": lambda s: comm.p2p(s, ops["send_recv"])}
+    points = [CollectivePoint(op, size, 2, float(fn(size))) for op, fn in price.items() for size in (1024, 1 << 16, 1 << 22)]
+    fitted = fit_op_links(points)
+    assert set(fitted) == set(ops)
+    for op, link in ops.items():
+        assert fitted[op].latency == pytest.approx(link.latency, rel=1e-6)
+        assert fitted[op].bandwidth == pytest.approx(link.bandwidth, rel=1e-6)

@@ -1,7 +1,8 @@
 """This machine as a `Device`: single-thread matmul FLOP/s, memory bandwidth and gloo links, measured once.
 
 One rank of a `cpu` cluster is one single-threaded process, so everything is measured with one
-thread. Besides the idle α-β link, the costs inside a training step are measured
+thread. Collectives are fitted to α-β links, one per op (gloo's ops differ 3-8x at equal sizes).
+Besides these idle links, the costs inside a training step are measured
 (`predictor.measure.step_costs`): what each collective call and p2p message adds beyond the link's
 α-β time while ranks compute, and DTensor's cost per sharded linear (`Device.extra`). The result
 is cached as JSON in `$SCALEDL_CACHE` (default `~/.cache/scaledl/`) with a fingerprint (CPU model,
@@ -20,7 +21,7 @@ from pathlib import Path
 import torch
 
 from predictor.hardware import Device, Link, cpu_model_name
-from predictor.measure.collectives import CollectivePoint, benchmark_collectives, fit_link
+from predictor.measure.collectives import CollectivePoint, benchmark_collectives, fit_link, fit_op_links
 from predictor.measure.step_costs import idle_seconds, measure_step_costs
 
 CACHE_FILE = "cpu_device.json"
@@ -127,23 +128,25 @@ def measure_cuda(index: int = 0, n: int = 8192, reps: int = 10) -> dict:
 
 
 def _device_from(record: dict, where: str) -> Device:
-    """The Device of a measured record: the α-β link fitted to its collectives, and in `extra` what a
-    collective call and a p2p message cost inside a step beyond it, and DTensor's cost per sharded linear
-    (none where the record predates step costs)."""
+    """The Device of a measured record: the α-β link fitted to all its collectives and each op's own
+    (`op_links`, what the analytical model prices them with), and in `extra` what a collective call and
+    a p2p message cost inside a step beyond their idle time, and DTensor's cost per sharded linear (none
+    where the record predates step costs)."""
     source = f"gloo between 2 local processes {where}, α-β fit"
     points = [CollectivePoint(*row) for row in record.get("collectives", [])]
     link = fit_link(points, source) if points else Link(record["link"]["bandwidth"], record["link"]["latency"], source)
+    op_links = fit_op_links(points, source) if points else {}
     extra = {}
     costs = record.get("step_costs")
     if costs:
-        idle_all_reduce, idle_p2p = idle_seconds(link, costs["bytes"])
+        idle_all_reduce, idle_p2p = idle_seconds(link, op_links, costs["bytes"])
         extra = {"collective_call_s": max(0.0, costs["collective_s"] - idle_all_reduce),
                  "p2p_call_s": max(0.0, costs["p2p_s"] - idle_p2p),
                  "tp_linear_s": costs["tp_linear_s"]}
     capacity = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))  # a profile does not record it
     return Device("cpu", dict(record["peak_flops"]), float(record["mem_bandwidth"]), capacity, link, link,
                   f"measured {where} ({record['fingerprint']['cpu']}) at {record['measured_at']}", measured=True,
-                  extra=extra)
+                  extra=extra, op_links=op_links)
 
 
 def _write_atomic(path: Path, data: dict) -> None:

@@ -97,10 +97,11 @@ def _worker(rank: int, world: int, port: int, calls: int) -> None:
     os._exit(0)  # gloo can abort in its destructors otherwise (ARCHITECTURE.md)
 
 
-def idle_seconds(link: Link, size: float) -> tuple[float, float]:
-    """(all-reduce, send/recv) seconds of a `size`-byte message between 2 ranks on the idle α-β `link`:
-    what the in-step costs are compared against."""
-    return float(comm.allreduce(size, comm.Group(2, 1, link, link))), float(comm.p2p(size, link))
+def idle_seconds(link: Link, op_links: dict[str, Link], size: float) -> tuple[float, float]:
+    """(all-reduce, send/recv) seconds of a `size`-byte message between 2 ranks on the idle links (each
+    op's own α-β where `op_links` has it): what the in-step costs are compared against."""
+    group = comm.Group(2, 1, link, link, tuple(sorted(op_links.items())))
+    return float(comm.allreduce(size, group)), float(comm.p2p(size, group.intra_for("send_recv")))
 
 
 def measure_step_costs(world_size: int = 2, calls: int = 400, runs: int = 3,

@@ -231,7 +231,7 @@ class AnalyticalPredictor(Predictor):
         # (Σ t − max t)/v; (p-1)/v of the slowest stage's time when the stages are balanced (Narayanan et al. 2021).
         bubble = (per_mb.sum() - per_mb[s]) / v
         if p > 1:
-            link = device.inter_node if lay.pp_link_inter else device.intra_node
+            link = device.inter_node if lay.pp_link_inter else device.op_links.get("send_recv", device.intra_node)
             one = comm.p2p(lay.p2p_elems * lay.act_bytes, link) + device.extra.get("p2p_call_s", 0.0)
             pp_p2p = float(2 * (m * v + p - 1) * one)
         else:
