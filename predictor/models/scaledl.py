@@ -8,7 +8,8 @@ compute) rescaled by the layer-wise regressors' view of the layers (Eqs. 6-7). T
 f_k = Ω(G, Z) come from `CorrectionGNN` (Eqs. 11-14): f_compute is the paper's α, f_dp_comm
 its β; the others cover the tensor/pipeline parallel plans the paper did not model. Training
 is end to end on measured iteration times (squared log error). Peak memory is the analytical
-per-rank peak times a learned residual where measurements exist.
+per-rank peak corrected by a learned residual where measurements exist (`MemoryResidual`: an
+affine base for the runtime's own memory, then a forest).
 
 Prediction is batched per workload: per-graph work (layer-wise predictions and the graph
 embedding) depends only on the graph and the layer key (micro-batch, tp, sp, precision,
@@ -39,6 +40,7 @@ from predictor.models.features import (EDGE_DIM, GLOBAL_DIM, NODE_DIM, TERM_OF_P
                                        node_matrix, overhead_seconds, terms_from_breakdown)
 from predictor.models.gnn import CorrectionEnsemble, CorrectionGNN
 from predictor.models.layerwise import LayerwiseModel, analytical_layer_time
+from predictor.models.memory_residual import MemoryResidual
 from predictor.plan import Plan
 from predictor.prediction import Prediction
 from predictor.workload import WorkloadSpec
@@ -57,14 +59,15 @@ ENSEMBLE = 1
 @dataclass
 class _Rows:
     """Training tensors of a dataset: unique (graph, layer key) graphs, per-sample index into them,
-    raw Z, composed terms, log measured times, and (features, log ratio) rows of the memory residual."""
+    raw Z, composed terms, log measured times, and (features, measured GiB, analytical GiB) rows of the
+    memory residual."""
 
     graphs: list[Data]
     gidx: torch.Tensor
     z: np.ndarray
     terms: torch.Tensor
     log_y: torch.Tensor
-    memory: list[tuple[np.ndarray, float]]
+    memory: list[tuple[np.ndarray, float, float]]
 
 
 @dataclass
@@ -97,7 +100,7 @@ class ScaleDLPredictor(Predictor):
         self.z_std = np.ones(GLOBAL_DIM)
         self.z_min = np.full(GLOBAL_DIM, -np.inf)
         self.z_max = np.full(GLOBAL_DIM, np.inf)
-        self.memory_model: Any | None = None
+        self.memory_model: MemoryResidual | None = None
         self.provenance: dict[str, Any] = {}
         self.domain: TrainingDomain | None = None  # what it was trained on; predictions outside it say so
         self._cache: tuple[weakref.ref, dict] | None = None
@@ -212,7 +215,7 @@ class ScaleDLPredictor(Predictor):
                     graphs.append(self._graph_data(graph, comp.layer_s[k]))
                 gidx.append(key_graph[gk])
                 if s.peak_memory_gib:
-                    mem_rows.append((memory_x[j], np.log(s.peak_memory_gib / comp.ana[j].peak_memory_gib)))
+                    mem_rows.append((memory_x[j], s.peak_memory_gib, comp.ana[j].peak_memory_gib))
             terms.append(comp.terms)
             zs.append(comp.z)
             ys += [s.iter_time_s for s in group]
@@ -277,16 +280,13 @@ class ScaleDLPredictor(Predictor):
         peaks = np.asarray([a.peak_memory_gib for a in ana], dtype=float)
         return np.column_stack([z, np.log(np.maximum(peaks, 1e-6))])
 
-    def _fit_memory(self, rows: list[tuple[np.ndarray, float]]) -> None:
-        """A residual on log(measured / analytical peak), learned only where enough peaks were measured."""
+    def _fit_memory(self, rows: list[tuple[np.ndarray, float, float]]) -> None:
+        """The memory residual (features, measured GiB, analytical GiB), learned only where enough peaks were measured."""
         self.memory_model = None
         if len(rows) < _MIN_MEMORY_ROWS:
             return
-        from sklearn.ensemble import RandomForestRegressor
-
-        x = np.asarray([r[0] for r in rows])
-        model = RandomForestRegressor(n_estimators=40, max_leaf_nodes=64, random_state=self.config["seed"], n_jobs=1)
-        self.memory_model = model.fit(x, np.asarray([r[1] for r in rows]))
+        x, measured, analytical = (np.asarray([r[i] for r in rows]) for i in range(3))
+        self.memory_model = MemoryResidual(self.config["seed"]).fit(x, measured, analytical)
 
     # ------------------------------------------------------------ predict
 
@@ -317,7 +317,7 @@ class ScaleDLPredictor(Predictor):
                 factors = self.net.factors(emb, self._z(comp.z)).numpy().astype(float)
         mem_ratio = np.ones(len(plans))
         if self.memory_model is not None:
-            mem_ratio = np.exp(self.memory_model.predict(self._memory_x(comp.z, comp.ana)))
+            mem_ratio = self.memory_model.ratio(self._memory_x(comp.z, comp.ana), [a.peak_memory_gib for a in comp.ana])
         preds = [_corrected(a, bd, t, f, r)
                  for a, bd, t, f, r in zip(comp.ana, comp.breakdowns, comp.terms, factors, mem_ratio)]
         if self.domain is not None:
