@@ -3,7 +3,8 @@
 `benchmark_collectives` runs all-reduce, all-gather, reduce-scatter and send/recv over a range of
 message sizes with `world_size` local processes (one thread each) and returns the raw points;
 `fit_link` fits them to the α-β model of `predictor.comm` (the ScaleDL paper's Eq. 15), so the
-fitted link reproduces the measurements through the same formulas the predictors use.
+fitted link reproduces the measurements through the same formulas the predictors use;
+`fit_op_links` fits each op alone, the links a measured device prices its collectives with.
 """
 
 from __future__ import annotations
