@@ -108,7 +108,8 @@ def load_profile_dataset(root: str | Path = CPU_DATASET, designs: Sequence[str] 
                               float(row.iter_time_s), mem, model=row.family, config_id=row.config_id))
     layers = _layer_obs(root, samples) if with_layers else []
     prov = {"dataset": str(root), "designs": list(designs) if designs else "all", "rows": len(samples),
-            "device": sorted(set(it["device"])), "device_profile": str(Path(root) / "device.json") if profile else None, "torch_version": sorted(set(it["torch_version"])),
+            "device": sorted(set(it["device"])), "device_profile": str(Path(root) / "device.json") if profile else None,
+            "torch_version": sorted(set(it["torch_version"])),
             "measured_from": str(it["measured_at"].min()) if len(it) else "", "measured_to": str(it["measured_at"].max()) if len(it) else ""}
     return TrainingData(samples, layers, prov)
 

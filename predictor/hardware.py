@@ -107,6 +107,8 @@ def get_device(name: str, cluster: "ClusterSpec | None" = None) -> Device:
             spec = getattr(cluster, attr)
             if spec is not None:
                 changes[attr] = Link(spec.bandwidth_gbps * GB, spec.latency_us * 1e-6, "cluster spec override")
+        if "intra_node" in changes:
+            changes["op_links"] = {}  # the spec's link replaces the measured per-op links inside the node too
         if changes:
             device = replace(device, **changes)
     return device

@@ -100,6 +100,11 @@ def test_a_device_profile_prices_the_spec_as_on_the_machine_that_measured_it(tmp
     slow = AnalyticalPredictor().predict(_cpu_spec(device_profile=DATASET_PROFILE), graph, plans)[0]
     fast = AnalyticalPredictor().predict(spec, graph, plans)[0]
     assert fast.breakdown["compute"] < slow.breakdown["compute"] and fast.breakdown["tp_comm"] < slow.breakdown["tp_comm"]
+    # the profile prices each collective on its own link, unless the spec gives the node's link itself
+    assert set(pinned.op_links) == {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}
+    link = {"bandwidth_gbps": 10, "latency_us": 5}
+    overridden = spec_device(_cpu_spec(device_profile=DATASET_PROFILE, intra_node=link))
+    assert overridden.op_links == {} and overridden.intra_node.bandwidth == 10 * GB
 
 
 def test_device_profile_errors_name_the_field_and_the_fix(tmp_path):
