@@ -29,3 +29,13 @@ def test_forest_learns_what_the_line_leaves_and_is_seeded():
     err = np.abs(analytical * one.ratio(x, analytical) / measured - 1)
     assert err.mean() < 0.02
     assert np.array_equal(one.ratio(x, analytical), two.ratio(x, analytical))
+
+
+def test_a_ratio_forest_from_an_older_checkpoint_predicts_as_it_did():
+    from sklearn.ensemble import RandomForestRegressor
+
+    rng = np.random.default_rng(2)
+    x, log_ratio = rng.normal(size=(50, 2)), rng.normal(size=50)
+    forest = RandomForestRegressor(n_estimators=5, random_state=0).fit(x, log_ratio)
+    analytical = rng.uniform(0.1, 1.0, 50)
+    assert np.allclose(MemoryResidual.of_ratio_forest(forest).ratio(x, analytical), np.exp(forest.predict(x)))

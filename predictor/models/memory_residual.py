@@ -26,6 +26,13 @@ class MemoryResidual:
         self.scale = 1.0
         self.forest = None
 
+    @classmethod
+    def of_ratio_forest(cls, forest) -> "MemoryResidual":
+        """The residual of a checkpoint from before the affine base: a forest on log(measured / analytical)."""
+        residual = cls()
+        residual.forest = forest
+        return residual
+
     def fit(self, x: np.ndarray, measured_gib: np.ndarray, analytical_gib: np.ndarray) -> "MemoryResidual":
         from sklearn.ensemble import RandomForestRegressor
 

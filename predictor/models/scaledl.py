@@ -370,7 +370,10 @@ class ScaleDLPredictor(Predictor):
         self = cls(**{"ensemble": 1, **state["config"]})  # checkpoints before ensembles hold one network
         learned = pickle.loads(lzma.decompress(state["sklearn"]))
         self.layerwise.models, self.layerwise.attr_keys = learned["layer_models"], learned["attr_keys"]
-        self.memory_model = learned["memory_model"]
+        memory = learned["memory_model"]
+        if memory is not None and not isinstance(memory, MemoryResidual):  # a checkpoint before the affine base
+            memory = MemoryResidual.of_ratio_forest(memory)
+        self.memory_model = memory
         self.z_mean, self.z_std = state["z_mean"], state["z_std"]
         self.z_min, self.z_max = state["z_min"], state["z_max"]
         self.net = self._new_net()
