@@ -85,7 +85,8 @@ def memory_per_stage(spec: WorkloadSpec, layout: Layout) -> dict[str, np.ndarray
     opt = psi * optimizer_bytes_per_param(t.optimizer, t.precision) / (dp if plan.zero >= 1 else 1)
     acts = activation_bytes(layout)
     buffers = _buffers(layout, psi)
-    return {"weights": weights, "gradients": grads, "optimizer": opt, "activations": acts, "buffers": buffers}
+    return {"weights": weights, "gradients": grads, "optimizer": opt, "activations": acts, "buffers": buffers,
+            "runtime": np.zeros_like(psi, dtype=float)}  # not modelled: learned where peaks are measured
 
 
 def _buffers(layout: Layout, psi: np.ndarray) -> np.ndarray:

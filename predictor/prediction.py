@@ -6,7 +6,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 TIME_PARTS: tuple[str, ...] = ("compute", "tp_comm", "dp_comm", "pp_bubble", "pp_p2p", "optimizer")
-MEMORY_PARTS: tuple[str, ...] = ("weights", "gradients", "optimizer", "activations", "buffers")
+MEMORY_PARTS: tuple[str, ...] = ("weights", "gradients", "optimizer", "activations", "buffers", "runtime")
+# "runtime": what a rank holds beyond the model's parts (the framework, the CUDA context, allocator slack);
+# the analytical model counts none, a learned memory residual puts what it adds there.
 
 
 @dataclass

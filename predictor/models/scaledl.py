@@ -404,11 +404,22 @@ def _corrected(ana: Prediction, breakdown: dict[str, float], terms: np.ndarray, 
         bd["compute"] = at_peak
     total = sum(bd.values())
     speedup = ana.iter_time_s / total if total > 0 else 1.0
+    per_stage, parts = _corrected_memory(ana, mem_ratio)
     return Prediction(
         iter_time_s=total, breakdown=bd, peak_memory_gib=ana.peak_memory_gib * mem_ratio,
-        memory_per_stage_gib=[m * mem_ratio for m in ana.memory_per_stage_gib],
-        memory_breakdown={k: v * mem_ratio for k, v in ana.memory_breakdown.items()},
+        memory_per_stage_gib=per_stage, memory_breakdown=parts,
         tflops_per_gpu=ana.tflops_per_gpu * speedup, mfu=ana.mfu * speedup,
         extra={**ana.extra, "predictor": "scaledl", "factors": dict(zip(TERMS, map(float, factors))),
                "compute_at_peak_bound": bounded},
     )
+
+
+def _corrected_memory(ana: Prediction, mem_ratio: float) -> tuple[list[float], dict[str, float]]:
+    """Per-stage peaks and the peak rank's parts after the memory residual. What it adds is memory no
+    part models (the runtime's own, the same on every rank): it goes to "runtime", on every stage.
+    What it takes away scales every part down alike."""
+    extra = ana.peak_memory_gib * (mem_ratio - 1.0)
+    if extra >= 0:
+        return ([m + extra for m in ana.memory_per_stage_gib],
+                {**ana.memory_breakdown, "runtime": ana.memory_breakdown.get("runtime", 0.0) + extra})
+    return [m * mem_ratio for m in ana.memory_per_stage_gib], {k: v * mem_ratio for k, v in ana.memory_breakdown.items()}
