@@ -304,6 +304,22 @@ def format_average(frame: pd.DataFrame, protocol: str, title: str) -> str:
     return "\n".join(lines)
 
 
+def format_seed_spread(frames: dict[int, pd.DataFrame]) -> str:
+    """Per protocol and method, the pooled MRE and RMSE of each seed's run (other in-domain splits and
+    initialisations), their mean and standard deviation: how far apart two methods must be before one
+    seeded split can tell them apart."""
+    rows = [(r.protocol, r.method, seed, r.mre, r.rmse_ms) for seed, frame in frames.items() for r in overall(frame).itertuples()]
+    table = pd.DataFrame(rows, columns=["protocol", "method", "seed", "mre", "rmse_ms"])
+    seeds = ", ".join(map(str, frames))
+    lines = [f"Pooled MRE % / RMSE ms over seeds {seeds}: mean ± sd, then each seed",
+             f"{'protocol':9s}{'method':18s}{'MRE %':>15s}{'RMSE ms':>16s}   per seed (MRE / RMSE)"]
+    for (protocol, method), g in table.groupby(["protocol", "method"], sort=False):
+        per_seed = "  ".join(f"{m:.2f} / {r:.2f}" for m, r in zip(g["mre"], g["rmse_ms"]))
+        lines.append(f"{protocol:9s}{method:18s}{g['mre'].mean():8.2f} ± {g['mre'].std(ddof=0):4.2f}"
+                     f"{g['rmse_ms'].mean():9.2f} ± {g['rmse_ms'].std(ddof=0):4.2f}   {per_seed}")
+    return "\n".join(lines)
+
+
 def save_results(frame: pd.DataFrame, path: str | Path) -> None:
     """Write the per-split results as JSON, atomically."""
     path = Path(path)

@@ -84,3 +84,16 @@ def test_shipped_gpu_dataset_loads_as_its_device_and_precision():
     assert data.provenance["device"] == ["cuda:NVIDIA H200"]
     cpu = load_profile_dataset(families=("bert",), with_layers=False)
     assert {(s.spec.cluster.device, s.spec.training.precision) for s in cpu.samples} == {("cpu", "fp32")}
+
+
+def test_seed_spread_reports_mean_and_spread_of_each_methods_pooled_error():
+    from predictor.evaluate import format_seed_spread
+
+    def run(scale: float) -> pd.DataFrame:
+        return pd.DataFrame([{"protocol": "id", "method": "m", "model": "bert", "mre": 0.0, "rmse_ms": 0.0,
+                              "mem_mre": float("nan"), "pred": [1.0 * scale, 2.0], "true": [1.0, 2.0]}])
+
+    text = format_seed_spread({0: run(1.1), 1: run(1.3)})  # pooled MRE 5 % and 15 %
+    line = [ln for ln in text.splitlines() if ln.startswith("id")][0]
+    assert "10.00 ± 5.00" in line and "5.00 / " in line and "15.00 / " in line
+    assert "seeds 0, 1" in text
