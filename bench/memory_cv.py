@@ -23,16 +23,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from predictor import evaluate as ev  # noqa: E402
 from predictor.models.features import by_workload  # noqa: E402
-from predictor.models.memory_residual import MemoryResidual  # noqa: E402
+from predictor.models.memory_residual import MemoryResidual, residual_forest  # noqa: E402
 from predictor.models.scaledl import ScaleDLPredictor  # noqa: E402
 
 
 def _ratio_forest(x: np.ndarray, measured: np.ndarray, analytical: np.ndarray, x_new: np.ndarray,
                   analytical_new: np.ndarray) -> np.ndarray:
-    from sklearn.ensemble import RandomForestRegressor
-
-    forest = RandomForestRegressor(n_estimators=40, max_leaf_nodes=64, random_state=0, n_jobs=1)
-    return analytical_new * np.exp(forest.fit(x, np.log(measured / analytical)).predict(x_new))
+    forest = residual_forest(0).fit(x, np.log(measured / analytical))
+    return analytical_new * MemoryResidual.of_ratio_forest(forest).ratio(x_new, analytical_new)
 
 
 def _affine_residual(x, measured, analytical, x_new, analytical_new) -> np.ndarray:

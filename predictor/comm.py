@@ -83,19 +83,22 @@ def allreduce(size, group: Group):
     return inside + flat(size / g, k, group.inter)
 
 
-def reduce_scatter(size, group: Group):
-    """Reduce-scatter of a `size`-byte buffer (each rank ends with size/n)."""
+def _half_collective(size, group: Group, op: str):
+    """Reduce-scatter or all-gather (`op`) of a `size`-byte buffer: a ring over the node's g ranks on the
+    op's intra-node link; across nodes each node's g NICs carry (k-1)/k of 1/g of the data between them."""
     g, k = group.n_intra, group.n_inter
     size = np.asarray(size, dtype=float)
-    # Across nodes each node's g NICs carry (k-1)/k of the data between them; inside, a ring over g.
-    return _ring_half(size, g, group.intra_for("reduce_scatter")) + _ring_half(size / g, k, group.inter)
+    return _ring_half(size, g, group.intra_for(op)) + _ring_half(size / g, k, group.inter)
+
+
+def reduce_scatter(size, group: Group):
+    """Reduce-scatter of a `size`-byte buffer (each rank ends with size/n)."""
+    return _half_collective(size, group, "reduce_scatter")
 
 
 def allgather(size, group: Group):
     """All-gather producing a `size`-byte buffer on every rank; same volume as reduce-scatter."""
-    g, k = group.n_intra, group.n_inter
-    size = np.asarray(size, dtype=float)
-    return _ring_half(size, g, group.intra_for("all_gather")) + _ring_half(size / g, k, group.inter)
+    return _half_collective(size, group, "all_gather")
 
 
 def p2p(size, link: Link):

@@ -17,6 +17,13 @@ import numpy as np
 _MIN_BASE_GIB = 1e-3  # the affine base never goes below this, whatever the fit
 
 
+def residual_forest(seed: int):
+    """The forest that learns what the base leaves, log(measured / base), from the plan's settings."""
+    from sklearn.ensemble import RandomForestRegressor
+
+    return RandomForestRegressor(n_estimators=40, max_leaf_nodes=64, random_state=seed, n_jobs=1)
+
+
 class MemoryResidual:
     """Peak memory = (c + b·analytical) · exp(forest(x)), learned from measured peaks (GiB)."""
 
@@ -34,16 +41,13 @@ class MemoryResidual:
         return residual
 
     def fit(self, x: np.ndarray, measured_gib: np.ndarray, analytical_gib: np.ndarray) -> "MemoryResidual":
-        from sklearn.ensemble import RandomForestRegressor
-
         design = np.column_stack([np.ones_like(analytical_gib), analytical_gib]) / measured_gib[:, None]
         (c, b), *_ = np.linalg.lstsq(design, np.ones_like(measured_gib), rcond=None)
         if b <= 0:  # peaks that do not grow with the model's: keep the analytical scale, fit the offset alone
             b, c = 1.0, float(np.median(measured_gib - analytical_gib))
         self.intercept_gib, self.scale = float(c), float(b)
         target = np.log(measured_gib / self._base(analytical_gib))
-        forest = RandomForestRegressor(n_estimators=40, max_leaf_nodes=64, random_state=self.seed, n_jobs=1)
-        self.forest = forest.fit(x, target)
+        self.forest = residual_forest(self.seed).fit(x, target)
         return self
 
     def _base(self, analytical_gib: np.ndarray) -> np.ndarray:
