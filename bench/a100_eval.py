@@ -4,12 +4,15 @@
 
 The single-node file (1,440 rows, 2-8 A100s) is the only training data; there are no per-layer
 timings for A100, so the layer-wise part is the analytical layer model and the GNN/global
-corrections learn from the single-node iterations. Hyper-parameters are chosen by
-leave-one-depth-out cross-validation on the single-node file (model depths are the groups,
-so the choice rewards extrapolating to unseen model sizes; 'plain-sum', no learned
-correction at all, is one of the candidates). The multi-node file (64-512 GPUs,
-3.6B-175B) is read only after the final model is fixed, and only to score it: MAPE, Spearman
-rank correlation per model, and the regret of the predicted-best plan per model.
+corrections learn from the single-node iterations. Each correction (GNN + global MLP, global MLP
+only, none) is a candidate with the first-principles base and with the framework's fixed costs
+fitted first (`calibrate`: host cost per operator and per collective call,
+predictor/models/calibration.py). The candidate is chosen by cross-validation on the single-node
+file whose folds hold out each axis of its grid at its extreme: the shallowest and the deepest
+models, each width, and the 8-GPU runs; the score rewards carrying what was learned to models and
+clusters unlike the training ones, which is what the multi-node set asks. The multi-node file
+(64-512 GPUs, 3.6B-175B) is read only after the final model is fixed, and only to score it: MAPE,
+Spearman rank correlation per model, and the regret of the predicted-best plan per model.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -32,33 +36,52 @@ from predictor.models.scaledl import ScaleDLPredictor  # noqa: E402
 
 GROUND_TRUTH = Path(__file__).resolve().parents[2] / "shared" / "ground_truth"
 CHECKPOINT = Path(__file__).resolve().parents[1] / "predictor" / "checkpoints" / "experimental" / "scaledl-a100-80gb-single-node.pt"
-CANDIDATES = {  # chosen between by cross-validation on the single-node file
+_CORRECTIONS = {
     "gnn+global": {"epochs": 200},
     "global-only": {"epochs": 200, "use_gnn": False},
     "plain-sum": {"use_gnn": False, "use_global": False},  # no learned correction: the analytical composition
 }
+CANDIDATES = {  # chosen between by cross-validation on the single-node file
+    **_CORRECTIONS, **{f"calibrated {name}": dict(kwargs, calibrate=True) for name, kwargs in _CORRECTIONS.items()}}
 
 
 def mape(pred: np.ndarray, true: np.ndarray) -> float:
     return float(np.mean(np.abs(pred - true) / true) * 100)
 
 
+def _gpus(s: Sample) -> int:
+    return s.spec.cluster.nodes * s.spec.cluster.gpus_per_node
+
+
+def extreme_folds(samples: list[Sample]) -> dict[str, Callable[[Sample], bool]]:
+    """Held-out sets: each axis of the single-node grid at its extremes (depth, width, GPU count)."""
+    depths = sorted({s.spec.model.layers for s in samples})
+    widths = sorted({s.spec.model.hidden for s in samples})
+    folds: dict[str, Callable[[Sample], bool]] = {}
+    for d in (depths[0], depths[-1]):
+        folds[f"layers={d}"] = lambda s, d=d: s.spec.model.layers == d
+    for w in (widths[0], widths[-1]):
+        folds[f"hidden={w}"] = lambda s, w=w: s.spec.model.hidden == w
+    most = max(map(_gpus, samples))
+    folds[f"gpus={most}"] = lambda s: _gpus(s) == most
+    return folds
+
+
 def cross_validate(samples: list[Sample], seed: int) -> dict[str, float]:
-    """Grouped MAPE of each candidate on the single-node file: each fold holds out the shallowest or
-    the deepest models (both widths), so the score rewards carrying corrections to unseen models."""
-    all_depths = sorted({s.spec.model.layers for s in samples})
-    depths = [all_depths[0], all_depths[-1]]
+    """MAPE of each candidate on the single-node file, averaged over `extreme_folds`."""
+    folds = extreme_folds(samples)
+    print(f"  folds (held out): {', '.join(folds)}")
     scores = {}
     for name, kwargs in CANDIDATES.items():
         errs = []
-        for held in depths:
-            train = [s for s in samples if s.spec.model.layers != held]
-            test = [s for s in samples if s.spec.model.layers == held]
+        for held in folds.values():
+            train = [s for s in samples if not held(s)]
+            test = [s for s in samples if held(s)]
             fitted = ScaleDLPredictor(seed=seed, **kwargs).fit(TrainingData(train))
             pred, _ = predict_samples(fitted, test)
             errs.append(mape(pred, np.asarray([s.iter_time_s for s in test])))
         scores[name] = float(np.mean(errs))
-        print(f"  CV {name:18s} leave-one-depth-out MAPE {scores[name]:6.2f}%  ({', '.join(f'{e:.1f}' for e in errs)})")
+        print(f"  CV {name:22s} MAPE {scores[name]:6.2f}%  ({', '.join(f'{e:.1f}' for e in errs)})", flush=True)
     return scores
 
 
@@ -95,8 +118,10 @@ def main() -> int:
     print(f"chosen by single-node CV: {chosen} {CANDIDATES[chosen]}")
     model = ScaleDLPredictor(seed=args.seed, **CANDIDATES[chosen]).fit(TrainingData(
         single, provenance={"source": "vTrain data/ground_truth_single.csv (MIT), A100 SXM 80GB, Megatron-DeepSpeed",
-                            "device": "a100-80gb", "hyperparameters": CANDIDATES[chosen], "chosen_by": "single-node leave-one-depth-out CV"}))
+                            "device": "a100-80gb", "hyperparameters": CANDIDATES[chosen], "chosen_by": "single-node CV, extremes of depth, width and GPU count held out"}))
     print(f"trained in {time.time() - t0:.1f} s")
+    if "fixed_costs_s" in model.provenance:
+        print("fitted fixed costs: " + ", ".join(f"{k} {v * 1e6:.1f} µs" for k, v in model.provenance["fixed_costs_s"].items()))
     args.save.parent.mkdir(parents=True, exist_ok=True)
     model.save(args.save)
     print(f"saved {args.save} ({args.save.stat().st_size / 1024:.0f} KiB)")

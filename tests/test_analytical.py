@@ -122,6 +122,15 @@ def test_measured_in_step_costs_are_added_per_call():
     assert extra[1]["dp_comm"] == pytest.approx((6 + 1) * (1 + 2 * 2) * 1e-2, rel=1e-6)  # 2 micro-batches
     assert extra[2]["pp_p2p"] == pytest.approx(2 * (m + 1) * 1e-1, rel=1e-6)
     assert all(e["compute"] == 0 for e in extra)
+    # A GPU's fitted call cost (AnalyticalConfig.call_s, predictor.models.calibration) lands on the same calls;
+    # the measured step costs of a device take precedence over it.
+    gpu = AnalyticalPredictor().predict(spec, graph, plans)
+    fitted = AnalyticalPredictor(AnalyticalConfig(call_s=1e-2)).predict(spec, graph, plans)
+    assert fitted[0].breakdown["tp_comm"] - gpu[0].breakdown["tp_comm"] == pytest.approx(tp_calls * 1e-2, rel=1e-6)
+    assert fitted[1].breakdown["dp_comm"] - gpu[1].breakdown["dp_comm"] == pytest.approx(extra[1]["dp_comm"], rel=1e-6)
+    assert fitted[2].breakdown["pp_p2p"] - gpu[2].breakdown["pp_p2p"] == pytest.approx(2 * (m + 1) * 1e-2, rel=1e-6)
+    overridden = AnalyticalPredictor(AnalyticalConfig(call_s=5.0), device=replace(measured, extra=costs))
+    assert [p.iter_time_s for p in overridden.predict(spec, graph, plans)] == [p.iter_time_s for p in costly]
 
 
 def test_tensor_parallel_across_nodes_is_slower():

@@ -54,6 +54,10 @@ class AnalyticalConfig:
     overlap_dp: fraction of data-parallel gradient sync hidden behind backward (0: Megatron with
         pipelining syncs after the last micro-batch); overlap_tp likewise for tensor-parallel
         all-reduces (0: they sit between dependent GEMMs).
+    call_s: a collective or pipeline send/recv call's cost beyond its α-β time (the framework's
+        and the communication library's own work per call). 0 from first principles; learned from
+        measured iterations with host_op_s by `predictor.models.calibration`. A measured CPU's
+        step costs (collective_call_s, p2p_call_s in Device.extra) take precedence.
     """
 
     gemm_eff_max: float = 0.80
@@ -65,6 +69,7 @@ class AnalyticalConfig:
     host_op_s: float = 10e-6
     overlap_dp: float = 0.0
     overlap_tp: float = 0.0
+    call_s: float = 0.0
 
     def for_device(self, device: Device) -> "AnalyticalConfig":
         if not device.measured:
@@ -201,7 +206,7 @@ class AnalyticalPredictor(Predictor):
         measured device the runtime's own cost per sharded linear (`tp_linear_s`, DTensor on CPU)."""
         plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
         framework = counts @ nodes.tp_linear * device.extra.get("tp_linear_s", 0.0)
-        call_s = device.extra.get("collective_call_s", 0.0)
+        call_s = device.extra.get("collective_call_s", cfg.call_s)
         rep = nodes.repeated
         fwd_calls = counts @ nodes.tp_fwd_ar
         bwd_calls = counts @ nodes.tp_bwd_ar
@@ -232,12 +237,12 @@ class AnalyticalPredictor(Predictor):
         bubble = (per_mb.sum() - per_mb[s]) / v
         if p > 1:
             link = device.inter_node if lay.pp_link_inter else device.op_links.get("send_recv", device.intra_node)
-            one = comm.p2p(lay.p2p_elems * lay.act_bytes, link) + device.extra.get("p2p_call_s", 0.0)
+            one = comm.p2p(lay.p2p_elems * lay.act_bytes, link) + device.extra.get("p2p_call_s", cfg.call_s)
             pp_p2p = float(2 * (m * v + p - 1) * one)
         else:
             pp_p2p = 0.0
         psi = counts @ nodes.params
-        dp_sync = self._dp_time(lay, psi, m, device.extra.get("collective_call_s", 0.0))
+        dp_sync = self._dp_time(lay, psi, m, device.extra.get("collective_call_s", cfg.call_s))
         dp_comm = float(np.max(dp_sync)) * (1 - cfg.overlap_dp)
         opt_bytes = 2 * optimizer_bytes_per_param(spec.training.optimizer, spec.training.precision) + lay.grad_bytes + lay.param_bytes
         shard = plan.dp if plan.zero >= 1 else 1

@@ -22,7 +22,7 @@ import io
 import lzma
 import pickle
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -32,8 +32,9 @@ from torch_geometric.data import Batch, Data
 
 from predictor.hardware import spec_device
 from predictor.layer_graph import LayerGraph
-from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor
 from predictor.models.base import Predictor
+from predictor.models.calibration import FITTED, fit_fixed_costs
 from predictor.models.domain import TrainingDomain
 from predictor.models.features import (EDGE_DIM, GLOBAL_DIM, NODE_DIM, TERM_OF_PART, TERMS, LayerKey, TrainingData,
                                        by_workload, edge_tensors, feature_signature, global_matrix, layer_key,
@@ -89,11 +90,12 @@ class ScaleDLPredictor(Predictor):
     name = "scaledl"
 
     def __init__(self, regressor: Any | None = None, *, use_gnn: bool = True, use_global: bool = True,
-                 use_comm: bool = True, hidden: int = 32, heads: int = 4, epochs: int = 800, lr: float = 3e-3,
-                 weight_decay: float = 1e-4, ensemble: int = ENSEMBLE, seed: int = 0) -> None:
-        self.config = dict(use_gnn=use_gnn, use_global=use_global, use_comm=use_comm, hidden=hidden, heads=heads,
-                           epochs=epochs, lr=lr, weight_decay=weight_decay, ensemble=ensemble, seed=seed)
-        self.analytical = AnalyticalPredictor()
+                 use_comm: bool = True, calibrate: bool = False, hidden: int = 32, heads: int = 4, epochs: int = 800,
+                 lr: float = 3e-3, weight_decay: float = 1e-4, ensemble: int = ENSEMBLE, seed: int = 0) -> None:
+        self.config = dict(use_gnn=use_gnn, use_global=use_global, use_comm=use_comm, calibrate=calibrate,
+                           hidden=hidden, heads=heads, epochs=epochs, lr=lr, weight_decay=weight_decay,
+                           ensemble=ensemble, seed=seed)
+        self.analytical = AnalyticalPredictor()  # `calibrate`: its GPU framework costs fitted first (fit_fixed_costs)
         self.layerwise = LayerwiseModel(analytical_layer_time, spec_device, regressor, seed)
         self.net: CorrectionEnsemble | None = None
         self.z_mean = np.zeros(GLOBAL_DIM)
@@ -163,6 +165,7 @@ class ScaleDLPredictor(Predictor):
             raise ValueError("ScaleDLPredictor.fit needs at least one measured iteration (TrainingData.samples is empty)")
         torch.manual_seed(self.config["seed"])
         self.layerwise.fit(data.layers)
+        self.analytical = AnalyticalPredictor(fit_fixed_costs(data.samples) if self.config["calibrate"] else None)
         rows = self._rows(data)
         self.z_mean, self.z_min, self.z_max = rows.z.mean(0), rows.z.min(0), rows.z.max(0)
         self.z_std = np.where(rows.z.std(0) > 1e-6, rows.z.std(0), 1.0)
@@ -171,6 +174,8 @@ class ScaleDLPredictor(Predictor):
             self._train(rows, self.config["epochs"], self.config["lr"])
         self._fit_memory(rows.memory)
         self.provenance = dict(data.provenance, samples=len(data.samples), layer_rows=len(data.layers))
+        if self.config["calibrate"]:
+            self.provenance["fixed_costs_s"] = {k: getattr(self.analytical.config, k) for k in FITTED}
         self.domain = TrainingDomain.of((s.spec, s.plan) for s in data.samples)
         self._fitted = True
         return self
@@ -344,6 +349,7 @@ class ScaleDLPredictor(Predictor):
         state = {"format": 2, "features": feature_signature(), "config": self.config,
                  "net": None if self.net is None else self.net.state_dict(), "z_mean": self.z_mean,
                  "z_std": self.z_std, "z_min": self.z_min, "z_max": self.z_max, "sklearn": blob, "provenance": self.provenance,
+                 "analytical": asdict(self.analytical.config),
                  "domain": self.domain.to_dict() if self.domain else None}
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -368,6 +374,7 @@ class ScaleDLPredictor(Predictor):
                              f"({', '.join(f'{k}: {theirs.get(k)} vs {mine[k]}' for k in differ[:3])}); "
                              "retrain it with `scaledl train`")
         self = cls(**{"ensemble": 1, **state["config"]})  # checkpoints before ensembles hold one network
+        self.analytical = AnalyticalPredictor(AnalyticalConfig(**state.get("analytical", {})))  # older: the defaults
         learned = pickle.loads(lzma.decompress(state["sklearn"]))
         self.layerwise.models, self.layerwise.attr_keys = learned["layer_models"], learned["attr_keys"]
         memory = learned["memory_model"]
