@@ -187,3 +187,24 @@ def test_train_command_records_held_out_accuracy_and_update_keeps_or_swaps(tmp_p
                  "--epochs", "5", "--holdout", "0.25"]) == 0
     # written, or kept with a message when the held-out error got worse: either way b.pt is only written if better
     assert main(["train", "--data", str(csv), "--holdout", "1.5", "--out", str(ckpt)]) == 2
+
+
+def test_train_command_calibrates_gpu_data_and_refuses_cpu_data(tmp_path, capsys):
+    """`--calibrate` fits the fixed costs into the checkpoint; a measured CPU dataset is refused with the fix."""
+    import pandas as pd
+
+    from orchestrator.cli import main
+    from tests.vtrain_rows import SINGLE
+
+    a100_rows()  # skips when shared/ is absent
+    frame = pd.read_csv(SINGLE, encoding="utf-8-sig")
+    csv = tmp_path / "slice.csv"
+    frame[(frame["hidden size"] == 1024) & (frame["# layers"] == 12)].to_csv(csv, index=False)
+    ckpt = tmp_path / "calibrated.pt"
+    assert main(["train", "--data", str(csv), "--out", str(ckpt), "--epochs", "5", "--calibrate"]) == 0
+    assert "fitted fixed costs: host_op_s" in capsys.readouterr().out
+    model = ScaleDLPredictor.load(ckpt)
+    assert model.config["calibrate"] and model.analytical.config.host_op_s == model.provenance["fixed_costs_s"]["host_op_s"]
+    assert main(["train", "--data", "predictor/data/cpu", "--out", str(tmp_path / "cpu.pt"), "--calibrate"]) == 2
+    assert "measured on cpu" in capsys.readouterr().err
+    assert main(["train", "--data", str(csv), "--update", str(ckpt), "--calibrate"]) == 2

@@ -32,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ensemble", type=int, default=None, metavar="K",
                         help="correction networks trained apart and averaged (default 1: in cross-validation on the CPU "
                              "dataset five did no better; K times slower to train)")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="GPU data: fit the framework's fixed costs (host time per operator, per collective call) "
+                             "before the corrections; small models on a GPU are host-bound (README, 'learned predictor')")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -61,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--ensemble {args.ensemble}: give at least 1 network")
     if args.ensemble is not None and args.update:
         raise UsageError("--ensemble applies to a new checkpoint; --update keeps the checkpoint's own networks")
+    if args.calibrate and args.update:
+        raise UsageError("--calibrate applies to a new checkpoint; --update keeps the checkpoint's own fixed costs")
     if not 0 <= args.holdout < 1:
         raise UsageError(f"--holdout {args.holdout}: give a share in [0, 1), e.g. 0.2")
     if args.update is None and args.out is None:
@@ -71,6 +76,13 @@ def run(args: argparse.Namespace) -> int:
     data = _load(src, designs)
     if not data.samples:
         raise UsageError(f"--data {src}: no usable measured iterations (designs={designs})")
+    if args.calibrate:
+        from predictor.hardware import spec_device
+
+        measured = sorted({s.spec.cluster.device for s in data.samples if spec_device(s.spec).measured})
+        if measured:
+            raise UsageError(f"--calibrate fits a GPU framework's fixed costs; --data {src} was measured on "
+                             f"{', '.join(measured)}, whose step costs come from its device profile: drop --calibrate")
     train, held = holdout_split(data, args.holdout, args.seed) if args.holdout else (data, [])
     source = f"held-out configurations of {src} ({args.holdout:.0%}, seed {args.seed})"
     print(f"training ScaleDL on {len(train.samples)} iterations and {len(train.layers)} layer timings from {src}"
@@ -81,8 +93,11 @@ def run(args: argparse.Namespace) -> int:
         model.update(train, epochs=args.epochs or 60)
     else:
         before = None
-        model = ScaleDLPredictor(epochs=args.epochs or 800, seed=args.seed,
-                                 ensemble=args.ensemble or ENSEMBLE).fit(train)
+        model = ScaleDLPredictor(epochs=args.epochs or 800, seed=args.seed, ensemble=args.ensemble or ENSEMBLE,
+                                 calibrate=args.calibrate).fit(train)
+        if args.calibrate:
+            print("fitted fixed costs: " + ", ".join(f"{k} {v * 1e6:.1f} µs"
+                                                     for k, v in model.provenance["fixed_costs_s"].items()))
     if held:
         model.provenance["accuracy"] = accuracy_of(model, held, source)
         print(f"held-out error: {model.accuracy['mape_pct']:.1f}% MAPE, RMSE {model.accuracy['rmse_ms']:.1f} ms "
