@@ -40,7 +40,7 @@ def main() -> int:
     data = ev.load_profile_dataset(args.data)
     print(f"{args.data}: {len(data.samples)} iterations, {len(data.layers)} layer timings; "
           + ", ".join(f"{f} {sum(s.model == f for s in data.samples)}" for f in ev.FAMILIES), flush=True)
-    known = {**ev.METHODS, **ev.ABLATIONS}
+    known = ev.ALL_METHODS
     methods = dict(ev.METHODS) if args.no_ablations else known
     if args.methods:
         wanted = args.methods.split(",")

@@ -13,10 +13,11 @@ import pkgutil
 import sys
 
 from orchestrator import commands
+from predictor.models.base import TrainingDataError
 from predictor.plan import PlanError
 from predictor.workload import SpecError
 
-USER_ERRORS: tuple[type[BaseException], ...] = (SpecError, PlanError, FileNotFoundError)
+USER_ERRORS: tuple[type[BaseException], ...] = (SpecError, PlanError, TrainingDataError, FileNotFoundError)
 
 
 class UsageError(Exception):

@@ -206,5 +206,5 @@ def test_train_command_calibrates_gpu_data_and_refuses_cpu_data(tmp_path, capsys
     model = ScaleDLPredictor.load(ckpt)
     assert model.config["calibrate"] and model.analytical.config.host_op_s == model.provenance["fixed_costs_s"]["host_op_s"]
     assert main(["train", "--data", "predictor/data/cpu", "--out", str(tmp_path / "cpu.pt"), "--calibrate"]) == 2
-    assert "measured on cpu" in capsys.readouterr().err
+    assert "cpu is a measured device" in capsys.readouterr().err
     assert main(["train", "--data", str(csv), "--update", str(ckpt), "--calibrate"]) == 2

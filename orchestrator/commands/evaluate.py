@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)  # small networks: extra threads only add contention
     from predictor import evaluate as ev  # lazy: torch-geometric
 
-    known = {**ev.METHODS, **ev.ABLATIONS}
+    known = ev.ALL_METHODS
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     if "ablations" in names:
         names = [n for n in names if n != "ablations"] + list(ev.ABLATIONS)

@@ -76,13 +76,6 @@ def run(args: argparse.Namespace) -> int:
     data = _load(src, designs)
     if not data.samples:
         raise UsageError(f"--data {src}: no usable measured iterations (designs={designs})")
-    if args.calibrate:
-        from predictor.hardware import spec_device
-
-        measured = sorted({s.spec.cluster.device for s in data.samples if spec_device(s.spec).measured})
-        if measured:
-            raise UsageError(f"--calibrate fits a GPU framework's fixed costs; --data {src} was measured on "
-                             f"{', '.join(measured)}, whose step costs come from its device profile: drop --calibrate")
     train, held = holdout_split(data, args.holdout, args.seed) if args.holdout else (data, [])
     source = f"held-out configurations of {src} ({args.holdout:.0%}, seed {args.seed})"
     print(f"training ScaleDL on {len(train.samples)} iterations and {len(train.layers)} layer timings from {src}"

@@ -10,10 +10,14 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Sequence
 
+from predictor.layer_graph import LayerGraph
 from predictor.plan import Plan
 from predictor.prediction import Prediction
 from predictor.workload import WorkloadSpec
-from predictor.layer_graph import LayerGraph
+
+
+class TrainingDataError(ValueError):
+    """Measured data this predictor cannot be trained on; the message says what to do instead."""
 
 
 class Predictor(ABC):

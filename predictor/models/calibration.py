@@ -22,9 +22,12 @@ from scipy.optimize import minimize
 
 from predictor.hardware import spec_device
 from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor
+from predictor.models.base import TrainingDataError
 from predictor.models.features import Sample, by_workload
 
 FITTED = ("host_op_s", "call_s")
+
+
 _START = (10e-6, 10e-6)  # first principles' host cost (AnalyticalConfig) for both
 _BOUNDS_S = (1e-7, 1e-2)  # a cost per call between 0.1 µs and 10 ms
 
@@ -43,11 +46,12 @@ def fit_fixed_costs(samples: Sequence[Sample], base: AnalyticalConfig | None = N
     """`base` with host_op_s and call_s fitted to the samples' measured iteration times (Nelder-Mead
     on their logarithms, squared log error). GPU samples only: a measured CPU's costs are measured."""
     if not samples:
-        raise ValueError("fit_fixed_costs needs measured iterations; got none")
+        raise TrainingDataError("fit_fixed_costs needs measured iterations; got none")
     measured = sorted({s.spec.cluster.device for s in samples if spec_device(s.spec).measured})
     if measured:
-        raise ValueError(f"fixed-cost calibration is for GPU devices; {', '.join(measured)} is a measured device "
-                         "whose step costs come from its profile (`scaledl profile`), not from a fit")
+        raise TrainingDataError(f"fixed-cost calibration is for GPU devices; {', '.join(measured)} is a measured "
+                               "device whose step costs come from its profile (`scaledl profile`), not from a fit: "
+                               "train without calibration")
     base = base or AnalyticalConfig()
     lo, hi = np.log(_BOUNDS_S)
 
