@@ -40,7 +40,7 @@ def main() -> int:
     print(f"checkpoint training split: {len(train.samples)} configurations; halves of {len(folds[0][1])} "
           f"and {len(folds[1][1])}", flush=True)
     for k in (int(x) for x in args.sizes.split(",")):
-        errs, n = [], 0
+        errs = []
         for fit_on, test in folds:
             t0 = time.time()
             pred, _ = ev.predict_samples(ScaleDLPredictor(seed=args.seed, ensemble=k).fit(fit_on), test)

@@ -39,7 +39,6 @@ def main() -> int:
     # The measured grid and the D-optimal picks (not doptimal-large or validation rows): the pool the
     # data-cost comparison draws from.
     data = ev.load_profile_dataset(args.data, designs=("doptimal", "full"), families=(args.family,))
-    by_id = {s.config_id: s for s in data.samples}
     order = np.random.default_rng(0).permutation(len(data.samples))
     n_test = max(1, len(data.samples) // 5)
     test_ids = {data.samples[i].config_id for i in order[:n_test]}
