@@ -9,7 +9,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
