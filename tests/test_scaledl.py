@@ -208,3 +208,21 @@ def test_train_command_calibrates_gpu_data_and_refuses_cpu_data(tmp_path, capsys
     assert main(["train", "--data", "predictor/data/cpu", "--out", str(tmp_path / "cpu.pt"), "--calibrate"]) == 2
     assert "cpu is a measured device" in capsys.readouterr().err
     assert main(["train", "--data", str(csv), "--update", str(ckpt), "--calibrate"]) == 2
+
+
+def test_layer_timings_rescale_a_host_bound_gpu_stage_without_counting_the_host_twice():
+    """On a GPU the analytical compute of a host-bound stage is the host's pace: the layer-wise ratio
+    rescales the kernels under it, and the host keeps its floor; on a CPU the ratio scales the whole."""
+    from predictor.models.scaledl import _compute_scale
+    from predictor.prediction import Prediction
+
+    def ana(compute: float, kernels: float) -> Prediction:
+        return Prediction(iter_time_s=compute, breakdown={"compute": compute}, peak_memory_gib=1.0,
+                          memory_per_stage_gib=[1.0], memory_breakdown={}, tflops_per_gpu=1.0, mfu=0.1,
+                          extra={"kernel_compute_s": kernels})
+
+    host_bound = ana(10.0, 4.0)
+    assert _compute_scale(host_bound, 2.0, synchronous=False) == pytest.approx(1.0)  # kernels 8 s: still host-bound
+    assert _compute_scale(host_bound, 3.0, synchronous=False) == pytest.approx(1.2)  # kernels 12 s exceed the host
+    assert _compute_scale(ana(4.0, 4.0), 0.5, synchronous=False) == pytest.approx(0.5)  # kernel-bound: the ratio
+    assert _compute_scale(host_bound, 2.0, synchronous=True) == 2.0

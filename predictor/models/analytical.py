@@ -171,12 +171,13 @@ class AnalyticalPredictor(Predictor):
     def predict(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> list[Prediction]:
         device = self.device or spec_device(spec)
         model_flops = (graph.fwd_flops + graph.bwd_flops) * spec.training.global_batch
-        stage_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # plans of a batch share stages
+        stage_cache: dict[tuple, tuple[np.ndarray, ...]] = {}  # plans of a batch share stages
         return [self._one(spec, graph, plan, device, model_flops, stage_cache) for plan in plans]
 
     def _stage_times(self, spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: Device,
-                     cfg: AnalyticalConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per pipeline rank, one micro-batch: forward, backward (with recomputation) and tp-collective seconds."""
+                     cfg: AnalyticalConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per pipeline rank, one micro-batch: forward, backward (with recomputation) and tp-collective seconds,
+        and the kernels' own forward + backward seconds (before a host-bound GPU stretches them)."""
         plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
         fwd, bwd = layer_times(spec, graph, plan.tp, plan.sp, plan.mbs, device, self.config)
         t_f = counts @ fwd
@@ -195,10 +196,10 @@ class AnalyticalPredictor(Predictor):
         elif plan.recompute == "selective":
             host_b = host_b + counts[:, nodes.attention] @ ops[nodes.attention]
         if device.measured:  # synchronous: the host's work adds to the kernels'
-            return t_f + host_f, t_b + host_b, t_tp
+            return t_f + host_f, t_b + host_b, t_tp, t_f + t_b
         # asynchronous GPU: a host-bound micro-batch stretches its compute to the host's pace
         stretch = np.maximum(1.0, (host_f + host_b - t_tp) / np.maximum(t_f + t_b, 1e-30))
-        return t_f * stretch, t_b * stretch, t_tp
+        return t_f * stretch, t_b * stretch, t_tp, t_f + t_b
 
     @staticmethod
     def _tp_stage_time(lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndarray:
@@ -226,7 +227,7 @@ class AnalyticalPredictor(Predictor):
         key = (plan.tp, plan.sp, plan.mbs, plan.pp, plan.v, plan.recompute, lay.tp_group)
         if key not in stage_cache:
             stage_cache[key] = self._stage_times(spec, graph, lay, device, cfg)
-        t_f, t_b, t_tp = stage_cache[key]
+        t_f, t_b, t_tp, kernels = stage_cache[key]
         per_mb = t_f + t_b + t_tp
         s = int(np.argmax(per_mb))
         p, v = plan.pp, plan.v
@@ -260,6 +261,7 @@ class AnalyticalPredictor(Predictor):
             memory_per_stage_gib=[float(x) / GIB for x in total],
             memory_breakdown={k: float(parts[k][top]) / GIB for k in MEMORY_PARTS},
             tflops_per_gpu=tflops, mfu=tflops * 1e12 / device.flops(spec.training.precision),
+            extra={"kernel_compute_s": float(m * kernels[s])},  # compute without the host: < compute when host-bound
         )
 
     @staticmethod

@@ -131,8 +131,9 @@ class ScaleDLPredictor(Predictor):
                 layer_s.append(counts * learned.sum(1))
             k = key_of[i] = key_index[key]
             bd = dict(pred.breakdown)
-            bd["compute"] *= ratios[k]
-            bd["pp_bubble"] *= ratios[k]  # the bubble is idle compute: it scales with the layers' time
+            scale = _compute_scale(pred, ratios[k], device.measured)
+            bd["compute"] *= scale
+            bd["pp_bubble"] *= scale  # the bubble is idle compute: it scales with the layers' time
             if not self.config["use_comm"]:
                 for part in _COMM_PARTS:
                     bd[part] = 0.0
@@ -394,6 +395,21 @@ class ScaleDLPredictor(Predictor):
         self.domain = TrainingDomain.from_dict(state.get("domain"))  # None in checkpoints older than the field
         self._fitted = True
         return self
+
+
+def _compute_scale(ana: Prediction, ratio: float, synchronous: bool) -> float:
+    """What the layer-wise regressors' view of the layers (`ratio`: learned / analytical layer time) does to
+    the analytical compute. On a synchronous device (a measured CPU) the host's work adds to the layers'
+    and the ratio scales the whole. On a GPU the analytical compute of a host-bound stage is the host's
+    pace, max(kernels, host): the ratio rescales the kernels and the host keeps its floor. (Layers timed on
+    a GPU already include the launch gaps of a host-bound layer; scaling the stretched compute by them
+    counted the host twice.)"""
+    kernels = ana.extra.get("kernel_compute_s")
+    compute = ana.breakdown["compute"]
+    if synchronous or kernels is None or compute <= 0:
+        return ratio
+    host = compute if compute > kernels else 0.0
+    return max(kernels * ratio, host) / compute
 
 
 def _corrected(ana: Prediction, breakdown: dict[str, float], terms: np.ndarray, factors: np.ndarray,
