@@ -226,3 +226,24 @@ def test_layer_timings_rescale_a_host_bound_gpu_stage_without_counting_the_host_
     assert _compute_scale(host_bound, 3.0, synchronous=False) == pytest.approx(1.2)  # kernels 12 s exceed the host
     assert _compute_scale(ana(4.0, 4.0), 0.5, synchronous=False) == pytest.approx(0.5)  # kernel-bound: the ratio
     assert _compute_scale(host_bound, 2.0, synchronous=True) == 2.0
+
+
+def test_small_data_chooses_its_epochs_by_cross_validation_and_may_keep_the_composition(vtrain_slice):
+    """Below _MIN_VALIDATION samples the epoch count is cross-validated, none included: iterations that are
+    the plain composition times noise unrelated to the plans are left uncorrected (a network trained on them
+    only learns the noise); real ones, which the composition misprices, are corrected."""
+    from dataclasses import replace
+
+    from predictor.models import scaledl
+
+    train, test = vtrain_slice
+    small = train[::4]
+    assert len(small) < scaledl._MIN_VALIDATION
+    priced, _ = predict_samples(AnalyticalPredictor(), small)  # A100 has no layer timings: plain sum = analytical
+    noise = np.random.default_rng(0).normal(0.0, 0.2, len(small))
+    noisy = [replace(s, iter_time_s=float(t)) for s, t in zip(small, priced * np.exp(noise - noise.mean()))]
+    kept = ScaleDLPredictor(epochs=60, seed=1).fit(TrainingData(noisy))
+    np.testing.assert_allclose(predict_samples(kept, test)[0], predict_samples(AnalyticalPredictor(), test)[0], rtol=1e-9)
+    learned = ScaleDLPredictor(epochs=60, seed=1).fit(TrainingData(small))
+    true = np.asarray([s.iter_time_s for s in small])
+    assert mre(predict_samples(learned, small)[0], true) < 0.5 * mre(priced, true)

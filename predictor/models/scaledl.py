@@ -24,7 +24,7 @@ import pickle
 import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -49,7 +49,11 @@ from predictor.workload import WorkloadSpec
 _COMM_PARTS = ("dp_comm", "tp_comm", "pp_p2p")
 _OVERHEAD = TERMS.index("overhead")
 _MIN_MEMORY_ROWS = 10
-_MIN_VALIDATION = 40  # samples needed before a validation split is held out
+# Samples needed before a 15 % validation split picks the epoch: below, it is a handful of points
+# (H200's 24-33 per model), so the epoch count is chosen by cross-validation (_CV_FOLDS folds).
+_MIN_VALIDATION = 100
+_CV_FOLDS = 3
+_SCORE_EVERY = 5  # epochs between validation scores
 # Correction networks averaged (`CorrectionEnsemble`). One: on the corrected CPU dataset, 4-fold CV
 # inside the in-domain training splits gave 11.29 % MRE for one and 11.39 % for five
 # (bench/results/ensemble_cv.txt); five had won on the 29 Nov data, most on T5, whose corrupted
@@ -165,8 +169,8 @@ class ScaleDLPredictor(Predictor):
         if not data.samples:
             raise ValueError("ScaleDLPredictor.fit needs at least one measured iteration (TrainingData.samples is empty)")
         torch.manual_seed(self.config["seed"])
-        self.layerwise.fit(data.layers)
         self.analytical = AnalyticalPredictor(fit_fixed_costs(data.samples) if self.config["calibrate"] else None)
+        self.layerwise.fit(data.layers)
         rows = self._rows(data)
         self.z_mean, self.z_min, self.z_max = rows.z.mean(0), rows.z.min(0), rows.z.max(0)
         self.z_std = np.where(rows.z.std(0) > 1e-6, rows.z.std(0), 1.0)
@@ -248,14 +252,62 @@ class ScaleDLPredictor(Predictor):
 
     def _train_member(self, net: CorrectionGNN, rows: _Rows, batch: Batch | None, epochs: int, lr: float,
                       seed: int) -> None:
-        """Full-batch AdamW on the squared log error, keeping the epoch best on a seeded 15 % validation
-        split (measured iteration times are noisy; the last epoch tends to fit the noise)."""
+        """Train one network, stopping where held-out samples say (measured iteration times are noisy; the
+        last epoch tends to fit the noise). With _MIN_VALIDATION samples or more, a seeded 15 % validation
+        split is scored every _SCORE_EVERY epochs and the state after the best-scored epoch's step is kept.
+        With fewer, _CV_FOLDS-fold cross-validation picks the number of epochs, none (no correction beyond
+        where the network starts) included, and the network is trained on every sample for that many."""
+        n = len(rows.log_y)
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+        if n >= _MIN_VALIDATION:
+            n_val = n * 15 // 100
+            val = order[:n_val]
+            best, best_state = float("inf"), None
+
+            def keep_best(epoch: int, err: torch.Tensor) -> None:
+                nonlocal best, best_state
+                if epoch % _SCORE_EVERY == _SCORE_EVERY - 1 or epoch == epochs - 1:
+                    score = float(err[val].mean().detach())
+                    if score < best:
+                        best, best_state = score, {k: v.detach().clone() for k, v in net.state_dict().items()}
+
+            self._descend(net, rows, batch, epochs, lr, order[n_val:], keep_best)
+            if best_state is not None:
+                net.load_state_dict(best_state)
+        else:
+            start = {k: v.detach().clone() for k, v in net.state_dict().items()}
+            steps = self._cv_epochs(net, rows, batch, epochs, lr, order)
+            net.load_state_dict(start)
+            self._descend(net, rows, batch, steps, lr, order)
+        net.eval()
+
+    def _cv_epochs(self, net: CorrectionGNN, rows: _Rows, batch: Batch | None, epochs: int, lr: float,
+                   order: torch.Tensor) -> int:
+        """The epoch count (a multiple of _SCORE_EVERY below `epochs`, 0 included) with the lowest mean
+        held-out error over _CV_FOLDS folds of `order`, each trained from `net`'s current state; 0 when
+        there are too few samples to hold any out."""
+        folds = [f for f in order.chunk(_CV_FOLDS) if len(f)]
+        if len(folds) < 2 or epochs <= 0:
+            return 0
+        start = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        curve = np.zeros(-(-epochs // _SCORE_EVERY))
+        for i, held in enumerate(folds):
+            net.load_state_dict(start)
+            fit = torch.cat([f for j, f in enumerate(folds) if j != i])
+
+            def score(epoch: int, err: torch.Tensor, held: torch.Tensor = held) -> None:
+                if epoch % _SCORE_EVERY == 0:  # err is the state's after `epoch` steps
+                    curve[epoch // _SCORE_EVERY] += float(err[held].mean().detach())
+
+            self._descend(net, rows, batch, epochs, lr, fit, score)
+        return int(np.argmin(curve)) * _SCORE_EVERY
+
+    def _descend(self, net: CorrectionGNN, rows: _Rows, batch: Batch | None, epochs: int, lr: float,
+                 fit: torch.Tensor, after_step: Callable[[int, torch.Tensor], None] | None = None) -> None:
+        """`epochs` full-batch AdamW steps on the mean squared log error of samples `fit`; `after_step(epoch,
+        err)` sees each step's per-sample errors, computed before that step."""
         opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=self.config["weight_decay"])
         gidx, z, terms, log_y = rows.gidx, self._z(rows.z), rows.terms, rows.log_y
-        n = len(log_y)
-        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-        n_val = n * 15 // 100 if n >= _MIN_VALIDATION else 0
-        val, fit = order[:n_val], order[n_val:]
 
         def losses() -> torch.Tensor:
             emb = None
@@ -264,20 +316,14 @@ class ScaleDLPredictor(Predictor):
             pred = (net.factors(emb, z) * terms).sum(1)
             return (torch.log(pred.clamp_min(1e-9)) - log_y) ** 2
 
-        best, best_state = float("inf"), None
         net.train()
         for epoch in range(epochs):
             opt.zero_grad()
             err = losses()
             err[fit].mean().backward()
             opt.step()
-            if n_val and (epoch % 5 == 4 or epoch == epochs - 1):
-                score = float(err[val].mean().detach())
-                if score < best:
-                    best, best_state = score, {k: v.detach().clone() for k, v in net.state_dict().items()}
-        if best_state is not None:
-            net.load_state_dict(best_state)
-        net.eval()
+            if after_step is not None:
+                after_step(epoch, err)
 
     @staticmethod
     def _memory_x(z: np.ndarray, ana: Sequence[Prediction]) -> np.ndarray:
