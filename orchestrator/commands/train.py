@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--holdout", type=float, default=0.2,
                         help="share of each architecture's configurations held out to measure the accuracy (default 0.2)")
     parser.add_argument("--epochs", type=int, help="training epochs of the correction network (default 800; the best "
-                                                   "epoch on a 15%% validation split is kept; --update: 60)")
+                                                   "epoch on a 15%% validation split is kept, or below 100 iterations "
+                                                   "the count 3-fold cross-validation picks; --update: 60)")
     parser.add_argument("--ensemble", type=int, default=None, metavar="K",
                         help="correction networks trained apart and averaged (default 1: in cross-validation on the CPU "
                              "dataset five did no better; K times slower to train)")
