@@ -275,17 +275,14 @@ class ScaleDLPredictor(Predictor):
             if best_state is not None:
                 net.load_state_dict(best_state)
         else:
-            start = {k: v.detach().clone() for k, v in net.state_dict().items()}
-            steps = self._cv_epochs(net, rows, batch, epochs, lr, order)
-            net.load_state_dict(start)
-            self._descend(net, rows, batch, steps, lr, order)
+            self._descend(net, rows, batch, self._cv_epochs(net, rows, batch, epochs, lr, order), lr, order)
         net.eval()
 
     def _cv_epochs(self, net: CorrectionGNN, rows: _Rows, batch: Batch | None, epochs: int, lr: float,
                    order: torch.Tensor) -> int:
         """The epoch count (a multiple of _SCORE_EVERY below `epochs`, 0 included) with the lowest mean
-        held-out error over _CV_FOLDS folds of `order`, each trained from `net`'s current state; 0 when
-        there are too few samples to hold any out."""
+        held-out error over _CV_FOLDS folds of `order`, each trained from `net`'s current state, which it
+        leaves as it found it; 0 when there are too few samples to hold any out."""
         folds = [f for f in order.chunk(_CV_FOLDS) if len(f)]
         if len(folds) < 2 or epochs <= 0:
             return 0
@@ -300,6 +297,7 @@ class ScaleDLPredictor(Predictor):
                     curve[epoch // _SCORE_EVERY] += float(err[held].mean().detach())
 
             self._descend(net, rows, batch, epochs, lr, fit, score)
+        net.load_state_dict(start)
         return int(np.argmin(curve)) * _SCORE_EVERY
 
     def _descend(self, net: CorrectionGNN, rows: _Rows, batch: Batch | None, epochs: int, lr: float,
