@@ -17,6 +17,7 @@ from predictor.workload import parse_spec
 from tests.vtrain_rows import a100_rows
 
 CPU_PROFILE = Path(__file__).resolve().parents[1] / "predictor" / "data" / "cpu" / "device.json"
+H200 = Path(__file__).resolve().parents[1] / "predictor" / "data" / "h200"
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +67,14 @@ def test_measured_devices_and_empty_data_are_refused(rows):
         fit_fixed_costs([cpu])
     with pytest.raises(ValueError, match="needs measured iterations"):
         fit_fixed_costs([])
+
+
+def test_single_gpu_data_leaves_the_call_cost_alone():
+    """Without a collective or send/recv in any plan the call cost is not identifiable: it keeps its value.
+    The H200 profile dataset is single-GPU; its host cost comes out near vTrain's Megatron-DeepSpeed one."""
+    from predictor.evaluate import load_profile_dataset
+
+    samples = load_profile_dataset(H200, families=("gpt2",)).samples[::2]
+    assert samples and all(s.plan.gpus == 1 for s in samples)
+    fitted = fit_fixed_costs(samples, AnalyticalConfig(call_s=7e-6))
+    assert fitted.call_s == 7e-6 and 10e-6 < fitted.host_op_s < 200e-6

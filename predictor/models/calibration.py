@@ -44,7 +44,8 @@ def log_error(config: AnalyticalConfig, samples: Sequence[Sample]) -> float:
 def fit_fixed_costs(samples: Sequence[Sample], base: AnalyticalConfig | None = None,
                     max_evaluations: int = 80) -> AnalyticalConfig:
     """`base` with host_op_s and call_s fitted to the samples' measured iteration times (Nelder-Mead
-    on their logarithms, squared log error). GPU samples only: a measured CPU's costs are measured."""
+    on their logarithms, squared log error). call_s only where some plan communicates: single-GPU data
+    says nothing about it, so it keeps `base`'s value. GPU samples only: a measured CPU's costs are measured."""
     if not samples:
         raise TrainingDataError("fit_fixed_costs needs measured iterations; got none")
     measured = sorted({s.spec.cluster.device for s in samples if spec_device(s.spec).measured})
@@ -54,10 +55,11 @@ def fit_fixed_costs(samples: Sequence[Sample], base: AnalyticalConfig | None = N
                                "train without calibration")
     base = base or AnalyticalConfig()
     lo, hi = np.log(_BOUNDS_S)
+    fitted = FITTED if any(s.plan.gpus > 1 for s in samples) else FITTED[:1]
 
     def config(x: np.ndarray) -> AnalyticalConfig:
-        return replace(base, **dict(zip(FITTED, np.exp(np.clip(x, lo, hi)).tolist())))
+        return replace(base, **dict(zip(fitted, np.exp(np.clip(x, lo, hi)).tolist())))
 
-    result = minimize(lambda x: log_error(config(x), samples), np.log(_START), method="Nelder-Mead",
+    result = minimize(lambda x: log_error(config(x), samples), np.log(_START[:len(fitted)]), method="Nelder-Mead",
                       options={"xatol": 0.02, "fatol": 1e-5, "maxfev": max_evaluations})
     return config(result.x)
