@@ -4,10 +4,13 @@ or any other ScaleDLPredictor setting; and the other methods on the same folds.
     nice -n 10 .venv/bin/python bench/ensemble_cv.py [--models t5,bert] [--sizes 1,5]
     nice -n 10 .venv/bin/python bench/ensemble_cv.py --configs "use_comm=true use_comm=false"
     nice -n 10 .venv/bin/python bench/ensemble_cv.py --methods birnn
+    nice -n 10 .venv/bin/python bench/ensemble_cv.py --protocol ood --configs "use_global=true use_global=false"
 
 For each architecture's in-domain training split (the 160 configurations `bench/paper_table.py`
 trains on; its 40 test configurations are never read), 4-fold cross-validation: fit ScaleDL with
-each setting on three folds, score MRE on the fourth. Prints one line per fold and the mean.
+each setting on three folds, score MRE on the fourth. With `--protocol ood`, nested: for each
+held-out architecture (`--models`; never read), leave one of the four training architectures out
+in turn, fit on the other three. Prints one line per fold and the mean.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -25,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from predictor import evaluate as ev  # noqa: E402
 from predictor.models.base import Predictor  # noqa: E402
+from predictor.models.features import Sample, TrainingData  # noqa: E402
 from predictor.models.scaledl import ScaleDLPredictor  # noqa: E402
 
 
@@ -37,21 +41,18 @@ def main() -> int:
                                       "ScaleDLPredictor's keywords (true/false/int/float), e.g. 'use_comm=true use_comm=false'")
     ap.add_argument("--methods", help="compare these methods of `scaledl evaluate` (comma separated, their defaults) "
                                       "instead, e.g. 'birnn,scaledl': is a gap on one test split more than its noise?")
-    ap.add_argument("--folds", type=int, default=4)
+    ap.add_argument("--folds", type=int, default=4, help="in-domain folds (out of domain: one per training architecture)")
+    ap.add_argument("--protocol", choices=("id", "ood"), default="id")
     args = ap.parse_args()
     torch.set_num_threads(1)
     candidates = _candidates(args, ap)
     data = ev.load_profile_dataset(args.data)
-    for split in ev.in_domain_splits(data, seed=0):
+    splits = ev.in_domain_splits(data, seed=0) if args.protocol == "id" else ev.out_of_domain_splits(data)
+    for split in splits:
         if split.model not in args.models.split(","):
             continue
-        train = split.train.samples
-        folds = np.array_split(np.random.default_rng(1).permutation(len(train)), args.folds)
         scores: dict[str, list[float]] = {n: [] for n in candidates}
-        for f in folds:
-            held = {train[i].config_id for i in f}
-            fit_on = ev.subset(split.train, lambda s: s.config_id not in held)
-            test = [train[i] for i in f]
+        for fit_on, test in _inner_folds(split, args.protocol, args.folds):
             true = np.asarray([s.iter_time_s for s in test])
             for name, make in candidates.items():
                 t0 = time.time()
@@ -61,6 +62,19 @@ def main() -> int:
                       f"({time.time() - t0:.0f} s)", flush=True)
         print(f"{split.model:5s} CV MRE " + "  ".join(f"{n}: {np.mean(v):.2f}%" for n, v in scores.items()), flush=True)
     return 0
+
+
+def _inner_folds(split: ev.Split, protocol: str, k: int) -> Iterator[tuple[TrainingData, list[Sample]]]:
+    """(fit on, held out) pairs inside a split's training data: k seeded random folds in-domain; out of
+    domain one per training architecture."""
+    train = split.train.samples
+    if protocol == "ood":
+        for fam in sorted({s.model for s in train}):
+            yield ev.subset(split.train, lambda s, f=fam: s.model != f), [s for s in train if s.model == fam]
+        return
+    for fold in np.array_split(np.random.default_rng(1).permutation(len(train)), k):
+        held = {train[i].config_id for i in fold}
+        yield ev.subset(split.train, lambda s, h=held: s.config_id not in h), [train[i] for i in fold]
 
 
 def _candidates(args: argparse.Namespace, ap: argparse.ArgumentParser) -> dict[str, Callable[[], Predictor]]:
