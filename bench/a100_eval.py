@@ -49,10 +49,6 @@ def mape(pred: np.ndarray, true: np.ndarray) -> float:
     return float(np.mean(np.abs(pred - true) / true) * 100)
 
 
-def _gpus(s: Sample) -> int:
-    return s.spec.cluster.nodes * s.spec.cluster.gpus_per_node
-
-
 def extreme_folds(samples: list[Sample]) -> dict[str, Callable[[Sample], bool]]:
     """Held-out sets: each axis of the single-node grid at its extremes (depth, width, GPU count)."""
     depths = sorted({s.spec.model.layers for s in samples})
@@ -62,8 +58,8 @@ def extreme_folds(samples: list[Sample]) -> dict[str, Callable[[Sample], bool]]:
         folds[f"layers={d}"] = lambda s, d=d: s.spec.model.layers == d
     for w in (widths[0], widths[-1]):
         folds[f"hidden={w}"] = lambda s, w=w: s.spec.model.hidden == w
-    most = max(map(_gpus, samples))
-    folds[f"gpus={most}"] = lambda s: _gpus(s) == most
+    most = max(s.spec.cluster.gpus for s in samples)
+    folds[f"gpus={most}"] = lambda s: s.spec.cluster.gpus == most
     return folds
 
 

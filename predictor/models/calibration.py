@@ -26,17 +26,15 @@ from predictor.models.base import TrainingDataError
 from predictor.models.features import Sample, by_workload
 
 FITTED = ("host_op_s", "call_s")
-
-
-_START = (10e-6, 10e-6)  # first principles' host cost (AnalyticalConfig) for both
+_START = (AnalyticalConfig.host_op_s,) * 2  # both start from first principles' host cost per operator
 _BOUNDS_S = (1e-7, 1e-2)  # a cost per call between 0.1 µs and 10 ms
 
 
 def log_error(config: AnalyticalConfig, samples: Sequence[Sample]) -> float:
     """Mean squared log error of the analytical model with `config` on measured iterations."""
-    err = []
+    model, err = AnalyticalPredictor(config), []
     for spec, graph, idx in by_workload(samples):
-        preds = AnalyticalPredictor(config).predict(spec, graph, [samples[i].plan for i in idx])
+        preds = model.predict(spec, graph, [samples[i].plan for i in idx])
         err += [np.log(p.iter_time_s / samples[i].iter_time_s) ** 2 for p, i in zip(preds, idx)]
     return float(np.mean(err))
 

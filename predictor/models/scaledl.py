@@ -269,7 +269,7 @@ class ScaleDLPredictor(Predictor):
                 if epoch % _SCORE_EVERY == _SCORE_EVERY - 1 or epoch == epochs - 1:
                     score = float(err[val].mean().detach())
                     if score < best:
-                        best, best_state = score, {k: v.detach().clone() for k, v in net.state_dict().items()}
+                        best, best_state = score, _state_copy(net)
 
             self._descend(net, rows, batch, epochs, lr, order[n_val:], keep_best)
             if best_state is not None:
@@ -286,7 +286,7 @@ class ScaleDLPredictor(Predictor):
         folds = [f for f in order.chunk(_CV_FOLDS) if len(f)]
         if len(folds) < 2 or epochs <= 0:
             return 0
-        start = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        start = _state_copy(net)
         curve = np.zeros(-(-epochs // _SCORE_EVERY))
         for i, held in enumerate(folds):
             net.load_state_dict(start)
@@ -439,6 +439,11 @@ class ScaleDLPredictor(Predictor):
         self.domain = TrainingDomain.from_dict(state.get("domain"))  # None in checkpoints older than the field
         self._fitted = True
         return self
+
+
+def _state_copy(net: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of the network's weights that later steps do not change."""
+    return {k: v.detach().clone() for k, v in net.state_dict().items()}
 
 
 def _compute_scale(ana: Prediction, ratio: float, synchronous: bool) -> float:
