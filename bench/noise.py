@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -28,6 +31,21 @@ from predictor.workload import ModelSpec  # noqa: E402
 
 def _cv(xs: list[float]) -> float:
     return statistics.pstdev(xs) / statistics.fmean(xs) if len(xs) > 1 and statistics.fmean(xs) > 0 else float("nan")
+
+
+def _floor(xs: list[float]) -> float:
+    """Mean relative error against one of the measurements `xs` of a predictor that knew the configuration's
+    true mean time: the floor of the MRE any predictor scores on single-measurement test targets. Deviations
+    from the sample mean understate deviations from the true mean by sqrt((n-1)/n), undone here."""
+    n, mean = len(xs), statistics.fmean(xs)
+    return statistics.fmean(abs(x - mean) / x for x in xs) * math.sqrt(n / (n - 1))
+
+
+def _interval(values: list[float], seed: int = 0, draws: int = 2000) -> tuple[float, float]:
+    """90 % bootstrap interval of the mean of `values` over resampled configurations."""
+    rng = np.random.default_rng(seed)
+    means = rng.choice(np.asarray(values), size=(draws, len(values))).mean(1)
+    return float(np.quantile(means, 0.05)), float(np.quantile(means, 0.95))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,14 +111,19 @@ def report(root: str) -> int:
         med = [float(first["iter_time_s"])] + again["iter_time_s"].tolist()
         best = [float(first["iter_time_min_s"])] + again["iter_time_min_s"].tolist()
         kind = ",".join(str(first["plan"]).split(",")[:4])
-        lines.append((first["family"], kind, int(first["batch"]), _cv(med), _cv(best), len(med)))
-    print(f"{'family':7} {'plan':22} {'batch':>5} {'CV median':>9} {'CV best':>8} {'runs':>4}")
-    for fam, kind, batch, cv_med, cv_best, n in sorted(lines):
-        print(f"{fam:7} {kind:22} {batch:5d} {cv_med:9.3f} {cv_best:8.3f} {n:4d}")
+        lines.append((first["family"], kind, int(first["batch"]), _cv(med), _cv(best), len(med), _floor(med)))
+    print(f"{'family':7} {'plan':22} {'batch':>5} {'CV median':>9} {'CV best':>8} {'runs':>4} {'floor %':>7}")
+    for fam, kind, batch, cv_med, cv_best, n, floor in sorted(lines):
+        print(f"{fam:7} {kind:22} {batch:5d} {cv_med:9.3f} {cv_best:8.3f} {n:4d} {100 * floor:7.2f}")
     for label, col in (("median step", 3), ("best step", 4)):
         cvs = [line[col] for line in lines]
         print(f"iteration time CV ({label}) over {len(cvs)} configurations: mean {statistics.fmean(cvs):.3f}, "
               f"median {statistics.median(cvs):.3f}, max {max(cvs):.3f}")
+    floors = [100 * line[6] for line in lines]
+    low, high = _interval(floors)
+    print(f"MRE floor (a predictor that knew each configuration's mean time, scored against one measurement as the "
+          f"paper protocol's test rows are): {statistics.fmean(floors):.2f} % (90 % bootstrap interval "
+          f"{low:.2f}-{high:.2f} %)")
     return 0
 
 
