@@ -1,6 +1,7 @@
 """Real measurements: training steps under each plan kind on gloo, layer timings, failures as results."""
 
 import math
+import time
 
 import pytest
 import torch
@@ -8,7 +9,7 @@ import torch
 from predictor.design import ProfileConfig, _model
 from predictor.layer_graph import LAYER_KINDS
 from predictor.measure.iteration import WorkerPool, measure_iteration
-from predictor.measure.layers import layer_nodes, time_layers
+from predictor.measure.layers import layer_nodes, time_call, time_layers
 from predictor.modelzoo import build_model
 from predictor.plan import Plan
 
@@ -79,6 +80,30 @@ def test_layer_rows_cover_the_model_with_real_times():
     assert not any(".h.1." in r["node"] for r in rows)  # repeated blocks are timed once
     # the logits layer of a 4096-word vocabulary costs more than a 64-wide block linear
     assert by_name["lm_head"]["fwd_s"] > by_name["transformer.h.0.attn.c_proj"]["fwd_s"]
+
+
+class _Sleeps(torch.autograd.Function):
+    """A layer whose forward takes 2 ms and backward 10 ms of wall time."""
+
+    @staticmethod
+    def forward(ctx, x):
+        time.sleep(0.002)
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(0.010)
+        return grad
+
+
+def test_back_to_back_timing_splits_forward_and_backward():
+    """What a GPU profile does (calls queued back to back, the backward from forward-backward pairs less the
+    forwards) gives each pass its own cost per call; one call per sample, the CPU default, does too."""
+    x = torch.ones(4, requires_grad=True)
+    for calls in (5, None):
+        t = time_call(lambda: _Sleeps.apply(x), torch.device("cpu"), repeats=3, warmup=1, calls=calls)
+        assert t.calls == (calls or 1)
+        assert 0.002 <= t.fwd_s < 0.005 and 0.009 <= t.bwd_s < 0.0115, t  # not 12 ms: the forward is split off
 
 
 @pytest.mark.slow

@@ -25,7 +25,12 @@ from predictor.workload import ModelSpec
 
 _CACHE: dict[tuple, "LayerTiming"] = {}
 _SYNTHETIC = ("attention", "loss")  # timed as the bare op: the module around them also runs other nodes
-
+# Calls queued back to back per timed sample on an asynchronous device (a GPU). One call between two
+# CUDA events, started from an idle GPU, includes that call's launch latency, which a training step's
+# queue of kernels hides: small layers came out slower than they run inside a step. The mean over
+# calls queued back to back is the layer's steady-state cost: its kernels, or the host's launch pace
+# where that is the slower, as it is in a host-bound step. The CPU runs synchronously: one call.
+BACK_TO_BACK = 10
 
 
 @dataclass
@@ -35,6 +40,7 @@ class LayerTiming:
     fwd_spread: float
     bwd_spread: float
     repeats: int
+    calls: int = 1  # calls averaged per timed sample (BACK_TO_BACK on a GPU)
 
 
 @dataclass
@@ -181,23 +187,53 @@ def _signature(obj: Any) -> Any:
     return obj if isinstance(obj, (int, float, bool, str, type(None))) else type(obj).__name__
 
 
+def _grad_outputs(out: Any) -> list[torch.Tensor]:
+    return [t for t in _tensors(out) if t.requires_grad]
+
+
+def _backward(outs: list[torch.Tensor]) -> None:
+    torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
+
+
+def _back_to_back(fn: Callable[[], Any], timer: Callable[[Callable[[], Any]], float], calls: int) -> tuple[float, float]:
+    """Per-call forward and backward seconds of `calls` calls queued back to back: the forwards alone, then
+    forward-backward pairs (a backward needs its own forward), the backward being the difference."""
+    def forwards() -> None:
+        for _ in range(calls):
+            fn()
+
+    def pairs() -> None:
+        for _ in range(calls):
+            outs = _grad_outputs(fn())
+            if outs:
+                _backward(outs)
+
+    t_f = timer(forwards) / calls
+    return t_f, max(timer(pairs) / calls - t_f, 0.0)
+
+
 def time_call(fn: Callable[[], Any], device: torch.device, repeats: int, warmup: int,
-              min_total_s: float = 0.01, max_repeats: int = 6) -> LayerTiming:
+              min_total_s: float = 0.01, max_repeats: int = 6, calls: int | None = None) -> LayerTiming:
     """Forward and backward of `fn` (which runs the layer and returns its output), timed separately.
 
     Runs at least `repeats` times, more (up to `max_repeats`) for layers so fast that a few
-    runs would last under `min_total_s`: their medians are the noisiest.
+    runs would last under `min_total_s`: their medians are the noisiest. Each run times `calls`
+    calls back to back (default: one on the CPU, BACK_TO_BACK on a GPU) and reports their mean.
     """
+    calls = calls or (1 if device.type == "cpu" else BACK_TO_BACK)
     timer = _timer(device)
     fwd: list[float] = []
     bwd: list[float] = []
     i = 0
     while True:
         _sync(device)
-        out: list[Any] = []
-        t_f = timer(lambda: out.append(fn()))
-        outs = [t for t in _tensors(out[0]) if t.requires_grad]
-        t_b = timer(lambda: torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])) if outs else 0.0
+        if calls > 1:
+            t_f, t_b = _back_to_back(fn, timer, calls)
+        else:
+            out: list[Any] = []
+            t_f = timer(lambda: out.append(fn()))
+            outs = _grad_outputs(out[0])
+            t_b = timer(lambda: _backward(outs)) if outs else 0.0
         if i >= warmup:
             fwd.append(t_f)
             bwd.append(t_b)
@@ -205,7 +241,7 @@ def time_call(fn: Callable[[], Any], device: torch.device, repeats: int, warmup:
         n = len(fwd)
         if n >= max_repeats or (n >= repeats and sum(fwd) + sum(bwd) >= min_total_s):
             break
-    return LayerTiming(statistics.median(fwd), statistics.median(bwd), _spread(fwd), _spread(bwd), len(fwd))
+    return LayerTiming(statistics.median(fwd), statistics.median(bwd), _spread(fwd), _spread(bwd), len(fwd), calls)
 
 
 def _spread(xs: list[float]) -> float:
@@ -306,7 +342,8 @@ def time_layers(spec: ModelSpec, batch: int, device: torch.device, nodes: list[N
             timing = _CACHE[key]
         rows.append({"node": node.name, "kind": node.kind, "group": node.group, "count": node.count,
                      "in_shape": str(list(shape)), "fwd_s": timing.fwd_s, "bwd_s": timing.bwd_s,
-                     "fwd_spread": timing.fwd_spread, "bwd_spread": timing.bwd_spread, "repeats": timing.repeats})
+                     "fwd_spread": timing.fwd_spread, "bwd_spread": timing.bwd_spread, "repeats": timing.repeats,
+                     "calls": timing.calls})
     return rows
 
 
