@@ -7,8 +7,8 @@ from predictor.plan import Plan
 from predictor.workload import parse_spec
 
 
-def spec(hidden: int = 256, vocab: int = 4096, precision: str = "fp32"):
-    return parse_spec({"model": {"family": "gpt2", "hidden": hidden, "layers": 4, "heads": 4, "seq_len": 128,
+def spec(hidden: int = 256, vocab: int = 4096, precision: str = "fp32", family: str = "gpt2"):
+    return parse_spec({"model": {"family": family, "hidden": hidden, "layers": 4, "heads": 4, "seq_len": 128,
                                  "vocab": vocab},
                        "training": {"global_batch": 8, "precision": precision},
                        "cluster": {"device": "cpu", "nodes": 1, "gpus_per_node": 2}})
@@ -23,8 +23,9 @@ def test_inside_the_training_data_nothing_is_flagged() -> None:
 
 
 def test_sizes_and_settings_outside_are_named_with_what_was_trained() -> None:
-    assert TRAINED.outside_workload(spec(1024, vocab=30522, precision="bf16")) == [
-        "hidden 1024 (trained 128-512)", "vocab 30522 (trained 4096)", "precision=bf16 (trained fp32)"]
+    assert TRAINED.outside_workload(spec(1024, vocab=30522, precision="bf16", family="llama")) == [
+        "hidden 1024 (trained 128-512)", "vocab 30522 (trained 4096)", "precision=bf16 (trained fp32)",
+        "family=llama (trained gpt2)"]
     assert TRAINED.outside_plan(Plan(dp=2, mbs=4, zero=1, recompute="full")) == [
         "zero=1 (trained 0, 3)", "recompute=full (trained none)"]
     assert TRAINED.outside_plan(Plan(tp=2, mbs=8, sp=True)) == ["tp 2 (trained 1)", "sp=true (trained false)"]
@@ -36,3 +37,8 @@ def test_merging_grows_the_domain_and_the_dict_round_trips() -> None:
     assert TRAINED.outside_plan(Plan(dp=2, mbs=4, zero=1)) != []  # the original is unchanged
     assert TrainingDomain.from_dict(grown.to_dict()) == grown
     assert TrainingDomain.from_dict(None) is None
+
+
+def test_a_domain_from_before_families_flags_no_family() -> None:
+    old = TrainingDomain.from_dict({"ranges": TRAINED.ranges, "seen": {k: v for k, v in TRAINED.seen.items() if k != "family"}})
+    assert old.outside_workload(spec(256, family="bert")) == []
