@@ -247,28 +247,3 @@ def test_small_data_chooses_its_epochs_by_cross_validation_and_may_keep_the_comp
     learned = ScaleDLPredictor(epochs=60, seed=1).fit(TrainingData(small))
     true = np.asarray([s.iter_time_s for s in small])
     assert mre(predict_samples(learned, small)[0], true) < 0.5 * mre(priced, true)
-
-
-def test_stop_by_architecture_cross_validates_over_architectures(vtrain_slice):
-    """With `stop_by_architecture` and three or more architectures, the epoch count is chosen by leaving each
-    out in turn, none included: a correction that does not carry from some architectures to another is not
-    learned (even with more samples than the validation-split rule needs, which would learn it), and one
-    that carries is."""
-    from dataclasses import replace
-
-    from predictor.models import scaledl
-
-    train, test = vtrain_slice
-    grouped = [replace(s, model=f"gpus{s.spec.cluster.gpus}") for s in train]  # three groups stand for architectures
-    assert len({s.model for s in grouped}) >= scaledl._MIN_ARCHITECTURES and len(grouped) >= scaledl._MIN_VALIDATION
-    priced, _ = predict_samples(AnalyticalPredictor(), grouped)
-    factor = {2: 2.0, 4: 0.5, 8: 2.0}  # no group's factor follows from the other two's
-    odd = [replace(s, iter_time_s=float(t) * factor[s.spec.cluster.gpus]) for s, t in zip(grouped, priced)]
-    analytical = predict_samples(AnalyticalPredictor(), test)[0]
-    kept = ScaleDLPredictor(epochs=60, seed=1, stop_by_architecture=True).fit(TrainingData(odd))
-    np.testing.assert_allclose(predict_samples(kept, test)[0], analytical, rtol=1e-9)
-    split = ScaleDLPredictor(epochs=60, seed=1).fit(TrainingData(odd))
-    assert np.abs(np.log(predict_samples(split, test)[0] / analytical)).max() > 0.1
-    learned = ScaleDLPredictor(epochs=60, seed=1, stop_by_architecture=True).fit(TrainingData(grouped))
-    true = np.asarray([s.iter_time_s for s in test])
-    assert mre(predict_samples(learned, test)[0], true) < 0.6 * mre(analytical, true)
