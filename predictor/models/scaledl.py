@@ -53,9 +53,6 @@ _MIN_MEMORY_ROWS = 10
 # (H200's 24-33 per model), so the epoch count is chosen by cross-validation (_CV_FOLDS folds).
 _MIN_VALIDATION = 100
 _CV_FOLDS = 3
-# Architectures needed before `stop_by_architecture` picks the epoch count by leaving each out in turn:
-# with fewer, a fold would train on a single architecture, a regime unlike the final fit's.
-_MIN_ARCHITECTURES = 3
 _SCORE_EVERY = 5  # epochs between validation scores
 # Correction networks averaged (`CorrectionEnsemble`). One: on the corrected CPU dataset, 4-fold CV
 # inside the in-domain training splits gave 11.29 % MRE for one and 11.39 % for five
@@ -67,15 +64,14 @@ ENSEMBLE = 1
 @dataclass
 class _Rows:
     """Training tensors of a dataset: unique (graph, layer key) graphs, per-sample index into them,
-    raw Z, composed terms, log measured times, each sample's architecture label, and (features,
-    measured GiB, analytical GiB) rows of the memory residual."""
+    raw Z, composed terms, log measured times, and (features, measured GiB, analytical GiB) rows of the
+    memory residual."""
 
     graphs: list[Data]
     gidx: torch.Tensor
     z: np.ndarray
     terms: torch.Tensor
     log_y: torch.Tensor
-    labels: list[str]
     memory: list[tuple[np.ndarray, float, float]]
 
 
@@ -98,12 +94,11 @@ class ScaleDLPredictor(Predictor):
     name = "scaledl"
 
     def __init__(self, regressor: Any | None = None, *, use_gnn: bool = True, use_global: bool = True,
-                 use_comm: bool = True, calibrate: bool = False, stop_by_architecture: bool = False, hidden: int = 32,
-                 heads: int = 4, epochs: int = 800, lr: float = 3e-3, weight_decay: float = 1e-4,
-                 ensemble: int = ENSEMBLE, seed: int = 0) -> None:
+                 use_comm: bool = True, calibrate: bool = False, hidden: int = 32, heads: int = 4, epochs: int = 800,
+                 lr: float = 3e-3, weight_decay: float = 1e-4, ensemble: int = ENSEMBLE, seed: int = 0) -> None:
         self.config = dict(use_gnn=use_gnn, use_global=use_global, use_comm=use_comm, calibrate=calibrate,
-                           stop_by_architecture=stop_by_architecture, hidden=hidden, heads=heads, epochs=epochs, lr=lr,
-                           weight_decay=weight_decay, ensemble=ensemble, seed=seed)
+                           hidden=hidden, heads=heads, epochs=epochs, lr=lr, weight_decay=weight_decay,
+                           ensemble=ensemble, seed=seed)
         self.analytical = AnalyticalPredictor()  # `calibrate`: its GPU framework costs fitted first (fit_fixed_costs)
         self.layerwise = LayerwiseModel(analytical_layer_time, spec_device, regressor, seed)
         self.net: CorrectionEnsemble | None = None
@@ -217,7 +212,7 @@ class ScaleDLPredictor(Predictor):
     def _rows(self, data: TrainingData) -> _Rows:
         """The training tensors of `data`: per-key graphs, the composed terms, Z and the measured times."""
         self._cache = None
-        graphs, key_graph, terms, zs, ys, gidx, mem_rows, labels = [], {}, [], [], [], [], [], []
+        graphs, key_graph, terms, zs, ys, gidx, mem_rows = [], {}, [], [], [], [], []
         for spec, graph, idx in by_workload(data.samples):
             group = [data.samples[i] for i in idx]
             comp = self._compose(spec, graph, [s.plan for s in group])
@@ -234,10 +229,9 @@ class ScaleDLPredictor(Predictor):
             terms.append(comp.terms)
             zs.append(comp.z)
             ys += [s.iter_time_s for s in group]
-            labels += [s.model for s in group]
         return _Rows(graphs, torch.as_tensor(np.asarray(gidx)), np.concatenate(zs),
                      torch.as_tensor(np.concatenate(terms), dtype=torch.float32),
-                     torch.log(torch.as_tensor(ys, dtype=torch.float32)), labels, mem_rows)
+                     torch.log(torch.as_tensor(ys, dtype=torch.float32)), mem_rows)
 
     def _new_net(self) -> CorrectionEnsemble | None:
         """The correction networks, or None for the plain-sum ablation (all factors 1)."""
@@ -259,21 +253,13 @@ class ScaleDLPredictor(Predictor):
     def _train_member(self, net: CorrectionGNN, rows: _Rows, batch: Batch | None, epochs: int, lr: float,
                       seed: int) -> None:
         """Train one network, stopping where held-out samples say (measured iteration times are noisy; the
-        last epoch tends to fit the noise). With `stop_by_architecture` and _MIN_ARCHITECTURES or more
-        architectures in the data, the epoch count is cross-validated leaving each architecture out in
-        turn (what a model will face on an architecture it never saw), then trained on every sample.
-        Otherwise, with _MIN_VALIDATION samples or more, a seeded 15 % validation split is scored every
-        _SCORE_EVERY epochs and the state after the best-scored epoch's step is kept. With fewer,
-        _CV_FOLDS-fold cross-validation picks the number of epochs, none (no correction beyond where the
-        network starts) included, and the network is trained on every sample for that many."""
+        last epoch tends to fit the noise). With _MIN_VALIDATION samples or more, a seeded 15 % validation
+        split is scored every _SCORE_EVERY epochs and the state after the best-scored epoch's step is kept.
+        With fewer, _CV_FOLDS-fold cross-validation picks the number of epochs, none (no correction beyond
+        where the network starts) included, and the network is trained on every sample for that many."""
         n = len(rows.log_y)
         order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-        architectures = sorted(set(rows.labels)) if self.config["stop_by_architecture"] else []
-        if len(architectures) >= _MIN_ARCHITECTURES:
-            label = np.asarray(rows.labels)
-            folds = [torch.as_tensor(np.flatnonzero(label == a)) for a in architectures]
-            self._descend(net, rows, batch, self._cv_epochs(net, rows, batch, epochs, lr, folds), lr, order)
-        elif n >= _MIN_VALIDATION:
+        if n >= _MIN_VALIDATION:
             n_val = n * 15 // 100
             val = order[:n_val]
             best, best_state = float("inf"), None
@@ -289,15 +275,15 @@ class ScaleDLPredictor(Predictor):
             if best_state is not None:
                 net.load_state_dict(best_state)
         else:
-            folds = [f for f in order.chunk(_CV_FOLDS) if len(f)]
-            self._descend(net, rows, batch, self._cv_epochs(net, rows, batch, epochs, lr, folds), lr, order)
+            self._descend(net, rows, batch, self._cv_epochs(net, rows, batch, epochs, lr, order), lr, order)
         net.eval()
 
     def _cv_epochs(self, net: CorrectionGNN, rows: _Rows, batch: Batch | None, epochs: int, lr: float,
-                   folds: list[torch.Tensor]) -> int:
+                   order: torch.Tensor) -> int:
         """The epoch count (a multiple of _SCORE_EVERY below `epochs`, 0 included) with the lowest mean
-        held-out error over `folds` (sample indices), each fold held out of a fit from `net`'s current
-        state, which it leaves as it found it; 0 when there are too few folds to hold any out."""
+        held-out error over _CV_FOLDS folds of `order`, each trained from `net`'s current state, which it
+        leaves as it found it; 0 when there are too few samples to hold any out."""
+        folds = [f for f in order.chunk(_CV_FOLDS) if len(f)]
         if len(folds) < 2 or epochs <= 0:
             return 0
         start = _state_copy(net)
