@@ -5,8 +5,11 @@
 Pool: every measured configuration of one architecture (the full BERT grid, plus its D-optimal
 rows). A seeded 20 % of the pool is the fixed test set; from the rest, training sets of k
 configurations are chosen D-optimally (`predictor.design.choose`, Fedorov exchange per plan
-kind) or uniformly at random, and 'full' trains on the whole remaining pool. One ScaleDL model
-per (design, k), scored on the same test set. Prints a table and writes a PNG.
+kind) or uniformly at random, and 'full' trains on the whole remaining pool. Both designs split
+k over plan kinds in the pool's own proportions (the test set's, up to sampling): the profile
+collection's default shares (half single-process, a tenth per 2-process kind) would train on
+another mix than the one scored. One ScaleDL model per (design, k), scored on the same test set.
+Prints a table and writes a PNG.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from predictor import evaluate as ev  # noqa: E402
-from predictor.design import ProfileConfig, choose  # noqa: E402
+from predictor.design import ProfileConfig, choose, strata_proportions  # noqa: E402
 from predictor.models.scaledl import ScaleDLPredictor  # noqa: E402
 from predictor.workload import ModelSpec  # noqa: E402
 
@@ -48,8 +51,10 @@ def main() -> int:
                for s in pool]
     ids = [s.config_id for s in pool]
     true = np.asarray([s.iter_time_s for s in test])
+    shares = strata_proportions(configs)
     print(f"{args.family}: pool {len(pool)} configurations, test {len(test)} (seeded 20 %), "
-          f"{len(data.layers)} layer timings", flush=True)
+          f"{len(data.layers)} layer timings; plan kinds in the pool: "
+          + ", ".join(f"{s} {share:.0%}" for s, share in sorted(shares.items(), key=lambda x: -x[1])), flush=True)
 
     def score(chosen_ids: list[str]) -> float:
         keep = set(chosen_ids)
@@ -61,8 +66,8 @@ def main() -> int:
     sizes = [k for k in (int(x) for x in args.sizes.split(",")) if k < len(pool)]
     rows = []
     for k in sizes:
-        dopt = score([ids[configs.index(c)] for c in choose(configs, k, "doptimal", seed=0)])
-        rand = float(np.mean([score([ids[configs.index(c)] for c in choose(configs, k, "random", seed=s)])
+        dopt = score([ids[configs.index(c)] for c in choose(configs, k, "doptimal", seed=0, shares=shares)])
+        rand = float(np.mean([score([ids[configs.index(c)] for c in choose(configs, k, "random", seed=s, shares=shares)])
                               for s in range(args.seeds)]))
         rows.append((k, dopt, rand))
         print(f"  k={k:4d}  D-optimal {dopt:6.2f}%  random {rand:6.2f}%  (full {full:.2f}%)", flush=True)

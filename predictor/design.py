@@ -242,11 +242,15 @@ def candidates(family: str, max_procs: int = 2, flop_cap: float | None = None, g
     return out
 
 
-def choose(configs: list[ProfileConfig], k: int, method: str = "doptimal", seed: int = 0) -> list[ProfileConfig]:
+def choose(configs: list[ProfileConfig], k: int, method: str = "doptimal", seed: int = 0,
+           shares: dict[str, float] | None = None) -> list[ProfileConfig]:
     """Pick k configs per `method` (doptimal | random | full), splitting k over plan kinds.
 
-    Each plan kind (stratum) gets its STRATA_SHARE of k (what it cannot fill goes to the
-    others); inside a stratum the pick is D-optimal or uniform random.
+    Each plan kind (stratum) gets its share of k (`shares`, by default STRATA_SHARE; what a
+    stratum cannot fill goes to the others); inside a stratum the pick is D-optimal or uniform
+    random. A benchmark that scores a design on a sample of the candidates themselves passes
+    their own strata proportions (`strata_proportions`), so that training and test rows come
+    from the same mix of plan kinds.
     """
     if method == "full":
         return list(configs)
@@ -257,7 +261,7 @@ def choose(configs: list[ProfileConfig], k: int, method: str = "doptimal", seed:
     by_stratum: dict[str, list[ProfileConfig]] = {}
     for cfg in configs:
         by_stratum.setdefault(cfg.stratum, []).append(cfg)
-    quota = _quotas(k, {s: len(c) for s, c in by_stratum.items()})
+    quota = _quotas(k, {s: len(c) for s, c in by_stratum.items()}, STRATA_SHARE if shares is None else shares)
     picked: list[ProfileConfig] = []
     for stratum, n in quota.items():
         pool = by_stratum[stratum]
@@ -271,8 +275,16 @@ def choose(configs: list[ProfileConfig], k: int, method: str = "doptimal", seed:
     return picked
 
 
-def _quotas(k: int, sizes: dict[str, int]) -> dict[str, int]:
-    shares = {s: STRATA_SHARE.get(s, 0.0) for s in sizes}
+def strata_proportions(configs: list[ProfileConfig]) -> dict[str, float]:
+    """Each plan kind's share of `configs`."""
+    counts: dict[str, int] = {}
+    for cfg in configs:
+        counts[cfg.stratum] = counts.get(cfg.stratum, 0) + 1
+    return {s: n / len(configs) for s, n in counts.items()}
+
+
+def _quotas(k: int, sizes: dict[str, int], share_of: dict[str, float]) -> dict[str, int]:
+    shares = {s: share_of.get(s, 0.0) for s in sizes}
     total = sum(shares.values()) or 1.0
     quota = {s: min(sizes[s], int(round(k * shares[s] / total))) for s in sizes}
     # Hand out (or take back) the rounding remainder and what small strata could not hold.

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from predictor.design import (
-    DesignError, candidates, choose, fedorov, log_det, quadratic_features, random_design,
+    STRATA_SHARE, DesignError, candidates, choose, fedorov, log_det, quadratic_features, random_design,
+    strata_proportions,
 )
 
 
@@ -50,6 +51,19 @@ def test_choose_splits_budget_over_plan_kinds_and_ids_are_unique():
     assert all(c.estimated_flops() <= 3e9 for c in picked)
     assert all(c.plan.gpus <= 2 for c in picked)
 
+
+
+def test_choose_can_split_the_budget_in_given_proportions():
+    """Default shares put half the budget on single-process runs; a pool's own proportions reproduce its mix."""
+    bert = candidates("bert")
+    pool = [c for c in bert if c.stratum == "single"][:300] + [c for c in bert if c.stratum == "dp"][:100]
+    mix = strata_proportions(pool)
+    assert mix == {"single": 0.75, "dp": 0.25}
+    own = choose(pool, 40, "doptimal", shares=mix)
+    assert sum(c.stratum == "dp" for c in own) == 10 and sum(c.stratum == "single" for c in own) == 30
+    default = choose(pool, 40, "doptimal")
+    share = STRATA_SHARE["dp"] / (STRATA_SHARE["dp"] + STRATA_SHARE["single"])
+    assert sum(c.stratum == "dp" for c in default) == round(40 * share)
 
 def test_gpu_grid_is_realistic_and_bounded():
     pool = candidates("gpt2", max_procs=1, grid="gpu")
