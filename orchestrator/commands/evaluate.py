@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)  # small networks: extra threads only add contention
     from predictor import evaluate as ev  # lazy: torch-geometric
+    from predictor.noise import noise_floor
 
     known = ev.ALL_METHODS
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -49,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
     counts = {f: sum(s.model == f for s in data.samples) for f in families}
     print(f"dataset {root}: {len(data.samples)} iterations ({', '.join(f'{k} {v}' for k, v in counts.items())}), "
           f"{len(data.layers)} layer timings")
+    floor = noise_floor(root)
+    print(f"measurement noise: no MRE below the floor of {floor} (bench/noise.py)" if floor else
+          "measurement noise: unknown (no re-measurements in the dataset's noise table; bench/noise.py adds them)")
     text, frame = ev.paper_tables(data, {n: known[n] for n in names}, protocols, args.seed, args.train_size, print)
     print()
     print(text)
