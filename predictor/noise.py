@@ -77,9 +77,9 @@ class NoiseFloor:
     steady_interval: tuple[float, float]
 
     def __str__(self) -> str:
-        return (f"{self.steady_pct:.1f} % (90 % interval {self.steady_interval[0]:.1f}-{self.steady_interval[1]:.1f} %) "
-                f"with the machine's drift between sessions taken out, {self.floor_pct:.1f} % as measured; "
-                f"{self.configs} re-measured configurations")
+        return (f"{self.steady_pct:.1f} % MRE (90 % interval {self.steady_interval[0]:.1f}-{self.steady_interval[1]:.1f} %; "
+                f"{self.floor_pct:.1f} % counting the machine's drift between sessions), from {self.configs} "
+                f"re-measured configurations")
 
 
 def noise_floor(root: str | Path) -> NoiseFloor | None:

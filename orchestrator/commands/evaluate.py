@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"dataset {root}: {len(data.samples)} iterations ({', '.join(f'{k} {v}' for k, v in counts.items())}), "
           f"{len(data.layers)} layer timings")
     floor = noise_floor(root)
-    print(f"measurement noise: no MRE below the floor of {floor} (bench/noise.py)" if floor else
+    print(f"measurement noise: a predictor that knew each configuration's true mean time would score {floor} "
+          "(bench/noise.py): no method can be expected below that" if floor else
           "measurement noise: unknown (no re-measurements in the dataset's noise table; bench/noise.py adds them)")
     text, frame = ev.paper_tables(data, {n: known[n] for n in names}, protocols, args.seed, args.train_size, print)
     print()
