@@ -89,7 +89,7 @@ class TrainingDomain:
                     out.append(f"{name} {value:g} (trained {trained})")
         for name, value in labels.items():
             if name in self.seen and value not in self.seen[name]:
-                out.append(f"{name}={value} (trained {', '.join(self.seen[name])})")
+                out.append(f"{name}={value} (trained {', '.join(sorted(self.seen[name]))})")
         return out
 
     def to_dict(self) -> dict[str, Any]:
