@@ -89,6 +89,9 @@ def report(root: str) -> int:
     for label, col in (("median step", "cv"), ("best step", "cv_best")):
         print(f"iteration time CV ({label}) over {len(table)} configurations: mean {table[col].mean():.3f}, "
               f"median {table[col].median():.3f}, max {table[col].max():.3f}")
+    by_kind = table.groupby("kind")["floor_steady"].agg(["mean", "size"])
+    print("MRE floor by plan kind, drift taken out: "
+          + ", ".join(f"{kind} {100 * r['mean']:.2f} % ({int(r['size'])})" for kind, r in by_kind.iterrows()))
     print(f"MRE floor (a predictor that knew each configuration's mean time, scored against one measurement as the "
           f"paper protocol's test rows are): {noise_floor(root)}")
     return 0

@@ -57,14 +57,7 @@ class ProfileConfig:
     @property
     def stratum(self) -> str:
         """Plan kind, used to split a budget between single-process and 2-process runs."""
-        p = self.plan
-        if p.gpus == 1:
-            return "single"
-        if p.pp > 1:
-            return f"pp-{p.schedule}"
-        if p.tp > 1:
-            return "tp"
-        return "fsdp" if p.zero == 3 else "dp"
+        return self.plan.kind
 
     def design_vars(self) -> list[float]:
         m = self.model

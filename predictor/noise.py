@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from predictor import dataset
+from predictor.plan import Plan
 
 
 def cv(xs: list[float]) -> float:
@@ -43,7 +44,7 @@ def bootstrap_interval(values: list[float], seed: int = 0, draws: int = 2000) ->
 
 
 def remeasured(root: str | Path) -> tuple[pd.DataFrame, pd.Series]:
-    """One row per re-measured configuration (family, plan, batch, runs, cv, cv_best, floor, floor_steady) and
+    """One row per re-measured configuration (family, kind, plan, batch, runs, cv, cv_best, floor, floor_steady) and
     each session's drift (median re-measurement / original, by hour); empty when nothing was re-measured."""
     noise = dataset.load(root, "noise")
     noise = noise[noise["status"] == "ok"]
@@ -60,7 +61,8 @@ def remeasured(root: str | Path) -> tuple[pd.DataFrame, pd.Series]:
         times = [float(first["iter_time_s"])] + again["iter_time_s"].tolist()
         best = [float(first["iter_time_min_s"])] + again["iter_time_min_s"].tolist()
         steady = [times[0]] + (again["iter_time_s"] / again["session"].map(drift)).tolist()
-        rows.append({"family": first["family"], "plan": ",".join(str(first["plan"]).split(",")[:4]),
+        rows.append({"family": first["family"], "kind": Plan.parse(first["plan"]).kind,
+                     "plan": ",".join(str(first["plan"]).split(",")[:4]),
                      "batch": int(first["batch"]), "runs": len(times), "cv": cv(times), "cv_best": cv(best),
                      "floor": mre_floor(times), "floor_steady": mre_floor(steady)})
     return pd.DataFrame(rows).sort_values(["family", "plan", "batch"]).reset_index(drop=True), drift

@@ -79,6 +79,18 @@ class Plan:
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp
 
+    @property
+    def kind(self) -> str:
+        """What parallelism the plan runs (single, tp, pp-<schedule>, fsdp, dp): design strata and error
+        breakdowns group plans by it. A plan with several degrees is named by its pipeline, then its tp."""
+        if self.gpus == 1:
+            return "single"
+        if self.pp > 1:
+            return f"pp-{self.schedule}"
+        if self.tp > 1:
+            return "tp"
+        return "fsdp" if self.zero == 3 else "dp"
+
     def stride(self, axis: str) -> int:
         """Distance in global rank between neighbours of one `axis` group ('dp', 'tp' or 'pp')."""
         order = self.placement.split("-")

@@ -120,3 +120,11 @@ def test_apply_plan_layout():
     assert lay.pp_link_inter  # pp neighbours are 8 ranks apart: the next node
     inner = apply_plan(spec, g, Plan(dp=2, tp=4, pp=2, mbs=2, placement="tp-pp-dp"), A100)
     assert not inner.pp_link_inter and inner.dp_group.n_inter == 2
+
+
+def test_kind_names_the_parallelism_a_plan_runs():
+    assert Plan(mbs=4).kind == "single"
+    assert Plan(dp=2, mbs=2).kind == "dp" and Plan(dp=2, mbs=2, zero=3).kind == "fsdp"
+    assert Plan(tp=2, mbs=4).kind == "tp"
+    assert Plan(pp=2, mbs=1, schedule="gpipe").kind == "pp-gpipe"
+    assert Plan(dp=2, tp=2, pp=2, mbs=1).kind == "pp-1f1b"  # the pipeline names a mixed plan
