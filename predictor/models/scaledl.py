@@ -94,11 +94,12 @@ class ScaleDLPredictor(Predictor):
     name = "scaledl"
 
     def __init__(self, regressor: Any | None = None, *, use_gnn: bool = True, use_global: bool = True,
-                 use_comm: bool = True, calibrate: bool = False, hidden: int = 32, heads: int = 4, epochs: int = 800,
-                 lr: float = 3e-3, weight_decay: float = 1e-4, ensemble: int = ENSEMBLE, seed: int = 0) -> None:
+                 use_comm: bool = True, calibrate: bool = False, host_once: bool = False, hidden: int = 32,
+                 heads: int = 4, epochs: int = 800, lr: float = 3e-3, weight_decay: float = 1e-4,
+                 ensemble: int = ENSEMBLE, seed: int = 0) -> None:
         self.config = dict(use_gnn=use_gnn, use_global=use_global, use_comm=use_comm, calibrate=calibrate,
-                           hidden=hidden, heads=heads, epochs=epochs, lr=lr, weight_decay=weight_decay,
-                           ensemble=ensemble, seed=seed)
+                           host_once=host_once, hidden=hidden, heads=heads, epochs=epochs, lr=lr,
+                           weight_decay=weight_decay, ensemble=ensemble, seed=seed)
         self.analytical = AnalyticalPredictor()  # `calibrate`: its GPU framework costs fitted first (fit_fixed_costs)
         self.layerwise = LayerwiseModel(analytical_layer_time, spec_device, regressor, seed)
         self.net: CorrectionEnsemble | None = None
@@ -135,7 +136,7 @@ class ScaleDLPredictor(Predictor):
                 layer_s.append(counts * learned.sum(1))
             k = key_of[i] = key_index[key]
             bd = dict(pred.breakdown)
-            scale = _compute_scale(pred, ratios[k], device.measured)
+            scale = _compute_scale(pred, ratios[k], device.measured, self.config.get("host_once", False))
             bd["compute"] *= scale
             bd["pp_bubble"] *= scale  # the bubble is idle compute: it scales with the layers' time
             if not self.config["use_comm"]:
@@ -446,7 +447,7 @@ def _state_copy(net: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in net.state_dict().items()}
 
 
-def _compute_scale(ana: Prediction, ratio: float, synchronous: bool) -> float:
+def _compute_scale(ana: Prediction, ratio: float, synchronous: bool, host_once: bool = False) -> float:
     """What the layer-wise regressors' view of the layers (`ratio`: learned / analytical layer time) does to
     the analytical compute. On a synchronous device (a measured CPU) the host's work adds to the layers'
     and the ratio scales the whole. On a GPU the analytical compute of a host-bound stage is the host's
@@ -455,8 +456,10 @@ def _compute_scale(ana: Prediction, ratio: float, synchronous: bool) -> float:
     counted the host twice.)"""
     kernels = ana.extra.get("kernel_compute_s")
     compute = ana.breakdown["compute"]
-    if synchronous or kernels is None or compute <= 0:
+    if kernels is None or compute <= 0:
         return ratio
+    if synchronous:
+        return kernels * ratio / compute if host_once else ratio
     host = compute if compute > kernels else 0.0
     return max(kernels * ratio, host) / compute
 
