@@ -212,7 +212,8 @@ def test_train_command_calibrates_gpu_data_and_refuses_cpu_data(tmp_path, capsys
 
 def test_layer_timings_rescale_a_host_bound_gpu_stage_without_counting_the_host_twice():
     """On a GPU the analytical compute of a host-bound stage is the host's pace: the layer-wise ratio
-    rescales the kernels under it, and the host keeps its floor; on a CPU the ratio scales the whole."""
+    rescales the kernels under it, and the host keeps its floor. On a CPU the isolated layer timings carry
+    their calls' host work: the ratio rescales the kernels and replaces the analytical host time."""
     from predictor.models.scaledl import _compute_scale
     from predictor.prediction import Prediction
 
@@ -225,7 +226,8 @@ def test_layer_timings_rescale_a_host_bound_gpu_stage_without_counting_the_host_
     assert _compute_scale(host_bound, 2.0, synchronous=False) == pytest.approx(1.0)  # kernels 8 s: still host-bound
     assert _compute_scale(host_bound, 3.0, synchronous=False) == pytest.approx(1.2)  # kernels 12 s exceed the host
     assert _compute_scale(ana(4.0, 4.0), 0.5, synchronous=False) == pytest.approx(0.5)  # kernel-bound: the ratio
-    assert _compute_scale(host_bound, 2.0, synchronous=True) == 2.0
+    assert _compute_scale(host_bound, 2.0, synchronous=True) == pytest.approx(0.8)  # 4 s of kernels x 2 = 8 s
+    assert _compute_scale(host_bound, 2.0, synchronous=True, host_once=False) == 2.0  # older checkpoints
 
 
 def test_small_data_chooses_its_epochs_by_cross_validation_and_may_keep_the_composition(vtrain_slice):

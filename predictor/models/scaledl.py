@@ -94,7 +94,7 @@ class ScaleDLPredictor(Predictor):
     name = "scaledl"
 
     def __init__(self, regressor: Any | None = None, *, use_gnn: bool = True, use_global: bool = True,
-                 use_comm: bool = True, calibrate: bool = False, host_once: bool = False, hidden: int = 32,
+                 use_comm: bool = True, calibrate: bool = False, host_once: bool = True, hidden: int = 32,
                  heads: int = 4, epochs: int = 800, lr: float = 3e-3, weight_decay: float = 1e-4,
                  ensemble: int = ENSEMBLE, seed: int = 0) -> None:
         self.config = dict(use_gnn=use_gnn, use_global=use_global, use_comm=use_comm, calibrate=calibrate,
@@ -136,7 +136,7 @@ class ScaleDLPredictor(Predictor):
                 layer_s.append(counts * learned.sum(1))
             k = key_of[i] = key_index[key]
             bd = dict(pred.breakdown)
-            scale = _compute_scale(pred, ratios[k], device.measured, self.config.get("host_once", False))
+            scale = _compute_scale(pred, ratios[k], device.measured, self.config["host_once"])
             bd["compute"] *= scale
             bd["pp_bubble"] *= scale  # the bubble is idle compute: it scales with the layers' time
             if not self.config["use_comm"]:
@@ -419,7 +419,8 @@ class ScaleDLPredictor(Predictor):
             raise ValueError(f"ScaleDL checkpoint {path} was trained with other features than this version computes "
                              f"({', '.join(f'{k}: {theirs.get(k)} vs {mine[k]}' for k in differ[:3])}); "
                              "retrain it with `scaledl train`")
-        self = cls(**{"ensemble": 1, **state["config"]})  # checkpoints before ensembles hold one network
+        # Checkpoints before ensembles hold one network; before host_once they composed a CPU's host twice.
+        self = cls(**{"ensemble": 1, "host_once": False, **state["config"]})
         self.analytical = AnalyticalPredictor(AnalyticalConfig(**state.get("analytical", {})))  # older: the defaults
         learned = pickle.loads(lzma.decompress(state["sklearn"]))
         self.layerwise.models, self.layerwise.attr_keys = learned["layer_models"], learned["attr_keys"]
@@ -447,10 +448,12 @@ def _state_copy(net: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in net.state_dict().items()}
 
 
-def _compute_scale(ana: Prediction, ratio: float, synchronous: bool, host_once: bool = False) -> float:
+def _compute_scale(ana: Prediction, ratio: float, synchronous: bool, host_once: bool = True) -> float:
     """What the layer-wise regressors' view of the layers (`ratio`: learned / analytical layer time) does to
-    the analytical compute. On a synchronous device (a measured CPU) the host's work adds to the layers'
-    and the ratio scales the whole. On a GPU the analytical compute of a host-bound stage is the host's
+    the analytical compute. On a synchronous device (a measured CPU) the analytical compute is kernels +
+    host, and layers timed in isolation already carry their calls' host work: with `host_once` (the
+    default) the ratio rescales the kernels and stands for the host too; without it (checkpoints trained
+    before 30 Nov 2026 18:30 UTC) the ratio scales the whole, counting the host again. On a GPU the analytical compute of a host-bound stage is the host's
     pace, max(kernels, host): the ratio rescales the kernels and the host keeps its floor. (Layers timed on
     a GPU already include the launch gaps of a host-bound layer; scaling the stretched compute by them
     counted the host twice.)"""
