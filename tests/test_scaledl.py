@@ -249,3 +249,25 @@ def test_small_data_chooses_its_epochs_by_cross_validation_and_may_keep_the_comp
     learned = ScaleDLPredictor(epochs=60, seed=1).fit(TrainingData(small))
     true = np.asarray([s.iter_time_s for s in small])
     assert mre(predict_samples(learned, small)[0], true) < 0.5 * mre(priced, true)
+
+
+def test_a_checkpoint_from_before_host_once_keeps_its_composition(tmp_path):
+    """Real CPU rows: a checkpoint saved before `host_once` existed was fitted to the composition that counted
+    the host twice; it loads with that composition and predicts as it did."""
+    from predictor.evaluate import CPU_DATASET, load_profile_dataset, subset
+
+    data = load_profile_dataset(CPU_DATASET, families=("bert",))
+    train = subset(data, lambda s: s.config_id < "4")
+    test = [s for s in data.samples if s.config_id >= "f"][:15]
+    before = ScaleDLPredictor(host_once=False, epochs=20, seed=0).fit(train)
+    path = tmp_path / "before.pt"
+    before.save(path)
+    state = torch.load(path, weights_only=False)
+    del state["config"]["host_once"]
+    torch.save(state, path)
+    old = ScaleDLPredictor.load(path)
+    assert old.config["host_once"] is False
+    np.testing.assert_array_equal(predict_samples(before, test)[0], predict_samples(old, test)[0])
+    now = ScaleDLPredictor(use_gnn=False, use_global=False).fit(train)  # the plain composition, host once
+    twice = ScaleDLPredictor(use_gnn=False, use_global=False, host_once=False).fit(train)
+    assert np.all(predict_samples(now, test)[0] < predict_samples(twice, test)[0])

@@ -453,10 +453,10 @@ def _compute_scale(ana: Prediction, ratio: float, synchronous: bool, host_once: 
     the analytical compute. On a synchronous device (a measured CPU) the analytical compute is kernels +
     host, and layers timed in isolation already carry their calls' host work: with `host_once` (the
     default) the ratio rescales the kernels and stands for the host too; without it (checkpoints trained
-    before 30 Nov 2026 18:30 UTC) the ratio scales the whole, counting the host again. On a GPU the analytical compute of a host-bound stage is the host's
-    pace, max(kernels, host): the ratio rescales the kernels and the host keeps its floor. (Layers timed on
-    a GPU already include the launch gaps of a host-bound layer; scaling the stretched compute by them
-    counted the host twice.)"""
+    before 30 Nov 2026 18:30 UTC) the ratio scales the whole, counting the host again. On a GPU the
+    analytical compute of a host-bound stage is the host's pace, max(kernels, host): the ratio rescales
+    the kernels and the host keeps its floor. (Layers timed on a GPU already include the launch gaps of a
+    host-bound layer; scaling the stretched compute by them counted the host twice.)"""
     kernels = ana.extra.get("kernel_compute_s")
     compute = ana.breakdown["compute"]
     if kernels is None or compute <= 0:
