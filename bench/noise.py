@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from predictor import dataset  # noqa: E402
 from predictor.design import ProfileConfig  # noqa: E402
 from predictor.measure.iteration import WorkerPool  # noqa: E402
-from predictor.noise import cv, noise_floor, remeasured  # noqa: E402
+from predictor.noise import cv, floor_of, remeasured  # noqa: E402
 from predictor.plan import Plan  # noqa: E402
 from predictor.profile import ProfileSettings, measure_config  # noqa: E402
 from predictor.workload import ModelSpec  # noqa: E402
@@ -93,7 +93,7 @@ def report(root: str) -> int:
     print("MRE floor by plan kind, drift taken out: "
           + ", ".join(f"{kind} {100 * r['mean']:.2f} % ({int(r['size'])})" for kind, r in by_kind.iterrows()))
     print(f"MRE floor (a predictor that knew each configuration's mean time, scored against one measurement as the "
-          f"paper protocol's test rows are): {noise_floor(root)}")
+          f"paper protocol's test rows are): {floor_of(table)}")
     return 0
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -270,9 +271,7 @@ def choose(configs: list[ProfileConfig], k: int, method: str = "doptimal", seed:
 
 def strata_proportions(configs: list[ProfileConfig]) -> dict[str, float]:
     """Each plan kind's share of `configs`."""
-    counts: dict[str, int] = {}
-    for cfg in configs:
-        counts[cfg.stratum] = counts.get(cfg.stratum, 0) + 1
+    counts = Counter(cfg.stratum for cfg in configs)
     return {s: n / len(configs) for s, n in counts.items()}
 
 

@@ -86,7 +86,11 @@ class NoiseFloor:
 
 def noise_floor(root: str | Path) -> NoiseFloor | None:
     """The dataset's MRE floor, or None when its noise table is empty."""
-    table, _ = remeasured(root)
+    return floor_of(remeasured(root)[0])
+
+
+def floor_of(table: pd.DataFrame) -> NoiseFloor | None:
+    """The MRE floor over the configurations of a `remeasured` table, or None when it is empty."""
     if table.empty:
         return None
     floor, steady = (100 * table["floor"]).tolist(), (100 * table["floor_steady"]).tolist()
