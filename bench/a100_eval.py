@@ -116,8 +116,8 @@ def main() -> int:
         single, provenance={"source": "vTrain data/ground_truth_single.csv (MIT), A100 SXM 80GB, Megatron-DeepSpeed",
                             "device": "a100-80gb", "hyperparameters": CANDIDATES[chosen], "chosen_by": "single-node CV, extremes of depth, width and GPU count held out"}))
     print(f"trained in {time.time() - t0:.1f} s")
-    if "fixed_costs_s" in model.provenance:
-        print("fitted fixed costs: " + ", ".join(f"{k} {v * 1e6:.1f} µs" for k, v in model.provenance["fixed_costs_s"].items()))
+    if model.fixed_costs_s:
+        print("fitted fixed costs: " + ", ".join(f"{k} {v * 1e6:.1f} µs" for k, v in model.fixed_costs_s.items()))
     args.save.parent.mkdir(parents=True, exist_ok=True)
     model.save(args.save)
     print(f"saved {args.save} ({args.save.stat().st_size / 1024:.0f} KiB)")

@@ -45,7 +45,7 @@ def test_calibrated_scaledl_carries_to_deeper_models_and_keeps_its_costs(rows, t
     error falls well below the first-principles model's, and a checkpoint keeps the fitted base."""
     train, test = rows
     model = ScaleDLPredictor(use_gnn=False, use_global=False, calibrate=True).fit(TrainingData(train))
-    costs = model.provenance["fixed_costs_s"]
+    costs = model.fixed_costs_s
     assert 10e-6 < costs["host_op_s"] < 200e-6 and costs["call_s"] < 1e-3
     true = np.asarray([s.iter_time_s for s in test])
     calibrated, _ = predict_samples(model, test)

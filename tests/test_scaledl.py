@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from predictor.evaluate import mre, predict_samples
-from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor
 from predictor.models.features import TrainingData, graph_of, overhead_seconds
 from predictor.models.registry import checkpoint_path, load_predictor
 from predictor.models.scaledl import ScaleDLPredictor
@@ -204,7 +204,7 @@ def test_train_command_calibrates_gpu_data_and_refuses_cpu_data(tmp_path, capsys
     assert main(["train", "--data", str(csv), "--out", str(ckpt), "--epochs", "5", "--calibrate"]) == 0
     assert "fitted fixed costs: host_op_s" in capsys.readouterr().out
     model = ScaleDLPredictor.load(ckpt)
-    assert model.config["calibrate"] and model.analytical.config.host_op_s == model.provenance["fixed_costs_s"]["host_op_s"]
+    assert model.config["calibrate"] and model.fixed_costs_s["host_op_s"] != AnalyticalConfig.host_op_s  # the fitted base kept
     assert main(["train", "--data", "predictor/data/cpu", "--out", str(tmp_path / "cpu.pt"), "--calibrate"]) == 2
     assert "cpu is a measured device" in capsys.readouterr().err
     assert main(["train", "--data", str(csv), "--update", str(ckpt), "--calibrate"]) == 2

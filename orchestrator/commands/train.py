@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                                  calibrate=args.calibrate).fit(train)
         if args.calibrate:
             print("fitted fixed costs: " + ", ".join(f"{k} {v * 1e6:.1f} µs"
-                                                     for k, v in model.provenance["fixed_costs_s"].items()))
+                                                     for k, v in model.fixed_costs_s.items()))
     if held:
         model.provenance["accuracy"] = accuracy_of(model, held, source)
         print(f"held-out error: {model.accuracy['mape_pct']:.1f}% MAPE, RMSE {model.accuracy['rmse_ms']:.1f} ms "

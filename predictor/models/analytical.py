@@ -77,6 +77,12 @@ class AnalyticalConfig:
         return replace(self, gemm_eff_max=1.0, gemm_half_dim=32.0, tile=0, bw_eff=1.0, launch_s=0.0)
 
 
+def call_costs(cfg: AnalyticalConfig, device: Device) -> tuple[float, float]:
+    """(collective, send/recv) cost per call beyond α-β: a measured device's in-step costs where its
+    profile has them (`scaledl profile`), else the configured (first-principles or fitted) `call_s`."""
+    return device.extra.get("collective_call_s", cfg.call_s), device.extra.get("p2p_call_s", cfg.call_s)
+
+
 # Eager operators one forward of a node issues (Megatron-style modules): a linear is matmul + bias
 # add; unfused attention is split/view/transposes, baddbmm, scale-mask-softmax, dropout (with its
 # RNG-state fork), bmm, permute + contiguous; a cross-entropy over the vocabulary ~6 reductions
@@ -207,7 +213,7 @@ class AnalyticalPredictor(Predictor):
         measured device the runtime's own cost per sharded linear (`tp_linear_s`, DTensor on CPU)."""
         plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
         framework = counts @ nodes.tp_linear * device.extra.get("tp_linear_s", 0.0)
-        call_s = device.extra.get("collective_call_s", cfg.call_s)
+        call_s = call_costs(cfg, device)[0]
         rep = nodes.repeated
         fwd_calls = counts @ nodes.tp_fwd_ar
         bwd_calls = counts @ nodes.tp_bwd_ar
@@ -228,6 +234,7 @@ class AnalyticalPredictor(Predictor):
         if key not in stage_cache:
             stage_cache[key] = self._stage_times(spec, graph, lay, device, cfg)
         t_f, t_b, t_tp, kernels = stage_cache[key]
+        collective_s, p2p_s = call_costs(cfg, device)
         per_mb = t_f + t_b + t_tp
         s = int(np.argmax(per_mb))
         p, v = plan.pp, plan.v
@@ -238,12 +245,12 @@ class AnalyticalPredictor(Predictor):
         bubble = (per_mb.sum() - per_mb[s]) / v
         if p > 1:
             link = device.inter_node if lay.pp_link_inter else device.op_links.get("send_recv", device.intra_node)
-            one = comm.p2p(lay.p2p_elems * lay.act_bytes, link) + device.extra.get("p2p_call_s", cfg.call_s)
+            one = comm.p2p(lay.p2p_elems * lay.act_bytes, link) + p2p_s
             pp_p2p = float(2 * (m * v + p - 1) * one)
         else:
             pp_p2p = 0.0
         psi = counts @ nodes.params
-        dp_sync = self._dp_time(lay, psi, m, device.extra.get("collective_call_s", cfg.call_s))
+        dp_sync = self._dp_time(lay, psi, m, collective_s)
         dp_comm = float(np.max(dp_sync)) * (1 - cfg.overlap_dp)
         opt_bytes = 2 * optimizer_bytes_per_param(spec.training.optimizer, spec.training.precision) + lay.grad_bytes + lay.param_bytes
         shard = plan.dp if plan.zero >= 1 else 1

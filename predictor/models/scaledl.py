@@ -180,8 +180,6 @@ class ScaleDLPredictor(Predictor):
             self._train(rows, self.config["epochs"], self.config["lr"])
         self._fit_memory(rows.memory)
         self.provenance = dict(data.provenance, samples=len(data.samples), layer_rows=len(data.layers))
-        if self.config["calibrate"]:
-            self.provenance["fixed_costs_s"] = {k: getattr(self.analytical.config, k) for k in FITTED}
         self.domain = TrainingDomain.of((s.spec, s.plan) for s in data.samples)
         self._fitted = True
         return self
@@ -378,6 +376,11 @@ class ScaleDLPredictor(Predictor):
                 if outside:
                     pred.extra["outside_training"] = outside
         return preds
+
+    @property
+    def fixed_costs_s(self) -> dict[str, float]:
+        """The framework's fixed costs `calibrate` fitted (the analytical base's own fields; empty without it)."""
+        return {k: getattr(self.analytical.config, k) for k in FITTED} if self.config["calibrate"] else {}
 
     @property
     def accuracy(self) -> dict[str, Any] | None:
