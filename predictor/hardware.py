@@ -44,6 +44,7 @@ class Device:
     measured: bool = False
     extra: dict[str, float] = field(default_factory=dict)
     op_links: dict[str, Link] = field(default_factory=dict)  # measured: each collective's own intra-node α-β
+    model: str = ""  # measured: the hardware its profile was taken on (CPU model); a catalogue name says it already
 
     def flops(self, precision: str) -> float:
         return self.peak_flops[precision]

@@ -42,3 +42,27 @@ def test_merging_grows_the_domain_and_the_dict_round_trips() -> None:
 def test_a_domain_from_before_families_flags_no_family() -> None:
     old = TrainingDomain.from_dict({"ranges": TRAINED.ranges, "seen": {k: v for k, v in TRAINED.seen.items() if k != "family"}})
     assert old.outside_workload(spec(256, family="bert")) == []
+
+
+def test_a_measured_device_profiled_on_other_hardware_is_outside(tmp_path) -> None:
+    """`cpu` is whatever machine runs the prediction: a checkpoint trained on one CPU model's profile says
+    so when the machine (here a real profile re-labelled as taken on another CPU) is not that model."""
+    import json
+    from pathlib import Path
+
+    shipped = Path("predictor/data/cpu/device.json")
+    record = json.loads(shipped.read_text())
+    trained_on = record["fingerprint"]["cpu"]
+    record["fingerprint"]["cpu"] = "AMD EPYC"
+    other = tmp_path / "device.json"
+    other.write_text(json.dumps(record))
+
+    def on(profile: Path):
+        return parse_spec({"model": {"family": "gpt2", "hidden": 256, "layers": 4, "heads": 4, "seq_len": 128,
+                                     "vocab": 4096}, "training": {"global_batch": 8, "precision": "fp32"},
+                           "cluster": {"device": "cpu", "nodes": 1, "gpus_per_node": 2,
+                                       "device_profile": str(profile)}})
+
+    domain = TrainingDomain.of([(on(shipped), Plan(mbs=8))])
+    assert domain.outside_workload(on(shipped)) == []
+    assert domain.outside_workload(on(other)) == [f"hardware=AMD EPYC (trained {trained_on})"]

@@ -146,7 +146,7 @@ def _device_from(record: dict, where: str) -> Device:
     capacity = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))  # a profile does not record it
     return Device("cpu", dict(record["peak_flops"]), float(record["mem_bandwidth"]), capacity, link, link,
                   f"measured {where} ({record['fingerprint']['cpu']}) at {record['measured_at']}", measured=True,
-                  extra=extra, op_links=op_links)
+                  extra=extra, op_links=op_links, model=record["fingerprint"]["cpu"])
 
 
 def _write_atomic(path: Path, data: dict) -> None:

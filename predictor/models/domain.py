@@ -5,9 +5,12 @@ A learned correction extrapolates badly (the CPU checkpoint trained only on iter
 training data should say so instead of looking as trustworthy as the checkpoint's held-out
 error. The domain is the range of each size (hidden, blocks, tokens, vocabulary, batch, the
 degrees and micro-batch) and the set of each setting (ZeRO stage, recomputation, schedule,
-sequence parallelism, precision, device, model family) over the training samples. The family
-matters most: leaving one of the CPU dataset's five architectures out costs ScaleDL 10.6 % MRE
-against 8.5 % in-domain, and leaving out both vision models 15-20 % (bench/results/).
+sequence parallelism, precision, device, model family, and for a measured device the hardware its
+profile was taken on) over the training samples. The family matters: leaving one of the CPU
+dataset's five architectures out costs ScaleDL 10.6 % MRE against 8.5 % in-domain, and leaving out
+both vision models 15-20 % (bench/results/). So does the hardware: `cpu` is whatever machine runs
+the prediction, and the CPU checkpoint (trained on an Intel Xeon's profile) priced eight plans on
+an AMD EPYC, with that machine's profile, 21 % too slow (bench/results/validate_plans.txt).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from predictor.hardware import spec_device
 from predictor.plan import Plan
 from predictor.workload import WorkloadSpec
 
@@ -29,8 +33,12 @@ def _sizes(spec: WorkloadSpec) -> dict[str, float]:
 
 
 def _workload_settings(spec: WorkloadSpec) -> dict[str, str]:
-    return {"precision": str(spec.training.precision), "device": str(spec.cluster.device),
-            "family": spec.model.family or "custom"}
+    settings = {"precision": str(spec.training.precision), "device": str(spec.cluster.device),
+                "family": spec.model.family or "custom"}
+    hardware = spec_device(spec).model  # a measured device's CPU model: `cpu` is whatever machine runs it
+    if hardware:
+        settings["hardware"] = hardware
+    return settings
 
 
 def _plan_degrees(plan: Plan) -> dict[str, float]:
