@@ -37,6 +37,7 @@ from orchestrator import plots
 from orchestrator.launch import launch_settings
 from orchestrator.search import Evaluated, SearchResult
 from predictor.hardware import GIB, Device
+from predictor.models.domain import advice
 from predictor.plan import Plan
 from predictor.prediction import TIME_PARTS
 from predictor.workload import WorkloadSpec
@@ -230,8 +231,7 @@ def caution(ranked: list[Evaluated]) -> str:
     if not outside:
         return ""
     return ("Caution: the predictor was never trained on a workload or plan like the best one ("
-            + "; ".join(outside) + "); expect larger errors than its measured accuracy, and validate it "
-            "(--validate) before relying on it.")
+            + "; ".join(outside) + f"); {advice(outside)}; validate it (--validate) before relying on it.")
 
 
 def accuracy_text(accuracy: dict[str, Any] | None) -> str:

@@ -66,3 +66,11 @@ def test_a_measured_device_profiled_on_other_hardware_is_outside(tmp_path) -> No
     domain = TrainingDomain.of([(on(shipped), Plan(mbs=8))])
     assert domain.outside_workload(on(shipped)) == []
     assert domain.outside_workload(on(other)) == [f"hardware=AMD EPYC (trained {trained_on})"]
+
+
+def test_advice_on_other_hardware_says_how_to_fine_tune() -> None:
+    from predictor.models.domain import advice
+
+    assert advice(["vocab 30522 (trained 4096)"]) == "expect larger errors than its measured accuracy"
+    other = advice(["vocab 30522 (trained 4096)", "hardware=AMD EPYC (trained Intel(R) Xeon(R) Processor)"])
+    assert other.startswith("expect larger errors") and "scaledl train --data DIR --update CHECKPOINT" in other

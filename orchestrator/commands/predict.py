@@ -11,6 +11,7 @@ from typing import Any
 
 from orchestrator.cli import UsageError
 from predictor.hardware import spec_device
+from predictor.models.domain import advice as domain_advice
 from predictor.models.registry import load_predictor
 from predictor.plan import Plan, PlanError, plan_errors
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS, Prediction
@@ -99,7 +100,7 @@ def _warn_outside(results: list[dict[str, Any]]) -> None:
     workload's sizes, usually) once, then each plan's own reasons, so a long plan list stays readable."""
     outside = [(r["plan"], r.get("extra", {}).get("outside_training") or []) for r in results if "error" not in r]
     shared = [w for w in outside[0][1] if all(w in o for _, o in outside)] if len(outside) > 1 else []
-    advice = "expect larger errors than its measured accuracy"
+    advice = domain_advice(w for _, reasons in outside for w in reasons)
     if shared:
         print(f"scaledl predict: warning: all {len(outside)} plans lie outside the predictor's training data "
               f"({'; '.join(shared)}): {advice}", file=sys.stderr)
