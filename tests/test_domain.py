@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from predictor.models.domain import TrainingDomain
 from predictor.plan import Plan
 from predictor.workload import parse_spec
+
+
+PROFILE = Path("predictor/data/cpu/device.json")  # the CPU dataset's machine: no measuring of this one
 
 
 def spec(hidden: int = 256, vocab: int = 4096, precision: str = "fp32", family: str = "gpt2"):
     return parse_spec({"model": {"family": family, "hidden": hidden, "layers": 4, "heads": 4, "seq_len": 128,
                                  "vocab": vocab},
                        "training": {"global_batch": 8, "precision": precision},
-                       "cluster": {"device": "cpu", "nodes": 1, "gpus_per_node": 2}})
+                       "cluster": {"device": "cpu", "nodes": 1, "gpus_per_node": 2, "device_profile": str(PROFILE)}})
 
 
 TRAINED = TrainingDomain.of([(spec(128), Plan(mbs=8)), (spec(512), Plan(dp=2, mbs=4, zero=3))])
@@ -48,10 +53,8 @@ def test_a_measured_device_profiled_on_other_hardware_is_outside(tmp_path) -> No
     """`cpu` is whatever machine runs the prediction: a checkpoint trained on one CPU model's profile says
     so when the machine (here a real profile re-labelled as taken on another CPU) is not that model."""
     import json
-    from pathlib import Path
 
-    shipped = Path("predictor/data/cpu/device.json")
-    record = json.loads(shipped.read_text())
+    record = json.loads(PROFILE.read_text())
     trained_on = record["fingerprint"]["cpu"]
     record["fingerprint"]["cpu"] = "AMD EPYC"
     other = tmp_path / "device.json"
@@ -63,8 +66,8 @@ def test_a_measured_device_profiled_on_other_hardware_is_outside(tmp_path) -> No
                            "cluster": {"device": "cpu", "nodes": 1, "gpus_per_node": 2,
                                        "device_profile": str(profile)}})
 
-    domain = TrainingDomain.of([(on(shipped), Plan(mbs=8))])
-    assert domain.outside_workload(on(shipped)) == []
+    domain = TrainingDomain.of([(on(PROFILE), Plan(mbs=8))])
+    assert domain.outside_workload(on(PROFILE)) == []
     assert domain.outside_workload(on(other)) == [f"hardware=AMD EPYC (trained {trained_on})"]
 
 
