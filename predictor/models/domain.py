@@ -51,12 +51,12 @@ def _plan_settings(plan: Plan) -> dict[str, str]:
 
 def advice(outside: Iterable[str]) -> str:
     """What to do about a prediction outside the training domain (`outside` as TrainingDomain lists it).
-    On other hardware a few minutes of the machine's own runs fix most of it: fine-tuned on 86 of them,
-    the CPU checkpoint's error on an AMD EPYC fell from 21 to 11 % (bench/results/validate_plans.txt)."""
+    On other hardware a minute of the machine's own runs fixes most of it: fine-tuned on 40 of them, the
+    CPU checkpoint's error on an AMD EPYC fell from 32 to 8 % (bench/results/transfer.txt)."""
     text = "expect larger errors than its measured accuracy"
     if any(w.startswith("hardware=") for w in outside):
         text += ("; to fit it to this hardware, measure some of its runs and fine-tune: `scaledl profile --design random "
-                 "--budget 16 --no-layers --grid cpu-large --out DIR`, then `scaledl train --data DIR --update CHECKPOINT "
+                 "--budget 8 --no-layers --grid cpu-large --out DIR`, then `scaledl train --data DIR --update CHECKPOINT "
                  "--out FILE`, and predict with `--predictor FILE`")
     return text
 
