@@ -100,16 +100,15 @@ def _warn_outside(results: list[dict[str, Any]]) -> None:
     workload's sizes, usually) once, then each plan's own reasons, so a long plan list stays readable."""
     outside = [(r["plan"], r.get("extra", {}).get("outside_training") or []) for r in results if "error" not in r]
     shared = [w for w in outside[0][1] if all(w in o for _, o in outside)] if len(outside) > 1 else []
-    advice = domain_advice(w for _, reasons in outside for w in reasons)
     if shared:
         print(f"scaledl predict: warning: all {len(outside)} plans lie outside the predictor's training data "
-              f"({'; '.join(shared)}): {advice}", file=sys.stderr)
+              f"({'; '.join(shared)}): {domain_advice(shared)}", file=sys.stderr)
     for plan, reasons in outside:
         own = [w for w in reasons if w not in shared]
         if own:
             also = "also " if shared else ""
             print(f"scaledl predict: warning: {_short(plan)} {also}lies outside the predictor's training data "
-                  f"({'; '.join(own)}): {advice}", file=sys.stderr)
+                  f"({'; '.join(own)}): {domain_advice(own)}", file=sys.stderr)
 
 
 def _short(text: str) -> str:

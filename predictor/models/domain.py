@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from predictor.hardware import spec_device
+from predictor.models.registry import checkpoint_path
 from predictor.plan import Plan
 from predictor.workload import WorkloadSpec
 
@@ -57,7 +58,8 @@ def advice(outside: Iterable[str]) -> str:
     if any(w.startswith("hardware=") for w in outside):
         text += ("; to fit it to this hardware, measure some of its runs and fine-tune: `scaledl profile --design random "
                  "--budget 8 --no-layers --grid cpu-large --out DIR`, then `scaledl train --data DIR --update CHECKPOINT "
-                 "--out FILE`, and predict with `--predictor FILE`")
+                 f"--out FILE` (CHECKPOINT: the one in use, e.g. the shipped {checkpoint_path('cpu')}), and predict "
+                 "with `--predictor FILE`")
     return text
 
 
