@@ -1,6 +1,6 @@
 """Carrying the CPU checkpoint to another CPU model: its error there before and after fine-tuning on k runs.
 
-    .venv/bin/python bench/transfer.py [--data predictor/data/cpu-amd-epyc] [--sizes 10,20,40,79]
+    .venv/bin/python bench/transfer.py [--data predictor/data/cpu-amd-epyc] [--sizes 10,20,40,80]
 
 The shipped CPU checkpoint learned its layer ratios and corrections on an Intel Xeon's data; `cpu`
 is whatever machine runs a prediction, priced with that machine's profile. `--data` is a profile
