@@ -8,15 +8,14 @@ from predictor.models.domain import TrainingDomain
 from predictor.plan import Plan
 from predictor.workload import parse_spec
 
-
 PROFILE = Path("predictor/data/cpu/device.json")  # the CPU dataset's machine: no measuring of this one
 
 
-def spec(hidden: int = 256, vocab: int = 4096, precision: str = "fp32", family: str = "gpt2"):
+def spec(hidden: int = 256, vocab: int = 4096, precision: str = "fp32", family: str = "gpt2", profile: Path = PROFILE):
     return parse_spec({"model": {"family": family, "hidden": hidden, "layers": 4, "heads": 4, "seq_len": 128,
                                  "vocab": vocab},
                        "training": {"global_batch": 8, "precision": precision},
-                       "cluster": {"device": "cpu", "nodes": 1, "gpus_per_node": 2, "device_profile": str(PROFILE)}})
+                       "cluster": {"device": "cpu", "nodes": 1, "gpus_per_node": 2, "device_profile": str(profile)}})
 
 
 TRAINED = TrainingDomain.of([(spec(128), Plan(mbs=8)), (spec(512), Plan(dp=2, mbs=4, zero=3))])
@@ -60,15 +59,9 @@ def test_a_measured_device_profiled_on_other_hardware_is_outside(tmp_path) -> No
     other = tmp_path / "device.json"
     other.write_text(json.dumps(record))
 
-    def on(profile: Path):
-        return parse_spec({"model": {"family": "gpt2", "hidden": 256, "layers": 4, "heads": 4, "seq_len": 128,
-                                     "vocab": 4096}, "training": {"global_batch": 8, "precision": "fp32"},
-                           "cluster": {"device": "cpu", "nodes": 1, "gpus_per_node": 2,
-                                       "device_profile": str(profile)}})
-
-    domain = TrainingDomain.of([(on(PROFILE), Plan(mbs=8))])
-    assert domain.outside_workload(on(PROFILE)) == []
-    assert domain.outside_workload(on(other)) == [f"hardware=AMD EPYC (trained {trained_on})"]
+    domain = TrainingDomain.of([(spec(), Plan(mbs=8))])
+    assert domain.outside_workload(spec()) == []
+    assert domain.outside_workload(spec(profile=other)) == [f"hardware=AMD EPYC (trained {trained_on})"]
 
 
 def test_advice_on_other_hardware_says_how_to_fine_tune() -> None:
