@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from predictor import evaluate as ev  # noqa: E402
 from predictor.models.analytical import AnalyticalPredictor  # noqa: E402
 from predictor.models.base import Predictor  # noqa: E402
+from predictor.models.domain import HARDWARE  # noqa: E402
 from predictor.models.features import Sample  # noqa: E402
 from predictor.models.registry import checkpoint_path  # noqa: E402
 from predictor.models.scaledl import ScaleDLPredictor  # noqa: E402
@@ -35,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DRAWS = 3
 
 
-def test_mape(model: Predictor, test: list[Sample]) -> float:
+def held_out_mape(model: Predictor, test: list[Sample]) -> float:
     pred, _ = ev.predict_samples(model, test)
     return ev.mre(pred, np.asarray([s.iter_time_s for s in test]))
 
@@ -50,11 +51,11 @@ def main() -> int:
     data = ev.load_profile_dataset(args.data, designs=None, with_layers=False)
     pool, test = ev.holdout_split(data, 0.25, seed=0)
     shipped = ScaleDLPredictor.load(args.checkpoint)
-    trained_on = ", ".join(shipped.domain.seen.get("hardware", ["?"])) if shipped.domain else "?"
+    trained_on = ", ".join(shipped.domain.seen.get(HARDWARE, ["?"])) if shipped.domain else "?"
     print(f"{args.data}: {len(data.samples)} configurations, {len(test)} held out; checkpoint {args.checkpoint.name} "
           f"trained on {trained_on}")
-    print(f"analytical (this machine's profile)   MAPE {test_mape(AnalyticalPredictor(), test):6.2f}%")
-    print(f"checkpoint, not fine-tuned            MAPE {test_mape(shipped, test):6.2f}%")
+    print(f"analytical (this machine's profile)   MAPE {held_out_mape(AnalyticalPredictor(), test):6.2f}%")
+    print(f"checkpoint, not fine-tuned            MAPE {held_out_mape(shipped, test):6.2f}%")
     for k in (int(x) for x in args.sizes.split(",")):
         k = min(k, len(pool.samples))
         draws = 1 if k == len(pool.samples) else DRAWS  # the whole pool: every draw is the same set
@@ -63,7 +64,7 @@ def main() -> int:
             rng = np.random.default_rng(draw)
             chosen = {pool.samples[i].config_id for i in rng.choice(len(pool.samples), k, replace=False)}
             tuned = ScaleDLPredictor.load(args.checkpoint).update(ev.subset(pool, lambda s: s.config_id in chosen))
-            errs.append(test_mape(tuned, test))
+            errs.append(held_out_mape(tuned, test))
         print(f"fine-tuned on k={k:3d} runs               MAPE {np.mean(errs):6.2f}%  "
               f"({', '.join(f'{e:.1f}' for e in errs)}; {(time.time() - t0) / draws:.0f} s each)", flush=True)
     return 0

@@ -25,6 +25,7 @@ from predictor.workload import WorkloadSpec
 
 DEGREES = ("dp", "tp", "pp", "mbs")
 SETTINGS = ("zero", "recompute", "schedule", "sp")
+HARDWARE = "hardware"  # the setting naming a measured device's CPU model; `advice` looks for it
 
 
 def _sizes(spec: WorkloadSpec) -> dict[str, float]:
@@ -38,7 +39,7 @@ def _workload_settings(spec: WorkloadSpec) -> dict[str, str]:
                 "family": spec.model.family or "custom"}
     hardware = spec_device(spec).model  # a measured device's CPU model: `cpu` is whatever machine runs it
     if hardware:
-        settings["hardware"] = hardware
+        settings[HARDWARE] = hardware
     return settings
 
 
@@ -55,7 +56,7 @@ def advice(outside: Iterable[str]) -> str:
     On other hardware a minute of the machine's own runs fixes most of it: fine-tuned on 40 of them, the
     CPU checkpoint's error on an AMD EPYC fell from 32 to 8 % (bench/results/transfer.txt)."""
     text = "expect larger errors than its measured accuracy"
-    if any(w.startswith("hardware=") for w in outside):
+    if any(w.startswith(f"{HARDWARE}=") for w in outside):
         text += ("; to fit it to this hardware, measure some of its runs and fine-tune: `scaledl profile --design random "
                  "--budget 8 --no-layers --grid cpu-large --out DIR`, then `scaledl train --data DIR --update CHECKPOINT "
                  f"--out FILE` (CHECKPOINT: the one in use, e.g. the shipped {checkpoint_path('cpu')}), and predict "
