@@ -18,6 +18,7 @@ from ray.cluster_utils import Cluster
 
 from orchestrator.validate import jobs_for, short_plan, validate
 from predictor.graph import graph_for
+from predictor.hardware import get_device
 from predictor.models.registry import load_predictor
 from predictor.plan import Plan
 from predictor.workload import parse_spec
@@ -42,7 +43,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args()
-    predictor, label = load_predictor(args.predictor, "cpu")
+    predictor, label = load_predictor(args.predictor, "cpu", get_device("cpu").model)  # auto: adapted to this CPU first
     jobs = []
     for family, text, extra in CASES:
         plan = Plan.parse(text)

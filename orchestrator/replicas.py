@@ -34,11 +34,12 @@ class PredictorReplica:
     def __init__(self, predictor: "str | Predictor", spec: WorkloadSpec, graph: LayerGraph) -> None:
         """`predictor`: a registry name or checkpoint path (loaded here, once per replica), or a ready
         Predictor object (shipped pickled, e.g. a library user's own model)."""
+        from predictor.hardware import spec_device
         from predictor.models.registry import load_predictor, measured_accuracy  # heavy (torch): only in the actor
 
         self.spec, self.graph = spec, graph
         if isinstance(predictor, str):
-            self.predictor, self.label = load_predictor(predictor, spec.cluster.device)
+            self.predictor, self.label = load_predictor(predictor, spec.cluster.device, spec_device(spec).model)
         else:
             self.predictor, self.label = predictor, predictor.name
         self.accuracy = measured_accuracy(self.predictor, spec.cluster.device)

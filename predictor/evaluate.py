@@ -213,6 +213,11 @@ def holdout_split(data: TrainingData, fraction: float, seed: int = 0) -> tuple[T
     return subset(data, lambda s: s.config_id not in held), [s for s in data.samples if s.config_id in held]
 
 
+def holdout_source(where: str | Path, fraction: float, seed: int) -> str:
+    """How a checkpoint's accuracy record names the configurations `holdout_split` held out."""
+    return f"held-out configurations of {where} ({fraction:.0%}, seed {seed})"
+
+
 def accuracy_of(model: Predictor, samples: Sequence[Sample], source: str) -> dict[str, object]:
     """The accuracy record a checkpoint carries (reports show it): errors of `model` on `samples`."""
     true = np.asarray([s.iter_time_s for s in samples])

@@ -145,3 +145,8 @@ def cpu_model_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def hardware_slug(model: str) -> str:
+    """A CPU model as a file-name part ('AMD EPYC' → 'amd-epyc'): names what is kept per hardware."""
+    return re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-") or "unknown"

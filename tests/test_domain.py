@@ -64,9 +64,9 @@ def test_a_measured_device_profiled_on_other_hardware_is_outside(tmp_path) -> No
     assert domain.outside_workload(spec(profile=other)) == [f"hardware=AMD EPYC (trained {trained_on})"]
 
 
-def test_advice_on_other_hardware_says_how_to_fine_tune() -> None:
+def test_advice_on_other_hardware_says_how_to_adapt() -> None:
     from predictor.models.domain import advice
 
     assert advice(["vocab 30522 (trained 4096)"]) == "expect larger errors than its measured accuracy"
     other = advice(["vocab 30522 (trained 4096)", "hardware=AMD EPYC (trained Intel(R) Xeon(R) Processor)"])
-    assert other.startswith("expect larger errors") and "scaledl train --data DIR --update CHECKPOINT" in other
+    assert other.startswith("expect larger errors") and "run `scaledl adapt`" in other

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -126,12 +128,30 @@ def test_unfitted_and_missing_checkpoint_errors(tmp_path, vtrain_slice):
         ScaleDLPredictor().fit(TrainingData([]))
 
 
-def test_auto_picks_the_shipped_cpu_checkpoint():
+def test_auto_picks_the_shipped_cpu_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setenv("SCALEDL_CACHE", str(tmp_path))  # no checkpoint adapted to any hardware
     path = checkpoint_path("cpu")
     assert path.is_file(), "the CPU checkpoint is shipped in predictor/checkpoints/"
-    predictor, label = load_predictor("auto", "cpu")
+    predictor, label = load_predictor("auto", "cpu", "Some CPU")
     assert isinstance(predictor, ScaleDLPredictor)
     assert path.name in label
+
+
+def test_auto_prefers_the_checkpoint_adapted_to_the_hardware(tmp_path, monkeypatch):
+    """`scaledl adapt` keeps its checkpoint in the user's cache under the CPU model's name; `auto` takes it
+    on that hardware only."""
+    import shutil
+
+    from predictor.models.registry import adapted_checkpoint_path
+
+    monkeypatch.setenv("SCALEDL_CACHE", str(tmp_path))
+    adapted = adapted_checkpoint_path("cpu", "Some CPU (R) 9000")
+    assert adapted.parent == tmp_path / "checkpoints" and adapted.name == "scaledl-cpu-some-cpu-r-9000.pt"
+    adapted.parent.mkdir()
+    shutil.copy(checkpoint_path("cpu"), adapted)
+    assert load_predictor("auto", "cpu", "Some CPU (R) 9000")[1] == f"scaledl ({adapted.name}, adapted to this hardware)"
+    assert checkpoint_path("cpu").name in load_predictor("auto", "cpu", "Other CPU")[1]
+    assert checkpoint_path("cpu").name in load_predictor("auto", "cpu")[1]  # hardware unknown: the shipped one
 
 
 def test_checkpoint_from_other_features_is_refused(fitted, tmp_path):
@@ -165,7 +185,7 @@ def test_update_fine_tunes_towards_new_measurements(fitted, vtrain_slice):
         ScaleDLPredictor().update(TrainingData(new))
 
 
-def test_train_command_records_held_out_accuracy_and_update_keeps_or_swaps(tmp_path):
+def test_train_command_records_held_out_accuracy_and_update_keeps_or_swaps(tmp_path, capsys):
     """`scaledl train` on a vTrain single-node CSV slice: the checkpoint carries its held-out error,
     which `measured_accuracy` (what reports show) returns; `--update` writes a checkpoint."""
     import pandas as pd
@@ -183,9 +203,13 @@ def test_train_command_records_held_out_accuracy_and_update_keeps_or_swaps(tmp_p
     model = ScaleDLPredictor.load(ckpt)
     acc = measured_accuracy(model, "a100-80gb")
     assert acc is not None and acc["rows"] > 0 and 0 < acc["mape_pct"] < 100 and "held-out" in acc["source"]
+    capsys.readouterr()
     assert main(["train", "--data", str(csv), "--update", str(ckpt), "--out", str(tmp_path / "b.pt"),
                  "--epochs", "5", "--holdout", "0.25"]) == 0
-    # written, or kept with a message when the held-out error got worse: either way b.pt is only written if better
+    # b.pt is written exactly when the update did not make the held-out error worse
+    after, before = map(float, re.search(r"held-out error: ([\d.]+)% .*before the update: ([\d.]+)%",
+                                         capsys.readouterr().out).groups())
+    assert (tmp_path / "b.pt").is_file() == (after <= before)
     assert main(["train", "--data", str(csv), "--holdout", "1.5", "--out", str(ckpt)]) == 2
 
 

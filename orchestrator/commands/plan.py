@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser, spec_option: bool = False) ->
     parser.add_argument("--price-per-gpu-hour", type=float, metavar="USD", help="adds the cost of an iteration")
     parser.add_argument("--headroom", type=float, default=0.10, help="fraction of device memory kept free (default 0.10)")
     parser.add_argument("--predictor", default="auto", metavar="analytical|auto|PATH",
-                        help="analytical, auto (the device's ScaleDL checkpoint if shipped, else analytical) or a checkpoint")
+                        help="analytical, auto (the device's ScaleDL checkpoint: the one `scaledl adapt` fitted to this "
+                             "hardware, else the shipped one, else analytical) or a checkpoint")
     parser.add_argument("--address", metavar="ADDR", help="Ray cluster to use (default: an embedded local Ray)")
     parser.add_argument("--replicas", type=int, metavar="N", help="predictor replicas (default: one per CPU, at most 8)")
     parser.add_argument("--resume", action="store_true", help="continue the interrupted search stored in --out")

@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="plan string, e.g. dp=16,tp=8,pp=8,mbs=1,recompute=full,sp=true (repeatable)")
     parser.add_argument("--plans-file", metavar="FILE", help="file with one plan string per line ('#' comments allowed)")
     parser.add_argument("--predictor", default="auto", metavar="analytical|auto|PATH",
-                        help="analytical, auto (the device's ScaleDL checkpoint if shipped, else analytical) or a checkpoint path")
+                        help="analytical, auto (the device's ScaleDL checkpoint: the one `scaledl adapt` fitted to this "
+                             "hardware, else the shipped one, else analytical) or a checkpoint path")
     parser.add_argument("--json", action="store_true", help="print JSON: one object, or an array for several plans")
 
 
@@ -59,7 +60,7 @@ def predict_texts(spec: WorkloadSpec, texts: list[str], predictor_name: str) -> 
     """One result object per plan text, in order (an `error` object for invalid plans), and the predictor label."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        predictor, label = load_predictor(predictor_name, spec.cluster.device)
+        predictor, label = load_predictor(predictor_name, spec.cluster.device, spec_device(spec).model)
     for w in caught:
         if issubclass(w.category, UserWarning):  # ours (e.g. the analytical fallback); not libraries' deprecations
             print(f"scaledl predict: warning: {w.message}", file=sys.stderr)

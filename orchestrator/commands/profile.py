@@ -60,12 +60,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         grid = args.grid or ("cpu" if args.device == "cpu" else "gpu")
         configs = select(families, args.design, args.budget, args.seed, args.procs, strata or None, args.flop_cap, grid, args.label)
-        return _run_with_progress(configs, args.out, args.resume, settings)
+        return run_with_progress(configs, args.out, args.resume, settings)
     except (ProfileError, DesignError) as err:
         raise UsageError(str(err)) from None
 
 
-def _run_with_progress(configs: list, out: str, resume: bool, settings: ProfileSettings) -> int:
+def run_with_progress(configs: list, out: str, resume: bool, settings: ProfileSettings) -> int:
+    """Measure `configs` into `out` with a progress bar (a log file gets a line per configuration);
+    0 unless most configurations failed."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 

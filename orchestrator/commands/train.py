@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(1)  # small networks: extra threads only add contention
-    from predictor.evaluate import accuracy_of, holdout_split
+    from predictor.evaluate import accuracy_of, holdout_source, holdout_split
     from predictor.models.scaledl import ENSEMBLE, ScaleDLPredictor
 
     if args.ensemble is not None and args.ensemble < 1:
@@ -77,28 +77,35 @@ def run(args: argparse.Namespace) -> int:
     data = _load(src, designs)
     if not data.samples:
         raise UsageError(f"--data {src}: no usable measured iterations (designs={designs})")
+    if args.update:
+        return _update(args, data, src, out)
     train, held = holdout_split(data, args.holdout, args.seed) if args.holdout else (data, [])
-    source = f"held-out configurations of {src} ({args.holdout:.0%}, seed {args.seed})"
     print(f"training ScaleDL on {len(train.samples)} iterations and {len(train.layers)} layer timings from {src}"
           + (f"; {len(held)} held out" if held else ""))
-    if args.update:
-        model = ScaleDLPredictor.load(args.update)
-        before = accuracy_of(model, held, source) if held else None
-        model.update(train, epochs=args.epochs or 60)
-    else:
-        before = None
-        model = ScaleDLPredictor(epochs=args.epochs or 800, seed=args.seed, ensemble=args.ensemble or ENSEMBLE,
-                                 calibrate=args.calibrate).fit(train)
-        if args.calibrate:
-            print("fitted fixed costs: " + ", ".join(f"{k} {v * 1e6:.1f} µs"
-                                                     for k, v in model.fixed_costs_s.items()))
+    model = ScaleDLPredictor(epochs=args.epochs or 800, seed=args.seed, ensemble=args.ensemble or ENSEMBLE,
+                             calibrate=args.calibrate).fit(train)
+    if args.calibrate:
+        print("fitted fixed costs: " + ", ".join(f"{k} {v * 1e6:.1f} µs" for k, v in model.fixed_costs_s.items()))
     if held:
-        model.provenance["accuracy"] = accuracy_of(model, held, source)
+        model.provenance["accuracy"] = accuracy_of(model, held, holdout_source(src, args.holdout, args.seed))
         print(f"held-out error: {model.accuracy['mape_pct']:.1f}% MAPE, RMSE {model.accuracy['rmse_ms']:.1f} ms "
-              f"over {len(held)} configurations" + (f" (before the update: {before['mape_pct']:.1f}%)" if before else ""))
-        if before and model.accuracy["mape_pct"] > before["mape_pct"]:
-            print(f"kept {args.update}: the update made the held-out error worse")
-            return 0
+              f"over {len(held)} configurations")
     model.save(out)
     print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB)")
     return 0
+
+
+def _update(args: argparse.Namespace, data, src: Path, out: Path) -> int:  # noqa: ANN001 - TrainingData (lazy import)
+    from predictor.finetune import fine_tune
+
+    tuned = fine_tune(args.update, data, src, args.holdout, args.seed, args.epochs or 60)
+    print(f"fine-tuned {args.update} on {tuned.trained_on} iterations from {src}"
+          + (f"; {tuned.held_out} held out" if tuned.held_out else ""))
+    print(tuned.summary())
+    if not tuned.improved:
+        print(f"kept {args.update}: the update made the held-out error worse")
+        return 0
+    tuned.model.save(out)
+    print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB)")
+    return 0
+

@@ -157,12 +157,9 @@ def _write_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def measured_cpu(refresh: bool = False) -> Device:
-    """The `cpu` Device: from the cache when its fingerprint matches this machine, else measured and cached."""
+def _cpu_record(refresh: bool = False) -> dict:
+    """This machine's profile record: the cached one when its fingerprint matches, else measured and cached."""
     path = cache_dir() / CACHE_FILE
-    key = str(path)
-    if not refresh and key in _MEMO:
-        return _MEMO[key]
     record = None
     if not refresh and path.exists():
         try:
@@ -174,8 +171,21 @@ def measured_cpu(refresh: bool = False) -> Device:
     if record is None:
         record = measure_cpu()
         _write_atomic(path, record)
-    _MEMO[key] = _device_from(record, "on this machine")
+    return record
+
+
+def measured_cpu(refresh: bool = False) -> Device:
+    """The `cpu` Device: from the cache when its fingerprint matches this machine, else measured and cached."""
+    key = str(cache_dir() / CACHE_FILE)
+    if refresh or key not in _MEMO:
+        _MEMO[key] = _device_from(_cpu_record(refresh), "on this machine")
     return _MEMO[key]
+
+
+def save_cpu_profile(path: str | Path) -> None:
+    """Write the profile `measured_cpu` prices this machine with to `path` (a dataset's device.json), so
+    the dataset's runs are priced as on this machine wherever they are read."""
+    _write_atomic(Path(path), _cpu_record())
 
 
 def profile_device(path: str | Path) -> Device:

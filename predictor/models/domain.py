@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from predictor.hardware import spec_device
-from predictor.models.registry import checkpoint_path
 from predictor.plan import Plan
 from predictor.workload import WorkloadSpec
 
@@ -54,13 +53,12 @@ def _plan_settings(plan: Plan) -> dict[str, str]:
 def advice(outside: Iterable[str]) -> str:
     """What to do about a prediction outside the training domain (`outside` as TrainingDomain lists it).
     On other hardware a minute of the machine's own runs fixes most of it: fine-tuned on 40 of them, the
-    CPU checkpoint's error on an AMD EPYC fell from 32 to 8 % (bench/results/transfer.txt)."""
+    CPU checkpoint's error on an AMD EPYC fell from 32 to 8 % (bench/results/transfer.txt); `scaledl
+    adapt` does it and `auto` then uses the result."""
     text = "expect larger errors than its measured accuracy"
     if any(w.startswith(f"{HARDWARE}=") for w in outside):
-        text += ("; to fit it to this hardware, measure some of its runs and fine-tune: `scaledl profile --design random "
-                 "--budget 8 --no-layers --grid cpu-large --out DIR`, then `scaledl train --data DIR --update CHECKPOINT "
-                 f"--out FILE` (CHECKPOINT: the one in use, e.g. the shipped {checkpoint_path('cpu')}), and predict "
-                 "with `--predictor FILE`")
+        text += ("; run `scaledl adapt` (about two minutes) to fit the checkpoint to this hardware: it measures some "
+                 "runs here and fine-tunes the checkpoint, and `--predictor auto` then uses the result")
     return text
 
 

@@ -1,5 +1,10 @@
-"""Which predictor a command uses: `analytical`, `auto` (the shipped ScaleDL checkpoint of the device
-if there is one, else analytical with a warning) or the path of a ScaleDL checkpoint."""
+"""Which predictor a command uses: `analytical`, `auto` (the ScaleDL checkpoint of the device, else
+analytical with a warning) or the path of a ScaleDL checkpoint.
+
+`auto` prefers the checkpoint `scaledl adapt` fine-tuned to this machine's hardware (kept in the
+user's cache, `$SCALEDL_CACHE`) over the shipped one: a measured device such as `cpu` is whatever
+machine runs the prediction, and a checkpoint trained on another CPU model is off by 20-30 % there
+(bench/results/transfer.txt)."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from predictor.hardware import hardware_slug
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
 
@@ -21,17 +27,28 @@ def checkpoint_path(device_name: str) -> Path:
     return CHECKPOINT_DIR / f"scaledl-{device_name}.pt"
 
 
+def adapted_checkpoint_path(device_name: str, hardware: str) -> Path:
+    """Where `scaledl adapt` keeps the checkpoint of `device_name` fine-tuned to `hardware` (a CPU model)."""
+    from predictor.measure.device import cache_dir  # lazy: imports torch
+
+    return cache_dir() / "checkpoints" / f"scaledl-{device_name}-{hardware_slug(hardware)}.pt"
+
+
 def _load_scaledl(path: Path) -> Predictor:
     from predictor.models.scaledl import ScaleDLPredictor  # lazy: pulls in torch-geometric
 
     return ScaleDLPredictor.load(path)
 
 
-def load_predictor(name_or_path: str, device_name: str) -> tuple[Predictor, str]:
-    """(predictor, label for reports). Raises FileNotFoundError for a path that does not exist."""
+def load_predictor(name_or_path: str, device_name: str, hardware: str = "") -> tuple[Predictor, str]:
+    """(predictor, label for reports). `hardware`: the measured device's CPU model, whose adapted
+    checkpoint `auto` takes first. Raises FileNotFoundError for a path that does not exist."""
     if name_or_path == "analytical":
         return AnalyticalPredictor(), "analytical"
     if name_or_path == "auto":
+        adapted = adapted_checkpoint_path(device_name, hardware) if hardware else None
+        if adapted is not None and adapted.is_file():
+            return _load_scaledl(adapted), f"scaledl ({adapted.name}, adapted to this hardware)"
         path = checkpoint_path(device_name)
         if path.is_file():
             return _load_scaledl(path), f"scaledl ({path.name})"
