@@ -64,6 +64,37 @@ def test_a_measured_device_profiled_on_other_hardware_is_outside(tmp_path) -> No
     assert domain.outside_workload(spec(profile=other)) == [f"hardware=AMD EPYC (trained {trained_on})"]
 
 
+def test_a_machine_under_the_same_cpu_name_is_told_apart_by_its_figures(tmp_path) -> None:
+    """Cloud VMs often report a generic CPU name: the profile's measured FLOP/s and bandwidth tell two
+    machines apart, beyond the few per cent that re-measuring one machine moves them."""
+    import json
+
+    from predictor.hardware import get_device
+    from predictor.workload import ClusterSpec
+
+    record = json.loads(PROFILE.read_text())
+    trained = TrainingDomain.of([(spec(), Plan(mbs=8))])
+
+    def relabelled(name: str, flops_scale: float, bandwidth_scale: float) -> Path:
+        changed = json.loads(json.dumps(record))
+        changed["peak_flops"] = {k: v * flops_scale for k, v in record["peak_flops"].items()}
+        changed["mem_bandwidth"] = record["mem_bandwidth"] * bandwidth_scale
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(changed))
+        return path
+
+    remeasured = relabelled("remeasured", 0.9, 1.1)
+    assert trained.outside_workload(spec(profile=remeasured)) == []
+    other = relabelled("other", 0.5, 2.0)
+    gflops, gbs = record["peak_flops"]["fp32"] / 1e9, record["mem_bandwidth"] / 1e9
+    assert trained.outside_workload(spec(profile=other)) == [
+        f"hardware fp32 GFLOP/s {gflops / 2:.0f} (trained {gflops:.0f})",
+        f"hardware memory GB/s {2 * gbs:.0f} (trained {gbs:.0f})"]
+    device = get_device("cpu", ClusterSpec(device="cpu", device_profile=str(other)))
+    assert trained.outside_hardware(device) == trained.outside_workload(spec(profile=other))
+    assert trained.outside_hardware(get_device("cpu", ClusterSpec(device="cpu", device_profile=str(PROFILE)))) == []
+
+
 def test_advice_on_other_hardware_says_how_to_adapt() -> None:
     from predictor.models.domain import advice
 

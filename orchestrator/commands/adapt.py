@@ -51,7 +51,6 @@ def run(args: argparse.Namespace) -> int:
     from predictor.evaluate import load_profile_dataset
     from predictor.finetune import fine_tune
     from predictor.measure.device import cache_dir, measured_cpu, save_cpu_profile
-    from predictor.models.domain import HARDWARE
     from predictor.models.scaledl import ScaleDLPredictor
 
     for name in ("budget", "epochs", "procs"):
@@ -62,9 +61,10 @@ def run(args: argparse.Namespace) -> int:
     checkpoint = Path(args.checkpoint or checkpoint_path("cpu"))
     if not checkpoint.is_file():
         raise FileNotFoundError(f"--checkpoint {checkpoint} does not exist")
-    hardware = measured_cpu().model  # measures this machine on first use (about 45 s)
+    device = measured_cpu()  # measures this machine on first use (about 45 s)
+    hardware = device.model
     domain = ScaleDLPredictor.load(checkpoint).domain
-    if domain is not None and hardware in domain.seen.get(HARDWARE, []) and not args.force:
+    if domain is not None and not domain.outside_hardware(device) and not args.force:
         print(f"{checkpoint} was trained on this hardware ({hardware}) already: nothing to adapt "
               "(--force fine-tunes it anyway)")
         return 0

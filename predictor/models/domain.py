@@ -18,13 +18,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from predictor.hardware import spec_device
+from predictor.hardware import Device, spec_device
 from predictor.plan import Plan
 from predictor.workload import WorkloadSpec
 
 DEGREES = ("dp", "tp", "pp", "mbs")
 SETTINGS = ("zero", "recompute", "schedule", "sp")
 HARDWARE = "hardware"  # the setting naming a measured device's CPU model; `advice` looks for it
+# A measured device's own figures, so that two machines that report one CPU model name (cloud VMs often
+# say "Intel(R) Xeon(R) Processor") are still told apart. Re-measuring one machine moves them by a few
+# per cent; another CPU model by about 2x (Intel Xeon 196 GFLOP/s and 16 GB/s, AMD EPYC 105 and 32).
+# So they count as outside only beyond FIGURE_TOLERANCE times the trained range.
+FIGURES = (f"{HARDWARE} fp32 GFLOP/s", f"{HARDWARE} memory GB/s")
+FIGURE_TOLERANCE = 1.3
 
 
 def _sizes(spec: WorkloadSpec) -> dict[str, float]:
@@ -34,12 +40,19 @@ def _sizes(spec: WorkloadSpec) -> dict[str, float]:
 
 
 def _workload_settings(spec: WorkloadSpec) -> dict[str, str]:
-    settings = {"precision": str(spec.training.precision), "device": str(spec.cluster.device),
-                "family": spec.model.family or "custom"}
-    hardware = spec_device(spec).model  # a measured device's CPU model: `cpu` is whatever machine runs it
-    if hardware:
-        settings[HARDWARE] = hardware
-    return settings
+    return {"precision": str(spec.training.precision), "device": str(spec.cluster.device),
+            "family": spec.model.family or "custom", **_hardware_name(spec_device(spec))}
+
+
+def _hardware_name(device: Device) -> dict[str, str]:
+    """A measured device's CPU model (`cpu` is whatever machine runs it); a catalogue name says it already."""
+    return {HARDWARE: device.model} if device.model else {}
+
+
+def _hardware_figures(device: Device) -> dict[str, float]:
+    if not device.measured:
+        return {}
+    return dict(zip(FIGURES, (device.flops("fp32") / 1e9, device.mem_bandwidth / 1e9)))
 
 
 def _plan_degrees(plan: Plan) -> dict[str, float]:
@@ -56,7 +69,7 @@ def advice(outside: Iterable[str]) -> str:
     CPU checkpoint's error on an AMD EPYC fell from 32 to 8 % (bench/results/transfer.txt); `scaledl
     adapt` does it and `auto` then uses the result."""
     text = "expect larger errors than its measured accuracy"
-    if any(w.startswith(f"{HARDWARE}=") for w in outside):
+    if any(w.startswith(HARDWARE) for w in outside):
         text += ("; run `scaledl adapt` (about two minutes) to fit the checkpoint to this hardware: it measures some "
                  "runs here and fine-tunes the checkpoint, and `--predictor auto` then uses the result")
     return text
@@ -83,7 +96,7 @@ class TrainingDomain:
         return out
 
     def _add(self, spec: WorkloadSpec, plan: Plan) -> None:
-        numbers = {**_sizes(spec), **_plan_degrees(plan)}
+        numbers = {**_sizes(spec), **_hardware_figures(spec_device(spec)), **_plan_degrees(plan)}
         for name, value in numbers.items():
             if value > 0:
                 lo, hi = self.ranges.get(name, [value, value])
@@ -95,7 +108,11 @@ class TrainingDomain:
 
     def outside_workload(self, spec: WorkloadSpec) -> list[str]:
         """What of the workload (not the plan) lies outside the domain, e.g. 'vocab 30522 (trained 4096)'."""
-        return self._outside(_sizes(spec), _workload_settings(spec))
+        return self._outside({**_sizes(spec), **_hardware_figures(spec_device(spec))}, _workload_settings(spec))
+
+    def outside_hardware(self, device: Device) -> list[str]:
+        """What of a device lies outside the domain: a measured one's CPU model or its figures."""
+        return self._outside(_hardware_figures(device), _hardware_name(device))
 
     def outside_plan(self, plan: Plan) -> list[str]:
         return self._outside(_plan_degrees(plan), _plan_settings(plan))
@@ -105,9 +122,10 @@ class TrainingDomain:
         for name, value in numbers.items():
             if name in self.ranges and value > 0:
                 lo, hi = self.ranges[name]
-                if not lo <= value <= hi:
-                    trained = f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
-                    out.append(f"{name} {value:g} (trained {trained})")
+                slack, fmt = (FIGURE_TOLERANCE, ".0f") if name in FIGURES else (1.0, "g")
+                if not lo / slack <= value <= hi * slack:
+                    trained = f"{lo:{fmt}}" if lo == hi else f"{lo:{fmt}}-{hi:{fmt}}"
+                    out.append(f"{name} {value:{fmt}} (trained {trained})")
         for name, value in labels.items():
             if name in self.seen and value not in self.seen[name]:
                 out.append(f"{name}={value} (trained {', '.join(sorted(self.seen[name]))})")
