@@ -48,7 +48,7 @@ def fine_tune(checkpoint: str | Path, data: TrainingData, where: str | Path, hol
     train, held = holdout_split(data, holdout, seed) if holdout else (data, [])
     if not train.samples:
         raise TrainingDataError(f"nothing left to fine-tune on: all {len(data.samples)} iterations are held out "
-                         f"(holdout {holdout:.0%}); measure more configurations or lower the holdout")
+                                f"(holdout {holdout:.0%}); measure more configurations or lower the holdout")
     source = holdout_source(where, holdout, seed)
     model = ScaleDLPredictor.load(checkpoint)
     before = accuracy_of(model, held, source) if held else None

@@ -108,4 +108,3 @@ def _update(args: argparse.Namespace, data, src: Path, out: Path) -> int:  # noq
     tuned.model.save(out)
     print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB)")
     return 0
-
