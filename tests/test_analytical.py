@@ -131,6 +131,12 @@ def test_measured_in_step_costs_are_added_per_call():
     assert fitted[2].breakdown["pp_p2p"] - gpu[2].breakdown["pp_p2p"] == pytest.approx(2 * (m + 1) * 1e-2, rel=1e-6)
     overridden = AnalyticalPredictor(AnalyticalConfig(call_s=5.0), device=replace(measured, extra=costs))
     assert [p.iter_time_s for p in overridden.predict(spec, graph, plans)] == [p.iter_time_s for p in costly]
+    # Without step_p2p (ScaleDL's composition) a send/recv is charged the configured call cost instead of the
+    # measured in-step one; the collectives and sharded linears keep theirs.
+    plain = AnalyticalPredictor(AnalyticalConfig(step_p2p=False), device=replace(measured, extra=costs)).predict(
+        spec, graph, plans)
+    assert plain[2].breakdown["pp_p2p"] == pytest.approx(base[2].breakdown["pp_p2p"], rel=1e-12)
+    assert [p.breakdown for p in plain[:2]] == [p.breakdown for p in costly[:2]]
 
 
 def test_tensor_parallel_across_nodes_is_slower():

@@ -166,6 +166,21 @@ def test_checkpoint_from_other_features_is_refused(fitted, tmp_path):
         ScaleDLPredictor.load(path)
 
 
+def test_a_checkpoint_from_before_step_p2p_composes_as_it_was_trained(fitted, tmp_path):
+    """New predictors compose pipeline p2p without a measured CPU's in-step cost; a checkpoint saved
+    before that setting existed charged it, and loads charging it."""
+    import torch
+
+    assert fitted.config["step_p2p"] is False and fitted.analytical.config.step_p2p is False
+    path = tmp_path / "old.pt"
+    fitted.save(path)
+    state = torch.load(path, weights_only=False)
+    del state["config"]["step_p2p"], state["analytical"]["step_p2p"]
+    torch.save(state, path)
+    old = ScaleDLPredictor.load(path)
+    assert old.config["step_p2p"] is True and old.analytical.config.step_p2p is True
+
+
 def test_update_fine_tunes_towards_new_measurements(fitted, vtrain_slice):
     """Active learning: a checkpoint trained on 12-layer models, updated with half of the 24-layer
     runs, gets better on the other half; its z range grows and the update is recorded."""

@@ -7,7 +7,7 @@ error. The domain is the range of each size (hidden, blocks, tokens, vocabulary,
 degrees and micro-batch) and the set of each setting (ZeRO stage, recomputation, schedule,
 sequence parallelism, precision, device, model family, and for a measured device the hardware its
 profile was taken on) over the training samples. The family matters: leaving one of the CPU
-dataset's five architectures out costs ScaleDL 10.6 % MRE against 8.5 % in-domain, and leaving out
+dataset's five architectures out costs ScaleDL 10.3 % MRE against 8.7 % in-domain, and leaving out
 both vision models 15-20 % (bench/results/). So does the hardware: `cpu` is whatever machine runs
 the prediction, and the CPU checkpoint (trained on an Intel Xeon's profile) priced eight plans on
 an AMD EPYC, with that machine's profile, 21 % too slow (bench/results/validate_plans.txt).

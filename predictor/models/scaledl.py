@@ -94,13 +94,18 @@ class ScaleDLPredictor(Predictor):
     name = "scaledl"
 
     def __init__(self, regressor: Any | None = None, *, use_gnn: bool = True, use_global: bool = True,
-                 use_comm: bool = True, calibrate: bool = False, host_once: bool = True, hidden: int = 32,
-                 heads: int = 4, epochs: int = 800, lr: float = 3e-3, weight_decay: float = 1e-4,
+                 use_comm: bool = True, calibrate: bool = False, host_once: bool = True, step_p2p: bool = False,
+                 hidden: int = 32, heads: int = 4, epochs: int = 800, lr: float = 3e-3, weight_decay: float = 1e-4,
                  ensemble: int = ENSEMBLE, seed: int = 0) -> None:
+        """`step_p2p`: charge a measured CPU's in-step cost per pipeline send/recv in the composed p2p term.
+        Off by default: on the CPU dataset's training rows a relative least-squares fit of the measured time
+        on the composed terms gave that term a weight of about 0, and cross-validation preferred it off
+        (bench/results/ensemble_cv.txt). Checkpoints trained before 1 Dec 2026 charged it."""
         self.config = dict(use_gnn=use_gnn, use_global=use_global, use_comm=use_comm, calibrate=calibrate,
-                           host_once=host_once, hidden=hidden, heads=heads, epochs=epochs, lr=lr,
-                           weight_decay=weight_decay, ensemble=ensemble, seed=seed)
-        self.analytical = AnalyticalPredictor()  # `calibrate`: its GPU framework costs fitted first (fit_fixed_costs)
+                           host_once=host_once, step_p2p=step_p2p, hidden=hidden, heads=heads, epochs=epochs,
+                           lr=lr, weight_decay=weight_decay, ensemble=ensemble, seed=seed)
+        # The composition's base; `calibrate`: its GPU framework costs fitted first (fit_fixed_costs).
+        self.analytical = AnalyticalPredictor(AnalyticalConfig(step_p2p=step_p2p))
         self.layerwise = LayerwiseModel(analytical_layer_time, spec_device, regressor, seed)
         self.net: CorrectionEnsemble | None = None
         self.z_mean = np.zeros(GLOBAL_DIM)
@@ -170,7 +175,8 @@ class ScaleDLPredictor(Predictor):
         if not data.samples:
             raise ValueError("ScaleDLPredictor.fit needs at least one measured iteration (TrainingData.samples is empty)")
         torch.manual_seed(self.config["seed"])
-        self.analytical = AnalyticalPredictor(fit_fixed_costs(data.samples) if self.config["calibrate"] else None)
+        base = AnalyticalConfig(step_p2p=self.config["step_p2p"])
+        self.analytical = AnalyticalPredictor(fit_fixed_costs(data.samples, base) if self.config["calibrate"] else base)
         self.layerwise.fit(data.layers)
         rows = self._rows(data)
         self.z_mean, self.z_min, self.z_max = rows.z.mean(0), rows.z.min(0), rows.z.max(0)
@@ -422,8 +428,9 @@ class ScaleDLPredictor(Predictor):
             raise ValueError(f"ScaleDL checkpoint {path} was trained with other features than this version computes "
                              f"({', '.join(f'{k}: {theirs.get(k)} vs {mine[k]}' for k in differ[:3])}); "
                              "retrain it with `scaledl train`")
-        # Checkpoints before ensembles hold one network; before host_once they composed a CPU's host twice.
-        self = cls(**{"ensemble": 1, "host_once": False, **state["config"]})
+        # Checkpoints before ensembles hold one network; before host_once they composed a CPU's host twice;
+        # before step_p2p they charged the in-step p2p cost (their saved analytical config says so too).
+        self = cls(**{"ensemble": 1, "host_once": False, "step_p2p": True, **state["config"]})
         self.analytical = AnalyticalPredictor(AnalyticalConfig(**state.get("analytical", {})))  # older: the defaults
         learned = pickle.loads(lzma.decompress(state["sklearn"]))
         self.layerwise.models, self.layerwise.attr_keys = learned["layer_models"], learned["attr_keys"]
