@@ -1,8 +1,8 @@
 """`scaledl adapt`: fit the CPU checkpoint to this machine, in one command.
 
 `cpu` is whatever machine runs the prediction, and a checkpoint learned on one CPU model is off on
-another: the shipped one, trained on an Intel Xeon, was 32 % off on an AMD EPYC; fine-tuned on 40 of
-that machine's runs, 8 % (bench/results/transfer.txt). `adapt` does that: it measures random
+another: the shipped one, trained on an Intel Xeon, was 26 % off on an AMD EPYC; fine-tuned on 40 of
+that machine's runs, 9 % (bench/results/transfer.txt). `adapt` does that: it measures random
 configurations of the five model families on this machine (whole iterations only, about a minute
 for the default 40), fine-tunes the checkpoint on them as `scaledl train --update` does, with a
 seeded fifth held out to judge the update, and keeps the result in the user's cache

@@ -66,7 +66,7 @@ def _plan_settings(plan: Plan) -> dict[str, str]:
 def advice(outside: Iterable[str]) -> str:
     """What to do about a prediction outside the training domain (`outside` as TrainingDomain lists it).
     On other hardware a minute of the machine's own runs fixes most of it: fine-tuned on 40 of them, the
-    CPU checkpoint's error on an AMD EPYC fell from 32 to 8 % (bench/results/transfer.txt); `scaledl
+    CPU checkpoint's error on an AMD EPYC fell from 26 to 9 % (bench/results/transfer.txt); `scaledl
     adapt` does it and `auto` then uses the result."""
     text = "expect larger errors than its measured accuracy"
     if any(w.startswith(HARDWARE) for w in outside):
