@@ -41,16 +41,15 @@ class FineTuned:
                 f"{self.held_out} configurations (before the update: {self.before['mape_pct']:.1f}%)")
 
 
-def fine_tune(checkpoint: str | Path, data: TrainingData, where: str | Path, holdout: float, seed: int = 0,
+def fine_tune(model: ScaleDLPredictor, data: TrainingData, where: str | Path, holdout: float, seed: int = 0,
               epochs: int = 60) -> FineTuned:
-    """Load `checkpoint`, hold out `holdout` of each architecture's configurations of `data` (read from
-    `where`; seeded) and update the predictor on the rest; the updated model records its held-out accuracy."""
+    """Hold out `holdout` of each architecture's configurations of `data` (read from `where`; seeded) and
+    update the loaded `model` in place on the rest; the updated model records its held-out accuracy."""
     train, held = holdout_split(data, holdout, seed) if holdout else (data, [])
     if not train.samples:
         raise TrainingDataError(f"nothing left to fine-tune on: all {len(data.samples)} iterations are held out "
                                 f"(holdout {holdout:.0%}); measure more configurations or lower the holdout")
     source = holdout_source(where, holdout, seed)
-    model = ScaleDLPredictor.load(checkpoint)
     before = accuracy_of(model, held, source) if held else None
     model.update(train, epochs=epochs)
     after = None

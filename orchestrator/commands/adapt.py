@@ -23,7 +23,6 @@ from predictor.models.registry import adapted_checkpoint_path, checkpoint_path
 from predictor.profile import ProfileError, ProfileSettings, select
 
 HELP = "fit the CPU checkpoint to this machine: measure short runs here, fine-tune, and let `auto` use the result"
-FAMILIES = ("t5", "gpt2", "bert", "vit", "deit")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(1)  # small networks: extra threads only add contention
-    from predictor.evaluate import load_profile_dataset
+    from predictor.evaluate import FAMILIES, load_profile_dataset
     from predictor.finetune import fine_tune
     from predictor.measure.device import cache_dir, measured_cpu, save_cpu_profile
     from predictor.models.scaledl import ScaleDLPredictor
@@ -63,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"--checkpoint {checkpoint} does not exist")
     device = measured_cpu()  # measures this machine on first use (about 45 s)
     hardware = device.model
-    domain = ScaleDLPredictor.load(checkpoint).domain
-    if domain is not None and not domain.outside_hardware(device) and not args.force:
+    model = ScaleDLPredictor.load(checkpoint)
+    if model.domain is not None and not model.domain.outside_hardware(device) and not args.force:
         print(f"{checkpoint} was trained on this hardware ({hardware}) already: nothing to adapt "
               "(--force fine-tunes it anyway)")
         return 0
@@ -80,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     data = load_profile_dataset(data_dir, designs=None, with_layers=False)
     if not data.samples:
         raise UsageError(f"no configuration measured successfully in {data_dir}: see the lines above")
-    tuned = fine_tune(checkpoint, data, data_dir, args.holdout, args.seed, args.epochs)
+    tuned = fine_tune(model, data, data_dir, args.holdout, args.seed, args.epochs)
     print(f"fine-tuned {checkpoint} on {tuned.trained_on} runs of this machine; {tuned.summary()}")
     if not tuned.improved:
         print(f"wrote nothing: the update made the held-out error worse, and `--predictor auto` goes on using "

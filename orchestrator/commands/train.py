@@ -97,8 +97,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _update(args: argparse.Namespace, data, src: Path, out: Path) -> int:  # noqa: ANN001 - TrainingData (lazy import)
     from predictor.finetune import fine_tune
+    from predictor.models.scaledl import ScaleDLPredictor
 
-    tuned = fine_tune(args.update, data, src, args.holdout, args.seed, args.epochs or 60)
+    tuned = fine_tune(ScaleDLPredictor.load(args.update), data, src, args.holdout, args.seed, args.epochs or 60)
     print(f"fine-tuned {args.update} on {tuned.trained_on} iterations from {src}"
           + (f"; {tuned.held_out} held out" if tuned.held_out else ""))
     print(tuned.summary())

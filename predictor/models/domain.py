@@ -41,18 +41,14 @@ def _sizes(spec: WorkloadSpec) -> dict[str, float]:
 
 def _workload_settings(spec: WorkloadSpec) -> dict[str, str]:
     return {"precision": str(spec.training.precision), "device": str(spec.cluster.device),
-            "family": spec.model.family or "custom", **_hardware_name(spec_device(spec))}
+            "family": spec.model.family or "custom"}
 
 
-def _hardware_name(device: Device) -> dict[str, str]:
-    """A measured device's CPU model (`cpu` is whatever machine runs it); a catalogue name says it already."""
-    return {HARDWARE: device.model} if device.model else {}
-
-
-def _hardware_figures(device: Device) -> dict[str, float]:
-    if not device.measured:
-        return {}
-    return dict(zip(FIGURES, (device.flops("fp32") / 1e9, device.mem_bandwidth / 1e9)))
+def _hardware(device: Device) -> tuple[dict[str, float], dict[str, str]]:
+    """(figures, name) of a measured device: its fp32 FLOP/s and bandwidth, and its CPU model (`cpu` is
+    whatever machine runs it). A catalogue device has neither: its name says it all."""
+    figures = dict(zip(FIGURES, (device.flops("fp32") / 1e9, device.mem_bandwidth / 1e9))) if device.measured else {}
+    return figures, ({HARDWARE: device.model} if device.model else {})
 
 
 def _plan_degrees(plan: Plan) -> dict[str, float]:
@@ -96,23 +92,24 @@ class TrainingDomain:
         return out
 
     def _add(self, spec: WorkloadSpec, plan: Plan) -> None:
-        numbers = {**_sizes(spec), **_hardware_figures(spec_device(spec)), **_plan_degrees(plan)}
+        figures, cpu_model = _hardware(spec_device(spec))
+        numbers = {**_sizes(spec), **figures, **_plan_degrees(plan)}
         for name, value in numbers.items():
             if value > 0:
                 lo, hi = self.ranges.get(name, [value, value])
                 self.ranges[name] = [min(lo, value), max(hi, value)]
-        labels = {**_workload_settings(spec), **_plan_settings(plan)}
+        labels = {**_workload_settings(spec), **cpu_model, **_plan_settings(plan)}
         for name, value in labels.items():
             if value not in self.seen.setdefault(name, []):
                 self.seen[name].append(value)
 
     def outside_workload(self, spec: WorkloadSpec) -> list[str]:
         """What of the workload (not the plan) lies outside the domain, e.g. 'vocab 30522 (trained 4096)'."""
-        return self._outside({**_sizes(spec), **_hardware_figures(spec_device(spec))}, _workload_settings(spec))
+        return self._outside(_sizes(spec), _workload_settings(spec)) + self.outside_hardware(spec_device(spec))
 
     def outside_hardware(self, device: Device) -> list[str]:
-        """What of a device lies outside the domain: a measured one's CPU model or its figures."""
-        return self._outside(_hardware_figures(device), _hardware_name(device))
+        """What of a device lies outside the domain: a measured one's figures or CPU model."""
+        return self._outside(*_hardware(device))
 
     def outside_plan(self, plan: Plan) -> list[str]:
         return self._outside(_plan_degrees(plan), _plan_settings(plan))
