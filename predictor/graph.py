@@ -28,6 +28,7 @@ graph's total agrees with `FlopCounterMode` on the full model.
 from __future__ import annotations
 
 import bisect
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -765,7 +766,7 @@ def _assemble(spec: ModelSpec, module: nn.Module, trace: _Trace, costs: _Costs,
         nodes.append(LayerNode(
             name=c if c else "model", kind=kind, group=group, count=count, in_shape=in_shape, out_shape=out_shape,
             fwd_flops=fwd[c], bwd_flops=bwd[c], params=params.get(c, 0), act_elems=act[c], out_elems=out_elems,
-            tp=role, attrs=attrs))
+            tp=role, attrs=attrs, ops=_op_counts([ops[i] for i in idx], attrs.get("p_x1000") == 0)))
 
     # Parameters of modules that never ran (none in the supported families) still count.
     unplaced = params.get(None, 0)  # type: ignore[call-overload]
@@ -909,6 +910,19 @@ def _edges(ops: list[_Op], owner_of_op: dict[int, int], const: list[bool]) -> li
             seen.add((src_op, dst))
             acc[(src, dst)] = acc.get((src, dst), 0.0) + float(ops[src_op].numel)
     return sorted((s, d, e) for (s, d), e in acc.items())
+
+
+def _op_counts(ops: list[_Op], no_dropout: bool) -> dict[str, tuple[int, float]]:
+    """aten op -> (calls, elements its inputs and first output hold), over a node's forward ops.
+    A dropout of p = 0 returns its input untouched: it is counted as `dropout(p=0)`, a free op, so
+    it is not priced like a real one."""
+    out: dict[str, tuple[int, float]] = {}
+    for op in ops:
+        target = "dropout(p=0)" if no_dropout and op.target == "dropout" else op.target
+        elems = float(op.numel) + sum(float(math.prod(shape)) for _src, _kind, shape in op.inputs)
+        calls, total = out.get(target, (0, 0.0))
+        out[target] = (calls + 1, total + elems)
+    return out
 
 
 def _attrs(kind: str, mod: nn.Module | None, ops: list[_Op], spec: ModelSpec,

@@ -40,6 +40,10 @@ class LayerNode:
     out_elems: float  # elements of the output per sample
     tp: TPRole = "replicated"
     attrs: dict[str, int] = field(default_factory=dict)  # structural features: d_in, d_out, heads, head_dim, seq, ...
+    # The eager operators one forward of an occurrence runs: aten op -> (calls, elements read + written per
+    # sample). What a non-GEMM layer costs on a device is mostly these (GPT-2's tanh GELU is eight of them,
+    # BERT's one); `predictor.models.op_costs` prices them.
+    ops: dict[str, tuple[int, float]] = field(default_factory=dict)
 
 
 @dataclass

@@ -6,6 +6,8 @@ than the raw time. That keeps a tree model (which cannot extrapolate) sensible o
 larger than any it saw: outside the training range it predicts a bounded efficiency and
 the analytical time carries the scale. A kind with no timings on a device falls back to
 the analytical layer time (ratio 1), which is how the A100 model works without layer data.
+With `op_costs`, the base of a layer that is not a matrix product is its operators' cost on the
+device, fitted on the same timings first (`predictor.models.op_costs`), instead of its roofline.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.models.analytical import layer_times
 from predictor.models.features import LayerKey, layer_matrix
+from predictor.models.op_costs import OpCosts, OpRow, is_gemm
 from predictor.workload import WorkloadSpec
 
 # Analytical (fwd, bwd) seconds of every node of a graph, per micro-batch and occurrence: shape (n, 2).
@@ -54,14 +57,17 @@ class LayerwiseModel:
     """φ_kind per (device, layer kind) on top of an analytical base time."""
 
     def __init__(self, base_time: BaseTime, device_of: Callable[[WorkloadSpec], Device],
-                 regressor: Any | None = None, seed: int = 0) -> None:
+                 regressor: Any | None = None, seed: int = 0, op_costs: bool = False) -> None:
         self.base_time = base_time
         self.device_of = device_of
         self.regressor = regressor if regressor is not None else default_regressor(seed)
+        self.fit_op_costs = op_costs
         self.models: dict[tuple[str, str], Any] = {}  # (device, kind) -> fitted regressor
         self.attr_keys: dict[str, list[str]] = {}  # kind -> structural attrs used as features
+        self.op_costs: dict[str, OpCosts] = {}  # device -> its operators' costs (with `op_costs`)
 
     def fit(self, obs: list[LayerObs]) -> "LayerwiseModel":
+        self.op_costs = self._fit_op_costs(obs) if self.fit_op_costs else {}
         groups: dict[tuple[int, LayerKey], list[LayerObs]] = {}
         for o in obs:
             if o.fwd_s > 0:
@@ -70,7 +76,7 @@ class LayerwiseModel:
         ys: dict[tuple[str, str], list[np.ndarray]] = {}
         for rows in groups.values():
             spec, graph, key = rows[0].spec, rows[0].graph, rows[0].key
-            base = self._base(spec, graph, key)
+            _, base = self._bases(spec, graph, key)
             for kind in sorted({graph.nodes[o.index].kind for o in rows}):
                 mine = [o for o in rows if graph.nodes[o.index].kind == kind]
                 keys = self.attr_keys.setdefault(kind, sorted({a for o in obs for a in o.graph.nodes[o.index].attrs
@@ -85,12 +91,28 @@ class LayerwiseModel:
             self.models[dk] = model
         return self
 
-    def _base(self, spec: WorkloadSpec, graph: LayerGraph, key: LayerKey) -> np.ndarray:
-        return np.maximum(np.asarray(self.base_time(spec, graph, key, self.device_of(spec)), dtype=float), 1e-9)
+    @staticmethod
+    def _fit_op_costs(obs: list[LayerObs]) -> dict[str, OpCosts]:
+        """Per device, operator costs from its timed non-GEMM layers (those timed whole, at tp 1)."""
+        rows: dict[str, list[OpRow]] = {}
+        for o in obs:
+            if o.key.tp == 1 and not is_gemm(o.graph, o.index, o.key.heads):
+                rows.setdefault(o.key.device, []).append(OpRow(o.graph.nodes[o.index], o.key.mbs, o.fwd_s, o.bwd_s))
+        fitted = {device: OpCosts.fit(r) for device, r in rows.items()}
+        return {device: costs for device, costs in fitted.items() if costs is not None}
+
+    def _bases(self, spec: WorkloadSpec, graph: LayerGraph, key: LayerKey) -> tuple[np.ndarray, np.ndarray]:
+        """(analytical, regressed-on) seconds per node: the regressors correct the second, which is the
+        first with the device's operator costs pricing the non-GEMM layers, where it has them."""
+        analytical = np.maximum(np.asarray(self.base_time(spec, graph, key, self.device_of(spec)), dtype=float), 1e-9)
+        costs = self.op_costs.get(key.device)
+        if costs is None:
+            return analytical, analytical
+        return analytical, np.maximum(costs.apply(graph, key.tp, key.sp, key.heads, key.mbs, analytical), 1e-9)
 
     def predict(self, spec: WorkloadSpec, graph: LayerGraph, key: LayerKey) -> tuple[np.ndarray, np.ndarray]:
         """(predicted, analytical) fwd/bwd seconds per node, per micro-batch and occurrence: arrays (n, 2)."""
-        base = self._base(spec, graph, key)
+        analytical, base = self._bases(spec, graph, key)
         pred = base.copy()
         by_kind: dict[str, list[int]] = {}
         for i, n in enumerate(graph.nodes):
@@ -101,4 +123,4 @@ class LayerwiseModel:
             x = layer_matrix(graph, key, device, self.attr_keys[kind], idx)
             ratio = np.exp(np.asarray(self.models[(key.device, kind)].predict(x)).reshape(len(idx), 2))
             pred[idx] = base[idx] * ratio
-        return pred, base
+        return pred, analytical

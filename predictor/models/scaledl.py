@@ -95,18 +95,22 @@ class ScaleDLPredictor(Predictor):
 
     def __init__(self, regressor: Any | None = None, *, use_gnn: bool = True, use_global: bool = True,
                  use_comm: bool = True, calibrate: bool = False, host_once: bool = True, step_p2p: bool = False,
-                 hidden: int = 32, heads: int = 4, epochs: int = 800, lr: float = 3e-3, weight_decay: float = 1e-4,
-                 ensemble: int = ENSEMBLE, seed: int = 0) -> None:
+                 op_costs: bool = False, hidden: int = 32, heads: int = 4, epochs: int = 800, lr: float = 3e-3,
+                 weight_decay: float = 1e-4, ensemble: int = ENSEMBLE, seed: int = 0) -> None:
         """`step_p2p`: charge a measured CPU's in-step cost per pipeline send/recv in the composed p2p term.
         Off by default: on the CPU dataset's training rows a relative least-squares fit of the measured time
         on the composed terms gave that term a weight of about 0, and cross-validation preferred it off
-        (bench/results/ensemble_cv.txt). Checkpoints trained before 1 Dec 2026 charged it."""
+        (bench/results/ensemble_cv.txt). Checkpoints trained before 1 Dec 2026 charged it.
+        `op_costs`: the layer-wise base of a non-GEMM layer is its operators' cost on the device, fitted on
+        the layer timings (`predictor.models.op_costs`), not its roofline. Off by default: cross-validation
+        found it better out of domain and worse in-domain, by margins one model seed cannot resolve
+        (bench/results/ensemble_cv.txt, top); `bench/ensemble_cv.py --seeds` can re-ask it."""
         self.config = dict(use_gnn=use_gnn, use_global=use_global, use_comm=use_comm, calibrate=calibrate,
-                           host_once=host_once, step_p2p=step_p2p, hidden=hidden, heads=heads, epochs=epochs,
-                           lr=lr, weight_decay=weight_decay, ensemble=ensemble, seed=seed)
+                           host_once=host_once, step_p2p=step_p2p, op_costs=op_costs, hidden=hidden, heads=heads,
+                           epochs=epochs, lr=lr, weight_decay=weight_decay, ensemble=ensemble, seed=seed)
         # The composition's base; `calibrate`: its GPU framework costs fitted first (fit_fixed_costs).
         self.analytical = AnalyticalPredictor(AnalyticalConfig(step_p2p=step_p2p))
-        self.layerwise = LayerwiseModel(analytical_layer_time, spec_device, regressor, seed)
+        self.layerwise = LayerwiseModel(analytical_layer_time, spec_device, regressor, seed, op_costs)
         self.net: CorrectionEnsemble | None = None
         self.z_mean = np.zeros(GLOBAL_DIM)
         self.z_std = np.ones(GLOBAL_DIM)
@@ -400,7 +404,8 @@ class ScaleDLPredictor(Predictor):
         if not self._fitted:
             raise RuntimeError("nothing to save: the predictor is not fitted")
         blob = lzma.compress(pickle.dumps({"layer_models": self.layerwise.models, "attr_keys": self.layerwise.attr_keys,
-                                           "memory_model": self.memory_model}), preset=6)
+                                           "op_costs": self.layerwise.op_costs, "memory_model": self.memory_model}),
+                             preset=6)
         state = {"format": 2, "features": feature_signature(), "config": self.config,
                  "net": None if self.net is None else self.net.state_dict(), "z_mean": self.z_mean,
                  "z_std": self.z_std, "z_min": self.z_min, "z_max": self.z_max, "sklearn": blob, "provenance": self.provenance,
@@ -429,11 +434,13 @@ class ScaleDLPredictor(Predictor):
                              f"({', '.join(f'{k}: {theirs.get(k)} vs {mine[k]}' for k in differ[:3])}); "
                              "retrain it with `scaledl train`")
         # Checkpoints before ensembles hold one network; before host_once they composed a CPU's host twice;
-        # before step_p2p they charged the in-step p2p cost (their saved analytical config says so too).
-        self = cls(**{"ensemble": 1, "host_once": False, "step_p2p": True, **state["config"]})
+        # before step_p2p they charged the in-step p2p cost (their saved analytical config says so too); before
+        # op_costs their layer bases were rooflines.
+        self = cls(**{"ensemble": 1, "host_once": False, "step_p2p": True, "op_costs": False, **state["config"]})
         self.analytical = AnalyticalPredictor(AnalyticalConfig(**state.get("analytical", {})))  # older: the defaults
         learned = pickle.loads(lzma.decompress(state["sklearn"]))
         self.layerwise.models, self.layerwise.attr_keys = learned["layer_models"], learned["attr_keys"]
+        self.layerwise.op_costs = learned.get("op_costs", {})  # checkpoints before 1 Dec 2026: roofline bases
         memory = learned["memory_model"]
         if memory is not None and not isinstance(memory, MemoryResidual):  # a checkpoint before the affine base
             memory = MemoryResidual.of_ratio_forest(memory)
