@@ -758,7 +758,8 @@ def _assemble(spec: ModelSpec, module: nn.Module, trace: _Trace, costs: _Costs,
         out_i = _out_op(ops, own, owner_of_op, pos[c])
         out_shape = ops[out_i].shape or () if out_i is not None else ()
         out_elems = float(ops[out_i].numel) if out_i is not None else 0.0
-        attrs = _attrs(kind, mod, [ops[i] for i in idx], spec, in_shape, out_shape)
+        its_ops = [ops[i] for i in idx]
+        attrs = _attrs(kind, mod, its_ops, spec, in_shape, out_shape)
         if mask[c]:
             attrs["act_mask_elems"] = int(mask[c])
         role = _tp_role(kind, c, group, mod, spec, roles[-1] if roles else "replicated", attrs.get("d_out", 0))
@@ -766,7 +767,7 @@ def _assemble(spec: ModelSpec, module: nn.Module, trace: _Trace, costs: _Costs,
         nodes.append(LayerNode(
             name=c if c else "model", kind=kind, group=group, count=count, in_shape=in_shape, out_shape=out_shape,
             fwd_flops=fwd[c], bwd_flops=bwd[c], params=params.get(c, 0), act_elems=act[c], out_elems=out_elems,
-            tp=role, attrs=attrs, ops=_op_counts([ops[i] for i in idx], attrs.get("p_x1000") == 0)))
+            tp=role, attrs=attrs, ops=_op_counts(its_ops, attrs.get("p_x1000") == 0)))
 
     # Parameters of modules that never ran (none in the supported families) still count.
     unplaced = params.get(None, 0)  # type: ignore[call-overload]
