@@ -105,3 +105,17 @@ def test_a_checkpoint_keeps_its_operator_costs(bert: TrainingData, tmp_path) -> 
     assert loaded.layerwise.op_costs["cpu"].ops == model.layerwise.op_costs["cpu"].ops
     test = bert.samples[40:60]
     np.testing.assert_array_equal(predict_samples(loaded, test)[0], predict_samples(model, test)[0])
+
+
+def test_train_command_fits_operator_costs_into_the_checkpoint(tmp_path, capsys) -> None:
+    """`scaledl train --op-costs` prices non-GEMM layers by operators in the checkpoint it writes."""
+    from orchestrator.cli import main
+
+    ckpt = tmp_path / "m.pt"
+    assert main(["train", "--data", "predictor/data/cpu", "--designs", "doptimal-large", "--out", str(ckpt),
+                 "--epochs", "5", "--op-costs"]) == 0
+    loaded = ScaleDLPredictor.load(ckpt)
+    assert loaded.config["op_costs"] and set(loaded.layerwise.op_costs) == {"cpu"}
+    assert {"layer_norm", "gelu", "tanh"} <= set(loaded.layerwise.op_costs["cpu"].ops)
+    assert main(["train", "--data", "predictor/data/cpu", "--update", str(ckpt), "--op-costs"]) == 2
+    assert "--op-costs applies to a new checkpoint" in capsys.readouterr().err

@@ -36,6 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibrate", action="store_true",
                         help="GPU data: fit the framework's fixed costs (host time per operator, per collective call) "
                              "before the corrections; small models on a GPU are host-bound (README, 'learned predictor')")
+    parser.add_argument("--op-costs", action="store_true",
+                        help="price the layers that are not matrix products by their eager operators (a cost per call "
+                             "and per element fitted on the layer timings) instead of their roofline: better in "
+                             "cross-validation on architectures not in the training data, worse on those that are "
+                             "(README, 'learned predictor')")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -67,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--ensemble applies to a new checkpoint; --update keeps the checkpoint's own networks")
     if args.calibrate and args.update:
         raise UsageError("--calibrate applies to a new checkpoint; --update keeps the checkpoint's own fixed costs")
+    if args.op_costs and args.update:
+        raise UsageError("--op-costs applies to a new checkpoint; --update keeps the checkpoint's own layer bases")
     if not 0 <= args.holdout < 1:
         raise UsageError(f"--holdout {args.holdout}: give a share in [0, 1), e.g. 0.2")
     if args.update is None and args.out is None:
@@ -83,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"training ScaleDL on {len(train.samples)} iterations and {len(train.layers)} layer timings from {src}"
           + (f"; {len(held)} held out" if held else ""))
     model = ScaleDLPredictor(epochs=args.epochs or 800, seed=args.seed, ensemble=args.ensemble or ENSEMBLE,
-                             calibrate=args.calibrate).fit(train)
+                             calibrate=args.calibrate, op_costs=args.op_costs).fit(train)
     if args.calibrate:
         print("fitted fixed costs: " + ", ".join(f"{k} {v * 1e6:.1f} µs" for k, v in model.fixed_costs_s.items()))
     if held:
