@@ -84,11 +84,11 @@ def test_operator_costs_price_real_non_gemm_layers_closer_than_the_roofline(bert
     held = [o for o in data.layers if spec_ids[id(o.spec)] not in fit_ids
             and not is_gemm(o.graph, o.index, o.key.heads)]
     with_ops = LayerwiseModel(analytical_layer_time, spec_device, op_costs=True).fit(fit_on)
-    assert set(with_ops.op_costs) == {"cpu"}
+    assert set(with_ops.op_costs_by_device) == {"cpu"}
     roofline_err, op_err = [], []
     for o in held:
         roofline = analytical_layer_time(o.spec, o.graph, o.key, spec_device(o.spec))[o.index, 0]
-        priced = with_ops.op_costs["cpu"].apply(o.graph, 1, False, o.key.heads, o.key.mbs,
+        priced = with_ops.op_costs_by_device["cpu"].apply(o.graph, 1, False, o.key.heads, o.key.mbs,
                                                np.full((len(o.graph.nodes), 2), roofline))[o.index, 0]
         roofline_err.append(abs(np.log(roofline / o.fwd_s)))
         op_err.append(abs(np.log(priced / o.fwd_s)))
@@ -99,10 +99,10 @@ def test_operator_costs_price_real_non_gemm_layers_closer_than_the_roofline(bert
 def test_a_checkpoint_keeps_its_operator_costs(bert: TrainingData, tmp_path) -> None:
     ids = {s.config_id for s in bert.samples[:40]}
     model = ScaleDLPredictor(op_costs=True, epochs=20, seed=1).fit(subset(bert, lambda s: s.config_id in ids))
-    assert set(model.layerwise.op_costs) == {"cpu"}
+    assert set(model.layerwise.op_costs_by_device) == {"cpu"}
     model.save(tmp_path / "m.pt")
     loaded = ScaleDLPredictor.load(tmp_path / "m.pt")
-    assert loaded.layerwise.op_costs["cpu"].ops == model.layerwise.op_costs["cpu"].ops
+    assert loaded.layerwise.op_costs_by_device["cpu"].ops == model.layerwise.op_costs_by_device["cpu"].ops
     test = bert.samples[40:60]
     np.testing.assert_array_equal(predict_samples(loaded, test)[0], predict_samples(model, test)[0])
 
@@ -115,7 +115,7 @@ def test_train_command_fits_operator_costs_into_the_checkpoint(tmp_path, capsys)
     assert main(["train", "--data", "predictor/data/cpu", "--designs", "doptimal-large", "--out", str(ckpt),
                  "--epochs", "5", "--op-costs"]) == 0
     loaded = ScaleDLPredictor.load(ckpt)
-    assert loaded.config["op_costs"] and set(loaded.layerwise.op_costs) == {"cpu"}
-    assert {"layer_norm", "gelu", "tanh"} <= set(loaded.layerwise.op_costs["cpu"].ops)
+    assert loaded.config["op_costs"] and set(loaded.layerwise.op_costs_by_device) == {"cpu"}
+    assert {"layer_norm", "gelu", "tanh"} <= set(loaded.layerwise.op_costs_by_device["cpu"].ops)
     assert main(["train", "--data", "predictor/data/cpu", "--update", str(ckpt), "--op-costs"]) == 2
     assert "--op-costs applies to a new checkpoint" in capsys.readouterr().err

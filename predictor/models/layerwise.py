@@ -61,13 +61,13 @@ class LayerwiseModel:
         self.base_time = base_time
         self.device_of = device_of
         self.regressor = regressor if regressor is not None else default_regressor(seed)
-        self.fit_op_costs = op_costs
+        self.use_op_costs = op_costs
         self.models: dict[tuple[str, str], Any] = {}  # (device, kind) -> fitted regressor
         self.attr_keys: dict[str, list[str]] = {}  # kind -> structural attrs used as features
-        self.op_costs: dict[str, OpCosts] = {}  # device -> its operators' costs (with `op_costs`)
+        self.op_costs_by_device: dict[str, OpCosts] = {}  # fitted with `op_costs`
 
     def fit(self, obs: list[LayerObs]) -> "LayerwiseModel":
-        self.op_costs = self._fit_op_costs(obs) if self.fit_op_costs else {}
+        self.op_costs_by_device = self._fit_op_costs(obs) if self.use_op_costs else {}
         groups: dict[tuple[int, LayerKey], list[LayerObs]] = {}
         for o in obs:
             if o.fwd_s > 0:
@@ -105,7 +105,7 @@ class LayerwiseModel:
         """(analytical, regressed-on) seconds per node: the regressors correct the second, which is the
         first with the device's operator costs pricing the non-GEMM layers, where it has them."""
         analytical = np.maximum(np.asarray(self.base_time(spec, graph, key, self.device_of(spec)), dtype=float), 1e-9)
-        costs = self.op_costs.get(key.device)
+        costs = self.op_costs_by_device.get(key.device)
         if costs is None:
             return analytical, analytical
         return analytical, np.maximum(costs.apply(graph, key.tp, key.sp, key.heads, key.mbs, analytical), 1e-9)

@@ -404,7 +404,8 @@ class ScaleDLPredictor(Predictor):
         if not self._fitted:
             raise RuntimeError("nothing to save: the predictor is not fitted")
         blob = lzma.compress(pickle.dumps({"layer_models": self.layerwise.models, "attr_keys": self.layerwise.attr_keys,
-                                           "op_costs": self.layerwise.op_costs, "memory_model": self.memory_model}),
+                                           "op_costs": self.layerwise.op_costs_by_device,
+                                           "memory_model": self.memory_model}),
                              preset=6)
         state = {"format": 2, "features": feature_signature(), "config": self.config,
                  "net": None if self.net is None else self.net.state_dict(), "z_mean": self.z_mean,
@@ -440,7 +441,7 @@ class ScaleDLPredictor(Predictor):
         self.analytical = AnalyticalPredictor(AnalyticalConfig(**state.get("analytical", {})))  # older: the defaults
         learned = pickle.loads(lzma.decompress(state["sklearn"]))
         self.layerwise.models, self.layerwise.attr_keys = learned["layer_models"], learned["attr_keys"]
-        self.layerwise.op_costs = learned.get("op_costs", {})  # checkpoints before 1 Dec 2026: roofline bases
+        self.layerwise.op_costs_by_device = learned.get("op_costs", {})  # checkpoints before 1 Dec 2026: roofline bases
         memory = learned["memory_model"]
         if memory is not None and not isinstance(memory, MemoryResidual):  # a checkpoint before the affine base
             memory = MemoryResidual.of_ratio_forest(memory)
