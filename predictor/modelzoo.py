@@ -163,6 +163,8 @@ def _hf_config(model: ModelSpec) -> Any:
     extra = dict(model.kwargs)  # family specs: kwargs are extra config fields (e.g. t5 d_kv)
     fam = model.family
     if fam == "gpt2":
+        for key in ("bos_token_id", "eos_token_id"):  # GPT-2's are its last token (50256 of 50257)
+            extra.setdefault(key, model.vocab - 1)
         cfg = tf.GPT2Config(vocab_size=model.vocab, n_positions=model.seq_len, n_embd=h, n_layer=l, n_head=a,
                             n_inner=ffn, **extra)
     elif fam == "bert":
@@ -234,6 +236,8 @@ def build_model(model: ModelSpec, device: str | torch.device = "meta", dtype: to
     cls = _hf_model_class(family)
     with device:
         module = cls(cfg)
+    if family == "gpt2":  # its class name does not name its loss; transformers falls back to this one with a warning
+        module.loss_type = "ForCausalLM"
     return _cast(module, dtype)
 
 

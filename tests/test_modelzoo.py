@@ -89,6 +89,13 @@ def test_gpt_initial_loss_is_near_uniform() -> None:
     assert abs(loss - math.log(128)) < 0.5
 
 
+def test_gpt2_below_its_own_vocabulary_keeps_special_tokens_and_loss_in_range() -> None:
+    """GPT-2's defaults (tokens 50256, no loss type) made transformers warn on every smaller vocabulary."""
+    module = build_model(ModelSpec(**SMALL["gpt2"]))
+    assert module.config.bos_token_id == module.config.eos_token_id == SMALL["gpt2"]["vocab"] - 1
+    assert module.loss_type == "ForCausalLM"
+
+
 def test_gpt_parameter_count_closed_form() -> None:
     h, l, s, V = 64, 2, 16, 128
     model = build_model(ModelSpec(**SMALL["gpt"]))
