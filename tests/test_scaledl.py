@@ -229,7 +229,8 @@ def test_train_command_records_held_out_accuracy_and_update_keeps_or_swaps(tmp_p
 
 
 def test_train_command_calibrates_gpu_data_and_refuses_cpu_data(tmp_path, capsys):
-    """`--calibrate` fits the fixed costs into the checkpoint; a measured CPU dataset is refused with the fix."""
+    """`--calibrate` fits the fixed costs into the checkpoint; a measured CPU dataset is refused with the fix,
+    and so is `--op-costs` on a CSV without layer timings."""
     import pandas as pd
 
     from orchestrator.cli import main
@@ -247,6 +248,8 @@ def test_train_command_calibrates_gpu_data_and_refuses_cpu_data(tmp_path, capsys
     assert main(["train", "--data", "predictor/data/cpu", "--out", str(tmp_path / "cpu.pt"), "--calibrate"]) == 2
     assert "cpu is a measured device" in capsys.readouterr().err
     assert main(["train", "--data", str(csv), "--update", str(ckpt), "--calibrate"]) == 2
+    assert main(["train", "--data", str(csv), "--out", str(tmp_path / "ops.pt"), "--op-costs"]) == 2
+    assert "has none" in capsys.readouterr().err and not (tmp_path / "ops.pt").exists()
 
 
 def test_layer_timings_rescale_a_host_bound_gpu_stage_without_counting_the_host_twice():

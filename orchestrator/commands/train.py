@@ -84,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
     data = _load(src, designs)
     if not data.samples:
         raise UsageError(f"--data {src}: no usable measured iterations (designs={designs})")
+    if args.op_costs and not data.layers:
+        raise UsageError(f"--op-costs fits operator costs on layer timings, and --data {src} has none (a profile "
+                         "dataset directory has them; a vTrain CSV does not): train without --op-costs")
     if args.update:
         return _update(args, data, src, out)
     train, held = holdout_split(data, args.holdout, args.seed) if args.holdout else (data, [])
