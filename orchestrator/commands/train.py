@@ -31,8 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                    "epoch on a 15%% validation split is kept, or below 100 iterations "
                                                    "the count 3-fold cross-validation picks; --update: 60)")
     parser.add_argument("--ensemble", type=int, default=None, metavar="K",
-                        help="correction networks trained apart and averaged (default 1: in cross-validation on the CPU "
-                             "dataset five did no better; K times slower to train)")
+                        help="correction networks trained apart and averaged (default 1; K times slower to train). "
+                             "In cross-validation on the CPU dataset three were better on the profiled architectures "
+                             "and worse on unseen ones (README, 'learned predictor')")
     parser.add_argument("--calibrate", action="store_true",
                         help="GPU data: fit the framework's fixed costs (host time per operator, per collective call) "
                              "before the corrections; small models on a GPU are host-bound (README, 'learned predictor')")

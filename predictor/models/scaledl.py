@@ -54,10 +54,10 @@ _MIN_MEMORY_ROWS = 10
 _MIN_VALIDATION = 100
 _CV_FOLDS = 3
 _SCORE_EVERY = 5  # epochs between validation scores
-# Correction networks averaged (`CorrectionEnsemble`). One: on the corrected CPU dataset, 4-fold CV
-# inside the in-domain training splits gave 11.29 % MRE for one and 11.39 % for five
-# (bench/results/ensemble_cv.txt); five had won on the 29 Nov data, most on T5, whose corrupted
-# pipeline rows made single networks unstable.
+# Correction networks averaged (`CorrectionEnsemble`). One: three are better in the CPU dataset's
+# in-domain CV (8.49 vs 9.16 % over model seeds 0-2, lower in each) but worse out of domain (12.08 vs
+# 10.97 % with seed 0, all five held-out architectures), and take three times as long to train
+# (bench/results/ensemble_cv.txt, top).
 ENSEMBLE = 1
 
 
