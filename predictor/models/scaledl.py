@@ -102,9 +102,9 @@ class ScaleDLPredictor(Predictor):
         on the composed terms gave that term a weight of about 0, and cross-validation preferred it off
         (bench/results/ensemble_cv.txt). Checkpoints trained before 1 Dec 2026 charged it.
         `op_costs`: the layer-wise base of a non-GEMM layer is its operators' cost on the device, fitted on
-        the layer timings (`predictor.models.op_costs`), not its roofline. Off by default: cross-validation
-        found it better out of domain and worse in-domain, by margins one model seed cannot resolve
-        (bench/results/ensemble_cv.txt, top); `bench/ensemble_cv.py --seeds` can re-ask it."""
+        the layer timings (`predictor.models.op_costs`), not its roofline (`scaledl train --op-costs`). Off by
+        default: cross-validation over three model seeds found it better out of domain and worse in-domain in
+        every seed (bench/results/ensemble_cv.txt)."""
         self.config = dict(use_gnn=use_gnn, use_global=use_global, use_comm=use_comm, calibrate=calibrate,
                            host_once=host_once, step_p2p=step_p2p, op_costs=op_costs, hidden=hidden, heads=heads,
                            epochs=epochs, lr=lr, weight_decay=weight_decay, ensemble=ensemble, seed=seed)
