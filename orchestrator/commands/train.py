@@ -45,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
+# Options that shape a checkpoint as it is first trained -> what `--update` keeps of the checkpoint instead.
+_NEW_CHECKPOINT_ONLY = {"ensemble": "networks", "calibrate": "fixed costs", "op_costs": "layer bases"}
+
+
 def _load(src: Path, designs_arg: str):  # noqa: ANN202 - TrainingData, imported lazily (torch-geometric)
     from predictor.evaluate import load_profile_dataset, load_vtrain
     from predictor.models.features import TrainingData
@@ -69,12 +73,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.ensemble is not None and args.ensemble < 1:
         raise UsageError(f"--ensemble {args.ensemble}: give at least 1 network")
-    if args.ensemble is not None and args.update:
-        raise UsageError("--ensemble applies to a new checkpoint; --update keeps the checkpoint's own networks")
-    if args.calibrate and args.update:
-        raise UsageError("--calibrate applies to a new checkpoint; --update keeps the checkpoint's own fixed costs")
-    if args.op_costs and args.update:
-        raise UsageError("--op-costs applies to a new checkpoint; --update keeps the checkpoint's own layer bases")
+    for option, kept in _NEW_CHECKPOINT_ONLY.items():
+        if args.update and getattr(args, option) not in (None, False):
+            raise UsageError(f"--{option.replace('_', '-')} applies to a new checkpoint; --update keeps the "
+                             f"checkpoint's own {kept}")
     if not 0 <= args.holdout < 1:
         raise UsageError(f"--holdout {args.holdout}: give a share in [0, 1), e.g. 0.2")
     if args.update is None and args.out is None:
