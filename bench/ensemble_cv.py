@@ -13,6 +13,10 @@ each setting on three folds, score MRE on the fourth. With `--protocol ood`, nes
 held-out architecture (`--models`; never read), leave one of the four training architectures out
 in turn, fit on the other three. Prints one line per fold and the mean; with `--seeds`, each setting is
 fitted with each model seed and compared on the mean over seeds.
+
+Out of domain the held-out architecture is one the fit never saw, so ScaleDL's default answers it with
+its companion (`ScaleDLPredictor(unseen=...)`): a setting of the main model alone changes nothing there
+unless `unseen=none` is given with it.
 """
 
 from __future__ import annotations
@@ -112,12 +116,12 @@ def _candidates(args: argparse.Namespace, ap: argparse.ArgumentParser) -> dict[s
 
 
 def _setting(text: str) -> dict[str, object]:
-    """'use_comm=false,ensemble=5' -> {'use_comm': False, 'ensemble': 5}."""
+    """'use_comm=false,ensemble=5,unseen=none' -> {'use_comm': False, 'ensemble': 5, 'unseen': None}."""
     out: dict[str, object] = {}
     for item in text.split(","):
         key, _, raw = item.partition("=")
         low = raw.strip().lower()
-        out[key.strip()] = (low == "true" if low in ("true", "false") else
+        out[key.strip()] = (None if low == "none" else low == "true" if low in ("true", "false") else
                             int(raw) if raw.strip().lstrip("-").isdigit() else float(raw))
     return out
 

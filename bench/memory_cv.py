@@ -50,8 +50,8 @@ def main() -> int:
     means: dict[str, list[float]] = {name: [] for name in METHODS}
     for split in ev.out_of_domain_splits(data):
         # the residual's features (Z, log analytical peak) come from the composition of a model fitted
-        # on the split's training set; the correction networks play no part in memory
-        model = ScaleDLPredictor(use_gnn=False, use_global=False, seed=0).fit(split.train)
+        # on the split's training set; the correction networks (and the companion) play no part in memory
+        model = ScaleDLPredictor(use_gnn=False, use_global=False, unseen=None, seed=0).fit(split.train)
         x, arch, measured, analytical = [], [], [], []
         for spec, graph, idx in by_workload(split.train.samples):
             samples = [split.train.samples[i] for i in idx]

@@ -31,17 +31,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                    "epoch on a 15%% validation split is kept, or below 100 iterations "
                                                    "the count 3-fold cross-validation picks; --update: 60)")
     parser.add_argument("--ensemble", type=int, default=None, metavar="K",
-                        help="correction networks trained apart and averaged (default 1; K times slower to train). "
-                             "In cross-validation on the CPU dataset three were better on the profiled architectures "
-                             "and worse on unseen ones (README, 'learned predictor')")
+                        help="correction networks trained apart and averaged for the model families in --data (default "
+                             "3; K times slower to train). Families not in --data go to a companion with operator "
+                             "costs and one network, trained alongside when --data has layer timings (README, "
+                             "'learned predictor')")
     parser.add_argument("--calibrate", action="store_true",
                         help="GPU data: fit the framework's fixed costs (host time per operator, per collective call) "
                              "before the corrections; small models on a GPU are host-bound (README, 'learned predictor')")
     parser.add_argument("--op-costs", action="store_true",
                         help="price the layers that are not matrix products by their eager operators (a cost per call "
-                             "and per element fitted on the layer timings) instead of their roofline: better in "
-                             "cross-validation on architectures not in the training data, worse on those that are "
-                             "(README, 'learned predictor')")
+                             "and per element fitted on the layer timings) instead of their roofline for every family, "
+                             "not only for those outside --data, with no companion: in cross-validation worse on the "
+                             "families trained on (README, 'learned predictor')")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)  # small networks: extra threads only add contention
     from predictor.evaluate import accuracy_of, holdout_source, holdout_split
-    from predictor.models.scaledl import ENSEMBLE, ScaleDLPredictor
+    from predictor.models.scaledl import ENSEMBLE, UNSEEN, ScaleDLPredictor
 
     if args.ensemble is not None and args.ensemble < 1:
         raise UsageError(f"--ensemble {args.ensemble}: give at least 1 network")
@@ -96,9 +97,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"training ScaleDL on {len(train.samples)} iterations and {len(train.layers)} layer timings from {src}"
           + (f"; {len(held)} held out" if held else ""))
     model = ScaleDLPredictor(epochs=args.epochs or 800, seed=args.seed, ensemble=args.ensemble or ENSEMBLE,
-                             calibrate=args.calibrate, op_costs=args.op_costs).fit(train)
+                             calibrate=args.calibrate, op_costs=args.op_costs,
+                             unseen=None if args.op_costs else UNSEEN).fit(train)
     if args.calibrate:
         print("fitted fixed costs: " + ", ".join(f"{k} {v * 1e6:.1f} µs" for k, v in model.fixed_costs_s.items()))
+    if model.companion is not None:
+        print(f"families {', '.join(model.domain.seen['family'])}: {model.config['ensemble']} correction network(s); "
+              "any other family: the companion with operator costs")
     if held:
         model.provenance["accuracy"] = accuracy_of(model, held, holdout_source(src, args.holdout, args.seed))
         print(f"held-out error: {model.accuracy['mape_pct']:.1f}% MAPE, RMSE {model.accuracy['rmse_ms']:.1f} ms "
