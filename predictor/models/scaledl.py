@@ -11,6 +11,10 @@ is end to end on measured iteration times (squared log error). Peak memory is th
 per-rank peak corrected by a learned residual where measurements exist (`MemoryResidual`: an
 affine base for the runtime's own memory, then a forest).
 
+A model family the training data lacks is answered by a companion trained on the same data with
+other settings (`UNSEEN`: operator-cost layer bases, one network), which carries the composition to
+an unseen architecture better than the main model does and to a trained one worse.
+
 Prediction is batched per workload: per-graph work (layer-wise predictions and the graph
 embedding) depends only on the graph and the layer key (micro-batch, tp, sp, precision,
 device), so it is computed once per key and cached; per plan only the global MLP runs.
