@@ -39,9 +39,12 @@ def _sizes(spec: WorkloadSpec) -> dict[str, float]:
             "global batch": spec.training.global_batch}
 
 
+def _family(spec: WorkloadSpec) -> str:
+    return spec.model.family or "custom"  # a model built from a module or an HF config of no known family
+
+
 def _workload_settings(spec: WorkloadSpec) -> dict[str, str]:
-    return {"precision": str(spec.training.precision), "device": str(spec.cluster.device),
-            "family": spec.model.family or "custom"}
+    return {"precision": str(spec.training.precision), "device": str(spec.cluster.device), "family": _family(spec)}
 
 
 def _hardware(device: Device) -> tuple[dict[str, float], dict[str, str]]:
@@ -106,6 +109,10 @@ class TrainingDomain:
     def outside_workload(self, spec: WorkloadSpec) -> list[str]:
         """What of the workload (not the plan) lies outside the domain, e.g. 'vocab 30522 (trained 4096)'."""
         return self._outside(_sizes(spec), _workload_settings(spec)) + self.outside_hardware(spec_device(spec))
+
+    def trained_family(self, spec: WorkloadSpec) -> bool:
+        """Whether the workload's model family is among those trained on."""
+        return _family(spec) in self.seen.get("family", [])
 
     def outside_hardware(self, device: Device) -> list[str]:
         """What of a device lies outside the domain: a measured one's figures or CPU model."""

@@ -215,9 +215,7 @@ class ScaleDLPredictor(Predictor):
 
     def _routes_to_companion(self, spec: WorkloadSpec) -> bool:
         """Whether the workload's model family is one the training data lacks (and a companion predicts those)."""
-        if self.companion is None or self.domain is None:
-            return False
-        return (spec.model.family or "custom") not in self.domain.seen.get("family", [])
+        return self.companion is not None and self.domain is not None and not self.domain.trained_family(spec)
 
     def update(self, data: TrainingData, epochs: int = 60, lr_scale: float = 0.3) -> "ScaleDLPredictor":
         """Fine-tune a fitted predictor on `data` (e.g. its dataset plus validation runs appended to it):
