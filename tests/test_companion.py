@@ -37,6 +37,8 @@ def test_a_trained_family_gets_three_networks_and_an_unseen_one_the_operator_cos
     train, seen, unseen = data
     assert routed.config["ensemble"] == 3 and routed.companion is not None
     assert routed.companion.config["op_costs"] and routed.companion.config["ensemble"] == 1
+    assert routed.companion.layerwise.models[("cpu", "linear")] is routed.layerwise.models[("cpu", "linear")]
+    assert routed.companion.layerwise.models[("cpu", "activation")] is not routed.layerwise.models[("cpu", "activation")]
     alone_seen = ScaleDLPredictor(**SETTINGS, unseen=None).fit(train)
     alone_unseen = ScaleDLPredictor(**SETTINGS, op_costs=True, ensemble=1, unseen=None).fit(train)
     np.testing.assert_array_equal(predict_samples(routed, seen)[0], predict_samples(alone_seen, seen)[0])
@@ -51,6 +53,7 @@ def test_the_companion_survives_a_checkpoint_and_an_update(data, routed, tmp_pat
     train, seen, unseen = data
     routed.save(tmp_path / "m.pt")
     loaded = ScaleDLPredictor.load(tmp_path / "m.pt")
+    assert loaded.companion.layerwise.models[("cpu", "linear")] is loaded.layerwise.models[("cpu", "linear")]  # stored once
     for samples in (seen, unseen):
         np.testing.assert_array_equal(predict_samples(loaded, samples)[0], predict_samples(routed, samples)[0])
     loaded.update(train, epochs=5)

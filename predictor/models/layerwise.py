@@ -66,7 +66,10 @@ class LayerwiseModel:
         self.attr_keys: dict[str, list[str]] = {}  # kind -> structural attrs used as features
         self.op_costs_by_device: dict[str, OpCosts] = {}  # fitted with `op_costs`
 
-    def fit(self, obs: list[LayerObs]) -> "LayerwiseModel":
+    def fit(self, obs: list[LayerObs], roofline_twin: "LayerwiseModel | None" = None) -> "LayerwiseModel":
+        """`roofline_twin`: a model fitted on the same `obs` with the same regressor and roofline bases. A kind
+        none of whose timed layers operator costs price (the matrix products) has the same rows and targets
+        there, so it takes the twin's fitted regressor instead of fitting it again."""
         self.op_costs_by_device = self._fit_op_costs(obs) if self.use_op_costs else {}
         groups: dict[tuple[int, LayerKey], list[LayerObs]] = {}
         for o in obs:
@@ -74,9 +77,10 @@ class LayerwiseModel:
                 groups.setdefault((id(o.graph), o.key), []).append(o)
         xs: dict[tuple[str, str], list[np.ndarray]] = {}
         ys: dict[tuple[str, str], list[np.ndarray]] = {}
+        priced: set[tuple[str, str]] = set()  # kinds whose base differs from the roofline somewhere
         for rows in groups.values():
             spec, graph, key = rows[0].spec, rows[0].graph, rows[0].key
-            _, base = self._bases(spec, graph, key)
+            analytical, base = self._bases(spec, graph, key)
             for kind in sorted({graph.nodes[o.index].kind for o in rows}):
                 mine = [o for o in rows if graph.nodes[o.index].kind == kind]
                 keys = self.attr_keys.setdefault(kind, sorted({a for o in obs for a in o.graph.nodes[o.index].attrs
@@ -85,7 +89,14 @@ class LayerwiseModel:
                 meas = np.asarray([[o.fwd_s, max(o.bwd_s, 1e-9)] for o in mine])
                 xs.setdefault((key.device, kind), []).append(layer_matrix(graph, key, self.device_of(spec), keys, idx))
                 ys.setdefault((key.device, kind), []).append(np.log(meas / base[idx]))
+                if not np.array_equal(base[idx], analytical[idx]):
+                    priced.add((key.device, kind))
+        twin = roofline_twin if roofline_twin is not None and roofline_twin.regressor is self.regressor \
+            and not roofline_twin.op_costs_by_device else None
         for dk in sorted(xs):
+            if twin is not None and dk not in priced and dk in twin.models:
+                self.models[dk] = twin.models[dk]
+                continue
             model = clone(self.regressor)
             model.fit(np.concatenate(xs[dk]), np.concatenate(ys[dk]))
             self.models[dk] = model

@@ -190,13 +190,14 @@ class ScaleDLPredictor(Predictor):
 
     # ------------------------------------------------------------ fit
 
-    def fit(self, data: TrainingData) -> "ScaleDLPredictor":
+    def fit(self, data: TrainingData, roofline_twin: LayerwiseModel | None = None) -> "ScaleDLPredictor":
+        """`roofline_twin`: see `LayerwiseModel.fit` (the companion shares the main model's GEMM forests)."""
         if not data.samples:
             raise ValueError("ScaleDLPredictor.fit needs at least one measured iteration (TrainingData.samples is empty)")
         torch.manual_seed(self.config["seed"])
         base = AnalyticalConfig(step_p2p=self.config["step_p2p"])
         self.analytical = AnalyticalPredictor(fit_fixed_costs(data.samples, base) if self.config["calibrate"] else base)
-        self.layerwise.fit(data.layers)
+        self.layerwise.fit(data.layers, roofline_twin)
         rows = self._rows(data)
         self.z_mean, self.z_min, self.z_max = rows.z.mean(0), rows.z.min(0), rows.z.max(0)
         self.z_std = np.where(rows.z.std(0) > 1e-6, rows.z.std(0), 1.0)
@@ -209,7 +210,7 @@ class ScaleDLPredictor(Predictor):
         self.companion = None
         if self.config["unseen"] and data.layers:
             settings = {**self.config, **self.config["unseen"], "unseen": None}
-            self.companion = ScaleDLPredictor(self.layerwise.regressor, **settings).fit(data)
+            self.companion = ScaleDLPredictor(self.layerwise.regressor, **settings).fit(data, self.layerwise)
         self._fitted = True
         return self
 
@@ -443,18 +444,22 @@ class ScaleDLPredictor(Predictor):
         tmp.write_bytes(buf.getvalue())
         tmp.replace(path)
 
-    def _state(self) -> dict[str, Any]:
-        """Everything `load` needs, the companion's own state nested in it."""
-        blob = lzma.compress(pickle.dumps({"layer_models": self.layerwise.models, "attr_keys": self.layerwise.attr_keys,
-                                           "op_costs": self.layerwise.op_costs_by_device,
-                                           "memory_model": self.memory_model}),
-                             preset=6)
+    def _learned(self) -> dict[str, Any]:
+        """The fitted scikit-learn parts and operator costs, the companion's nested in them: pickled together,
+        the forests the two share are stored once."""
+        return {"layer_models": self.layerwise.models, "attr_keys": self.layerwise.attr_keys,
+                "op_costs": self.layerwise.op_costs_by_device, "memory_model": self.memory_model,
+                "companion": self.companion._learned() if self.companion else None}
+
+    def _state(self, learned: bool = True) -> dict[str, Any]:
+        """Everything `load` needs, the companion's own state nested in it (its learned parts in ours)."""
+        blob = lzma.compress(pickle.dumps(self._learned()), preset=6) if learned else None
         return {"format": 2, "features": feature_signature(), "config": self.config,
                 "net": None if self.net is None else self.net.state_dict(), "z_mean": self.z_mean,
                 "z_std": self.z_std, "z_min": self.z_min, "z_max": self.z_max, "sklearn": blob, "provenance": self.provenance,
                 "analytical": asdict(self.analytical.config),
                 "domain": self.domain.to_dict() if self.domain else None,
-                "companion": self.companion._state() if self.companion else None}
+                "companion": self.companion._state(learned=False) if self.companion else None}
 
     @classmethod
     def load(cls, path: str | Path) -> "ScaleDLPredictor":
@@ -471,15 +476,15 @@ class ScaleDLPredictor(Predictor):
         return cls._restore(state)
 
     @classmethod
-    def _restore(cls, state: dict[str, Any]) -> "ScaleDLPredictor":
-        """The predictor `_state` describes."""
+    def _restore(cls, state: dict[str, Any], learned: dict[str, Any] | None = None) -> "ScaleDLPredictor":
+        """The predictor `_state` describes; `learned`: its unpickled learned parts, if its parent holds them."""
         # Checkpoints before ensembles hold one network; before host_once they composed a CPU's host twice;
         # before step_p2p they charged the in-step p2p cost (their saved analytical config says so too); before
         # op_costs their layer bases were rooflines; before companions one model predicted every family.
         self = cls(**{"ensemble": 1, "host_once": False, "step_p2p": True, "op_costs": False, "unseen": None,
                       **state["config"]})
         self.analytical = AnalyticalPredictor(AnalyticalConfig(**state.get("analytical", {})))  # older: the defaults
-        learned = pickle.loads(lzma.decompress(state["sklearn"]))
+        learned = learned or pickle.loads(lzma.decompress(state["sklearn"]))
         self.layerwise.models, self.layerwise.attr_keys = learned["layer_models"], learned["attr_keys"]
         self.layerwise.op_costs_by_device = learned.get("op_costs", {})  # checkpoints before 1 Dec 2026: roofline bases
         memory = learned["memory_model"]
@@ -497,7 +502,7 @@ class ScaleDLPredictor(Predictor):
             self.net.eval()
         self.provenance = state["provenance"]
         self.domain = TrainingDomain.from_dict(state.get("domain"))  # None in checkpoints older than the field
-        self.companion = cls._restore(state["companion"]) if state.get("companion") else None
+        self.companion = cls._restore(state["companion"], learned.get("companion")) if state.get("companion") else None
         self._fitted = True
         return self
 
