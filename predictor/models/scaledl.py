@@ -39,6 +39,7 @@ from predictor.layer_graph import LayerGraph
 from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor
 from predictor.models.base import Predictor
 from predictor.models.calibration import FITTED, fit_fixed_costs
+from predictor.models.compact_pickle import dumps_for_prediction
 from predictor.models.domain import TrainingDomain
 from predictor.models.features import (EDGE_DIM, GLOBAL_DIM, NODE_DIM, TERM_OF_PART, TERMS, LayerKey, TrainingData,
                                        by_workload, edge_tensors, feature_signature, global_matrix, layer_key,
@@ -431,7 +432,7 @@ class ScaleDLPredictor(Predictor):
     # ------------------------------------------------------------ save / load
 
     def save(self, path: str | Path) -> None:
-        """One small file: torch state + the pickled forests (lzma) + provenance. Written atomically."""
+        """One small file: torch state + the pickled forests (prediction-only, lzma) + provenance. Written atomically."""
         if not self._fitted:
             raise RuntimeError("nothing to save: the predictor is not fitted")
         path = Path(path)
@@ -453,7 +454,7 @@ class ScaleDLPredictor(Predictor):
 
     def _state(self, learned: bool = True) -> dict[str, Any]:
         """Everything `load` needs, the companion's own state nested in it (its learned parts in ours)."""
-        blob = lzma.compress(pickle.dumps(self._learned()), preset=6) if learned else None
+        blob = lzma.compress(dumps_for_prediction(self._learned()), preset=6) if learned else None
         return {"format": 2, "features": feature_signature(), "config": self.config,
                 "net": None if self.net is None else self.net.state_dict(), "z_mean": self.z_mean,
                 "z_std": self.z_std, "z_min": self.z_min, "z_max": self.z_max, "sklearn": blob, "provenance": self.provenance,
