@@ -48,6 +48,14 @@ def test_cpu_is_measured_once_and_cached(tmp_path, monkeypatch):
     monkeypatch.setattr(measure_device, "_MEMO", {})
     again = get_device("cpu")
     assert again.peak_flops == cpu.peak_flops and again.intra_node == cpu.intra_node
+    # a profile measured beside other work is still used, but says so whenever it is, naming the file to delete
+    cores = int(record["fingerprint"]["cores"])
+    (tmp_path / measure_device.CACHE_FILE).write_text(json.dumps({**record, "load_average": 1.0 + cores}))
+    monkeypatch.setattr(measure_device, "_MEMO", {})
+    with pytest.warns(UserWarning, match=r"cpu_device\.json\) was measured while other work ran"):
+        busy = get_device("cpu")
+    assert busy.peak_flops == cpu.peak_flops
+    assert measure_device.busy_measurement({**record, "load_average": 1.0}) is None  # only the measuring process
     # a cache from another machine or torch version is not trusted
     record["fingerprint"]["torch"] = "0.0"
     (tmp_path / measure_device.CACHE_FILE).write_text(json.dumps(record))

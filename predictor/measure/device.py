@@ -7,7 +7,9 @@ Besides these idle links, the costs inside a training step are measured
 α-β time while ranks compute, and DTensor's cost per sharded linear (`Device.extra`). The result
 is cached as JSON in `$SCALEDL_CACHE` (default `~/.cache/scaledl/`) with a fingerprint (CPU model,
 core count, torch version, profile version); a different fingerprint re-measures. The whole
-first-use measurement takes about 45 s.
+first-use measurement takes about 45 s. Measured beside other work, the peaks come out low and every
+later prediction slow: the record keeps the load average it was measured at, and using a record
+measured on a busy machine warns, naming the file to delete for a re-measurement.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import os
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -28,6 +31,9 @@ CACHE_FILE = "cpu_device.json"
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _MEMO: dict[str, Device] = {}
 PROFILE_VERSION = "3"  # 2: with step costs, 3: their median of 3 runs; an older cache is re-measured
+# Other runnable work per core, beside the measuring process itself, above which a measurement is called busy:
+# its two gloo ranks and single-thread kernels then share cores with someone else's processes.
+BUSY_LOAD_PER_CORE = 0.25
 
 
 def cache_dir() -> Path:
@@ -67,6 +73,7 @@ def measure_mem_bandwidth(mib: int = 64, budget_s: float = 0.5) -> float:
 
 def measure_cpu() -> dict:
     """Measure this machine now; returns the JSON-able record stored in the cache."""
+    load = os.getloadavg()[0]  # before our own ranks start: this process and whatever else runs
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -84,7 +91,17 @@ def measure_cpu() -> dict:
         "collectives": [[p.op, p.bytes, p.world_size, p.seconds] for p in points],
         "step_costs": measure_step_costs(),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_average": load,
     }
+
+
+def busy_measurement(record: dict) -> str | None:
+    """Why a measured record's figures may be low (the machine ran other work while it was measured), or None.
+    Records from before the load was kept say nothing."""
+    load, cores = record.get("load_average"), int(record["fingerprint"].get("cores") or 1)
+    if load is None or load - 1 <= BUSY_LOAD_PER_CORE * cores:
+        return None
+    return f"1-minute load average {load:.1f} on {cores} cores when it was measured at {record['measured_at']}"
 
 
 def measure_cuda(index: int = 0, n: int = 8192, reps: int = 10) -> dict:
@@ -124,7 +141,17 @@ def measure_cuda(index: int = 0, n: int = 8192, reps: int = 10) -> dict:
         "link": None,
         "collectives": [],
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_average": load,
     }
+
+
+def busy_measurement(record: dict) -> str | None:
+    """Why a measured record's figures may be low (the machine ran other work while it was measured), or None.
+    Records from before the load was kept say nothing."""
+    load, cores = record.get("load_average"), int(record["fingerprint"].get("cores") or 1)
+    if load is None or load - 1 <= BUSY_LOAD_PER_CORE * cores:
+        return None
+    return f"1-minute load average {load:.1f} on {cores} cores when it was measured at {record['measured_at']}"
 
 
 def _device_from(record: dict, where: str) -> Device:
@@ -176,9 +203,16 @@ def _cpu_record(refresh: bool = False) -> dict:
 
 def measured_cpu(refresh: bool = False) -> Device:
     """The `cpu` Device: from the cache when its fingerprint matches this machine, else measured and cached."""
-    key = str(cache_dir() / CACHE_FILE)
+    path = cache_dir() / CACHE_FILE
+    key = str(path)
     if refresh or key not in _MEMO:
-        _MEMO[key] = _device_from(_cpu_record(refresh), "on this machine")
+        record = _cpu_record(refresh)
+        busy = busy_measurement(record)
+        if busy:
+            warnings.warn(f"this machine's profile ({path}) was measured while other work ran ({busy}): its "
+                          "FLOP/s and bandwidth may be low and every prediction slow; delete the file on an idle "
+                          "machine to re-measure it (about 45 s)", stacklevel=2)
+        _MEMO[key] = _device_from(record, "on this machine")
     return _MEMO[key]
 
 
