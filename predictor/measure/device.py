@@ -141,17 +141,7 @@ def measure_cuda(index: int = 0, n: int = 8192, reps: int = 10) -> dict:
         "link": None,
         "collectives": [],
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "load_average": load,
     }
-
-
-def busy_measurement(record: dict) -> str | None:
-    """Why a measured record's figures may be low (the machine ran other work while it was measured), or None.
-    Records from before the load was kept say nothing."""
-    load, cores = record.get("load_average"), int(record["fingerprint"].get("cores") or 1)
-    if load is None or load - 1 <= BUSY_LOAD_PER_CORE * cores:
-        return None
-    return f"1-minute load average {load:.1f} on {cores} cores when it was measured at {record['measured_at']}"
 
 
 def _device_from(record: dict, where: str) -> Device:
