@@ -21,7 +21,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
-from predictor.plan import PLACEMENTS, RECOMPUTE_MODES, SCHEDULES
+from predictor.plan import PLACEMENTS, RECOMPUTE_MODES
 from predictor.workload import SpecError
 
 PRESET_DIR = Path(__file__).parent / "presets"
