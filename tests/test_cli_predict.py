@@ -74,6 +74,19 @@ def test_table_output(spec_path, capsys):
     assert "TFLOP/s/GPU" in out and "dp_comm" in out and "activations" in out
 
 
+def test_cpu_table_counts_ranks_and_shows_their_small_throughput(tmp_path, capsys):
+    """A CPU rank does hundredths of a TFLOP/s: the table prints them, per rank, rather than 0.0 per GPU."""
+    path = tmp_path / "cpu.yaml"
+    path.write_text(SPEC.replace("device: a100-80gb", "device: cpu\n  device_profile: "
+                                 f"{Path(__file__).resolve().parents[1] / 'predictor/data/cpu/device.json'}")
+                    .replace("gpus_per_node: 8", "gpus_per_node: 2").replace("bf16", "fp32"))
+    code, out, _ = _run(capsys, str(path), "--plan", "dp=2", "--predictor", "analytical", "--json")
+    tflops = json.loads(out)["tflops_per_gpu"]
+    assert code == 0 and 0.001 <= tflops < 1
+    code, out, _ = _run(capsys, str(path), "--plan", "dp=2", "--predictor", "analytical")
+    assert code == 0 and "TFLOP/s/rank" in out and f"{tflops:.3f}" in out
+
+
 def test_auto_without_checkpoint_warns_and_uses_analytical(tmp_path, capsys):
     path = tmp_path / "v100.yaml"  # no ScaleDL checkpoint is shipped for the V100
     path.write_text(SPEC.replace("a100-80gb", "v100-32gb"))

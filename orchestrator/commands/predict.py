@@ -130,11 +130,13 @@ def _print_tables(spec: WorkloadSpec, results: list[dict[str, Any]], label: str)
     priced = f" ({device.source})" if device.measured else ""  # which measurement: this machine or a profile file
     summary = Table(title=f"{spec.cluster.device}{priced} x {spec.cluster.gpus} {unit}, predictor: {label}")
     summary.add_column("plan", overflow="fold")
-    for col in ("iter (s)", "TFLOP/s/GPU", "MFU", f"peak GiB (/{capacity:.0f})"):
+    for col in ("iter (s)", f"TFLOP/s/{unit[:-1]}", "MFU", f"peak GiB (/{capacity:.0f})"):
         summary.add_column(col, justify="right")
     for r in ok:
         mem = f"{r['peak_memory_gib']:.1f}" + ("" if r["peak_memory_gib"] <= capacity else " OOM")
-        summary.add_row(_short(r["plan"]), f"{r['iter_time_s']:.3f}", f"{r['tflops_per_gpu']:.1f}", f"{100 * r['mfu']:.1f}%", mem)
+        tflops = r["tflops_per_gpu"]  # a CPU rank does hundredths of a TFLOP/s: one decimal would print 0.0
+        summary.add_row(_short(r["plan"]), f"{r['iter_time_s']:.3f}", f"{tflops:.1f}" if tflops >= 1 else f"{tflops:.3f}",
+                        f"{100 * r['mfu']:.1f}%", mem)
     console.print(summary)
     for r in ok if len(ok) == 1 else []:
         parts = Table(title="where the time goes (critical path) and the memory (rank with the peak)")
