@@ -4,7 +4,8 @@ Predicts every row of ../shared/ground_truth/vtrain_ground_truth_{single,multi}.
 file is evaluation only) in the measurement setting their README documents: Megatron-DeepSpeed
 GPT, A100, mixed precision (fp16), Adam, 1F1B, full recomputation, no sequence parallelism or
 ZeRO, vocabulary 50,257 padded to a multiple of 128·tp, 8 GPUs per node with NVLink modelled at
-150 GB/s and 800 Gb/s InfiniBand per node (12.5 GB/s per GPU). Prints MAPE, Spearman rank
+150 GB/s and 800 Gb/s InfiniBand per node (12.5 GB/s per GPU): `predictor.evaluate.vtrain_workload`,
+the one translation that training on these files and bench/a100_eval.py use too. Prints MAPE, Spearman rank
 correlation within each group of comparable plans (same model, GPU count and global batch) and
 the regret of the predicted-best plan of each group (measured time of the predicted best /
 measured best - 1).
@@ -24,6 +25,7 @@ import json
 import math
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -31,52 +33,26 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from predictor.graph import graph_for  # noqa: E402
+from predictor.evaluate import load_vtrain, predict_samples  # noqa: E402
 from predictor.models.registry import ANALYTICAL_ACCURACY, load_predictor  # noqa: E402
-from predictor.plan import Plan, plan_errors  # noqa: E402
-from predictor.workload import parse_spec  # noqa: E402
 
 DEVICE = "a100-80gb"
-NVLINK = {"bandwidth_gbps": 150.0, "latency_us": 5.0}  # vTrain's NVLink model (ground_truth/README.md)
-IB = {"bandwidth_gbps": 800 / 8 / 8, "latency_us": 10.0}  # 800 Gb/s per 8-GPU node -> 12.5 GB/s per GPU
 MODEL_COLS = ["hidden size", "attention heads", "# layers", "sequence length"]
 
 
-def padded_vocab(tp: int, vocab: int = 50257) -> int:
-    multiple = 128 * tp
-    return int(math.ceil(vocab / multiple) * multiple)
-
-
-def row_spec_plan(row: pd.Series):
-    gpus, tp, dp, pp = (int(row[c]) for c in ("# GPUs", "tensor parallelism", "data parallelism", "pipeline parallelism"))
-    per_node = min(gpus, 8)
-    spec = parse_spec({
-        "model": {"family": "gpt", "hidden": int(row["hidden size"]), "heads": int(row["attention heads"]),
-                  "layers": int(row["# layers"]), "seq_len": int(row["sequence length"]), "vocab": padded_vocab(tp)},
-        "training": {"global_batch": int(row["global batch"]), "precision": "fp16", "optimizer": "adam"},
-        "cluster": {"device": DEVICE, "nodes": gpus // per_node, "gpus_per_node": per_node,
-                    "intra_node": NVLINK, "inter_node": IB},
-    })
-    plan = Plan(dp=dp, tp=tp, pp=pp, mbs=int(row["micro batch"]), recompute="full", schedule="1f1b")
-    return spec, plan
-
-
 def predict_file(path: Path, predictor_name: str) -> pd.DataFrame:
+    """The file's rows with each one's prediction (ms), translated as every use of this data is
+    (`predictor.evaluate.vtrain_workload`); a row that translation cannot run keeps NaN."""
     df = pd.read_csv(path, encoding="utf-8-sig")
-    preds, notes = [], []
     predictor, _ = load_predictor(predictor_name, DEVICE)
-    for _, row in df.iterrows():
-        spec, plan = row_spec_plan(row)
-        errors = plan_errors(plan, spec, allow_cross_node_tp=True)
-        if errors:
-            preds.append(np.nan)
-            notes.append("; ".join(errors))
-            continue
-        pred = predictor.predict(spec, graph_for(spec.model), [plan])[0]
-        preds.append(pred.iter_time_s * 1e3)
-        notes.append("")
-    df["predicted (ms)"] = preds
-    df["note"] = notes
+    with warnings.catch_warnings(record=True) as skipped:
+        warnings.simplefilter("always")
+        samples = load_vtrain(path)
+    for w in skipped:
+        print(f"warning: {w.message}", file=sys.stderr)
+    seconds, _ = predict_samples(predictor, samples)
+    df["predicted (ms)"] = np.nan
+    df.loc[[int(s.config_id.rsplit(":", 1)[1]) for s in samples], "predicted (ms)"] = seconds * 1e3
     return df
 
 
@@ -115,9 +91,6 @@ def summarise(name: str, df: pd.DataFrame) -> list[str]:
         mape = np.mean(np.abs(mdf["predicted (ms)"] - mdf["iteration time (ms)"]) / mdf["iteration time (ms)"])
         lines.append(f"{str(tuple(int(x) for x in model)):<30} {len(mdf):>5} {mdf.groupby(['# GPUs', 'global batch']).ngroups:>6} "
                      f"{100 * mape:>6.1f}% {np.mean(rhos) if rhos else float('nan'):>9.3f} {100 * np.mean(regrets):>7.1f}%")
-    skipped = df[df["predicted (ms)"].isna()]
-    for _, r in skipped.head(5).iterrows():
-        lines.append(f"skipped: {r['note']}")
     return lines
 
 

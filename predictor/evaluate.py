@@ -29,7 +29,7 @@ from predictor.models.features import Sample, TrainingData, by_workload, graph_o
 from predictor.models.layerwise import LayerObs
 from predictor.models.scaledl import ScaleDLPredictor
 from predictor.plan import Plan, plan_errors
-from predictor.workload import ModelSpec, parse_spec
+from predictor.workload import ModelSpec, WorkloadSpec, parse_spec
 
 CPU_DATASET = Path(__file__).parent / "data" / "cpu"
 FAMILIES = ("t5", "gpt2", "bert", "vit", "deit")
@@ -37,9 +37,13 @@ FAMILIES = ("t5", "gpt2", "bert", "vit", "deit")
 # the dtype the dataset's settings.json records (fp32 when it records none, as the CPU data).
 PRECISIONS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
-# vTrain's cluster (ground_truth/README.md): 8 A100 per node, 800 Gb/s InfiniBand per node = 12.5 GB/s per GPU.
+# vTrain's measurement setting (shared/ground_truth/README.md): 8 A100 per node, NVLink inside a node as vTrain
+# models it (150 GB/s), 800 Gb/s InfiniBand per node = 12.5 GB/s per GPU. One translation of its rows for every use
+# (training, bench/vtrain_eval.py, bench/a100_eval.py), so every figure quoted for that data is of the same workloads.
+VTRAIN_INTRA_NODE = {"bandwidth_gbps": 150.0, "latency_us": 5.0}
 VTRAIN_INTER_NODE = {"bandwidth_gbps": 12.5, "latency_us": 10.0}
-VTRAIN_VOCAB = 51200  # GPT-2's 50,257 padded as Megatron does (a multiple of 128·tp for every tp used)
+VTRAIN_GPUS_PER_NODE = 8
+GPT2_VOCAB = 50257
 
 Method = Callable[[int], Predictor]
 METHODS: dict[str, Method] = {
@@ -141,31 +145,46 @@ def _layer_obs(root: str | Path, samples: list[Sample]) -> list[LayerObs]:
     return obs
 
 
+def megatron_vocab(tp: int, vocab: int = GPT2_VOCAB) -> int:
+    """Megatron's padded vocabulary: a multiple of 128·tp (`make_vocab_size_divisible_by` times tp)."""
+    multiple = 128 * tp
+    return -(-vocab // multiple) * multiple
+
+
+def vtrain_workload(row: dict) -> tuple[WorkloadSpec, Plan]:
+    """One vTrain row as the workload and plan that ran: Megatron-DeepSpeed GPT, fp16 mixed precision, Adam,
+    1F1B with full recomputation, the vocabulary padded for the row's tp, on vTrain's links."""
+    gpus, tp = int(row["# GPUs"]), int(row["tensor parallelism"])
+    per_node = min(gpus, VTRAIN_GPUS_PER_NODE)
+    spec = parse_spec({
+        "model": {"family": "gpt", "hidden": int(row["hidden size"]), "layers": int(row["# layers"]),
+                  "heads": int(row["attention heads"]), "seq_len": int(row["sequence length"]),
+                  "vocab": megatron_vocab(tp)},
+        "training": {"global_batch": int(row["global batch"]), "precision": "fp16", "optimizer": "adam"},
+        "cluster": {"device": "a100-80gb", "nodes": gpus // per_node, "gpus_per_node": per_node,
+                    "intra_node": VTRAIN_INTRA_NODE, "inter_node": VTRAIN_INTER_NODE}})
+    plan = Plan(dp=int(row["data parallelism"]), tp=tp, pp=int(row["pipeline parallelism"]),
+                mbs=int(row["micro batch"]), recompute="full", schedule="1f1b")
+    return spec, plan
+
+
 def load_vtrain(path: str | Path) -> list[Sample]:
-    """vTrain rows as Samples (Megatron-DeepSpeed: bf16 mixed precision, Adam, 1F1B, full recomputation)."""
+    """vTrain rows as Samples (`vtrain_workload`); `config_id` is the row's index in the file. Tensor
+    parallelism across nodes is allowed: vTrain ran it (tp=16 on 64 and 256 GPUs)."""
     path = Path(path)
     frame = pd.read_csv(path, encoding="utf-8-sig")
-    samples, skipped = [], 0
-    for r in frame.to_dict("records"):
-        gpus = int(r["# GPUs"])
-        nodes = max(1, gpus // 8)
-        cluster = {"device": "a100-80gb", "nodes": nodes, "gpus_per_node": gpus // nodes}
-        if nodes > 1:
-            cluster["inter_node"] = VTRAIN_INTER_NODE
-        spec = parse_spec({
-            "model": {"family": "gpt", "hidden": int(r["hidden size"]), "layers": int(r["# layers"]),
-                      "heads": int(r["attention heads"]), "seq_len": int(r["sequence length"]), "vocab": VTRAIN_VOCAB},
-            "training": {"global_batch": int(r["global batch"]), "precision": "bf16", "optimizer": "adam"},
-            "cluster": cluster})
-        plan = Plan(dp=int(r["data parallelism"]), tp=int(r["tensor parallelism"]), pp=int(r["pipeline parallelism"]),
-                    mbs=int(r["micro batch"]), recompute="full")
-        if plan_errors(plan, spec):
-            skipped += 1
+    samples, skipped = [], []
+    for i, r in enumerate(frame.to_dict("records")):
+        spec, plan = vtrain_workload(r)
+        errors = plan_errors(plan, spec, allow_cross_node_tp=True)
+        if errors:
+            skipped.append(f"row {i}: {'; '.join(errors)}")
             continue
         model = f"{r['Parameters (billion)']}B" if "Parameters (billion)" in r else f"h{r['hidden size']}-l{r['# layers']}"
-        samples.append(Sample(spec, plan, float(r["iteration time (ms)"]) / 1000, model=model, config_id=f"{path.stem}:{len(samples)}"))
+        samples.append(Sample(spec, plan, float(r["iteration time (ms)"]) / 1000, model=model, config_id=f"{path.stem}:{i}"))
     if skipped:
-        warnings.warn(f"{path.name}: skipped {skipped} rows whose plan is invalid for the spec", stacklevel=2)
+        warnings.warn(f"{path.name}: skipped {len(skipped)} rows whose plan is invalid for the spec, e.g. {skipped[0]}",
+                      stacklevel=2)
     return samples
 
 
