@@ -3,8 +3,8 @@
 Predicts every row of ../shared/ground_truth/vtrain_ground_truth_{single,multi}.csv (the multi
 file is evaluation only) in the measurement setting their README documents: Megatron-DeepSpeed
 GPT, A100, mixed precision (fp16), Adam, 1F1B, full recomputation, no sequence parallelism or
-ZeRO, vocabulary 50,257 padded to a multiple of 128·tp, 8 GPUs per node with NVLink modelled at
-150 GB/s and 800 Gb/s InfiniBand per node (12.5 GB/s per GPU): `predictor.evaluate.vtrain_workload`,
+ZeRO, vocabulary 50,257 padded to a multiple of 128·tp, 8 GPUs per node on the catalogue's NVLink
+(300 GB/s) and 800 Gb/s InfiniBand per node (12.5 GB/s per GPU): `predictor.evaluate.vtrain_workload`,
 the one translation that training on these files and bench/a100_eval.py use too. Prints MAPE, Spearman rank
 correlation within each group of comparable plans (same model, GPU count and global batch) and
 the regret of the predicted-best plan of each group (measured time of the predicted best /

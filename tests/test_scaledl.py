@@ -272,10 +272,11 @@ def test_layer_timings_rescale_a_host_bound_gpu_stage_without_counting_the_host_
     assert _compute_scale(host_bound, 2.0, synchronous=True, host_once=False) == 2.0  # older checkpoints
 
 
-def test_small_data_chooses_its_epochs_by_cross_validation_and_may_keep_the_composition(vtrain_slice):
+def test_small_data_chooses_its_epochs_by_cross_validation_and_may_keep_the_composition(vtrain_slice, monkeypatch):
     """Below _MIN_VALIDATION samples the epoch count is cross-validated, none included: iterations that are
-    the plain composition times noise unrelated to the plans are left uncorrected (a network trained on them
-    only learns the noise); real ones, which the composition misprices, are corrected."""
+    the plain composition times noise unrelated to the plans are often left exactly uncorrected, and never
+    trained for long (3 folds of 45 rows are a noisy judge: over noise draws 0-13, 8 kept the composition and
+    the others stopped at 5 or 15 of 60 epochs); real ones, which the composition misprices, are corrected."""
     from dataclasses import replace
 
     from predictor.models import scaledl
@@ -283,11 +284,20 @@ def test_small_data_chooses_its_epochs_by_cross_validation_and_may_keep_the_comp
     train, test = vtrain_slice
     small = train[::4]
     assert len(small) < scaledl._MIN_VALIDATION
+    chosen: list[int] = []
+    cv_epochs = ScaleDLPredictor._cv_epochs
+    monkeypatch.setattr(ScaleDLPredictor, "_cv_epochs", lambda self, *a: chosen.append(cv_epochs(self, *a)) or chosen[-1])
     priced, _ = predict_samples(AnalyticalPredictor(), small)  # A100 has no layer timings: plain sum = analytical
-    noise = np.random.default_rng(0).normal(0.0, 0.2, len(small))
-    noisy = [replace(s, iter_time_s=float(t)) for s, t in zip(small, priced * np.exp(noise - noise.mean()))]
-    kept = ScaleDLPredictor(epochs=60, seed=1, ensemble=1).fit(TrainingData(noisy))  # one network's own choice
-    np.testing.assert_allclose(predict_samples(kept, test)[0], predict_samples(AnalyticalPredictor(), test)[0], rtol=1e-9)
+    composition, _ = predict_samples(AnalyticalPredictor(), test)
+    kept = 0
+    for draw in range(6):
+        noise = np.random.default_rng(draw).normal(0.0, 0.2, len(small))
+        noisy = [replace(s, iter_time_s=float(t)) for s, t in zip(small, priced * np.exp(noise - noise.mean()))]
+        model = ScaleDLPredictor(epochs=60, seed=1, ensemble=1).fit(TrainingData(noisy))  # one network's own choice
+        if chosen[-1] == 0:
+            np.testing.assert_allclose(predict_samples(model, test)[0], composition, rtol=1e-9)
+            kept += 1
+    assert kept >= 3 and max(chosen) <= 30
     learned = ScaleDLPredictor(epochs=60, seed=1).fit(TrainingData(small))
     true = np.asarray([s.iter_time_s for s in small])
     assert mre(predict_samples(learned, small)[0], true) < 0.5 * mre(priced, true)
