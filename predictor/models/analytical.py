@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -170,6 +170,14 @@ def _tp_time(layout: Layout, calls: np.ndarray, elems: np.ndarray, call_s: float
     return calls * (comm.allreduce(size, g) + call_s)
 
 
+def _memory_gib(spec: WorkloadSpec, lay: Layout) -> tuple[float, list[float], dict[str, float]]:
+    """Peak GiB of the plan's fullest rank, GiB per pipeline stage, and the fullest rank's parts."""
+    parts = memory_per_stage(spec, lay)
+    total = sum(parts.values())
+    top = int(np.argmax(total))
+    return float(total[top]) / GIB, [float(x) / GIB for x in total], {k: float(parts[k][top]) / GIB for k in MEMORY_PARTS}
+
+
 class AnalyticalPredictor(Predictor):
     """Roofline + α-β + schedule model; no learned state."""
 
@@ -182,8 +190,10 @@ class AnalyticalPredictor(Predictor):
     def predict(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> list[Prediction]:
         device = self.device or spec_device(spec)
         model_flops = (graph.fwd_flops + graph.bwd_flops) * spec.training.global_batch
-        stage_cache: dict[tuple, tuple[np.ndarray, ...]] = {}  # plans of a batch share stages
-        return [self._one(spec, graph, plan, device, model_flops, stage_cache) for plan in plans]
+        # Plans of a batch share stages, gradient syncs and memory (they differ in placement, ZeRO, schedule...):
+        # each piece is computed once per batch for the plan fields it depends on.
+        batch_cache: dict[tuple, Any] = {}
+        return [self._one(spec, graph, plan, device, model_flops, batch_cache) for plan in plans]
 
     def _stage_times(self, spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: Device,
                      cfg: AnalyticalConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -231,14 +241,19 @@ class AnalyticalPredictor(Predictor):
         return collectives * (1 - cfg.overlap_tp) + framework
 
     def _one(self, spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device, model_flops: float,
-             stage_cache: dict) -> Prediction:
+             batch_cache: dict[tuple, Any]) -> Prediction:
         cfg = self.config.for_device(device)
         lay = apply_plan(spec, graph, plan, device)
-        nodes, counts, m = lay.nodes, lay.stage_counts, lay.microbatches
-        key = (plan.tp, plan.sp, plan.mbs, plan.pp, plan.v, plan.recompute, lay.tp_group)
-        if key not in stage_cache:
-            stage_cache[key] = self._stage_times(spec, graph, lay, device, cfg)
-        t_f, t_b, t_tp, kernels = stage_cache[key]
+        m = lay.microbatches
+
+        def cached(key: tuple, compute: Callable[[], Any]) -> Any:
+            if key not in batch_cache:
+                batch_cache[key] = compute()
+            return batch_cache[key]
+
+        sharding = (plan.pp, plan.v, plan.tp, plan.sp)  # what a rank's layers and parameters depend on
+        t_f, t_b, t_tp, kernels = cached(("stage", *sharding, plan.mbs, plan.recompute, lay.tp_group),
+                                         lambda: self._stage_times(spec, graph, lay, device, cfg))
         collective_s, p2p_s = call_costs(cfg, device)
         per_mb = t_f + t_b + t_tp
         s = int(np.argmax(per_mb))
@@ -254,24 +269,21 @@ class AnalyticalPredictor(Predictor):
             pp_p2p = float(2 * (m * v + p - 1) * one)
         else:
             pp_p2p = 0.0
-        psi = counts @ nodes.params
-        dp_sync = self._dp_time(lay, psi, m, collective_s)
-        dp_comm = float(np.max(dp_sync)) * (1 - cfg.overlap_dp)
+        psi = cached(("psi", *sharding), lambda: lay.stage_counts @ lay.nodes.params)
+        dp_comm = cached(("dp", *sharding, plan.dp, plan.zero, m, lay.dp_group),
+                         lambda: float(np.max(self._dp_time(lay, psi, m, collective_s))) * (1 - cfg.overlap_dp))
         opt_bytes = 2 * optimizer_bytes_per_param(spec.training.optimizer, spec.training.precision) + lay.grad_bytes + lay.param_bytes
         shard = plan.dp if plan.zero >= 1 else 1
         optimizer = float(psi.max()) / shard * opt_bytes / (device.mem_bandwidth * cfg.bw_eff)
         breakdown = {"compute": float(compute), "tp_comm": float(tp_comm), "dp_comm": dp_comm,
                      "pp_bubble": float(bubble), "pp_p2p": pp_p2p, "optimizer": optimizer}
         iter_time = sum(breakdown.values())
-        parts = memory_per_stage(spec, lay)
-        total = sum(parts.values())
-        top = int(np.argmax(total))
+        peak, per_stage, memory_parts = cached(("memory", *sharding, plan.dp, plan.zero, plan.mbs, plan.recompute,
+                                                plan.schedule, m), lambda: _memory_gib(spec, lay))
         tflops = model_flops / iter_time / plan.gpus / 1e12
         return Prediction(
             iter_time_s=iter_time, breakdown=breakdown,
-            peak_memory_gib=float(total[top]) / GIB,
-            memory_per_stage_gib=[float(x) / GIB for x in total],
-            memory_breakdown={k: float(parts[k][top]) / GIB for k in MEMORY_PARTS},
+            peak_memory_gib=peak, memory_per_stage_gib=list(per_stage), memory_breakdown=dict(memory_parts),
             tflops_per_gpu=tflops, mfu=tflops * 1e12 / device.flops(spec.training.precision),
             extra={"kernel_compute_s": float(m * kernels[s])},  # compute without the host: < compute when host-bound
         )
