@@ -31,12 +31,23 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"orchestrator.commands.{info.name}")
         cmd = sub.add_parser(info.name, help=module.HELP, description=module.HELP)
         module.add_arguments(cmd)
-        cmd.set_defaults(_run=module.run)
+        cmd.set_defaults(_run=module.run, _parser=cmd)
     return parser
 
 
+def _refuse_extra(args: argparse.Namespace, extra: list[str]) -> None:
+    """Unknown arguments, reported by the subcommand (its usage, not the top level's); a plan string typed
+    where a spec's plans go is told how to pass it."""
+    hint = ""
+    if args.command == "predict" and "=" in extra[0]:
+        hint = f"; pass a plan with --plan, e.g. --plan {extra[0]}"
+    args._parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args, extra = build_parser().parse_known_args(argv)
+    if extra:
+        _refuse_extra(args, extra)
     try:
         return int(args._run(args) or 0)
     except (UsageError, *USER_ERRORS) as err:

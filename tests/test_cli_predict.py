@@ -126,3 +126,16 @@ def test_bad_spec_exits_2(tmp_path, capsys):
     assert code == 2 and "heads=7 must divide hidden=512" in err
     code, _, err = _run(capsys, str(tmp_path / "missing.yaml"), "--plan", "dp=8")
     assert code == 2 and "cannot read spec" in err
+
+
+def test_a_plan_typed_without_plan_is_refused_by_predict_with_the_fix(spec_path, capsys):
+    """An unknown argument is reported by the subcommand with its own usage; a plan string gets the --plan hint."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["predict", spec_path, "dp=8,mbs=2"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("usage: scaledl predict")
+    assert "unrecognized arguments: dp=8,mbs=2; pass a plan with --plan, e.g. --plan dp=8,mbs=2" in err
+    with pytest.raises(SystemExit):
+        main(["predict", spec_path, "--plan", "dp=8", "--bogus"])
+    err = capsys.readouterr().err
+    assert "scaledl predict: error: unrecognized arguments: --bogus" in err and "--plan, e.g." not in err
