@@ -18,7 +18,7 @@ import numpy as np
 from predictor import comm
 from predictor.hardware import Device, spec_device
 from predictor.layer_graph import LayerGraph
-from predictor.memory import GIB, memory_per_stage, optimizer_bytes_per_param
+from predictor.memory import GIB, memory_per_stage, optimizer_bytes_per_param, peak
 from predictor.models.base import Predictor
 from predictor.parallel import BYTES, Layout, apply_plan, shard_nodes
 from predictor.plan import Plan
@@ -173,8 +173,7 @@ def _tp_time(layout: Layout, calls: np.ndarray, elems: np.ndarray, call_s: float
 def _memory_gib(spec: WorkloadSpec, lay: Layout) -> tuple[float, list[float], dict[str, float]]:
     """Peak GiB of the plan's fullest rank, GiB per pipeline stage, and the fullest rank's parts."""
     parts = memory_per_stage(spec, lay)
-    total = sum(parts.values())
-    top = int(np.argmax(total))
+    total, top = peak(parts)
     return float(total[top]) / GIB, [float(x) / GIB for x in total], {k: float(parts[k][top]) / GIB for k in MEMORY_PARTS}
 
 
