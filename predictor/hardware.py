@@ -30,6 +30,10 @@ class Link:
     source: str = ""
 
 
+class UnsupportedPrecision(ValueError):
+    """A precision the device lacks (A100 has no fp8 tensor cores, only Blackwell has fp4)."""
+
+
 @dataclass(frozen=True)
 class Device:
     """One accelerator model: peak FLOP/s per precision, HBM bandwidth and capacity, default links."""
@@ -47,6 +51,10 @@ class Device:
     model: str = ""  # measured: the hardware its profile was taken on (CPU model); a catalogue name says it already
 
     def flops(self, precision: str) -> float:
+        """Dense peak FLOP/s at `precision`; one the device has no peak for is refused, never priced at another."""
+        if precision not in self.peak_flops:
+            raise UnsupportedPrecision(f"device {self.name!r} has no {precision} peak; its precisions: "
+                                       f"{', '.join(self.peak_flops) or 'none'}")
         return self.peak_flops[precision]
 
 
@@ -58,11 +66,24 @@ _NVLINK2 = Link(150 * GB, 5e-6, "NVIDIA V100 data sheet: NVLink 300 GB/s bidirec
 _HDR = Link(25 * GB, 10e-6, "DGX A100 user guide: 8x 200 Gb/s HDR InfiniBand, one per GPU")
 _NDR = Link(50 * GB, 10e-6, "DGX H100 user guide: 8x 400 Gb/s NDR InfiniBand, one per GPU")
 _EDR = Link(12.5 * GB, 10e-6, "DGX-1 V100: 100 Gb/s EDR InfiniBand per GPU pair (conservative per GPU)")
+_NVLINK5 = Link(900 * GB, 5e-6, "NVIDIA DGX B200 / GB200 NVL72 / GB300 NVL72 data sheets: fifth-generation NVLink "
+                                "1.8 TB/s bidirectional per GPU")
+_CX7 = Link(50 * GB, 10e-6, "DGX B200 data sheet: 8x ConnectX-7 400 Gb/s, one per GPU; DGX GB200 user guide: 4x "
+                            "ConnectX-7 400G per 4-GPU compute tray")
+_CX8 = Link(100 * GB, 10e-6, "ConnectX-8 800 Gb/s, one per GPU: HGX B300 spec (1.6 TB/s networking, 8 GPUs); "
+                             "NVIDIA GB300 NVL72 enterprise RA (4x ConnectX-8 per 4-GPU compute tray)")
 
 
-def _fp(bf16_tflops: float, tf32_tflops: float, fp32_tflops: float) -> dict[str, float]:
+def _fp(bf16_tflops: float, tf32_tflops: float, fp32_tflops: float, fp8_tflops: float | None = None,
+        fp4_tflops: float | None = None) -> dict[str, float]:
     # Mixed-precision training in fp32 mode uses TF32 tensor cores where the device has them.
-    return {"fp16": bf16_tflops * TFLOPS, "bf16": bf16_tflops * TFLOPS, "fp32": max(tf32_tflops, fp32_tflops) * TFLOPS}
+    peaks = {"fp16": bf16_tflops * TFLOPS, "bf16": bf16_tflops * TFLOPS, "fp32": max(tf32_tflops, fp32_tflops) * TFLOPS}
+    # fp8 / fp4 only where the tensor cores have them (Hopper fp8, Blackwell fp8 + fp4): a missing key is refused
+    if fp8_tflops is not None:
+        peaks["fp8"] = fp8_tflops * TFLOPS
+    if fp4_tflops is not None:
+        peaks["fp4"] = fp4_tflops * TFLOPS
+    return peaks
 
 
 DEVICES: dict[str, Device | None] = {
@@ -72,16 +93,39 @@ DEVICES: dict[str, Device | None] = {
                         "NVIDIA A100 SXM data sheet", extra={"sms": 108}),
     "a100-80gb": Device("a100-80gb", _fp(312, 156, 19.5), 2039 * GB, 80 * GIB, _NVLINK3, _HDR,
                         "NVIDIA A100 SXM data sheet", extra={"sms": 108}),
-    "h100": Device("h100", _fp(989, 495, 67), 3350 * GB, 80 * GIB, _NVLINK4, _NDR, "NVIDIA H100 SXM data sheet",
-                   extra={"sms": 132}),
-    "h200": Device("h200", _fp(989, 495, 67), 4800 * GB, 141 * GB, _NVLINK4, _NDR, "NVIDIA H200 SXM data sheet",
-                   extra={"sms": 132}),
-    "h20": Device("h20", _fp(148, 74, 44), 4000 * GB, 96 * GB, _NVLINK4, _NDR, "NVIDIA H20 product brief",
-                  extra={"sms": 78}),
+    "h100": Device("h100", _fp(989, 495, 67, fp8_tflops=1979), 3350 * GB, 80 * GIB, _NVLINK4, _NDR,
+                   "NVIDIA H100 SXM data sheet (FP8 3,958 TFLOPS with sparsity: 1,979 dense)", extra={"sms": 132}),
+    "h200": Device("h200", _fp(989, 495, 67, fp8_tflops=1979), 4800 * GB, 141 * GB, _NVLINK4, _NDR,
+                   "NVIDIA H200 SXM data sheet (FP8 3,958 TFLOPS with sparsity: 1,979 dense)", extra={"sms": 132}),
+    "h20": Device("h20", _fp(148, 74, 44, fp8_tflops=296), 4000 * GB, 96 * GB, _NVLINK4, _NDR,
+                  "NVIDIA H20 product brief (dense: FP8 296, BF16 148 TFLOPS)", extra={"sms": 78}),
+    # Blackwell data sheets give tensor-core figures with 2:4 sparsity (and FP4 dense only for some): dense is
+    # half the sparse figure; a rack or 8-GPU board figure is divided by its GPUs. TF32 dense is the fp32 key.
+    "b200": Device("b200", _fp(2250, 1100, 75, fp8_tflops=4500, fp4_tflops=9000), 8000 * GB, 180 * GB, _NVLINK5, _CX7,
+                   "NVIDIA DGX B200 data sheet (8 GPUs: FP4 144 / FP8 72 PFLOPS sparse, 1,440 GB HBM3e at 64 TB/s) and "
+                   "HGX B200 spec (per GPU, sparse: FP16/BF16 4.5, TF32 2.2 PFLOPS; FP32 75 TFLOPS); dense = half",
+                   extra={"sms": 148}),
+    "gb200": Device("gb200", _fp(2500, 1250, 80, fp8_tflops=5000, fp4_tflops=10000), 8000 * GB, 186 * GB, _NVLINK5,
+                    _CX7, "NVIDIA GB200 NVL72 data sheet (per GPU, sparse: FP4 20, FP8 10, FP16/BF16 5, TF32 2.5 "
+                          "PFLOPS; FP32 80 TFLOPS; 186 GB HBM3e at 8 TB/s; rack: 72 GPUs in one NVLink domain); "
+                          "dense = half", extra={"sms": 152, "nvlink_domain": 72}),
+    "b300": Device("b300", _fp(2250, 1125, 75, fp8_tflops=4500, fp4_tflops=13125), 8000 * GB, 288 * GB, _NVLINK5,
+                   _CX8, "NVIDIA HGX B300 spec (8 GPUs: FP4 144 sparse | 105 dense, FP8 72, FP16/BF16 36, TF32 18 "
+                         "PFLOPS sparse, FP32 600 TFLOPS) / 8 GPUs, sparse halved; Blackwell Ultra architecture "
+                         "(NVIDIA technical blog): 288 GB HBM3e at 8 TB/s per GPU", extra={"sms": 148}),
+    "gb300": Device("gb300", _fp(2500, 1250, 6000 / 72, fp8_tflops=5000, fp4_tflops=15000), 8000 * GB, 288 * GB,
+                    _NVLINK5, _CX8, "NVIDIA GB300 NVL72 data sheet (72 GPUs: FP4 1,440 sparse | 1,080 dense, "
+                                    "FP8/FP6 720, FP16/BF16 360, TF32 180 PFLOPS sparse, FP32 6 PFLOPS; HBM3e at "
+                                    "576 TB/s) / 72 GPUs, sparse halved; 288 GB HBM3e per GPU (Blackwell Ultra "
+                                    "technical blog)", extra={"sms": 152, "nvlink_domain": 72}),
     "cpu": None,  # measured on first use: see get_device("cpu")
 }
 # Streaming multiprocessors ("sms" in Device.extra), used for GEMM wave quantisation: NVIDIA
 # architecture whitepapers (V100 80, A100 108, H100/H200 SXM 132); H20: 78 per public spec listings.
+# Blackwell: the data sheets give none; the SMs CUDA reports (multiProcessorCount) in public kernel
+# measurements: B200 and B300 148, GB200 and GB300 152 (the Blackwell Ultra die has 160, not all enabled).
+# "nvlink_domain" in extra: GPUs that share one NVLink switch fabric where it spans more than a node
+# (NVL72 racks); ClusterSpec.nvlink_domain_gpus defaults to it.
 
 
 def get_device(name: str, cluster: "ClusterSpec | None" = None) -> Device:

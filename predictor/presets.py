@@ -6,6 +6,8 @@ GPT-2: Radford et al. 2019 / HF `gpt2*` configs. BERT: Devlin et al. 2019.
 T5: Raffel et al. 2020 (t5-3b and t5-11b use 32/128 heads with d_kv=128).
 ViT: Dosovitskiy et al. 2021, Table 1. DeiT: Touvron et al. 2021, Table 1.
 LLaMA-2: Touvron et al. 2023 (70B uses GQA with 8 kv heads). LLaMA-3: Meta model card.
+LLaMA-3.1 405B: Meta's HF config (meta-llama/Llama-3.1-405B), as Megatron-Bridge's Llama31ModelProvider405B;
+seq_len 8192 as its pretraining recipe (the model's 131,072-token context is for long-context extension).
 """
 
 from __future__ import annotations
@@ -73,4 +75,5 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "llama2-70b": _llama(8192, 80, 64, 8, 28672, 4096, 32000),
     "llama3-8b": _llama(4096, 32, 32, 8, 14336, 8192, 128256),
     "llama3-70b": _llama(8192, 80, 64, 8, 28672, 8192, 128256),
+    "llama3.1-405b": _llama(16384, 126, 128, 8, 53248, 8192, 128256),
 }

@@ -152,7 +152,7 @@ class ModelSpec(_Strict):
 
 class TrainingSpec(_Strict):
     global_batch: int = Field(gt=0, description="samples per iteration over all data-parallel ranks")
-    precision: Literal["fp32", "fp16", "bf16"] = "bf16"
+    precision: Literal["fp32", "fp16", "bf16", "fp8", "fp4"] = "bf16"
     optimizer: Literal["adam", "sgd"] = "adam"
 
 
@@ -165,6 +165,9 @@ class ClusterSpec(_Strict):
     device: str
     nodes: int = Field(default=1, gt=0)
     gpus_per_node: int = Field(default=8, gt=0)
+    nvlink_domain: int | None = Field(
+        default=None, gt=0, description="GPUs that share one NVLink domain, a multiple of gpus_per_node (default: "
+                                        "the device's, e.g. 72 for an NVL72 rack, else gpus_per_node)")
     intra_node: LinkSpec | None = None
     inter_node: LinkSpec | None = None
     device_profile: str | None = Field(
@@ -184,9 +187,29 @@ class ClusterSpec(_Strict):
                                  f"written by `scaledl profile` (or remove it to measure this machine)")
         return self
 
+    @model_validator(mode="after")
+    def _whole_nodes_per_nvlink_domain(self) -> "ClusterSpec":
+        # A domain is whole nodes (an NVL72 rack is 18 trays of 4 GPUs): a node never straddles two domains.
+        domain = self.nvlink_domain_gpus
+        if domain % self.gpus_per_node:
+            given = "nvlink_domain" if self.nvlink_domain is not None else f"the {self.device} NVLink domain"
+            raise ValueError(f"{given} ({domain} GPUs) must be a positive multiple of gpus_per_node "
+                             f"({self.gpus_per_node}); set nvlink_domain or gpus_per_node so nodes tile it")
+        return self
+
     @property
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def nvlink_domain_gpus(self) -> int:
+        """GPUs one NVLink fabric joins (collectives inside it run at NVLink speed): the spec's, else the
+        device's (72 on GB200/GB300 NVL72 racks), else one node. Not capped at the cluster's GPUs."""
+        if self.nvlink_domain is not None:
+            return self.nvlink_domain
+        device = DEVICES.get(self.device)
+        domain = device.extra.get("nvlink_domain") if device is not None else None
+        return int(domain) if domain is not None else self.gpus_per_node
 
 
 class WorkloadSpec(_Strict):
@@ -194,6 +217,20 @@ class WorkloadSpec(_Strict):
     training: TrainingSpec
     cluster: ClusterSpec
     search: dict[str, Any] | None = Field(default=None, description="optional narrowing of the plan search space")
+
+    @model_validator(mode="after")
+    def _precision_on_device(self) -> "WorkloadSpec":
+        # Refused here rather than priced at another precision's peak later.
+        precision, name = self.training.precision, self.cluster.device
+        device = DEVICES[name]
+        if device is None:  # measured (cpu): its profile times fp32/fp16/bf16 matmuls, never fp8 or fp4
+            if precision in ("fp8", "fp4"):
+                raise ValueError(f"training.precision {precision!r} is not available on device {name!r}: it is "
+                                 f"measured in fp32, fp16 and bf16 only")
+        elif precision not in device.peak_flops:
+            raise ValueError(f"training.precision {precision!r} is not available on device {name!r}; its "
+                             f"precisions: {', '.join(device.peak_flops)}")
+        return self
 
 
 def _dims_from_hf(config: Any) -> dict[str, Any]:
