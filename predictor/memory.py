@@ -4,7 +4,13 @@ Model states follow ZeRO (Rajbhandari et al. 2020): mixed-precision Adam keeps 2
 2Ψ gradients and 12Ψ optimizer state (fp32 master, momentum, variance) bytes; ZeRO-1 shards
 the optimizer state over dp, ZeRO-2 also the gradients, ZeRO-3 also the weights. Activations
 come from the layer graph's per-node saved elements (Korthikanti et al. 2023 accounting) under
-the recomputation mode, times the micro-batches a stage holds at once under the schedule.
+the recomputation mode, times the micro-batches a stage holds at once under the schedule. ZeRO
+shards over the gradient-sync group, dp·cp ranks (Megatron-Core's data-parallel group with
+context parallelism). A fused attention kernel saves Q, K, V, its output and the softmax
+statistics instead of the s² scores (FlashAttention, Dao et al. 2022). FP8 and FP4 training keep
+bf16 weights and fp32 master weights as bf16 training does, plus a low-precision copy of every
+linear's weight for the GEMMs (Transformer Engine keeps the FP8 weight and its transpose,
+2 bytes per parameter; NVFP4 the same at half a byte each plus 1/16 for block scales).
 """
 
 from __future__ import annotations
@@ -13,6 +19,9 @@ import numpy as np
 
 from predictor.parallel import Layout
 from predictor.workload import WorkloadSpec
+
+# Bytes per parameter of the low-precision weight copies (weight + transpose) FP8 and FP4 training keep.
+LOW_PRECISION_COPY_BYTES: dict[str, float] = {"fp8": 2.0, "fp4": 2 * (0.5 + 1 / 16)}
 
 GIB = 1024**3
 # PyTorch DDP's default gradient bucket (torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25);
@@ -46,7 +55,7 @@ def in_flight(layout: Layout) -> np.ndarray:
     return np.minimum(p - r, m).astype(float)
 
 
-def activation_bytes(layout: Layout, recompute: str | None = None) -> np.ndarray:
+def activation_bytes(layout: Layout, recompute: str | None = None, fused_attention: bool = False) -> np.ndarray:
     """Activation bytes per pipeline rank at its peak (micro-batch = plan.mbs)."""
     nodes, counts, plan = layout.nodes, layout.stage_counts, layout.plan
     recompute = recompute or plan.recompute
@@ -54,10 +63,12 @@ def activation_bytes(layout: Layout, recompute: str | None = None) -> np.ndarray
     # Bytes per saved element: the activation precision, except the logits the loss keeps in fp32
     # (Megatron casts them to float for the cross-entropy: 4·s·b·V/t bytes, Korthikanti §4.3).
     act = nodes.act_elems * np.where(nodes.kind == "loss", 4, layout.act_bytes)
+    sharded_out = nodes.out_full / plan.tp * layout.act_bytes
     if recompute == "selective":
         # The attention core is recomputed: keep its Q, K, V inputs (3 × output size), drop the s² scores.
-        sharded_out = nodes.out_full / plan.tp * layout.act_bytes
         act = np.where(nodes.attention, np.minimum(act, 3 * sharded_out), act)
+    elif fused_attention:  # Q, K, V and the output; the per-row softmax statistics are negligible
+        act = np.where(nodes.attention, np.minimum(act, 4 * sharded_out), act)
     flight = in_flight(layout)
     rep = nodes.repeated
     if recompute == "full":
@@ -74,16 +85,17 @@ def _one_block_counts(layout: Layout) -> np.ndarray:
     return counts / blocks
 
 
-def memory_per_stage(spec: WorkloadSpec, layout: Layout) -> dict[str, np.ndarray]:
+def memory_per_stage(spec: WorkloadSpec, layout: Layout, fused_attention: bool = False) -> dict[str, np.ndarray]:
     """Bytes per MEMORY_PARTS entry for one rank of each pipeline stage."""
     plan = layout.plan
     t = spec.training
     psi = layout.stage_counts @ layout.nodes.params  # local parameters per pipeline rank
-    dp = plan.dp
-    weights = psi * layout.param_bytes / (dp if plan.zero >= 3 else 1)
-    grads = psi * layout.grad_bytes / (dp if plan.zero >= 2 else 1)
-    opt = psi * optimizer_bytes_per_param(t.optimizer, t.precision) / (dp if plan.zero >= 1 else 1)
-    acts = activation_bytes(layout)
+    shards = layout.dp_group.size
+    copy = LOW_PRECISION_COPY_BYTES.get(t.precision, 0.0)
+    weights = psi * (layout.param_bytes + copy) / (shards if plan.zero >= 3 else 1)
+    grads = psi * layout.grad_bytes / (shards if plan.zero >= 2 else 1)
+    opt = psi * optimizer_bytes_per_param(t.optimizer, t.precision) / (shards if plan.zero >= 1 else 1)
+    acts = activation_bytes(layout, fused_attention=fused_attention)
     buffers = _buffers(layout, psi)
     return {"weights": weights, "gradients": grads, "optimizer": opt, "activations": acts, "buffers": buffers,
             "runtime": np.zeros_like(psi, dtype=float)}  # not modelled: learned where peaks are measured
@@ -93,7 +105,7 @@ def _buffers(layout: Layout, psi: np.ndarray) -> np.ndarray:
     """Communication buffers: dp gradient buckets, tp collective output, pp send/recv tensors."""
     plan = layout.plan
     eb = layout.grad_bytes
-    if plan.dp == 1:
+    if layout.dp_group.size == 1:
         dp_buf = np.zeros_like(psi)
     elif plan.zero == 0:
         dp_buf = np.minimum(psi * eb, DDP_BUCKET_BYTES)

@@ -9,7 +9,8 @@ one graph.
 Tensor-parallel sharding follows Megatron-LM (Shoeybi et al. 2019; Korthikanti et al. 2023):
 column / row / heads / vocab nodes split their FLOPs and parameters by tp; replicated nodes
 (norms, dropout, residual adds) are computed whole on every rank unless sequence parallelism
-splits them along the sequence. A column linear (and the vocab-parallel output layer) saves its
+splits them along the sequence. Context parallelism splits every node's tokens over cp ranks
+(causal load balancing gives each rank 1/cp of the attention work too); parameters are whole. A column linear (and the vocab-parallel output layer) saves its
 full input for backward (replicated, or 1/tp with sequence parallelism); nodes downstream of it
 (row linears, the attention core, the activation between FC1 and FC2) save sharded tensors.
 """
@@ -17,17 +18,22 @@ full input for backward (replicated, or 1/tp with sequence parallelism); nodes d
 from __future__ import annotations
 
 import weakref
+from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from predictor.comm import Group
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
-from predictor.plan import Plan
+from predictor.plan import Plan, nvlink_domain
 from predictor.workload import WorkloadSpec
 
-BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
+# Bytes per element of activations, gradients and the weights the step reads, per training precision:
+# FP8 and FP4 training keep these in bf16 (only GEMM inputs are cast; see predictor.memory for the
+# low-precision weight copies).
+BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 2, "fp4": 2}
 REPEATED_GROUPS = ("block", "enc", "dec")
 _SHARDED_ROLES = ("column", "row", "heads", "vocab")
 SEQUENCE_SPLIT_KINDS = ("layernorm", "rmsnorm", "dropout", "elementwise")
@@ -69,7 +75,8 @@ class Layout:
     microbatches: int
     tokens: int  # sequence positions per sample
     tp_group: Group
-    dp_group: Group
+    dp_group: Group  # the gradient-sync group: dp·cp ranks
+    cp_group: Group
     pp_link_inter: bool
     p2p_elems: float  # elements sent per micro-batch boundary (one direction)
     act_bytes: int
@@ -95,12 +102,12 @@ def _prod(shape: tuple[int, ...]) -> float:
     return float(np.prod(shape)) if shape else 1.0
 
 
-def shard_nodes(graph: LayerGraph, tp: int, sp: bool, heads: int | None = None) -> ShardedNodes:
-    """Per-rank node arrays under tensor parallelism `tp` (cached per graph, tp, sp)."""
-    return _cached(_SHARD_CACHE, graph, (tp, sp, heads), lambda: _shard(graph, tp, sp, heads))
+def shard_nodes(graph: LayerGraph, tp: int, sp: bool, heads: int | None = None, cp: int = 1) -> ShardedNodes:
+    """Per-rank node arrays under tensor parallelism `tp` and context parallelism `cp` (cached)."""
+    return _cached(_SHARD_CACHE, graph, (tp, sp, heads, cp), lambda: _shard(graph, tp, sp, heads, cp))
 
 
-def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None) -> ShardedNodes:
+def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None, cp: int) -> ShardedNodes:
     nodes = graph.nodes
     n = len(nodes)
     role = np.array([nd.tp for nd in nodes])
@@ -112,15 +119,15 @@ def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None) -> ShardedNo
     # Saved input: full for column/vocab linears and replicated nodes (1/tp with sp), sharded otherwise.
     full_input = ((role == "column") & (kind == "linear")) | ((role == "vocab") & (kind != "loss")) | (role == "replicated")
     act_div = np.where(full_input, tp if sp else 1, tp)
-    in_elems = np.array([_prod(nd.in_shape) for nd in nodes])
-    out_elems = np.array([float(nd.out_elems) for nd in nodes])
+    in_elems = np.array([_prod(nd.in_shape) for nd in nodes]) / cp
+    out_elems = np.array([float(nd.out_elems) for nd in nodes]) / cp
     io_div = np.where(sharded | seq_split, tp, 1)
 
     gm, gn, gk, gb = (np.zeros(n) for _ in range(4))
     attention = kind == "attention"
     for i, nd in enumerate(nodes):
         if nd.kind == "linear" and len(nd.in_shape) >= 1 and len(nd.out_shape) >= 1:
-            m, k, nn = _prod(nd.in_shape[:-1]), nd.in_shape[-1], nd.out_shape[-1]
+            m, k, nn = _prod(nd.in_shape[:-1]) / cp, nd.in_shape[-1], nd.out_shape[-1]
             if nd.tp in ("column", "vocab"):
                 nn = nn / tp
             elif nd.tp == "row":
@@ -130,7 +137,7 @@ def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None) -> ShardedNo
             h = nd.attrs.get("heads", heads or 1)
             seq = nd.attrs.get("seq", nd.in_shape[-2] if len(nd.in_shape) >= 2 else graph.tokens)
             hd = nd.attrs.get("head_dim", (nd.out_shape[-1] // h) if nd.out_shape else 64)
-            gm[i], gn[i], gk[i], gb[i] = seq, seq, hd, max(h / tp, 1)
+            gm[i], gn[i], gk[i], gb[i] = seq / cp, seq, hd, max(h / tp, 1)
 
     tp_fwd = np.zeros(n)
     tp_bwd = np.zeros(n)
@@ -145,13 +152,13 @@ def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None) -> ShardedNo
     payload = np.where((role == "vocab") & (kind == "linear"), in_elems, out_elems)
     rep = np.isin(group, REPEATED_GROUPS)
     first_block = next((nd for nd in nodes if nd.group in REPEATED_GROUPS), None)
-    block_in = (_prod(first_block.in_shape) / (tp if sp else 1)) if first_block else 0.0
+    block_in = (_prod(first_block.in_shape) / (tp if sp else 1) / cp) if first_block else 0.0
     return ShardedNodes(
         kind=kind, group=group,
-        fwd_flops=np.array([nd.fwd_flops for nd in nodes]) / flop_div,
-        bwd_flops=np.array([nd.bwd_flops for nd in nodes]) / flop_div,
+        fwd_flops=np.array([nd.fwd_flops for nd in nodes]) / flop_div / cp,
+        bwd_flops=np.array([nd.bwd_flops for nd in nodes]) / flop_div / cp,
         params=np.array([float(nd.params) for nd in nodes]) / np.where(sharded, tp, 1),
-        act_elems=np.array([float(nd.act_elems) for nd in nodes]) / act_div,
+        act_elems=np.array([float(nd.act_elems) for nd in nodes]) / act_div / cp,
         io_elems=(in_elems + out_elems) / io_div,
         out_full=out_elems, gemm_m=gm, gemm_n=gn, gemm_k=gk, gemm_batch=gb,
         tp_linear=(kind == "linear") & np.isin(role, ("column", "row")) if tp > 1 else np.zeros(n, dtype=bool),
@@ -202,34 +209,47 @@ def _stages(graph: LayerGraph, pp: int, v: int) -> tuple[np.ndarray, np.ndarray]
     return counts, blocks
 
 
-def group_of(plan: Plan, axis: str, gpus_per_node: int, device: Device) -> Group:
-    """The communication group of `axis`: ranks per node and nodes spanned, from the placement."""
-    n = getattr(plan, axis)
+@lru_cache(maxsize=65536)
+def _spread(degrees: tuple[tuple[str, int], ...], placement: str, axes: tuple[str, ...], domain: int) -> tuple[int, int]:
+    """(ranks per NVLink domain, domains) of the group of `axes` holding rank 0, from its global ranks.
+
+    Where the ranks do not fill domains evenly (an NVL72 domain of 72 GPUs with a dp stride of 8), the
+    ranks per domain are the largest count that divides the group, as hierarchical collectives need."""
+    plan = Plan(placement=placement, **dict(degrees))
+    ranks = plan.group_ranks(axes)
+    per_domain = max(Counter(r // domain for r in ranks).values())
+    while len(ranks) % per_domain:
+        per_domain -= 1
+    return per_domain, len(ranks) // per_domain
+
+
+def group_of(plan: Plan, axes: str | tuple[str, ...], domain: int, device: Device) -> Group:
+    """The communication group of `axes` (one axis, or several whose ranks form one group, e.g. the
+    gradient sync over dp and cp): its ranks per NVLink domain (`domain` GPUs) and domains spanned,
+    from the plan's rank order."""
+    axes = (axes,) if isinstance(axes, str) else tuple(axes)
     ops = tuple(sorted(device.op_links.items()))
-    if n == 1 or plan.group_span(axis) <= gpus_per_node:
-        return Group(n, 1, device.intra_node, device.inter_node, ops)
-    stride = plan.stride(axis)
-    per_node = max(1, min(n, gpus_per_node // stride)) if stride < gpus_per_node else 1
-    while n % per_node:
-        per_node -= 1
-    return Group(per_node, n // per_node, device.intra_node, device.inter_node, ops)
+    degrees = tuple(plan.degrees().items())
+    n_intra, n_inter = _spread(degrees, plan.placement, axes, domain)
+    return Group(n_intra, n_inter, device.intra_node, device.inter_node, ops)
 
 
 def apply_plan(spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device) -> Layout:
     """Everything a predictor needs about `plan` on `graph` (assumes plan_errors(plan, spec) is empty)."""
     m = spec.model
-    nodes = shard_nodes(graph, plan.tp, plan.sp, m.heads)
+    nodes = shard_nodes(graph, plan.tp, plan.sp, m.heads, plan.cp)
     counts, blocks = stage_counts(graph, plan.pp, plan.v)
-    gpn = spec.cluster.gpus_per_node
+    domain = nvlink_domain(spec)
     prec = spec.training.precision
     hidden = m.hidden or 0
-    p2p = graph.tokens * hidden * plan.mbs / (plan.tp if plan.sp else 1)
+    p2p = graph.tokens * hidden * plan.mbs / (plan.tp if plan.sp else 1) / plan.cp
     return Layout(
         plan=plan, nodes=nodes, stage_counts=counts, blocks_per_stage=blocks,
         microbatches=plan.microbatches(spec.training.global_batch), tokens=graph.tokens,
-        tp_group=group_of(plan, "tp", gpn, device),
-        dp_group=group_of(plan, "dp", gpn, device),
-        pp_link_inter=plan.pp > 1 and plan.group_span("pp") > gpn,
+        tp_group=group_of(plan, "tp", domain, device),
+        dp_group=group_of(plan, ("dp", "cp"), domain, device),
+        cp_group=group_of(plan, "cp", domain, device),
+        pp_link_inter=plan.pp > 1 and plan.group_span("pp") > domain,
         p2p_elems=p2p,
         act_bytes=BYTES[prec], param_bytes=BYTES[prec], grad_bytes=BYTES[prec],
     )

@@ -5,8 +5,8 @@ command line, in reports and in datasets:
 
     dp=16,tp=8,pp=8,mbs=1,zero=1,recompute=full,sp=true,schedule=interleaved,v=3,placement=tp-dp-pp
 
-Structural validity against a workload (degrees multiply to the GPU count,
-divisibility of heads/hidden/layers/batch, tensor parallel inside a node) is
+Structural validity against a workload (degrees multiply to the GPU count, each axis's rules in
+`predictor.axes`, divisibility of the batch, tensor parallel inside an NVLink domain) is
 checked by `plan_errors`, which returns every reason a plan is rejected so that
 callers (the CLI, the search space) can explain themselves.
 """
@@ -14,7 +14,9 @@ callers (the CLI, the search space) can explain themselves.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+from predictor.axes import AXES, AXIS, AXIS_NAMES, DEFAULT_ORDER, complete_order, placement_error, placements
 
 if TYPE_CHECKING:  # pragma: no cover - import only for type checkers
     from predictor.workload import WorkloadSpec
@@ -24,26 +26,79 @@ Schedule = Literal["gpipe", "1f1b", "interleaved"]
 
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
-# Rank orders: the first axis is innermost, i.e. its ranks are adjacent GPUs of a node.
-PLACEMENTS: tuple[str, ...] = ("tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp")
+# Rank orders of the axes every plan string names (cp and later axes go to their default position).
+PLACEMENTS: tuple[str, ...] = placements()
+# Communication a framework can hide behind computation; `overlap` switches each kind on or off.
+OVERLAP_KINDS: tuple[str, ...] = ("dp", "param", "tp", "pp")
+CP_COMM: tuple[str, ...] = ("ring", "allgather")
 
 
 class PlanError(ValueError):
     """A plan string or plan value that cannot be used; the message says which field and why."""
 
 
+def _parse_int(key: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise PlanError(f"plan field {key!r} must be an integer, got {raw!r}") from None
+
+
+def _parse_bool(key: str, raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise PlanError(f"plan field {key!r} must be true or false, got {raw!r}")
+
+
+def _parse_text(key: str, raw: str) -> str:
+    return raw.lower()
+
+
+# How each non-degree field is read from a plan string.
+_PARSERS: dict[str, Callable[[str, str], Any]] = {
+    "mbs": _parse_int, "zero": _parse_int, "v": _parse_int, "sp": _parse_bool,
+    "recompute": _parse_text, "schedule": _parse_text, "placement": _parse_text, "overlap": _parse_text,
+    "cp_comm": _parse_text,
+}
+# Fields every plan string writes; the others (added with later axes and options) only when they differ
+# from their defaults, so a plan that could be written before keeps its string and its dataset ids.
+ALWAYS_WRITTEN: tuple[str, ...] = ("dp", "tp", "pp", "mbs", "zero", "recompute", "sp", "schedule", "v", "placement")
+
+
+def overlap_kinds(value: str) -> frozenset[str] | None:
+    """The kinds of communication an `overlap` value switches on; None for 'auto' (the framework's default)."""
+    if value == "auto":
+        return None
+    if value == "none":
+        return frozenset()
+    kinds = value.split("+")
+    unknown = [k for k in kinds if k not in OVERLAP_KINDS]
+    if unknown or not all(kinds):
+        raise PlanError(f"plan field 'overlap' must be auto, none or kinds joined by '+' from "
+                        f"{', '.join(OVERLAP_KINDS)} (e.g. overlap=dp+param); got {value!r}")
+    return frozenset(kinds)
+
+
 @dataclass(frozen=True)
 class Plan:
     """One parallel configuration of a training iteration.
 
-    dp, tp, pp: data, tensor and pipeline parallel degrees.
+    Degrees, one field per axis of `predictor.axes.AXES`: dp (data), tp (tensor), pp (pipeline),
+    cp (context) parallel.
     mbs: micro-batch size per data-parallel rank; the number of micro-batches per
          iteration is derived from the workload's global batch (`microbatches`).
-    zero: ZeRO stage 0-3 (3 is FSDP full shard).
+    zero: ZeRO stage 0-3 (3 is FSDP full shard; 1 is Megatron's distributed optimizer).
     recompute: activation recomputation: none, selective (attention core) or full.
     sp: Megatron sequence parallelism (only meaningful with tp > 1).
     schedule: pipeline schedule; v: virtual stages per pipeline rank (interleaved only).
-    placement: rank order on the nodes, innermost axis first.
+    placement: rank order on the nodes, innermost axis first; axes it omits take their default place.
+    overlap: communication hidden behind computation: auto (the framework's default), none, or
+         kinds joined by '+' (dp: gradient reduction, param: parameter all-gather, tp, pp).
+    cp_comm: how context parallelism exchanges K/V: ring (send/recv overlapped with attention) or
+         allgather (gathered before attention).
     """
 
     dp: int = 1
@@ -56,9 +111,12 @@ class Plan:
     schedule: Schedule = "1f1b"
     v: int = 1
     placement: str = "tp-dp-pp"
+    cp: int = 1
+    overlap: str = "auto"
+    cp_comm: str = "ring"
 
     def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "mbs", "v"):
+        for name in (*AXIS_NAMES, "mbs", "v"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise PlanError(f"plan field '{name}' must be a positive integer, got {value!r}")
@@ -68,20 +126,32 @@ class Plan:
             raise PlanError(f"plan field 'recompute' must be one of {', '.join(RECOMPUTE_MODES)}, got {self.recompute!r}")
         if self.schedule not in SCHEDULES:
             raise PlanError(f"plan field 'schedule' must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
-        if self.placement not in PLACEMENTS:
-            raise PlanError(f"plan field 'placement' must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
+        error = placement_error(self.placement)
+        if error:
+            raise PlanError(error)
         if self.schedule != "interleaved" and self.v != 1:
             raise PlanError(f"plan field 'v' must be 1 unless schedule=interleaved, got v={self.v} with schedule={self.schedule}")
         if self.schedule == "interleaved" and self.pp == 1:
             raise PlanError("schedule=interleaved needs pp > 1; use schedule=1f1b for pp=1")
+        overlap_kinds(self.overlap)
+        if self.cp_comm not in CP_COMM:
+            raise PlanError(f"plan field 'cp_comm' must be one of {', '.join(CP_COMM)}, got {self.cp_comm!r}")
 
     @property
     def gpus(self) -> int:
-        return self.dp * self.tp * self.pp
+        n = 1
+        for axis in AXES:
+            if axis.multiplies_gpus:
+                n *= axis.degree(self)
+        return n
+
+    def degrees(self) -> dict[str, int]:
+        """Each axis's degree, in registry order."""
+        return {a.name: a.degree(self) for a in AXES}
 
     @property
     def kind(self) -> str:
-        """What parallelism the plan runs (single, tp, pp-<schedule>, fsdp, dp): design strata and error
+        """What parallelism the plan runs (single, tp, pp-<schedule>, cp, fsdp, dp): design strata and error
         breakdowns group plans by it. A plan with several degrees is named by its pipeline, then its tp."""
         if self.gpus == 1:
             return "single"
@@ -89,11 +159,18 @@ class Plan:
             return f"pp-{self.schedule}"
         if self.tp > 1:
             return "tp"
+        if self.cp > 1:
+            return "cp"
         return "fsdp" if self.zero == 3 else "dp"
 
+    @property
+    def rank_order(self) -> tuple[str, ...]:
+        """Every axis, innermost first: the placement completed with the axes it leaves out."""
+        return complete_order(self.placement)
+
     def stride(self, axis: str) -> int:
-        """Distance in global rank between neighbours of one `axis` group ('dp', 'tp' or 'pp')."""
-        order = self.placement.split("-")
+        """Distance in global rank between neighbours of one `axis` group."""
+        order = self.rank_order
         stride = 1
         for inner in order[: order.index(axis)]:
             stride *= getattr(self, inner)
@@ -103,6 +180,14 @@ class Plan:
         """How many consecutive global ranks one `axis` group covers; within a node iff <= gpus_per_node."""
         return self.stride(axis) * (getattr(self, axis) - 1) + 1
 
+    def group_ranks(self, axes: tuple[str, ...]) -> list[int]:
+        """Global ranks of the group of `axes` (e.g. ('dp', 'cp'): who syncs gradients) that holds rank 0."""
+        ranks = [0]
+        for axis in axes:
+            step = self.stride(axis)
+            ranks = [r + i * step for r in ranks for i in range(getattr(self, axis))]
+        return sorted(ranks)
+
     def microbatches(self, global_batch: int) -> int:
         """Micro-batches per pipeline per iteration (gradient accumulation steps)."""
         return global_batch // (self.dp * self.mbs)
@@ -111,7 +196,8 @@ class Plan:
         parts = []
         for f in fields(self):
             value = getattr(self, f.name)
-            parts.append(f"{f.name}={str(value).lower() if isinstance(value, bool) else value}")
+            if f.name in ALWAYS_WRITTEN or value != f.default:
+                parts.append(f"{f.name}={str(value).lower() if isinstance(value, bool) else value}")
         return ",".join(parts)
 
     @classmethod
@@ -128,7 +214,7 @@ class Plan:
                 raise PlanError(f"unknown plan field {key!r} in {text!r}; known fields: {', '.join(known)}")
             if key in values:
                 raise PlanError(f"plan field {key!r} given twice in {text!r}")
-            values[key] = _parse_value(key, raw)
+            values[key] = _PARSERS.get(key, _parse_int)(key, raw)
         if not values:
             raise PlanError(f"empty plan {text!r}; example: dp=8,tp=1,pp=1,mbs=1")
         return cls(**values)  # type: ignore[arg-type]
@@ -137,54 +223,70 @@ class Plan:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
-def _parse_value(key: str, raw: str) -> object:
-    if key in ("dp", "tp", "pp", "mbs", "zero", "v"):
-        try:
-            return int(raw)
-        except ValueError:
-            raise PlanError(f"plan field {key!r} must be an integer, got {raw!r}") from None
-    if key == "sp":
-        lowered = raw.lower()
-        if lowered in ("true", "1", "yes", "on"):
-            return True
-        if lowered in ("false", "0", "no", "off"):
-            return False
-        raise PlanError(f"plan field 'sp' must be true or false, got {raw!r}")
-    return raw.lower()
+assert set(AXIS_NAMES) <= {f.name for f in fields(Plan)}, "every registered axis needs a Plan field"
+assert set(DEFAULT_ORDER) == set(AXIS_NAMES)
+
+
+def nvlink_domain(spec: "WorkloadSpec") -> int:
+    """GPUs that share one NVLink domain (a node, or an NVL72 rack): where tp, cp and ep groups stay fast."""
+    c = spec.cluster
+    return int(getattr(c, "nvlink_domain_gpus", None) or c.gpus_per_node)
+
+
+# Axes whose per-layer collectives sit between dependent GEMMs, so leaving NVLink costs every layer. Context
+# parallelism is not among them: its ring runs beside attention and crosses nodes in the frameworks' own
+# recipes (Llama 3.1 405B: tp=8 fills a node, cp=2 spans two).
+NVLINK_AXES: tuple[str, ...] = ("tp",)
+
+
+def cross_domain_axes(plan: Plan, spec: "WorkloadSpec") -> list[str]:
+    """Axes of NVLINK_AXES whose groups span more consecutive GPUs than one NVLink domain holds."""
+    domain = nvlink_domain(spec)
+    return [a for a in NVLINK_AXES if getattr(plan, a) > 1 and plan.group_span(a) > domain]
 
 
 def plan_errors(plan: Plan, spec: "WorkloadSpec", allow_cross_node_tp: bool = False) -> list[str]:
     """Every reason `plan` cannot run `spec`; an empty list means structurally valid.
 
-    Memory capacity is not checked here: that needs a prediction (see the search space).
+    Each axis of `predictor.axes.AXES` checks its own rules; the rest are the options'. Tensor and
+    context parallelism outside an NVLink domain run, slowly: `allow_cross_node_tp` accepts them
+    (`placement_warnings` says what they cost). Memory capacity is not checked here: that needs a
+    prediction (see the search space).
     """
-    m = spec.model
     c = spec.cluster
     gb = spec.training.global_batch
     errors: list[str] = []
     if plan.gpus != c.gpus:
-        errors.append(f"dp*tp*pp = {plan.dp}*{plan.tp}*{plan.pp} = {plan.gpus} but the cluster has {c.gpus} GPUs")
-    if m.heads % plan.tp:
-        errors.append(f"tp={plan.tp} does not divide heads={m.heads}")
-    if m.kv_heads is not None and m.kv_heads % plan.tp:
-        errors.append(f"tp={plan.tp} does not divide kv_heads={m.kv_heads}")
-    if m.hidden % plan.tp:
-        errors.append(f"tp={plan.tp} does not divide hidden={m.hidden}")
-    if m.ffn_hidden_size % plan.tp:
-        errors.append(f"tp={plan.tp} does not divide ffn_hidden={m.ffn_hidden_size}")
-    if m.num_blocks % (plan.pp * plan.v):
-        errors.append(f"pp*v = {plan.pp}*{plan.v} does not divide the {m.num_blocks} transformer layers")
+        product = "*".join(a.name for a in AXES if a.multiplies_gpus)
+        values = "*".join(str(a.degree(plan)) for a in AXES if a.multiplies_gpus)
+        errors.append(f"{product} = {values} = {plan.gpus} but the cluster has {c.gpus} GPUs")
+    for axis in AXES:
+        errors += axis.rules(plan, spec)
     if gb % (plan.dp * plan.mbs):
         errors.append(f"dp*mbs = {plan.dp}*{plan.mbs} does not divide global_batch={gb}")
     elif plan.schedule == "interleaved" and plan.microbatches(gb) % plan.pp:
         errors.append(f"interleaved schedule needs micro-batches ({plan.microbatches(gb)}) to be a multiple of pp={plan.pp}")
     if plan.sp and plan.tp == 1:
         errors.append("sp=true needs tp > 1 (sequence parallelism splits along the tensor-parallel group)")
-    if plan.zero > 0 and plan.dp == 1:
+    if plan.zero > 0 and plan.dp * plan.cp == 1:
         errors.append(f"zero={plan.zero} shards over data parallel ranks but dp=1; use zero=0")
-    if not allow_cross_node_tp and plan.tp > 1 and plan.group_span("tp") > c.gpus_per_node:
-        errors.append(
-            f"tp={plan.tp} with placement={plan.placement} spans {plan.group_span('tp')} consecutive GPUs, more than a node's "
-            f"{c.gpus_per_node}; put tp innermost (placement=tp-...) with tp <= gpus_per_node, or allow cross-node tp"
-        )
+    if not allow_cross_node_tp:
+        domain = nvlink_domain(spec)
+        for axis in cross_domain_axes(plan, spec):
+            errors.append(
+                f"{axis}={getattr(plan, axis)} with placement={plan.placement} spans {plan.group_span(axis)} consecutive "
+                f"GPUs, more than an NVLink domain's {domain}; put {axis} innermost with {axis} <= {domain} "
+                f"(or search.allow_cross_node_tp: true with --space full; `scaledl predict` predicts such plans)")
     return errors
+
+
+def placement_warnings(plan: Plan, spec: "WorkloadSpec") -> list[str]:
+    """What a runnable but slow placement costs: tp groups whose collectives leave NVLink."""
+    warnings = []
+    domain = nvlink_domain(spec)
+    for axis in cross_domain_axes(plan, spec):
+        warnings.append(
+            f"{axis}={getattr(plan, axis)} spans {plan.group_span(axis)} consecutive GPUs, more than an NVLink domain's "
+            f"{domain}: its per-layer collectives run over the inter-node network, typically ~10x slower than NVLink "
+            f"(the prediction prices them so)")
+    return warnings

@@ -1,11 +1,13 @@
 """Every valid plan of a workload inside a search space, and why the others are rejected.
 
-The structural rules live in `predictor.plan.plan_errors`; this module only generates the
-candidates of a space and keeps the ones with no error. dp is derived (GPUs / (tp*pp)), so
-the degrees always multiply to the GPU count. To stay fast on big clusters it checks one
-prototype per (tp, pp, dp, mbs) first: every rule is monotone in the other fields (the
-prototype has v=1, zero=0, sp=false, 1F1B and tp innermost, the least constrained choice),
-so a failing prototype rejects all its variants with the same reasons.
+The structural rules live in `predictor.plan.plan_errors`, the framework's in
+`predictor.frameworks`; this module only generates the candidates of a space and keeps the ones
+with no error. The degrees of the registered axes (`predictor.axes`) are chosen in registry order
+with dp derived (GPUs / the others), so they always multiply to the GPU count. To stay fast on
+big clusters it checks one prototype per (degrees, mbs) first against the structural rules: each
+is monotone in the other fields (the prototype has v=1, zero=0, sp=false, 1F1B and tp innermost,
+the least constrained choice), so a failing prototype rejects all its variants with the same
+reasons. Framework rules are not monotone (torchtitan needs sp with tp) and are checked per plan.
 """
 
 from __future__ import annotations
@@ -15,9 +17,14 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Iterable, Iterator
 
+from predictor.axes import AXES
+from predictor.frameworks import framework_of
 from predictor.plan import Plan, plan_errors
 from predictor.workload import WorkloadSpec
-from search_spaces.space import SpaceConfig
+from search_spaces.space import CHOICE_AXES, INT_AXES, SpaceConfig
+
+# Axes whose degree a search picks; dp takes what the GPU count leaves.
+_CHOSEN = tuple(a.name for a in AXES if a.multiplies_gpus and a.name != "dp")
 
 
 @dataclass
@@ -46,38 +53,49 @@ def _pick(values: str | list[int], auto: Iterable[int], cap: int | None) -> list
     return [v for v in chosen if cap is None or v <= cap]
 
 
-def _degrees(spec: WorkloadSpec, space: SpaceConfig) -> Iterator[tuple[int, int, int, int]]:
-    """(tp, pp, dp, mbs) combinations of the space whose degrees multiply to the GPU count."""
+def _degrees(spec: WorkloadSpec, space: SpaceConfig) -> Iterator[tuple[dict[str, int], int]]:
+    """(degrees, mbs) combinations of the space whose degrees multiply to the GPU count."""
     gpus, gb = spec.cluster.gpus, spec.training.global_batch
-    for tp in _pick(space.tp, _divisors(gpus), space.max_tp):
-        if gpus % tp:
+
+    def chosen(i: int, left: int, picked: dict[str, int]) -> Iterator[dict[str, int]]:
+        if i == len(_CHOSEN):
+            yield picked
+            return
+        axis = _CHOSEN[i]
+        for d in _pick(getattr(space, axis), _divisors(left), getattr(space, f"max_{axis}")):
+            if left % d == 0:
+                yield from chosen(i + 1, left // d, {**picked, axis: d})
+
+    for picked in chosen(0, gpus, {}):
+        dp = gpus
+        for d in picked.values():
+            dp //= d
+        if (space.dp != "auto" and dp not in space.dp) or (space.max_dp is not None and dp > space.max_dp):
             continue
-        for pp in _pick(space.pp, _divisors(gpus // tp), space.max_pp):
-            if (gpus // tp) % pp:
-                continue
-            dp = gpus // (tp * pp)
-            if (space.dp != "auto" and dp not in space.dp) or (space.max_dp is not None and dp > space.max_dp):
-                continue
-            for mbs in _pick(space.mbs, _divisors(gb // dp) if gb % dp == 0 else (1,), space.max_mbs):
-                yield tp, pp, dp, mbs
+        for mbs in _pick(space.mbs, _divisors(gb // dp) if gb % dp == 0 else (1,), space.max_mbs):
+            yield {**picked, "dp": dp}, mbs
 
 
 def _virtual_stages(spec: WorkloadSpec, space: SpaceConfig, pp: int) -> list[int]:
+    """Interleaving depths v > 1 of the space whose pp·v chunks split the layers evenly (or the layers with
+    the embedding and the loss counted as one each)."""
     blocks = spec.model.num_blocks
-    auto = _divisors(blocks // pp) if blocks % pp == 0 else (2,)
+    auto = sorted({v for total in (blocks, blocks + 2) if total % pp == 0 for v in _divisors(total // pp)}) or [2]
     return [v for v in _pick(space.v, auto, space.max_v) if v > 1]  # interleaving with v=1 is plain 1F1B
 
 
-def _variants(spec: WorkloadSpec, space: SpaceConfig, tp: int, pp: int, dp: int, mbs: int) -> Iterator[Plan]:
+def _variants(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int], mbs: int) -> Iterator[Plan]:
     """All plans of the space with these degrees; placements that map ranks identically are kept once."""
     placements: list[str] = []
     seen: set[tuple[int, ...]] = set()
     for placement in space.placement:
-        proto = Plan(dp=dp, tp=tp, pp=pp, placement=placement)
-        key = tuple(proto.stride(a) if getattr(proto, a) > 1 else 0 for a in ("dp", "tp", "pp"))
+        proto = Plan(placement=placement, **degrees)
+        key = tuple(proto.stride(a) if n > 1 else 0 for a, n in degrees.items())
         if key not in seen:
             seen.add(key)
             placements.append(placement)
+    pp = degrees["pp"]
+    cp_comms = space.cp_comm if degrees.get("cp", 1) > 1 else ["ring"]
     for zero in space.zero:
         for recompute in space.recompute:
             for sp in space.sp:
@@ -90,22 +108,30 @@ def _variants(spec: WorkloadSpec, space: SpaceConfig, tp: int, pp: int, dp: int,
                         vs = [1]
                     for v in vs:
                         for placement in placements:
-                            yield Plan(dp=dp, tp=tp, pp=pp, mbs=mbs, zero=zero, recompute=recompute, sp=sp,
-                                       schedule=schedule, v=v, placement=placement)
+                            for overlap in space.overlap:
+                                for cp_comm in cp_comms:
+                                    yield Plan(mbs=mbs, zero=zero, recompute=recompute, sp=sp, schedule=schedule, v=v,
+                                               placement=placement, overlap=overlap, cp_comm=cp_comm, **degrees)
+
+
+def all_errors(plan: Plan, spec: WorkloadSpec, space: SpaceConfig) -> list[str]:
+    """Structural reasons and the framework's: why a search does not propose `plan`."""
+    return plan_errors(plan, spec, space.allow_cross_node_tp) + framework_of(spec).errors(plan, spec)
 
 
 def candidates(spec: WorkloadSpec, space: SpaceConfig) -> Iterator[Plan]:
     """Every plan the space proposes for the workload, valid or not."""
-    for degrees in _degrees(spec, space):
-        yield from _variants(spec, space, *degrees)
+    for degrees, mbs in _degrees(spec, space):
+        yield from _variants(spec, space, degrees, mbs)
 
 
 def enumerate_plans(spec: WorkloadSpec, space: SpaceConfig) -> Enumeration:
-    """The valid plans of `space` for `spec`, with rejection counts per reason."""
+    """The valid plans of `space` for `spec` that its framework runs, with rejection counts per reason."""
     result = Enumeration(plans=[], checked=0)
-    for tp, pp, dp, mbs in _degrees(spec, space):
-        proto_errors = plan_errors(Plan(dp=dp, tp=tp, pp=pp, mbs=mbs), spec, space.allow_cross_node_tp)
-        variants = _variants(spec, space, tp, pp, dp, mbs)
+    framework = framework_of(spec)
+    for degrees, mbs in _degrees(spec, space):
+        proto_errors = plan_errors(Plan(mbs=mbs, **degrees), spec, space.allow_cross_node_tp)
+        variants = _variants(spec, space, degrees, mbs)
         if proto_errors:
             n = sum(1 for _ in variants)
             result.checked += n
@@ -114,7 +140,7 @@ def enumerate_plans(spec: WorkloadSpec, space: SpaceConfig) -> Enumeration:
             continue
         for plan in variants:
             result.checked += 1
-            errors = plan_errors(plan, spec, space.allow_cross_node_tp)
+            errors = plan_errors(plan, spec, space.allow_cross_node_tp) + framework.errors(plan, spec)
             if errors:
                 result.rejected.update(errors)
             else:
@@ -125,15 +151,16 @@ def enumerate_plans(spec: WorkloadSpec, space: SpaceConfig) -> Enumeration:
 def rejected(spec: WorkloadSpec, space: SpaceConfig) -> Iterator[tuple[Plan, list[str]]]:
     """Each rejected candidate of the space with every reason it is rejected."""
     for plan in candidates(spec, space):
-        errors = plan_errors(plan, spec, space.allow_cross_node_tp)
+        errors = all_errors(plan, spec, space)
         if errors:
             yield plan, errors
 
 
 def explain(plan: Plan, spec: WorkloadSpec, space: SpaceConfig) -> list[str]:
-    """Why `plan` is not searched: outside the space, and/or structurally invalid. Empty if it is searched."""
+    """Why `plan` is not searched: outside the space, and/or structurally invalid, and/or outside the framework.
+    Empty if it is searched."""
     reasons = []
-    for axis in ("dp", "tp", "pp", "mbs", "v"):
+    for axis in INT_AXES:
         value, allowed, cap = getattr(plan, axis), getattr(space, axis), getattr(space, f"max_{axis}")
         if axis == "v" and plan.schedule != "interleaved":
             continue
@@ -141,8 +168,10 @@ def explain(plan: Plan, spec: WorkloadSpec, space: SpaceConfig) -> list[str]:
             reasons.append(f"{axis}={value} is not in the space's {axis} values {allowed}")
         if cap is not None and value > cap:
             reasons.append(f"{axis}={value} exceeds the space's max_{axis}={cap}")
-    for axis in ("zero", "recompute", "sp", "schedule", "placement"):
+    for axis in CHOICE_AXES:
         value = getattr(plan, axis)
+        if axis == "cp_comm" and plan.cp == 1:
+            continue
         if value not in getattr(space, axis):
             reasons.append(f"{axis}={str(value).lower()} is not in the space's {axis} values {getattr(space, axis)}")
-    return reasons + plan_errors(plan, spec, space.allow_cross_node_tp)
+    return reasons + all_errors(plan, spec, space)

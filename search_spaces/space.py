@@ -19,18 +19,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, create_model, field_validator
 
-from predictor.plan import PLACEMENTS, RECOMPUTE_MODES
+from predictor.axes import AXES, AXIS_NAMES
+from predictor.plan import CP_COMM, PLACEMENTS, RECOMPUTE_MODES, PlanError, overlap_kinds
 from predictor.workload import SpecError
 
 PRESET_DIR = Path(__file__).parent / "presets"
 DEFAULT_SPACE = "megatron-3d"
 
 Auto = Literal["auto"]
-INT_AXES: tuple[str, ...] = ("dp", "tp", "pp", "mbs", "v")
-CHOICE_AXES: tuple[str, ...] = ("zero", "recompute", "sp", "schedule", "placement")
-CAPS: tuple[str, ...] = ("max_dp", "max_tp", "max_pp", "max_mbs", "max_v")
+# One value list per registered parallel axis (predictor.axes), then the options.
+INT_AXES: tuple[str, ...] = (*AXIS_NAMES, "mbs", "v")
+CHOICE_AXES: tuple[str, ...] = ("zero", "recompute", "sp", "schedule", "placement", "overlap", "cp_comm")
+CAPS: tuple[str, ...] = tuple(f"max_{a}" for a in INT_AXES)
 
 
 class _Axes(BaseModel):
@@ -54,14 +56,34 @@ class _Axes(BaseModel):
                 raise ValueError(f"unknown placement {p!r}; known: {', '.join(PLACEMENTS)}")
         return value
 
+    @field_validator("overlap", check_fields=False)
+    @classmethod
+    def _known_overlaps(cls, value: Any) -> Any:
+        for o in value or ():
+            try:
+                overlap_kinds(o)
+            except PlanError as err:
+                raise ValueError(str(err)) from None
+        return value
 
-class SpaceConfig(_Axes):
-    """A named search space: what values each plan field may take."""
 
+def _degree_fields(optional: bool) -> dict[str, Any]:
+    """Each registered axis's value list and cap: a space's default is the axis's `space_default`."""
+    out: dict[str, Any] = {}
+    for axis in AXES:
+        if optional:
+            out[axis.name] = (list[PositiveInt] | None, None)
+        elif axis.space_default == "auto":
+            out[axis.name] = (Auto | list[PositiveInt], "auto")
+        else:
+            values = list(axis.space_default)
+            out[axis.name] = (Auto | list[PositiveInt], Field(default_factory=lambda values=values: list(values)))
+        out[f"max_{axis.name}"] = (PositiveInt | None, None)
+    return out
+
+
+class _SpaceOptions(_Axes):
     description: str = ""
-    dp: Auto | list[PositiveInt] = "auto"
-    tp: Auto | list[PositiveInt] = "auto"
-    pp: Auto | list[PositiveInt] = "auto"
     mbs: Auto | list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4, 8])
     v: Auto | list[PositiveInt] = "auto"
     zero: list[Literal[0, 1, 2, 3]] = Field(default_factory=lambda: [0])
@@ -69,21 +91,15 @@ class SpaceConfig(_Axes):
     sp: list[bool] = Field(default_factory=lambda: [False, True])
     schedule: list[Literal["gpipe", "1f1b", "interleaved"]] = Field(default_factory=lambda: ["1f1b"])
     placement: list[str] = Field(default_factory=lambda: ["tp-dp-pp"])
+    overlap: list[str] = Field(default_factory=lambda: ["auto"])
+    cp_comm: list[Literal[CP_COMM]] = Field(default_factory=lambda: ["ring"])  # type: ignore[valid-type]
     allow_cross_node_tp: bool = False
-    max_dp: PositiveInt | None = None
-    max_tp: PositiveInt | None = None
-    max_pp: PositiveInt | None = None
     max_mbs: PositiveInt | None = 64
     max_v: PositiveInt | None = 8
 
 
-class Narrowing(_Axes):
-    """A spec's `search:` section: every field optional; given fields must lie inside the base space."""
-
+class _NarrowingOptions(_Axes):
     space: str | None = None
-    dp: list[PositiveInt] | None = None
-    tp: list[PositiveInt] | None = None
-    pp: list[PositiveInt] | None = None
     mbs: list[PositiveInt] | None = None
     v: list[PositiveInt] | None = None
     zero: list[Literal[0, 1, 2, 3]] | None = None
@@ -91,12 +107,18 @@ class Narrowing(_Axes):
     sp: list[bool] | None = None
     schedule: list[Literal["gpipe", "1f1b", "interleaved"]] | None = None
     placement: list[str] | None = None
+    overlap: list[str] | None = None
+    cp_comm: list[Literal[CP_COMM]] | None = None  # type: ignore[valid-type]
     allow_cross_node_tp: bool | None = None
-    max_dp: PositiveInt | None = None
-    max_tp: PositiveInt | None = None
-    max_pp: PositiveInt | None = None
     max_mbs: PositiveInt | None = None
     max_v: PositiveInt | None = None
+
+
+SpaceConfig = create_model("SpaceConfig", __base__=_SpaceOptions, __doc__="A named search space: what values each "
+                           "plan field may take (one list per registered axis, then the options).",
+                           **_degree_fields(optional=False))
+Narrowing = create_model("Narrowing", __base__=_NarrowingOptions, __doc__="A spec's `search:` section: every field "
+                         "optional; given fields must lie inside the base space.", **_degree_fields(optional=True))
 
 
 def _errors(err: ValidationError, where: str) -> str:

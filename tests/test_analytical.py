@@ -14,12 +14,14 @@ A100 = get_device("a100-80gb")
 GRAPH = gpt_graph(H, A, S, L, V)
 
 
-def _spec(nodes=128, batch=1536):
-    return parse_spec({"model": {"preset": "gpt3-175b"}, "training": {"global_batch": batch, "precision": "bf16"},
+def _spec(nodes=128, batch=1536, framework=None):
+    training = {"global_batch": batch, "precision": "bf16", "framework": framework}
+    return parse_spec({"model": {"preset": "gpt3-175b"}, "training": training,
                        "cluster": {"device": "a100-80gb", "nodes": nodes, "gpus_per_node": 8}})
 
 
 SPEC = _spec()
+PLAIN = _spec(framework="pytorch")  # nothing overlapped: every collective on the critical path
 
 
 def _predict(text, spec=SPEC):
@@ -51,7 +53,7 @@ def test_pipeline_bubble_is_the_other_stages_time():
         ideal = pred.breakdown["compute"] + pred.breakdown["tp_comm"]
         balanced = ideal * (p - 1) / (v * m)
         assert 0.95 * balanced < pred.breakdown["pp_bubble"] < balanced  # the last stage also holds the head
-    spec = _spec(nodes=1, batch=8)
+    spec = _spec(nodes=1, batch=8, framework="deepspeed")  # unfused attention keeps this small model device-bound
     graph = gpt_graph(1024, 16, 512, 4, 51200)
     whole, piped = AnalyticalPredictor().predict(spec, graph, [Plan.parse("mbs=1"), Plan.parse("pp=2,mbs=1")])
     per_mb = piped.breakdown["compute"] / 8
@@ -69,9 +71,9 @@ def test_full_recompute_adds_a_forward():
 
 
 def test_data_parallel_sync_grows_with_zero3():
-    z0 = _predict("dp=16,tp=8,pp=8,mbs=1")
-    z1 = _predict("dp=16,tp=8,pp=8,mbs=1,zero=1")
-    z3 = _predict("dp=16,tp=8,pp=8,mbs=1,zero=3")
+    z0 = _predict("dp=16,tp=8,pp=8,mbs=1", PLAIN)
+    z1 = _predict("dp=16,tp=8,pp=8,mbs=1,zero=1", PLAIN)
+    z3 = _predict("dp=16,tp=8,pp=8,mbs=1,zero=3", PLAIN)
     assert z1.breakdown["dp_comm"] == pytest.approx(z0.breakdown["dp_comm"], rel=0.05)
     # ZeRO-3 gathers the weights again in each of the 96 micro-batches' forward and backward passes:
     # (1 + 2·96)/2 times ZeRO-1's volume, in 13 units per stage instead of 210 buckets (fewer latencies)
@@ -82,8 +84,9 @@ def test_data_parallel_sync_grows_with_zero3():
 
 def _slow_link_spec(latency_us: float):
     """One node of 8 A100s, global batch 8, whose NVLink latency is `latency_us` (1,000: a CPU's gloo in a step);
-    the tests pair it with small hand-built GPT graphs."""
-    return parse_spec({"model": {"preset": "gpt3-175b"}, "training": {"global_batch": 8, "precision": "bf16"},
+    the tests pair it with small hand-built GPT graphs; nothing overlapped (ScaleDL's runner)."""
+    training = {"global_batch": 8, "precision": "bf16", "framework": "pytorch"}
+    return parse_spec({"model": {"preset": "gpt3-175b"}, "training": training,
                        "cluster": {"device": "a100-80gb", "nodes": 1, "gpus_per_node": 8,
                                    "intra_node": {"bandwidth_gbps": 300, "latency_us": latency_us}}})
 

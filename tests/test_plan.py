@@ -47,7 +47,7 @@ def test_plan_errors_explain_each_reason():
     assert plan_errors(Plan(dp=2, tp=2, pp=2, mbs=2), spec) == []
     assert "cluster has 8 GPUs" in plan_errors(Plan(dp=4, tp=4, pp=1), spec)[0]
     assert any("tp=8 does not divide heads=4" in e for e in plan_errors(Plan(dp=1, tp=8, pp=1), _spec(heads=4)))
-    assert any("does not divide the 12 transformer layers" in e for e in plan_errors(Plan(dp=1, tp=1, pp=8), _spec(layers=12)))
+    assert any("divides neither the 12 transformer layers" in e for e in plan_errors(Plan(dp=1, tp=1, pp=8), _spec(layers=12)))
     assert any("does not divide global_batch" in e for e in plan_errors(Plan(dp=8, mbs=3), spec))
     assert any("zero=1" in e for e in plan_errors(Plan(dp=1, tp=8, zero=1), spec))
     assert any("sp=true needs tp > 1" in e for e in plan_errors(Plan(dp=8, sp=True), spec))

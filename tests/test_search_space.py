@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from predictor.plan import Plan, plan_errors
+from predictor.plan import Plan
 from predictor.workload import SpecError, load_spec
 from search_spaces import (
     TuneSpace, enumerate_plans, explain, load_space, narrow, preset_names, rejected, resolve_space,
 )
-from search_spaces.enumerate import candidates
+from search_spaces.enumerate import all_errors, candidates
 
 ROOT = Path(__file__).resolve().parents[1]
 GPT3 = load_spec(ROOT / "examples/gpt3-175b-a100x1024.yaml")
@@ -30,7 +30,7 @@ def test_enumeration_is_exactly_the_valid_candidates(spec, name) -> None:
     space = load_space(name)
     result = enumerate_plans(spec, space)
     # The prototype pruning must not change the answer of checking every candidate one by one.
-    brute = [p for p in candidates(spec, space) if not plan_errors(p, spec, space.allow_cross_node_tp)]
+    brute = [p for p in candidates(spec, space) if not all_errors(p, spec, space)]
     assert result.plans == brute
     assert len(set(result.plans)) == len(result.plans) > 0
     assert result.checked == sum(1 for _ in candidates(spec, space))

@@ -13,7 +13,8 @@ from orchestrator.cli import UsageError
 from predictor.hardware import spec_device
 from predictor.models.domain import advice as domain_advice
 from predictor.models.registry import load_predictor
-from predictor.plan import Plan, PlanError, plan_errors
+from predictor.frameworks import framework_of
+from predictor.plan import Plan, PlanError, placement_warnings, plan_errors
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS, Prediction
 from predictor.workload import WorkloadSpec, load_spec
 
@@ -47,12 +48,13 @@ def _plan_texts(args: argparse.Namespace) -> list[str]:
 
 
 def _checked(text: str, spec: WorkloadSpec) -> Plan | str:
-    """The plan, or the reason it is rejected."""
+    """The plan, or the reason it cannot run: any plan that runs is predicted, a slow placement too
+    (`placement_warnings` says what it costs); a plan outside the spec's framework is refused with why."""
     try:
         plan = Plan.parse(text)
     except PlanError as err:
         return str(err)
-    errors = plan_errors(plan, spec)
+    errors = plan_errors(plan, spec, allow_cross_node_tp=True) + framework_of(spec).errors(plan, spec)
     return plan if not errors else f"invalid plan {text!r}: " + "; ".join(errors)
 
 
@@ -75,7 +77,8 @@ def predict_texts(spec: WorkloadSpec, texts: list[str], predictor_name: str) -> 
     out = []
     for text, c in zip(texts, checked):
         if isinstance(c, Plan):
-            out.append({**next(it).to_dict(), "predictor": label, "plan": str(c), "device": spec.cluster.device})
+            out.append({**next(it).to_dict(), "predictor": label, "plan": str(c), "device": spec.cluster.device,
+                        "warnings": placement_warnings(c, spec)})
         else:
             out.append({"plan": text, "error": c, "predictor": label, "device": spec.cluster.device})
     return out, label
@@ -91,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_tables(spec, results, label)
     _warn_outside(results)
+    for r in results:
+        for w in r.get("warnings", []):
+            print(f"scaledl predict: warning: {_short(r['plan'])}: {w}", file=sys.stderr)
     for r in errors:
         print(f"scaledl predict: error: {r['error']}", file=sys.stderr)
     return 2 if len(errors) == len(results) else 0
@@ -149,4 +155,8 @@ def _print_tables(spec: WorkloadSpec, results: list[dict[str, Any]], label: str)
             parts.add_row(tp, f"{sec:.4f}" if tp else "", f"{100 * sec / r['iter_time_s']:.1f}" if tp else "",
                           mp, f"{r['memory_breakdown'][mp]:.2f}" if mp else "")
         console.print(parts)
+        hidden = r.get("hidden_comm") or {}
+        if hidden:
+            console.print(f"communication hidden behind computation ({framework_of(spec).title}): "
+                          + ", ".join(f"{k} {v:.4f} s" for k, v in hidden.items()))
         console.print("memory per pipeline stage (GiB): " + ", ".join(f"{x:.1f}" for x in r["memory_per_stage_gib"]))

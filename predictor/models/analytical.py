@@ -16,6 +16,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from predictor import comm
+from predictor.axes import DECODER_FAMILIES
+from predictor.frameworks import FRAMEWORKS, MEASURED_DEFAULT, Framework, framework_of
 from predictor.hardware import Device, spec_device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import GIB, memory_per_stage, optimizer_bytes_per_param, peak
@@ -51,9 +53,18 @@ class AnalyticalConfig:
         runs asynchronously behind the host, so a stage's micro-batch takes max(device, host);
         small layers are host-bound. On a measured CPU the host is the device: the costs add.
         Operators per node are in HOST_OPS; backward issues ~2 per forward operator.
-    overlap_dp: fraction of data-parallel gradient sync hidden behind backward (0: Megatron with
-        pipelining syncs after the last micro-batch); overlap_tp likewise for tensor-parallel
-        all-reduces (0: they sit between dependent GEMMs).
+    overlap_eff: fraction of the computation a framework's overlapped communication can hide behind
+        (gradient reduce-scatter behind the last micro-batch's backward, parameter all-gather behind a
+        forward, tensor-parallel collectives behind their GEMMs, pipeline send/recv and context-parallel
+        K/V exchange behind the next computation). 1.0 from first principles (a stream runs beside
+        the kernels until they end); calibrated by `bench/modern_eval.py` (leave-one-system-out).
+    overlap_slowdown: seconds of computation lost per second of communication hidden beside it: NCCL
+        kernels take SMs and memory bandwidth from the GEMMs they run beside (Megatron-LM's
+        `--tp-comm-overlap` and FSDP docs give 1-3 SMs per channel of 132). 0 from first principles;
+        calibrated with overlap_eff.
+    fp8_gemm_eff: fraction of the dense FP8/FP4 peak an FP8/FP4 GEMM reaches relative to a bf16 GEMM
+        of the same shape reaching gemm_eff_max (Transformer Engine's casts, scaling and amax
+        reductions ride on every linear). 1.0 from first principles; calibrated as overlap_eff.
     call_s: a collective or pipeline send/recv call's cost beyond its α-β time (the framework's
         and the communication library's own work per call). 0 from first principles; learned from
         measured iterations with host_op_s by `predictor.models.calibration`. A measured CPU's
@@ -70,10 +81,21 @@ class AnalyticalConfig:
     launch_s: float = 3e-6
     score_passes: float = 4.5
     host_op_s: float = 10e-6
-    overlap_dp: float = 0.0
-    overlap_tp: float = 0.0
+    overlap_eff: float = 1.0
+    overlap_slowdown: float = 0.0
+    fp8_gemm_eff: float = 1.0
     call_s: float = 0.0
     step_p2p: bool = True
+
+    @classmethod
+    def from_saved(cls, saved: dict[str, Any]) -> "AnalyticalConfig":
+        """A config a checkpoint saved: its retired fields (overlap_dp, overlap_tp: fractions of collectives
+        hidden, always saved as 0, so nothing hidden) are dropped; any other value is refused."""
+        saved = dict(saved)
+        for retired in ("overlap_dp", "overlap_tp"):
+            if saved.pop(retired, 0.0) != 0.0:
+                raise ValueError(f"checkpoint's analytical config sets the retired {retired}; retrain it")
+        return cls(**saved)
 
     def for_device(self, device: Device) -> "AnalyticalConfig":
         if not device.measured:
@@ -113,30 +135,44 @@ def gemm_efficiency(m, n, k, batch, cfg: AnalyticalConfig, sms: int = 0):
 
 
 _TIME_CACHE: dict[tuple, tuple[weakref.ref, tuple[np.ndarray, np.ndarray]]] = {}
+# Precisions whose GEMMs run on low-precision tensor cores while the rest of the step stays in bf16.
+LOW_PRECISIONS: tuple[str, ...] = ("fp8", "fp4")
+# A fused causal attention kernel (FlashAttention, cuDNN via Transformer Engine) skips the tiles above the
+# diagonal: half the s² work of the unmasked product (Dao 2023, FlashAttention-2 §3.1).
+CAUSAL_FUSED_WORK = 0.5
 
 
 def layer_times(spec: WorkloadSpec, graph: LayerGraph, tp: int, sp: bool, mbs: int, device: Device,
-                cfg: AnalyticalConfig | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Forward and backward seconds of one occurrence of each graph node on one tp rank at micro-batch `mbs`.
+                cfg: AnalyticalConfig | None = None, cp: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of one occurrence of each graph node on one tp·cp rank at micro-batch `mbs`.
 
     The learned predictor falls back to this for layers it has no timings for.
     """
     cfg = (cfg or AnalyticalConfig()).for_device(device)
     prec = spec.training.precision
-    key = (id(graph), tp, sp, mbs, device.name, device.flops(prec), device.mem_bandwidth, prec, cfg)
+    fused = fused_attention(spec, device)
+    key = (id(graph), tp, sp, mbs, cp, device.name, device.flops(prec), device.mem_bandwidth, prec, cfg, fused)
     hit = _TIME_CACHE.get(key)
     if hit is not None and hit[0]() is graph:
         return hit[1]
-    value = _layer_times(spec, graph, tp, sp, mbs, device, cfg)
+    value = _layer_times(spec, graph, tp, sp, mbs, device, cfg, cp, fused)
     _TIME_CACHE[key] = (weakref.ref(graph, lambda _r, k=key: _TIME_CACHE.pop(k, None)), value)
     return value
 
 
-def _layer_times(spec, graph, tp, sp, mbs, device, cfg):
-    nodes = shard_nodes(graph, tp, sp, spec.model.heads)
+def fused_attention(spec: WorkloadSpec, device: Device) -> bool:
+    """Whether the spec's framework runs attention as one fused kernel (no s² scores through memory)."""
+    return framework_of(spec).fused_attention and not device.measured
+
+
+def _layer_times(spec, graph, tp, sp, mbs, device, cfg, cp, fused):
+    nodes = shard_nodes(graph, tp, sp, spec.model.heads, cp)
     prec = spec.training.precision
     eb = BYTES[prec]
-    peak = device.flops(prec)
+    low = prec in LOW_PRECISIONS
+    # FP8/FP4 recipes cast the linears' GEMMs only; attention and everything else stay in bf16.
+    linear_peak = device.flops(prec) * (cfg.fp8_gemm_eff if low else 1.0)
+    peak = np.where(nodes.attention, device.flops("bf16") if low else linear_peak, linear_peak)
     vector_peak = device.flops("fp32")
     bw = device.mem_bandwidth * cfg.bw_eff
     sms = int(device.extra.get("sms", 0))
@@ -144,17 +180,21 @@ def _layer_times(spec, graph, tp, sp, mbs, device, cfg):
     m = nodes.gemm_m * np.where(nodes.attention, 1, mbs)
     batch = nodes.gemm_batch * np.where(nodes.attention, mbs, 1)
     eff = gemm_efficiency(m, nodes.gemm_n, nodes.gemm_k, batch, cfg, sms)
-    fwd_f = nodes.fwd_flops * mbs
-    bwd_f = nodes.bwd_flops * mbs
+    work = np.where(nodes.attention & fused & (spec.model.family in DECODER_FAMILIES), CAUSAL_FUSED_WORK, 1.0)
+    fwd_f = nodes.fwd_flops * mbs * work
+    bwd_f = nodes.bwd_flops * mbs * work
     gemm_bytes = (m * nodes.gemm_k + nodes.gemm_k * nodes.gemm_n + m * nodes.gemm_n) * batch * eb
+    if fused:  # the s×s product never reaches memory: Q, K, V in and O out
+        gemm_bytes = np.where(nodes.attention, 4 * m * nodes.gemm_k * batch * eb, gemm_bytes)
     io_bytes = np.where(is_gemm, gemm_bytes, nodes.io_elems * mbs * eb + nodes.params * eb)
     compute_rate = np.where(is_gemm, peak * eff, vector_peak)
     fwd = np.maximum(fwd_f / compute_rate, io_bytes / bw)
     bwd = np.maximum(bwd_f / compute_rate, 2 * io_bytes / bw)
     # Unfused attention: the s² scores make extra passes through memory (the GEMM I/O is counted above).
+    passes = 0.0 if fused else cfg.score_passes
     scores = np.where(nodes.attention, nodes.gemm_m * nodes.gemm_n * batch * eb, 0.0)
-    fwd = fwd + cfg.score_passes * scores / bw + cfg.launch_s
-    bwd = bwd + 2 * cfg.score_passes * scores / bw + 2 * cfg.launch_s
+    fwd = fwd + passes * scores / bw + cfg.launch_s
+    bwd = bwd + 2 * passes * scores / bw + 2 * cfg.launch_s
     return fwd, bwd
 
 
@@ -170,15 +210,39 @@ def _tp_time(layout: Layout, calls: np.ndarray, elems: np.ndarray, call_s: float
     return calls * (comm.allreduce(size, g) + call_s)
 
 
-def _memory_gib(spec: WorkloadSpec, lay: Layout) -> tuple[float, list[float], dict[str, float]]:
+def _memory_gib(spec: WorkloadSpec, lay: Layout, fused: bool) -> tuple[float, list[float], dict[str, float]]:
     """Peak GiB of the plan's fullest rank, GiB per pipeline stage, and the fullest rank's parts."""
-    parts = memory_per_stage(spec, lay)
+    parts = memory_per_stage(spec, lay, fused)
     total, top = peak(parts)
     return float(total[top]) / GIB, [float(x) / GIB for x in total], {k: float(parts[k][top]) / GIB for k in MEMORY_PARTS}
 
 
+@dataclass(frozen=True)
+class StageTimes:
+    """Seconds per pipeline rank for one micro-batch (arrays of length pp)."""
+
+    fwd: np.ndarray  # forward, host-stretched where the GPU waits for the host
+    bwd: np.ndarray  # backward with recomputation
+    tp: np.ndarray  # tensor-parallel collectives
+    cp: np.ndarray  # context-parallel K/V exchange
+    kernels: np.ndarray  # the kernels' own forward + backward (before a host-bound GPU stretches them)
+    attention: np.ndarray  # the attention cores' forward + backward: what a cp ring hides behind
+
+
+def _hidden(comm: float, window: float, on: bool, cfg: AnalyticalConfig) -> float:
+    """Seconds of `comm` hidden behind `window` seconds of computation when its overlap is `on`."""
+    return min(comm, cfg.overlap_eff * window) if on else 0.0
+
+
 class AnalyticalPredictor(Predictor):
-    """Roofline + α-β + schedule model; no learned state."""
+    """Roofline + α-β + schedule model; no learned state.
+
+    Communication a framework overlaps (`predictor.frameworks`) is charged only where it is exposed:
+    gradient reduction behind the backward of the last micro-batch, parameter all-gathers behind a
+    forward (every micro-batch's under ZeRO-3), tensor-parallel collectives and pipeline send/recv
+    behind the stage's computation, the context-parallel ring behind attention; each hidden second
+    slows the computation beside it by `overlap_slowdown`. `Prediction.hidden_comm` keeps what was hidden.
+    """
 
     name = "analytical"
 
@@ -189,17 +253,18 @@ class AnalyticalPredictor(Predictor):
     def predict(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> list[Prediction]:
         device = self.device or spec_device(spec)
         model_flops = (graph.fwd_flops + graph.bwd_flops) * spec.training.global_batch
+        # A measured device runs ScaleDL's own runner, whatever the spec names.
+        framework = FRAMEWORKS[MEASURED_DEFAULT] if device.measured else framework_of(spec)
         # Plans of a batch share stages, gradient syncs and memory (they differ in placement, ZeRO, schedule...):
         # each piece is computed once per batch for the plan fields it depends on.
         batch_cache: dict[tuple, Any] = {}
-        return [self._one(spec, graph, plan, device, model_flops, batch_cache) for plan in plans]
+        return [self._one(spec, graph, plan, device, model_flops, framework, batch_cache) for plan in plans]
 
     def _stage_times(self, spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: Device,
-                     cfg: AnalyticalConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Per pipeline rank, one micro-batch: forward, backward (with recomputation) and tp-collective seconds,
-        and the kernels' own forward + backward seconds (before a host-bound GPU stretches them)."""
+                     cfg: AnalyticalConfig) -> StageTimes:
+        """Per pipeline rank, one micro-batch: computation (with recomputation), tp and cp communication."""
         plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
-        fwd, bwd = layer_times(spec, graph, plan.tp, plan.sp, plan.mbs, device, self.config)
+        fwd, bwd = layer_times(spec, graph, plan.tp, plan.sp, plan.mbs, device, self.config, plan.cp)
         t_f = counts @ fwd
         t_b = counts @ bwd
         rep = nodes.repeated
@@ -208,6 +273,8 @@ class AnalyticalPredictor(Predictor):
         elif plan.recompute == "selective":
             t_b = t_b + counts[:, nodes.attention] @ fwd[nodes.attention]
         t_tp = self._tp_stage_time(lay, cfg, device) if plan.tp > 1 else np.zeros_like(t_f)
+        t_cp = self._cp_stage_time(spec, lay, device) if plan.cp > 1 else np.zeros_like(t_f)
+        attention = counts[:, nodes.attention] @ (fwd + bwd)[nodes.attention]
         ops = np.array([HOST_OPS.get(k, 1) for k in nodes.kind], dtype=float) * cfg.host_op_s
         host_f = counts @ ops
         host_b = 2 * host_f
@@ -216,10 +283,29 @@ class AnalyticalPredictor(Predictor):
         elif plan.recompute == "selective":
             host_b = host_b + counts[:, nodes.attention] @ ops[nodes.attention]
         if device.measured:  # synchronous: the host's work adds to the kernels'
-            return t_f + host_f, t_b + host_b, t_tp, t_f + t_b
+            return StageTimes(t_f + host_f, t_b + host_b, t_tp, t_cp, t_f + t_b, attention)
         # asynchronous GPU: a host-bound micro-batch stretches its compute to the host's pace
         stretch = np.maximum(1.0, (host_f + host_b - t_tp) / np.maximum(t_f + t_b, 1e-30))
-        return t_f * stretch, t_b * stretch, t_tp, t_f + t_b
+        return StageTimes(t_f * stretch, t_b * stretch, t_tp, t_cp, t_f + t_b, attention)
+
+    @staticmethod
+    def _cp_stage_time(spec: WorkloadSpec, lay: Layout, device: Device) -> np.ndarray:
+        """Context-parallel seconds per pipeline rank for one micro-batch: each attention layer exchanges
+        the K and V of its sequence chunk with the other cp-1 ranks in forward, and K, V and their
+        gradients in backward (Megatron-Core's p2p ring, torchtitan's ring; `cp_comm=allgather`: one
+        all-gather of K, V in forward and a reduce-scatter of their gradients in backward)."""
+        plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
+        kv_heads = spec.model.kv_heads or spec.model.heads or 1
+        head_dim = (spec.model.hidden or 0) / (spec.model.heads or 1)
+        chunk = 2 * lay.tokens / plan.cp * plan.mbs * kv_heads / plan.tp * head_dim * lay.act_bytes  # K and V
+        layers = counts @ nodes.attention.astype(float)
+        g = lay.cp_group
+        if plan.cp_comm == "allgather":
+            one = comm.allgather(chunk * plan.cp, g) + comm.reduce_scatter(2 * chunk * plan.cp, g)
+        else:
+            link = g.inter if g.n_inter > 1 else g.intra_for("send_recv")
+            one = 3 * (plan.cp - 1) * comm.p2p(chunk, link)  # forward K, V; backward K, V, dK, dV
+        return layers * one
 
     @staticmethod
     def _tp_stage_time(lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndarray:
@@ -237,10 +323,10 @@ class AnalyticalPredictor(Predictor):
             fwd_calls = fwd_calls + counts[:, rep] @ nodes.tp_fwd_ar[rep]
             fwd_elems = fwd_elems + counts[:, rep] @ (nodes.tp_fwd_ar * nodes.tp_payload)[rep] * plan.mbs
         collectives = _tp_time(lay, fwd_calls, fwd_elems, call_s) + _tp_time(lay, bwd_calls, bwd_elems, call_s)
-        return collectives * (1 - cfg.overlap_tp) + framework
+        return collectives + framework
 
     def _one(self, spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device, model_flops: float,
-             batch_cache: dict[tuple, Any]) -> Prediction:
+             framework: Framework, batch_cache: dict[tuple, Any]) -> Prediction:
         cfg = self.config.for_device(device)
         lay = apply_plan(spec, graph, plan, device)
         m = lay.microbatches
@@ -250,15 +336,17 @@ class AnalyticalPredictor(Predictor):
                 batch_cache[key] = compute()
             return batch_cache[key]
 
-        sharding = (plan.pp, plan.v, plan.tp, plan.sp)  # what a rank's layers and parameters depend on
-        t_f, t_b, t_tp, kernels = cached(("stage", *sharding, plan.mbs, plan.recompute, lay.tp_group),
-                                         lambda: self._stage_times(spec, graph, lay, device, cfg))
+        sharding = (plan.pp, plan.v, plan.tp, plan.sp, plan.cp)  # what a rank's layers and parameters depend on
+        st = cached(("stage", *sharding, plan.mbs, plan.recompute, plan.cp_comm, lay.tp_group, lay.cp_group),
+                    lambda: self._stage_times(spec, graph, lay, device, cfg))
+        overlapped = framework.overlap(plan)
         collective_s, p2p_s = call_costs(cfg, device)
-        per_mb = t_f + t_b + t_tp
+        per_mb = st.fwd + st.bwd + st.tp + st.cp
         s = int(np.argmax(per_mb))
         p, v = plan.pp, plan.v
-        compute = m * (t_f[s] + t_b[s])
-        tp_comm = m * t_tp[s]
+        compute = m * (st.fwd[s] + st.bwd[s])
+        tp_comm = m * st.tp[s]
+        cp_comm = m * st.cp[s]
         # Fill and drain: the other stages' micro-batch time before the slowest stage starts and after it ends,
         # (Σ t − max t)/v; (p-1)/v of the slowest stage's time when the stages are balanced (Narayanan et al. 2021).
         bubble = (per_mb.sum() - per_mb[s]) / v
@@ -269,28 +357,38 @@ class AnalyticalPredictor(Predictor):
         else:
             pp_p2p = 0.0
         psi = cached(("psi", *sharding), lambda: lay.stage_counts @ lay.nodes.params)
-        dp_comm = cached(("dp", *sharding, plan.dp, plan.zero, m, lay.dp_group),
-                         lambda: float(np.max(self._dp_time(lay, psi, m, collective_s))) * (1 - cfg.overlap_dp))
+        grad_sync, param_gather = cached(("dp", *sharding, plan.dp, plan.zero, m, lay.dp_group),
+                                         lambda: self._dp_time(lay, psi, m, collective_s))
+        hidden = {
+            "tp_comm": _hidden(tp_comm, compute, "tp" in overlapped, cfg),
+            "cp_comm": _hidden(cp_comm, m * st.attention[s], plan.cp_comm == "ring", cfg),
+            "dp_grad": _hidden(grad_sync, st.bwd[s], "dp" in overlapped, cfg),
+            "dp_param": _hidden(param_gather, compute if plan.zero >= 3 else st.fwd[s], "param" in overlapped, cfg),
+            "pp_p2p": _hidden(pp_p2p, compute, "pp" in overlapped, cfg),
+        }
         opt_bytes = 2 * optimizer_bytes_per_param(spec.training.optimizer, spec.training.precision) + lay.grad_bytes + lay.param_bytes
-        shard = plan.dp if plan.zero >= 1 else 1
+        shard = plan.dp * plan.cp if plan.zero >= 1 else 1
         optimizer = float(psi.max()) / shard * opt_bytes / (device.mem_bandwidth * cfg.bw_eff)
-        breakdown = {"compute": float(compute), "tp_comm": float(tp_comm), "dp_comm": dp_comm,
-                     "pp_bubble": float(bubble), "pp_p2p": pp_p2p, "optimizer": optimizer}
+        breakdown = {"compute": float(compute + cfg.overlap_slowdown * sum(hidden.values())),
+                     "tp_comm": float(tp_comm - hidden["tp_comm"]), "cp_comm": float(cp_comm - hidden["cp_comm"]),
+                     "dp_comm": float(grad_sync + param_gather - hidden["dp_grad"] - hidden["dp_param"]),
+                     "pp_bubble": float(bubble), "pp_p2p": pp_p2p - hidden["pp_p2p"], "optimizer": optimizer}
         iter_time = sum(breakdown.values())
         peak, per_stage, memory_parts = cached(("memory", *sharding, plan.dp, plan.zero, plan.mbs, plan.recompute,
-                                                plan.schedule, m), lambda: _memory_gib(spec, lay))
+                                                plan.schedule, m), lambda: _memory_gib(spec, lay, fused_attention(spec, device)))
         tflops = model_flops / iter_time / plan.gpus / 1e12
         return Prediction(
             iter_time_s=iter_time, breakdown=breakdown,
             peak_memory_gib=peak, memory_per_stage_gib=list(per_stage), memory_breakdown=dict(memory_parts),
             tflops_per_gpu=tflops, mfu=tflops * 1e12 / device.flops(spec.training.precision),
-            extra={"kernel_compute_s": float(m * kernels[s])},  # compute without the host: < compute when host-bound
+            hidden_comm={k: float(x) for k, x in hidden.items() if x > 0},
+            extra={"kernel_compute_s": float(m * st.kernels[s])},  # compute without the host: < compute when host-bound
         )
 
     @staticmethod
-    def _dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float) -> np.ndarray:
-        """Gradient sync per stage, call by call: each call pays the link latency, and on a measured
-        device `call_s` (its in-step cost).
+    def _dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float) -> tuple[float, float]:
+        """(gradient sync, parameter all-gather) seconds of the stage whose sync is slowest, call by call over
+        the dp·cp group: each call pays the link latency, and on a measured device `call_s` (its in-step cost).
 
         ZeRO-0/1: DDP buckets (DDP_BUCKET_BYTES) all-reduced, or reduce-scattered and the updated
         weights all-gathered. ZeRO-2/3: one FSDP unit per block plus one for the rest of the stage, each
@@ -298,15 +396,20 @@ class AnalyticalPredictor(Predictor):
         micro-batch's forward and backward.
         """
         plan, g = lay.plan, lay.dp_group
-        if plan.dp == 1:
-            return np.zeros_like(psi)
+        if g.size == 1:
+            return 0.0, 0.0
         grads, weights = psi * lay.grad_bytes, psi * lay.param_bytes
         if plan.zero <= 1:
             calls = np.maximum(1.0, np.ceil(grads / DDP_BUCKET_BYTES))
             if plan.zero == 0:
-                return calls * (comm.allreduce(grads / calls, g) + call_s)
-            return calls * (comm.reduce_scatter(grads / calls, g) + comm.allgather(weights / calls, g) + 2 * call_s)
-        units = np.ceil(lay.blocks_per_stage) + 1
-        gathers = 2 * microbatches if plan.zero >= 3 else 1
-        return units * (comm.reduce_scatter(grads / units, g) + gathers * comm.allgather(weights / units, g)
-                        + (1 + gathers) * call_s)
+                grad, param = calls * (comm.allreduce(grads / calls, g) + call_s), np.zeros_like(psi)
+            else:
+                grad = calls * (comm.reduce_scatter(grads / calls, g) + call_s)
+                param = calls * (comm.allgather(weights / calls, g) + call_s)
+        else:
+            units = np.ceil(lay.blocks_per_stage) + 1
+            gathers = 2 * microbatches if plan.zero >= 3 else 1
+            grad = units * (comm.reduce_scatter(grads / units, g) + call_s)
+            param = units * gathers * (comm.allgather(weights / units, g) + call_s)
+        worst = int(np.argmax(grad + param))
+        return float(grad[worst]), float(param[worst])

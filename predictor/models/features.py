@@ -20,7 +20,7 @@ import numpy as np
 from predictor.graph_cache import cached_graph
 from predictor.hardware import Device
 from predictor.layer_graph import LAYER_KINDS, LayerGraph
-from predictor.parallel import shard_nodes
+from predictor.parallel import BYTES, shard_nodes
 from predictor.plan import RECOMPUTE_MODES, SCHEDULES, Plan
 from predictor.prediction import TIME_PARTS
 from predictor.workload import WorkloadSpec
@@ -28,7 +28,7 @@ from predictor.workload import WorkloadSpec
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.models.layerwise import LayerObs
 
-BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
 GROUPS = ("pre", "block", "enc", "dec", "post")
 TP_ROLES = ("column", "row", "heads", "vocab", "replicated")
 # The correction factors' time terms: the paper's α (compute) and β (dp comm), plus this project's;
@@ -39,7 +39,8 @@ DISPATCH_S = 20e-6  # reference cost of one eager operator call (the factor lear
 # On GPUs the host enqueues kernels asynchronously ahead of the device; what is left of launch
 # cost is in the analytical per-kernel launch term.
 SYNCHRONOUS_DEVICES = ("cpu",)
-TERM_OF_PART = {"compute": "compute", "dp_comm": "dp_comm", "tp_comm": "tp_comm",
+# Context-parallel exchange is model-parallel communication inside a layer, as tensor-parallel's is.
+TERM_OF_PART = {"compute": "compute", "dp_comm": "dp_comm", "tp_comm": "tp_comm", "cp_comm": "tp_comm",
                  "pp_bubble": "pp", "pp_p2p": "pp", "optimizer": "optimizer"}
 assert set(TERM_OF_PART) == set(TIME_PARTS), "every time part must map to a correction term"
 

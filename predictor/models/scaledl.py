@@ -484,7 +484,7 @@ class ScaleDLPredictor(Predictor):
         # op_costs their layer bases were rooflines; before companions one model predicted every family.
         self = cls(**{"ensemble": 1, "host_once": False, "step_p2p": True, "op_costs": False, "unseen": None,
                       **state["config"]})
-        self.analytical = AnalyticalPredictor(AnalyticalConfig(**state.get("analytical", {})))  # older: the defaults
+        self.analytical = AnalyticalPredictor(AnalyticalConfig.from_saved(state.get("analytical", {})))  # older: the defaults
         learned = learned or pickle.loads(lzma.decompress(state["sklearn"]))
         self.layerwise.models, self.layerwise.attr_keys = learned["layer_models"], learned["attr_keys"]
         self.layerwise.op_costs_by_device = learned.get("op_costs", {})  # checkpoints before 1 Dec 2026: roofline bases

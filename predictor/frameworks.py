@@ -1,0 +1,167 @@
+"""Training frameworks: which plans each can run, and what it overlaps by default.
+
+A plan is only worth predicting if a framework can launch it as predicted. Each `Framework`
+states, from the framework's own documentation and code:
+- `rules`: why a plan is outside it (every reason, as `plan_errors` does);
+- `default_overlap`: the communication its performance recipes hide behind computation;
+- `overlappable`: what it can overlap at all (a plan's `overlap` may switch kinds off, or on
+  where the framework offers them);
+- `fused_attention`: whether its attention is a fused (flash) kernel, which saves no s² scores
+  and skips the masked half of causal attention.
+
+Sources:
+- Megatron-Core (NVIDIA/Megatron-LM `megatron/training/arguments.py`, Megatron-Bridge performance
+  recipes): DDP or the distributed optimizer (ZeRO-1), Megatron-FSDP (`--use-megatron-fsdp`,
+  `--data-parallel-sharding-strategy optim_grads` / `optim_grads_params`: ZeRO-2/3), TP with
+  sequence parallel, 1F1B and interleaved pipelines (no GPipe), CP, rank order tp-cp-ep-dp-pp or
+  tp-cp-ep-pp-dp (`--use-tp-pp-dp-mapping`). Recipes set `--overlap-grad-reduce`,
+  `--overlap-param-gather` (with the distributed optimizer), `--tp-comm-overlap` (TP with SP) and
+  overlap the interleaved schedule's p2p (`overlap_p2p_comm`); Transformer Engine's fused attention.
+- torchtitan (`torchtitan/config/job_config.py`, `parallelize_llama`): FSDP2 / HSDP
+  (`data_parallel_shard_degree`, `data_parallel_replicate_degree`; `fsdp_reshard_after_forward`
+  never = ZeRO-2, default = ZeRO-3), DDP replicate (ZeRO-0), TP always with sequence-parallel norms,
+  async TP (`enable_async_tensor_parallel`, off by default), `torch.distributed.pipelining`
+  schedules (GPipe, 1F1B, Interleaved1F1B), CP, float8 (torchao); mesh order pp-dp-cp-tp (tp
+  innermost). FSDP2 prefetches all-gathers and overlaps reduce-scatters; SDPA flash attention.
+- DeepSpeed (deepspeed.ai ZeRO and pipeline docs; Megatron-DeepSpeed): ZeRO 0-3, the pipeline
+  engine only with ZeRO <= 1, its own 1F1B schedule only, TP and SP through Megatron-DeepSpeed,
+  no CP, no FP8; `overlap_comm` is on by default for ZeRO-3 only. Megatron-DeepSpeed's GPT uses
+  unfused attention (as vTrain's measurements ran).
+- pytorch: ScaleDL's own runner (`predictor.measure`), what `--validate`, `scaledl profile` and the
+  shipped datasets measure: DDP, ZeroRedundancyOptimizer, FSDP, DTensor TP, pipelining; eager
+  attention; the runner waits for each collective (nothing overlapped).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from predictor.hardware import DEVICES
+from predictor.plan import OVERLAP_KINDS, Plan, overlap_kinds
+
+if TYPE_CHECKING:  # pragma: no cover
+    from predictor.workload import WorkloadSpec
+
+FRAMEWORK_NAMES: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed", "pytorch")
+DEFAULT_FRAMEWORK = "megatron"
+# Measured devices (a CPU) cannot run Megatron-Core: they run ScaleDL's own runner.
+MEASURED_DEFAULT = "pytorch"
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One training framework's plan rules, default overlap and attention kernel."""
+
+    name: str
+    title: str
+    rules: Callable[[Plan, "WorkloadSpec"], list[str]]
+    default_overlap: Callable[[Plan], frozenset[str]]
+    overlappable: frozenset[str]
+    fused_attention: bool
+    precisions: tuple[str, ...]
+
+    def errors(self, plan: Plan, spec: "WorkloadSpec") -> list[str]:
+        """Every reason this framework cannot run `plan` for `spec` (empty: it can)."""
+        errors = [f"{self.title} {e}" for e in self.rules(plan, spec)]
+        precision = spec.training.precision
+        if precision not in self.precisions:
+            errors.append(f"{self.title} does not train in {precision} (it trains in {', '.join(self.precisions)})")
+        wanted = overlap_kinds(plan.overlap)
+        if wanted is not None and wanted - self.overlappable:
+            errors.append(f"{self.title} cannot overlap {'+'.join(sorted(wanted - self.overlappable))} communication "
+                          f"(it overlaps {', '.join(sorted(self.overlappable)) or 'nothing'})")
+        return errors
+
+    def overlap(self, plan: Plan) -> frozenset[str]:
+        """The kinds of communication the plan hides: its `overlap` field, or the framework's default."""
+        wanted = overlap_kinds(plan.overlap)
+        return (self.default_overlap(plan) if wanted is None else wanted) & self.overlappable
+
+
+def _megatron_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
+    errors = []
+    if plan.pp > 1 and plan.schedule == "gpipe":
+        errors.append("has no GPipe schedule (use schedule=1f1b or interleaved)")
+    if plan.rank_order not in (("tp", "cp", "dp", "pp"), ("tp", "cp", "pp", "dp")):
+        errors.append(f"orders ranks tp-cp-dp-pp or tp-cp-pp-dp only, not {'-'.join(plan.rank_order)} "
+                      f"(placement=tp-dp-pp or tp-pp-dp)")
+    if plan.zero >= 2 and plan.pp > 1:
+        errors.append(f"runs zero={plan.zero} as Megatron-FSDP, which does not run beside pipeline parallelism "
+                      f"(use zero=0 or 1 with pp > 1)")
+    return errors
+
+
+def _megatron_overlap(plan: Plan) -> frozenset[str]:
+    kinds = {"dp"}
+    if plan.zero >= 1:
+        kinds.add("param")
+    if plan.tp > 1 and plan.sp:
+        kinds.add("tp")
+    if plan.schedule == "interleaved":
+        kinds.add("pp")
+    return frozenset(kinds)
+
+
+def _torchtitan_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
+    errors = []
+    if plan.zero == 1:
+        errors.append("has no ZeRO-1 (it runs DDP replicate = zero=0, FSDP2 without resharding = zero=2, "
+                      "FSDP2 = zero=3)")
+    if plan.tp > 1 and not plan.sp:
+        errors.append("always runs tensor parallelism with sequence-parallel norms (use sp=true)")
+    if plan.rank_order != ("tp", "cp", "dp", "pp"):
+        errors.append(f"orders ranks tp-cp-dp-pp only (its mesh is pp, dp, cp, tp), not {'-'.join(plan.rank_order)}")
+    return errors
+
+
+def _torchtitan_overlap(plan: Plan) -> frozenset[str]:
+    return frozenset({"dp", "param", "pp"} if plan.zero >= 2 else {"dp", "pp"})
+
+
+def _deepspeed_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
+    errors = []
+    if plan.pp > 1 and plan.zero > 1:
+        errors.append(f"runs its pipeline engine only with ZeRO stage 0 or 1, not zero={plan.zero}")
+    if plan.pp > 1 and plan.schedule != "1f1b":
+        errors.append(f"has one pipeline schedule (1F1B), not {plan.schedule}")
+    if plan.cp > 1:
+        errors.append("has no context parallelism (cp must be 1)")
+    if plan.rank_order not in (("tp", "cp", "dp", "pp"),):
+        errors.append(f"orders ranks tp-dp-pp only, not {'-'.join(plan.rank_order)}")
+    return errors
+
+
+def _deepspeed_overlap(plan: Plan) -> frozenset[str]:
+    return frozenset({"dp", "param"} if plan.zero == 3 else set())
+
+
+def _pytorch_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
+    return []
+
+
+def _nothing(plan: Plan) -> frozenset[str]:
+    return frozenset()
+
+
+FRAMEWORKS: dict[str, Framework] = {
+    "megatron": Framework("megatron", "Megatron-Core", _megatron_rules, _megatron_overlap,
+                          frozenset(OVERLAP_KINDS), fused_attention=True,
+                          precisions=("fp32", "fp16", "bf16", "fp8", "fp4")),
+    "torchtitan": Framework("torchtitan", "torchtitan", _torchtitan_rules, _torchtitan_overlap,
+                            frozenset(OVERLAP_KINDS), fused_attention=True, precisions=("fp32", "bf16", "fp8")),
+    "deepspeed": Framework("deepspeed", "DeepSpeed", _deepspeed_rules, _deepspeed_overlap,
+                           frozenset({"dp", "param"}), fused_attention=False, precisions=("fp32", "fp16", "bf16")),
+    "pytorch": Framework("pytorch", "ScaleDL's runner", _pytorch_rules, _nothing, frozenset(), fused_attention=False,
+                         precisions=("fp32", "fp16", "bf16")),
+}
+assert tuple(FRAMEWORKS) == FRAMEWORK_NAMES
+
+
+def framework_of(spec: "WorkloadSpec") -> Framework:
+    """The framework a spec trains with: `training.framework`, else Megatron-Core on catalogue GPUs and
+    ScaleDL's runner on a measured device."""
+    name = spec.training.framework
+    if name is None:
+        name = MEASURED_DEFAULT if DEVICES.get(spec.cluster.device) is None or spec.cluster.device_profile else DEFAULT_FRAMEWORK
+    return FRAMEWORKS[name]
