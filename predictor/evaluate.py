@@ -79,7 +79,8 @@ def spec_for(model_json: str, batch: int, plan: Plan, device: str = "cpu", preci
     """The workload of one profiled configuration: its model, global batch, and one 'node' of plan.gpus ranks
     (priced with `device_profile` where the dataset ships the profile of the machine it was measured on)."""
     model = ModelSpec.model_validate_json(model_json) if isinstance(model_json, str) else model_json
-    training = {"global_batch": int(batch), "precision": precision, "optimizer": "adam"}
+    # Profile datasets are measured by ScaleDL's own runner, on a CPU and on a GPU alike.
+    training = {"global_batch": int(batch), "precision": precision, "optimizer": "adam", "framework": "pytorch"}
     cluster = {"device": device, "nodes": 1, "gpus_per_node": plan.gpus}
     if device_profile is not None:
         cluster["device_profile"] = device_profile
@@ -161,11 +162,43 @@ def vtrain_workload(row: dict) -> tuple[WorkloadSpec, Plan]:
         "model": {"family": "gpt", "hidden": int(row["hidden size"]), "layers": int(row["# layers"]),
                   "heads": int(row["attention heads"]), "seq_len": int(row["sequence length"]),
                   "vocab": megatron_vocab(tp)},
-        "training": {"global_batch": int(row["global batch"]), "precision": "fp16", "optimizer": "adam"},
+        "training": {"global_batch": int(row["global batch"]), "precision": "fp16", "optimizer": "adam",
+                     "framework": "deepspeed"},
         "cluster": {"device": "a100-80gb", "nodes": gpus // per_node, "gpus_per_node": per_node,
                     "inter_node": VTRAIN_INTER_NODE}})
     plan = Plan(dp=int(row["data parallelism"]), tp=tp, pp=int(row["pipeline parallelism"]),
                 mbs=int(row["micro batch"]), recompute="full", schedule="1f1b")
+    return spec, plan
+
+
+# Megatron-Bridge's systems and models (megatron_bridge_2511.csv) as catalogue devices and presets.
+BRIDGE_DEVICES: dict[str, str] = {"DGX-H100": "h100", "DGX-B200": "b200", "DGX-GB200": "gb200", "DGX-GB300": "gb300"}
+BRIDGE_PRESETS: dict[str, str] = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b"}
+BRIDGE_PRECISIONS: dict[str, str] = {"BF16": "bf16", "FP8-CS": "fp8", "FP8-MX": "fp8"}
+
+
+def bridge_measured_s(row: dict) -> float:
+    """A Megatron-Bridge row's iteration time: gbs · seq_len / (gpus · tokens/s/GPU), as its header says."""
+    return int(row["gbs"]) * int(row["seq_len"]) / (int(row["gpus"]) * float(row["tokens_per_s_per_gpu"]))
+
+
+def bridge_workload(row: dict) -> tuple[WorkloadSpec, Plan] | None:
+    """One Megatron-Bridge performance-recipe row as the workload and exact plan that ran (None for a model
+    no preset describes): Megatron-Core, 8 GPUs per node (an NVL72 rack on GB200/GB300), dp = gpus /
+    (tp·pp·cp), Megatron-FSDP (fsdp > 0) as ZeRO-3, else the distributed optimizer (ZeRO-1), sequence
+    parallel with tp, vp > 1 as the interleaved schedule."""
+    preset = BRIDGE_PRESETS.get(row["model"])
+    if preset is None:
+        return None
+    gpus, tp, pp, cp, vp = (int(row[k]) for k in ("gpus", "tp", "pp", "cp", "vp"))
+    spec = parse_spec({
+        "model": {"preset": preset, "seq_len": int(row["seq_len"])},
+        "training": {"global_batch": int(row["gbs"]), "precision": BRIDGE_PRECISIONS[row["precision"]],
+                     "framework": "megatron"},
+        "cluster": {"device": BRIDGE_DEVICES[row["system"]], "nodes": gpus // 8, "gpus_per_node": 8}})
+    plan = Plan(dp=gpus // (tp * pp * cp), tp=tp, pp=pp, cp=cp, mbs=int(row["mbs"]),
+                zero=3 if int(row["fsdp"]) > 0 else 1, sp=tp > 1,
+                schedule="interleaved" if vp > 1 else "1f1b", v=vp)
     return spec, plan
 
 

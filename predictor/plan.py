@@ -14,6 +14,7 @@ callers (the CLI, the search space) can explain themselves.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from math import prod
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from predictor.axes import AXES, AXIS, AXIS_NAMES, DEFAULT_ORDER, complete_order, placement_error, placements
@@ -28,6 +29,8 @@ RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
 # Rank orders of the axes every plan string names (cp and later axes go to their default position).
 PLACEMENTS: tuple[str, ...] = placements()
+# Axes whose degrees multiply into the GPU count.
+GPU_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
 # Communication a framework can hide behind computation; `overlap` switches each kind on or off.
 OVERLAP_KINDS: tuple[str, ...] = ("dp", "param", "tp", "pp")
 CP_COMM: tuple[str, ...] = ("ring", "allgather")
@@ -139,11 +142,7 @@ class Plan:
 
     @property
     def gpus(self) -> int:
-        n = 1
-        for axis in AXES:
-            if axis.multiplies_gpus:
-                n *= axis.degree(self)
-        return n
+        return prod(getattr(self, name) for name in GPU_AXES)
 
     def degrees(self) -> dict[str, int]:
         """Each axis's degree, in registry order."""
@@ -270,7 +269,7 @@ def plan_errors(plan: Plan, spec: "WorkloadSpec", allow_cross_node_tp: bool = Fa
         errors.append("sp=true needs tp > 1 (sequence parallelism splits along the tensor-parallel group)")
     if plan.zero > 0 and plan.dp * plan.cp == 1:
         errors.append(f"zero={plan.zero} shards over data parallel ranks but dp=1; use zero=0")
-    if not allow_cross_node_tp:
+    if not allow_cross_node_tp and plan.tp > 1:
         domain = nvlink_domain(spec)
         for axis in cross_domain_axes(plan, spec):
             errors.append(

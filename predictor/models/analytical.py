@@ -9,8 +9,11 @@ iterations; every constant is in `AnalyticalConfig` with its reason.
 
 from __future__ import annotations
 
+import json
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from functools import cache
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -101,6 +104,22 @@ class AnalyticalConfig:
         if not device.measured:
             return self
         return replace(self, gemm_eff_max=1.0, gemm_half_dim=32.0, tile=0, bw_eff=1.0, launch_s=0.0)
+
+
+# Constants calibrated per framework on public measurements of it (bench/modern_eval.py --record: chosen on the
+# whole file, its leave-one-system-out figure recorded beside them); a framework absent here keeps first principles.
+FRAMEWORK_CONSTANTS = Path(__file__).resolve().parent.parent / "checkpoints" / "framework-constants.json"
+CALIBRATED_FIELDS: tuple[str, ...] = ("fp8_gemm_eff", "overlap_eff", "overlap_slowdown", "gemm_eff_max")
+
+
+@cache
+def framework_config(framework: str) -> AnalyticalConfig:
+    """The analytical constants of `framework`: its recorded calibration over the first-principles defaults."""
+    if not FRAMEWORK_CONSTANTS.is_file():
+        return AnalyticalConfig()
+    recorded = json.loads(FRAMEWORK_CONSTANTS.read_text()).get(framework, {}).get("constants", {})
+    known = {f.name for f in fields(AnalyticalConfig)}
+    return replace(AnalyticalConfig(), **{k: v for k, v in recorded.items() if k in known})
 
 
 def call_costs(cfg: AnalyticalConfig, device: Device) -> tuple[float, float]:
@@ -247,24 +266,31 @@ class AnalyticalPredictor(Predictor):
     name = "analytical"
 
     def __init__(self, config: AnalyticalConfig | None = None, device: Device | None = None) -> None:
-        self.config = config or AnalyticalConfig()
+        self.given = config  # None: each framework's calibrated constants (framework_config)
         self.device = device  # None: spec_device(spec)
+
+    @property
+    def config(self) -> AnalyticalConfig:
+        """The constants given, else the first-principles ones (frameworks may refine them: `framework_config`)."""
+        return self.given or AnalyticalConfig()
 
     def predict(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> list[Prediction]:
         device = self.device or spec_device(spec)
         model_flops = (graph.fwd_flops + graph.bwd_flops) * spec.training.global_batch
         # A measured device runs ScaleDL's own runner, whatever the spec names.
         framework = FRAMEWORKS[MEASURED_DEFAULT] if device.measured else framework_of(spec)
+        config = self.given or framework_config(framework.name)
         # Plans of a batch share stages, gradient syncs and memory (they differ in placement, ZeRO, schedule...):
         # each piece is computed once per batch for the plan fields it depends on.
         batch_cache: dict[tuple, Any] = {}
-        return [self._one(spec, graph, plan, device, model_flops, framework, batch_cache) for plan in plans]
+        return [self._one(spec, graph, plan, device, model_flops, framework, config, batch_cache) for plan in plans]
 
     def _stage_times(self, spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: Device,
-                     cfg: AnalyticalConfig) -> StageTimes:
+                     config: AnalyticalConfig) -> StageTimes:
         """Per pipeline rank, one micro-batch: computation (with recomputation), tp and cp communication."""
         plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
-        fwd, bwd = layer_times(spec, graph, plan.tp, plan.sp, plan.mbs, device, self.config, plan.cp)
+        fwd, bwd = layer_times(spec, graph, plan.tp, plan.sp, plan.mbs, device, config, plan.cp)
+        cfg = config.for_device(device)
         t_f = counts @ fwd
         t_b = counts @ bwd
         rep = nodes.repeated
@@ -326,8 +352,8 @@ class AnalyticalPredictor(Predictor):
         return collectives + framework
 
     def _one(self, spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device, model_flops: float,
-             framework: Framework, batch_cache: dict[tuple, Any]) -> Prediction:
-        cfg = self.config.for_device(device)
+             framework: Framework, config: AnalyticalConfig, batch_cache: dict[tuple, Any]) -> Prediction:
+        cfg = config.for_device(device)
         lay = apply_plan(spec, graph, plan, device)
         m = lay.microbatches
 
@@ -338,7 +364,7 @@ class AnalyticalPredictor(Predictor):
 
         sharding = (plan.pp, plan.v, plan.tp, plan.sp, plan.cp)  # what a rank's layers and parameters depend on
         st = cached(("stage", *sharding, plan.mbs, plan.recompute, plan.cp_comm, lay.tp_group, lay.cp_group),
-                    lambda: self._stage_times(spec, graph, lay, device, cfg))
+                    lambda: self._stage_times(spec, graph, lay, device, config))
         overlapped = framework.overlap(plan)
         collective_s, p2p_s = call_costs(cfg, device)
         per_mb = st.fwd + st.bwd + st.tp + st.cp

@@ -1,0 +1,189 @@
+"""Accuracy of the analytical model on Megatron-Core performance recipes (H100, B200, GB200, GB300).
+
+Predicts every row of ../shared/ground_truth/megatron_bridge_2511.csv with its exact plan
+(`predictor.evaluate.bridge_workload`) and prints per-row errors and the MAPE of the dense rows
+(MoE rows are listed as not modelled until ScaleDL describes mixtures of experts).
+
+The file may calibrate constants that describe the framework or the hardware, never a row: the
+grid of `AnalyticalConfig` constants below (FP8 GEMM efficiency, overlap efficiency and slowdown,
+large-GEMM efficiency) is searched on the rows of three systems and scored on the fourth
+(leave-one-system-out); the cross-validated MAPE is printed beside the first-principles one and
+the in-file one (constants chosen on every row).
+
+Memory: every row ran, so each plan's predicted per-GPU peak should fit the device; rows predicted
+over its capacity are counted (the file gives no memory figures).
+
+    .venv/bin/python bench/modern_eval.py [--shared PATH] [--no-calibrate] [--record]
+
+`--record` writes the in-file constants to predictor/checkpoints/framework-constants.json (the
+Megatron-Core profile's constants every prediction of that framework then uses) and each system's
+leave-one-system-out MAPE to predictor/checkpoints/analytical-accuracy.json (what `scaledl plan`
+reports as the analytical model's measured accuracy on that device).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from predictor.evaluate import BRIDGE_DEVICES, bridge_measured_s, bridge_workload  # noqa: E402
+from predictor.graph import graph_for  # noqa: E402
+from predictor.hardware import get_device  # noqa: E402
+from predictor.models.analytical import (  # noqa: E402
+    CALIBRATED_FIELDS, FRAMEWORK_CONSTANTS, AnalyticalConfig, AnalyticalPredictor)
+from predictor.models.registry import ANALYTICAL_ACCURACY  # noqa: E402
+
+FILE = "megatron_bridge_2511.csv"
+# The constants calibrated, each over a range its docstring in AnalyticalConfig argues for.
+GRID: dict[str, tuple[float, ...]] = {
+    "fp8_gemm_eff": (0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+    "overlap_eff": (0.0, 0.25, 0.5, 0.75, 1.0),
+    "overlap_slowdown": (0.0, 0.1, 0.2, 0.3),
+    "gemm_eff_max": (0.5, 0.6, 0.7, 0.8, 0.9),
+}
+assert tuple(GRID) == CALIBRATED_FIELDS
+
+
+def load_rows(path: Path) -> pd.DataFrame:
+    df = pd.read_csv(path, comment="#")
+    df["measured_s"] = [bridge_measured_s(r) for r in df.to_dict("records")]
+    return df
+
+
+def predict_rows(rows: list[tuple], cfg: AnalyticalConfig | None) -> np.ndarray:
+    """Predicted iteration seconds of (spec, graph, plan) rows under `cfg` (None: the recorded constants)."""
+    model = AnalyticalPredictor(cfg)
+    return np.array([model.predict(spec, graph, [plan])[0].iter_time_s for spec, graph, plan in rows])
+
+
+def peak_memory(rows: list[tuple]) -> np.ndarray:
+    """Predicted per-GPU peak GiB of each row (memory does not depend on the calibrated time constants)."""
+    model = AnalyticalPredictor(AnalyticalConfig())
+    return np.array([model.predict(spec, graph, [plan])[0].peak_memory_gib for spec, graph, plan in rows])
+
+
+def mape(predicted: np.ndarray, measured: np.ndarray) -> float:
+    return float(np.mean(np.abs(predicted - measured) / measured))
+
+
+def configs() -> list[AnalyticalConfig]:
+    keys = list(GRID)
+    return [replace(AnalyticalConfig(), **dict(zip(keys, values))) for values in itertools.product(*GRID.values())]
+
+
+def choose(rows: list[tuple], measured: np.ndarray, grid: list[AnalyticalConfig]) -> AnalyticalConfig:
+    """The grid's config with the lowest MAPE on these rows."""
+    scores = [mape(predict_rows(rows, cfg), measured) for cfg in grid]
+    return grid[int(np.argmin(scores))]
+
+
+def main() -> int:
+    root = Path(__file__).resolve().parents[1]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shared", default=str(root.parent / "shared"), help="the shared/ folder (default: ../shared)")
+    parser.add_argument("--no-calibrate", action="store_true", help="first-principles constants only")
+    parser.add_argument("--record", action="store_true", help="store the in-file constants and the cross-validated "
+                        "accuracy per device (see the module docstring)")
+    args = parser.parse_args()
+    if args.record and args.no_calibrate:
+        parser.error("--record stores calibrated constants; drop --no-calibrate")
+    path = Path(args.shared) / "ground_truth" / FILE
+    if not path.is_file():
+        print(f"missing {path}: pass --shared", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    df = load_rows(path)
+    dense, skipped = [], []
+    for i, r in enumerate(df.to_dict("records")):
+        built = bridge_workload(r)
+        if built is None:
+            skipped.append(f"{r['system']} {r['model']}")
+            continue
+        spec, plan = built
+        dense.append((i, spec, graph_for(spec.model), plan))
+    rows = [(spec, graph, plan) for _, spec, graph, plan in dense]
+    idx = [i for i, *_ in dense]
+    measured = df.loc[idx, "measured_s"].to_numpy()
+    systems = df.loc[idx, "system"].to_numpy()
+    base = predict_rows(rows, AnalyticalConfig())
+    table = {"first principles": base}
+    if FRAMEWORK_CONSTANTS.is_file() and not args.record:
+        table["recorded"] = predict_rows(rows, None)
+    if not args.no_calibrate:
+        grid = configs()
+        cv = np.empty_like(base)
+        chosen = {}
+        for system in sorted(set(systems)):
+            train = systems != system
+            cfg = choose([r for r, t in zip(rows, train) if t], measured[train], grid)
+            chosen[system] = cfg
+            cv[~train] = predict_rows([r for r, t in zip(rows, train) if not t], cfg)
+        in_file_cfg = choose(rows, measured, grid)
+        table["leave-one-system-out"] = cv
+        table["in-file"] = predict_rows(rows, in_file_cfg)
+    print(f"## {FILE}: {len(rows)} dense rows predicted; not modelled: {len(skipped)} MoE rows ({', '.join(sorted(set(skipped)))})")
+    memory = peak_memory(rows)
+    capacity = np.array([get_device(spec.cluster.device).mem_capacity / 2**30 for spec, _, _ in rows])
+    print(f"{'system':<10} {'model':<14} {'prec':<7} {'plan':<58} {'measured s':>10} {'peak GiB':>12} "
+          + " ".join(f"{name[:12]:>12}" for name in table))
+    for j, (spec, _, plan) in enumerate(rows):
+        r = df.loc[idx[j]]
+        errs = " ".join(f"{100 * (p[j] - measured[j]) / measured[j]:>+11.1f}%" for p in table.values())
+        short = f"dp={plan.dp},tp={plan.tp},pp={plan.pp},cp={plan.cp},v={plan.v},mbs={plan.mbs},zero={plan.zero}"
+        fits = f"{memory[j]:.0f}/{capacity[j]:.0f}"
+        print(f"{r['system']:<10} {r['model']:<14} {r['precision']:<7} {short:<58} {measured[j]:>10.3f} {fits:>12} {errs}")
+    for name, p in table.items():
+        per_system = ", ".join(f"{s} {100 * mape(p[systems == s], measured[systems == s]):.1f}%" for s in sorted(set(systems)))
+        print(f"MAPE dense, {name}: {100 * mape(p, measured):.1f}%  ({per_system})")
+    if not args.no_calibrate:
+        keys = list(GRID)
+        for system, cfg in chosen.items():
+            print(f"constants chosen without {system}: " + ", ".join(f"{k}={asdict(cfg)[k]}" for k in keys))
+        print("constants chosen on every row (in-file): " + ", ".join(f"{k}={asdict(in_file_cfg)[k]}" for k in keys))
+    over = int((memory > capacity).sum())
+    print(f"memory: {over}/{len(rows)} rows that ran are predicted over their GPU's capacity")
+    print(f"({time.perf_counter() - t0:.1f} s)")
+    if args.record:
+        record(in_file_cfg, {s: (mape(cv[systems == s], measured[systems == s]), int((systems == s).sum()))
+                             for s in sorted(set(systems))}, len(rows), mape(cv, measured))
+    return 0
+
+
+def _write_json(path: Path, table: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(table, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def record(cfg: AnalyticalConfig, cv_by_system: dict[str, tuple[float, int]], rows: int, cv_all: float) -> None:
+    """Store the Megatron-Core constants and each device's cross-validated accuracy (atomically)."""
+    today = datetime.date.today().isoformat()
+    constants = json.loads(FRAMEWORK_CONSTANTS.read_text()) if FRAMEWORK_CONSTANTS.is_file() else {}
+    constants["megatron"] = {"constants": {k: asdict(cfg)[k] for k in CALIBRATED_FIELDS},
+                             "source": f"{FILE}: {rows} dense rows, chosen on all of them; leave-one-system-out "
+                                       f"MAPE {100 * cv_all:.1f}%", "measured_by": "bench/modern_eval.py --record",
+                             "date": today}
+    _write_json(FRAMEWORK_CONSTANTS, constants)
+    accuracy = json.loads(ANALYTICAL_ACCURACY.read_text()) if ANALYTICAL_ACCURACY.is_file() else {}
+    for system, (error, n) in cv_by_system.items():
+        accuracy[BRIDGE_DEVICES[system]] = {
+            "mape_pct": round(100 * error, 2), "rows": n, "date": today,
+            "source": f"{FILE} (Megatron-Core recipes, dense rows; {system} held out while the framework constants "
+                      f"were chosen)", "measured_by": "bench/modern_eval.py --record"}
+    _write_json(ANALYTICAL_ACCURACY, accuracy)
+    print(f"recorded in {FRAMEWORK_CONSTANTS} and {ANALYTICAL_ACCURACY}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The axis registry: plan strings old and new, cp's rules, rank orders and groups generated from the axes."""
+
+import pandas as pd
+import pytest
+
+from predictor.axes import AXES, AXIS_NAMES, complete_order, placements
+from predictor.design import ProfileConfig
+from predictor.hardware import get_device
+from predictor.parallel import apply_plan, group_of
+from predictor.plan import PLACEMENTS, Plan, PlanError, placement_warnings, plan_errors
+from predictor.workload import ModelSpec, parse_spec
+from tests.gpt_graph import gpt_graph
+
+H100 = get_device("h100")
+DATA = "predictor/data/cpu/iterations/part-snapshot.parquet"
+
+
+def _spec(family="llama", nodes=2, seq=4096, heads=32, kv=8):
+    model = {"family": family, "hidden": 4096, "layers": 8, "heads": heads, "seq_len": seq, "vocab": 32000}
+    if family == "llama":
+        model["kv_heads"] = kv
+    return parse_spec({"model": model, "training": {"global_batch": 64, "precision": "bf16"},
+                       "cluster": {"device": "h100", "nodes": nodes, "gpus_per_node": 8}})
+
+
+def test_every_axis_is_a_plan_field_and_the_legacy_placements_are_generated():
+    assert set(AXIS_NAMES) <= set(Plan.__dataclass_fields__)
+    assert PLACEMENTS == placements(("tp", "dp", "pp")) and len(PLACEMENTS) == 6
+    assert all(a.launch.get("megatron") or a.name == "dp" for a in AXES)
+
+
+def test_plans_written_before_cp_keep_their_strings_and_dataset_ids():
+    """Every plan string of the shipped CPU dataset parses and prints back unchanged, so its config ids hold."""
+    frame = pd.read_parquet(DATA, columns=["plan", "spec_json", "batch"])
+    for text in frame["plan"].unique():
+        assert str(Plan.parse(text)) == text
+    row = frame.iloc[0]
+    model = ModelSpec.model_validate_json(row["spec_json"])
+    plan = Plan.parse(row["plan"])
+    assert ProfileConfig(model, int(row["batch"]), plan).config_id == ProfileConfig(model, int(row["batch"]),
+                                                                                   Plan.parse(str(plan))).config_id
+    assert "cp=" not in str(Plan(dp=2)) and "cp=2" in str(Plan(dp=2, cp=2))
+    assert Plan.parse("dp=2,cp=2,overlap=dp+param,cp_comm=allgather").overlap == "dp+param"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("cp=0", "'cp' must be a positive integer"),
+    ("placement=tp-xx-pp", "must name axes"),
+    ("placement=tp-tp-pp", "names an axis twice"),
+    ("overlap=dp+warp", "'overlap' must be auto, none or kinds"),
+    ("cp_comm=a2a", "'cp_comm' must be one of ring, allgather"),
+])
+def test_new_fields_refuse_bad_values_by_name(text, message):
+    with pytest.raises(PlanError, match=message):
+        Plan.parse(text)
+
+
+def test_placements_leave_out_axes_at_their_default_position():
+    assert complete_order("tp-dp-pp") == ("tp", "cp", "dp", "pp")
+    assert complete_order("dp-tp-pp") == ("dp", "tp", "cp", "pp")
+    assert complete_order("pp-dp-tp") == ("pp", "dp", "tp", "cp")
+    plan = Plan(dp=4, tp=2, pp=2, cp=2)
+    assert (plan.stride("tp"), plan.stride("cp"), plan.stride("dp"), plan.stride("pp")) == (1, 2, 4, 16)
+    assert plan.group_ranks(("dp", "cp")) == [0, 2, 4, 6, 8, 10, 12, 14]
+
+
+def test_cp_rules_name_the_reason():
+    spec = _spec()
+    assert plan_errors(Plan(dp=4, tp=2, cp=2), spec) == []
+    assert any("2*cp = 16 chunks" in e for e in plan_errors(Plan(dp=2, cp=8), _spec(seq=4088)))
+    bert = _spec(family="bert", heads=32)
+    assert any("not a decoder" in e for e in plan_errors(Plan(dp=8, cp=2), bert))
+    assert any("tp*cp*dp*pp" in e for e in plan_errors(Plan(dp=2, cp=2), spec))
+
+
+def test_groups_come_from_the_rank_order_and_the_nvlink_domain():
+    """tp=8 fills a node; cp=2 then spans two nodes; dp (with cp) strides over the rest."""
+    plan = Plan(dp=2, tp=8, cp=2, pp=1)
+    assert (group_of(plan, "tp", 8, H100).n_intra, group_of(plan, "tp", 8, H100).n_inter) == (8, 1)
+    cp = group_of(plan, "cp", 8, H100)
+    assert (cp.n_intra, cp.n_inter) == (1, 2)
+    sync = group_of(plan, ("dp", "cp"), 8, H100)
+    assert sync.size == 4 and sync.n_inter == 4
+    assert group_of(plan, ("dp", "cp"), 72, H100).n_inter == 1  # an NVL72 domain holds all 32 GPUs
+
+
+def test_cross_node_tp_is_predicted_with_a_warning_and_refused_by_the_search_rules():
+    spec = _spec(nodes=2)
+    plan = Plan(dp=1, tp=16)
+    assert any("spans 16 consecutive GPUs" in e for e in plan_errors(plan, _spec(nodes=2, heads=32, kv=16)))
+    assert plan_errors(plan, _spec(nodes=2, heads=32, kv=16), allow_cross_node_tp=True) == []
+    (warning,) = placement_warnings(plan, spec)
+    assert "inter-node network" in warning
+    assert placement_warnings(Plan(dp=1, tp=8, cp=2), spec) == []  # cp's ring crosses nodes in the recipes
+
+
+def test_module_models_refuse_axes_they_cannot_split():
+    spec = parse_spec({"model": {"module": "tests.gpt_graph:gpt_graph", "inputs": [{"shape": [4]}]},
+                       "training": {"global_batch": 8}, "cluster": {"device": "h100", "nodes": 1}})
+    errors = plan_errors(Plan(dp=2, tp=2, pp=2), spec)
+    assert any("tp=2 splits attention heads" in e and "model.heads" in e for e in errors)
+    assert any("pp=2 splits the transformer layers" in e for e in errors)
+    assert plan_errors(Plan(dp=8), spec) == []
+
+
+def test_cp_divides_tokens_activations_and_the_pipeline_message():
+    g = gpt_graph(1024, 16, 4096, 4, 32000)
+    spec = _spec()
+    one, two = (apply_plan(spec, g, Plan(dp=16 // cp, cp=cp), H100) for cp in (1, 2))
+    assert two.nodes.fwd_flops.sum() == pytest.approx(one.nodes.fwd_flops.sum() / 2)
+    assert two.nodes.act_elems.sum() == pytest.approx(one.nodes.act_elems.sum() / 2)
+    assert two.nodes.params.sum() == one.nodes.params.sum()
+    assert two.dp_group.size == 16 and two.cp_group.size == 2
