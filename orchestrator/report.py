@@ -15,11 +15,13 @@
     explanation: one paragraph derived from the winner's breakdown against the runners-up,
     caution: '' or a warning that the winner lies outside the learned predictor's training data
         (the ranked plans' `extra.outside_training` lists what, per plan),
-    launch: {plan, megatron_args, deepspeed_config, torchrun, notes} for the winner (null if none fits),
+    launch: {plan, framework, files: {name: text}, notes} for the winner (null if none fits; no files and a
+        note when its framework refuses it, see orchestrator.launch),
     validation (only with --validate K): {k, steps, warmup, plans: [ValidationResult.to_dict()], note}
         (see orchestrator.validate).
 `report.md` says the same for people; `report.html` is self-contained (plots embedded as base64 PNGs);
-`launch/` holds the winner's `megatron_args.txt`, `deepspeed_config.json` and `torchrun.sh`.
+`launch/` holds the winner's launch file for the spec's framework: `megatron_args.txt` (and `torchrun.sh`),
+`torchtitan.toml` or `deepspeed_config.json`.
 """
 
 from __future__ import annotations
@@ -262,9 +264,9 @@ def _markdown(report: dict[str, Any]) -> str:
         lines += validation_lines(report["validation"])
     if report["launch"]:
         launch = report["launch"]
-        lines += ["## Launch settings", "", "Megatron-LM:", "", "```", " ".join(launch["megatron_args"]), "```", "",
-                  "torchrun (on every node):", "", "```", launch["torchrun"], "```", "", "DeepSpeed config:", "",
-                  "```json", json.dumps(launch["deepspeed_config"], indent=2), "```", ""]
+        lines += ["## Launch settings", ""]
+        for name, text in launch["files"].items():
+            lines += [f"`launch/{name}` ({launch['framework']}):", "", "```", text.rstrip("\n"), "```", ""]
         lines += [f"- note: {n}" for n in launch["notes"]]
     if report["infeasible"]:
         lines += ["", "## Fastest plans that do not fit", ""]
@@ -287,9 +289,8 @@ def _html(report: dict[str, Any], figures: dict[str, bytes]) -> str:
                    f'{base64.b64encode(png).decode()}">' for name, png in figures.items())
     launch = report["launch"]
     launch_html = "" if not launch else (
-        f"<h2>Launch settings</h2><h3>Megatron-LM</h3><pre>{e(' '.join(launch['megatron_args']))}</pre>"
-        f"<h3>torchrun</h3><pre>{e(launch['torchrun'])}</pre><h3>DeepSpeed</h3>"
-        f"<pre>{e(json.dumps(launch['deepspeed_config'], indent=2))}</pre>"
+        "<h2>Launch settings</h2>"
+        + "".join(f"<h3>launch/{e(name)}</h3><pre>{e(text)}</pre>" for name, text in launch["files"].items())
         + "".join(f"<p>note: {e(n)}</p>" for n in launch["notes"]))
     summary = _markdown(report).split("\n")[2:4]
     validation = ""
@@ -318,9 +319,8 @@ def write_report(report: dict[str, Any], out_dir: Path) -> list[Path]:
     if report["launch"]:
         launch_dir = out_dir / "launch"
         launch_dir.mkdir(exist_ok=True)
-        written[launch_dir / "megatron_args.txt"] = " ".join(report["launch"]["megatron_args"]) + "\n"
-        written[launch_dir / "deepspeed_config.json"] = json.dumps(report["launch"]["deepspeed_config"], indent=2) + "\n"
-        written[launch_dir / "torchrun.sh"] = "#!/bin/sh\n# set NODE_RANK and MASTER_ADDR on each node\n" + report["launch"]["torchrun"] + "\n"
+        for name, text in report["launch"]["files"].items():
+            written[launch_dir / name] = text
     for path, text in written.items():
         _atomic(path, text)
     return list(written)

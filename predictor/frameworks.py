@@ -5,28 +5,40 @@ states, from the framework's own documentation and code:
 - `rules`: why a plan is outside it (every reason, as `plan_errors` does);
 - `default_overlap`: the communication its performance recipes hide behind computation;
 - `overlappable`: what it can overlap at all (a plan's `overlap` may switch kinds off, or on
-  where the framework offers them);
+  where the framework offers them; the rules refuse a switch the framework does not have);
 - `fused_attention`: whether its attention is a fused (flash) kernel, which saves no s² scores
   and skips the masked half of causal attention.
 
-Sources:
-- Megatron-Core (NVIDIA/Megatron-LM `megatron/training/arguments.py`, Megatron-Bridge performance
-  recipes): DDP or the distributed optimizer (ZeRO-1), Megatron-FSDP (`--use-megatron-fsdp`,
-  `--data-parallel-sharding-strategy optim_grads` / `optim_grads_params`: ZeRO-2/3), TP with
-  sequence parallel, 1F1B and interleaved pipelines (no GPipe), CP, rank order tp-cp-ep-dp-pp or
-  tp-cp-ep-pp-dp (`--use-tp-pp-dp-mapping`). Recipes set `--overlap-grad-reduce`,
-  `--overlap-param-gather` (with the distributed optimizer), `--tp-comm-overlap` (TP with SP) and
-  overlap the interleaved schedule's p2p (`overlap_p2p_comm`); Transformer Engine's fused attention.
-- torchtitan (`torchtitan/config/job_config.py`, `parallelize_llama`): FSDP2 / HSDP
-  (`data_parallel_shard_degree`, `data_parallel_replicate_degree`; `fsdp_reshard_after_forward`
-  never = ZeRO-2, default = ZeRO-3), DDP replicate (ZeRO-0), TP always with sequence-parallel norms,
-  async TP (`enable_async_tensor_parallel`, off by default), `torch.distributed.pipelining`
-  schedules (GPipe, 1F1B, Interleaved1F1B), CP, float8 (torchao); mesh order pp-dp-cp-tp (tp
-  innermost). FSDP2 prefetches all-gathers and overlaps reduce-scatters; SDPA flash attention.
-- DeepSpeed (deepspeed.ai ZeRO and pipeline docs; Megatron-DeepSpeed): ZeRO 0-3, the pipeline
-  engine only with ZeRO <= 1, its own 1F1B schedule only, TP and SP through Megatron-DeepSpeed,
-  no CP, no FP8; `overlap_comm` is on by default for ZeRO-3 only. Megatron-DeepSpeed's GPT uses
-  unfused attention (as vTrain's measurements ran).
+Sources (`orchestrator.launch` writes each framework's launch file from the same sources):
+- Megatron-Core: NVIDIA/Megatron-LM `megatron/training/arguments.py` (`validate_args`): DDP or the
+  distributed optimizer (ZeRO-1); Megatron-FSDP (`--use-megatron-fsdp`, `--data-parallel-sharding-strategy
+  optim_grads` / `optim_grads_params`: ZeRO-2/3) turns `overlap_grad_reduce` on (and `overlap_param_gather`
+  for optim_grads_params) by itself, and its guide (`docs/user-guide/features/megatron_fsdp.md`,
+  `custom_fsdp.md`: "compatible with TP, EP and CP"; issue #1455 asks for PP) runs it without pipelines;
+  `--overlap-param-gather` needs the distributed optimizer or Megatron-FSDP and `--overlap-grad-reduce`;
+  `--tp-comm-overlap` needs `--sequence-parallel`; 1F1B and interleaved pipelines (no GPipe), the
+  interleaved one only with more than one virtual stage (`virtual_pipeline_model_parallel_size` 1 is
+  None), its p2p overlapped by default (`--no-overlap-p2p-communication`) and without that overlap only
+  for pp > 2, the non-interleaved one never overlapping p2p; CP; rank order tp-cp-ep-dp-pp or
+  tp-cp-ep-pp-dp (`--use-tp-pp-dp-mapping`). Megatron-Bridge recipes overlap grad reduce, param
+  gather (with the distributed optimizer), TP (with SP) and the interleaved p2p; Transformer Engine's
+  fused attention.
+- torchtitan: pytorch/torchtitan `torchtitan/config/job_config.py` (`Parallelism`), `distributed/
+  parallel_dims.py` (`fsdp_enabled = dp_shard_enabled or cp_enabled`: FSDP2 whenever cp > 1),
+  `models/llama3/infra/parallelize.py` (`fsdp_reshard_after_forward` never = ZeRO-2, always = ZeRO-3,
+  default = never with a pipeline; DDP replicate = ZeRO-0; no ZeRO-1), TP always with sequence-parallel
+  norms, async TP (`enable_async_tensor_parallel`, off by default), `distributed/pipeline_parallel.py`
+  (`torch.distributed.pipelining` GPipe, 1F1B, Interleaved1F1B; a multi-stage schedule needs >= 2 stages
+  per rank), CP, float8 (torchao); mesh order pp-dp-cp-tp (tp innermost). FSDP2 prefetches all-gathers
+  and overlaps reduce-scatters, DDP overlaps its bucketed all-reduce, neither can be switched off; SDPA
+  flash attention.
+- DeepSpeed: microsoft/DeepSpeed `deepspeed/runtime/zero/config.py` (`overlap_comm` defaults to stage == 3;
+  "overlap the reduction of the gradients with backward": the ZeRO optimizers' switch, ZeRO-3's
+  parameter prefetch on the same stream), `deepspeed/runtime/pipe/engine.py` ("ZeRO-2 and ZeRO-3 are
+  incompatible with pipeline parallelism"; it schedules the gradient all-reduce after the pipeline
+  flush), its 1F1B `TrainSchedule` only, `PipeModelDataParallelTopology` (pipe, data, model: tp-dp-pp);
+  TP and SP through microsoft/Megatron-DeepSpeed, no CP, no FP8; Megatron-DeepSpeed's GPT uses unfused
+  attention (as vTrain's measurements ran).
 - pytorch: ScaleDL's own runner (`predictor.measure`), what `--validate`, `scaledl profile` and the
   shipped datasets measure: DDP, ZeroRedundancyOptimizer, FSDP, DTensor TP, pipelining; eager
   attention; the runner waits for each collective (nothing overlapped).
@@ -83,12 +95,30 @@ def _megatron_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     errors = []
     if plan.pp > 1 and plan.schedule == "gpipe":
         errors.append("has no GPipe schedule (use schedule=1f1b or interleaved)")
+    if plan.schedule == "interleaved" and plan.v == 1:
+        errors.append("runs schedule=interleaved with v=1 as 1F1B (use v >= 2 or schedule=1f1b)")
     if plan.rank_order not in (("tp", "cp", "dp", "pp"), ("tp", "cp", "pp", "dp")):
         errors.append(f"orders ranks tp-cp-dp-pp or tp-cp-pp-dp only, not {'-'.join(plan.rank_order)} "
                       f"(placement=tp-dp-pp or tp-pp-dp)")
     if plan.zero >= 2 and plan.pp > 1:
         errors.append(f"runs zero={plan.zero} as Megatron-FSDP, which does not run beside pipeline parallelism "
                       f"(use zero=0 or 1 with pp > 1)")
+    wanted = overlap_kinds(plan.overlap)
+    if wanted is None:
+        return errors
+    if "tp" in wanted and plan.tp > 1 and not plan.sp:
+        errors.append("overlaps tensor-parallel communication (--tp-comm-overlap) only with sp=true")
+    if "param" in wanted and plan.zero >= 1 and "dp" not in wanted:
+        errors.append("overlaps the parameter all-gather (--overlap-param-gather) only beside the gradient "
+                      "reduction (overlap=dp+param)")
+    if plan.pp > 1 and plan.schedule != "interleaved" and "pp" in wanted:
+        errors.append(f"overlaps pipeline send/recv only in the interleaved schedule, not {plan.schedule}")
+    if plan.schedule == "interleaved" and plan.pp <= 2 and "pp" not in wanted:
+        errors.append(f"runs the interleaved schedule without p2p overlap only with pp > 2, not pp={plan.pp} "
+                      f"(overlap must include pp)")
+    forced = "+".join(sorted({2: {"dp"}, 3: {"dp", "param"}}.get(plan.zero, set()) - wanted))
+    if forced:
+        errors.append(f"always overlaps {forced} in Megatron-FSDP (zero={plan.zero}): overlap must include {forced}")
     return errors
 
 
@@ -108,10 +138,27 @@ def _torchtitan_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     if plan.zero == 1:
         errors.append("has no ZeRO-1 (it runs DDP replicate = zero=0, FSDP2 without resharding = zero=2, "
                       "FSDP2 = zero=3)")
+    if plan.zero == 0 and plan.cp > 1:
+        errors.append(f"shards with FSDP2 over the context-parallel ranks whenever cp > 1, so zero=0 (DDP) "
+                      f"cannot run with cp={plan.cp} (use zero=2 or 3)")
     if plan.tp > 1 and not plan.sp:
         errors.append("always runs tensor parallelism with sequence-parallel norms (use sp=true)")
+    if plan.schedule == "interleaved" and plan.v == 1:
+        errors.append("needs at least 2 stages per rank for Interleaved1F1B (use v >= 2 or schedule=1f1b)")
     if plan.rank_order != ("tp", "cp", "dp", "pp"):
         errors.append(f"orders ranks tp-cp-dp-pp only (its mesh is pp, dp, cp, tp), not {'-'.join(plan.rank_order)}")
+    wanted = overlap_kinds(plan.overlap)
+    if wanted is None:
+        return errors
+    always = {"dp"} if plan.dp * plan.cp > 1 else set()
+    if plan.zero >= 2:
+        always.add("param")
+    if plan.pp > 1:
+        always.add("pp")
+    forced = "+".join(sorted(always - wanted))
+    if forced:
+        errors.append(f"always overlaps {forced} (FSDP2 prefetch and reduce-scatter, DDP buckets, pipelining "
+                      f"send/recv): overlap must include {forced}")
     return errors
 
 
@@ -129,6 +176,17 @@ def _deepspeed_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
         errors.append("has no context parallelism (cp must be 1)")
     if plan.rank_order not in (("tp", "cp", "dp", "pp"),):
         errors.append(f"orders ranks tp-dp-pp only, not {'-'.join(plan.rank_order)}")
+    wanted = overlap_kinds(plan.overlap)
+    if wanted is None:
+        return errors
+    if "dp" in wanted and plan.dp > 1 and (plan.zero == 0 or plan.pp > 1):
+        errors.append("overlaps the gradient reduction only in its ZeRO optimizers without a pipeline "
+                      f"(overlap_comm), not with zero={plan.zero}, pp={plan.pp}")
+    if "param" in wanted and plan.zero in (1, 2):
+        errors.append(f"gathers zero={plan.zero} parameters after the optimizer step: it cannot overlap param")
+    if plan.zero == 3 and ("dp" in wanted) != ("param" in wanted):
+        errors.append("switches ZeRO-3's gradient reduce-scatter and parameter prefetch together (overlap_comm): "
+                      "overlap must include both dp and param or neither")
     return errors
 
 

@@ -1,0 +1,141 @@
+"""Launch files: each framework's file, read back, is the winning plan as the framework runs it; refusals name the field."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tomllib
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from orchestrator.launch import LaunchError, as_run, launch_files, launch_settings, read_back
+from predictor.frameworks import FRAMEWORKS, framework_of
+from predictor.plan import Plan
+from predictor.workload import WorkloadSpec, parse_spec
+
+
+def _spec(framework: str, preset: str, device: str, nodes: int, global_batch: int, precision: str = "bf16") -> WorkloadSpec:
+    return parse_spec({"model": {"preset": preset},
+                       "training": {"global_batch": global_batch, "precision": precision, "framework": framework},
+                       "cluster": {"device": device, "nodes": nodes, "gpus_per_node": 8}})
+
+
+GPT3 = _spec("megatron", "gpt3-175b", "a100-80gb", 128, 1536)
+LLAMA_FP8 = _spec("megatron", "llama3-8b", "h100", 2, 64, "fp8")
+TITAN_1 = _spec("torchtitan", "llama3-8b", "h100", 1, 64)
+TITAN_2 = _spec("torchtitan", "llama3-8b", "h100", 2, 64)
+TITAN_FP8 = _spec("torchtitan", "llama3-8b", "h100", 1, 64, "fp8")
+DS = _spec("deepspeed", "gpt3-1.3b", "a100-80gb", 2, 64)
+DS_FP16 = _spec("deepspeed", "gpt3-1.3b", "a100-80gb", 2, 64, "fp16")
+
+WINNERS = [
+    # The 175B-style interleaved winner, with the distributed optimizer.
+    (GPT3, "dp=64,tp=4,pp=4,mbs=2,zero=1,recompute=full,sp=true,schedule=interleaved,v=8"),
+    (GPT3, "dp=64,tp=4,pp=4,mbs=2,zero=1,sp=true,placement=tp-pp-dp,overlap=dp"),
+    (LLAMA_FP8, "dp=2,tp=4,cp=2,mbs=1,zero=1,recompute=selective,sp=true,cp_comm=allgather"),
+    (LLAMA_FP8, "dp=4,tp=2,cp=2,mbs=2,zero=3,sp=true,overlap=dp+param"),
+    (TITAN_1, "dp=8,mbs=2,zero=3,recompute=full"),  # FSDP2
+    (TITAN_1, "dp=8,mbs=1,zero=0,recompute=selective"),  # DDP
+    (TITAN_2, "dp=4,tp=2,pp=2,mbs=1,zero=2,sp=true,schedule=interleaved,v=4"),
+    (TITAN_FP8, "dp=2,tp=2,cp=2,mbs=1,zero=3,sp=true,overlap=dp+param+tp"),
+    (DS, "dp=16,mbs=4,zero=3"),
+    (DS, "dp=2,tp=2,pp=4,mbs=2,zero=1,recompute=full,sp=true"),
+    (DS_FP16, "dp=8,tp=2,mbs=2,zero=2,recompute=selective,sp=true,overlap=dp"),
+]
+
+
+def _write(files: dict[str, str], out: Path) -> Path:
+    for name, text in files.items():
+        (out / name).write_text(text)
+    return out / next(name for name in files if name != "torchrun.sh")
+
+
+@pytest.mark.parametrize("spec, text", WINNERS, ids=[f"{framework_of(s).name}:{t}" for s, t in WINNERS])
+def test_each_launch_file_reads_back_as_the_winner(spec: WorkloadSpec, text: str, tmp_path: Path) -> None:
+    plan = Plan.parse(text)
+    framework = framework_of(spec)
+    back = read_back(_write(launch_files(plan, spec), tmp_path), spec)
+    want = as_run(plan, framework)
+    assert asdict(back) == asdict(want)  # every field
+    assert back.rank_order == plan.rank_order
+    assert framework.overlap(back) <= framework.overlap(plan)  # nothing hidden that the prediction charged
+
+
+def test_as_run_resolves_auto_overlap_to_the_frameworks_kinds() -> None:
+    plan = Plan.parse("dp=64,tp=4,pp=4,mbs=2,zero=1,recompute=full,sp=true,schedule=interleaved,v=8")
+    assert as_run(plan, FRAMEWORKS["megatron"]).overlap == "dp+param+tp+pp"
+    assert as_run(plan.with_(tp=1, sp=False, dp=256), FRAMEWORKS["megatron"]).overlap == "dp+param+pp"
+    assert as_run(Plan(dp=16, mbs=4, zero=3), FRAMEWORKS["deepspeed"]).overlap == "dp+param"
+    assert as_run(Plan(dp=16, mbs=4, zero=1), FRAMEWORKS["deepspeed"]).overlap == "none"
+
+
+def test_megatron_file_expresses_zero_cp_fp8_and_the_schedule(tmp_path: Path) -> None:
+    files = launch_files(Plan.parse("dp=2,tp=4,cp=2,mbs=1,zero=1,recompute=selective,sp=true,cp_comm=allgather"),
+                         LLAMA_FP8)
+    args = shlex.split(files["megatron_args.txt"])
+    joined = " ".join(args)
+    for expected in ("--context-parallel-size 2", "--cp-comm-type all_gather", "--use-distributed-optimizer",
+                     "--fp8-format hybrid --fp8-recipe tensorwise", "--recompute-granularity selective",
+                     "--group-query-attention --num-query-groups 8", "--bf16"):
+        assert expected in joined
+    assert "--recompute-method" not in args  # Megatron refuses a method with selective recompute
+    fsdp = shlex.split(launch_files(Plan.parse("dp=4,tp=2,cp=2,mbs=2,zero=3,sp=true"), LLAMA_FP8)["megatron_args.txt"])
+    assert " ".join(fsdp).count("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params") == 1
+    assert "--ckpt-format fsdp_dtensor" in " ".join(fsdp)
+    gpt3 = launch_files(Plan.parse("dp=64,tp=4,pp=4,mbs=2,zero=1,recompute=full,sp=true,schedule=interleaved,v=8,"
+                                   "overlap=dp+param+tp"), GPT3)
+    gpt3_args = " ".join(shlex.split(gpt3["megatron_args.txt"]))
+    assert "--num-virtual-stages-per-pipeline-rank 8" in gpt3_args and "--no-overlap-p2p-communication" in gpt3_args
+    script = gpt3["torchrun.sh"]
+    assert script.startswith("#!/bin/sh") and "export CUDA_DEVICE_MAX_CONNECTIONS=1" in script
+    assert "torchrun --nnodes 128 --nproc-per-node 8" in script and "megatron_args.txt" in script
+
+
+def test_torchtitan_file_uses_its_real_keys() -> None:
+    config = tomllib.loads(launch_files(Plan.parse("dp=2,tp=2,cp=2,mbs=1,zero=3,sp=true,overlap=dp+param+tp"),
+                                        TITAN_FP8)["torchtitan.toml"])
+    par = config["parallelism"]
+    assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (2, 1)
+    assert par["fsdp_reshard_after_forward"] == "always" and par["enable_async_tensor_parallel"] is True
+    assert config["model"]["converters"] == ["quantize.linear.float8"]
+    assert config["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] is True
+    assert config["compile"]["enable"] is True
+    ddp = tomllib.loads(launch_files(Plan(dp=8, mbs=1), TITAN_1)["torchtitan.toml"])
+    assert (ddp["parallelism"]["data_parallel_replicate_degree"], ddp["parallelism"]["data_parallel_shard_degree"]) == (8, 1)
+    assert ddp["activation_checkpoint"]["mode"] == "none"  # torchtitan's default is selective: always written
+    assert ddp["training"]["local_batch_size"] == 1 and ddp["training"]["global_batch_size"] == 64
+
+
+def test_deepspeed_config_carries_the_megatron_deepspeed_arguments() -> None:
+    config = json.loads(launch_files(Plan.parse("dp=2,tp=2,pp=4,mbs=2,zero=1,recompute=full,sp=true"), DS)
+                        ["deepspeed_config.json"])
+    assert config["zero_optimization"] == {"stage": 1, "overlap_comm": False}
+    assert config["gradient_accumulation_steps"] == 16 and config["train_micro_batch_size_per_gpu"] == 2
+    args = " ".join(config["megatron_deepspeed_args"])
+    assert "--pipeline-model-parallel-size 4" in args and "--zero-stage 1" in args and "--sequence-parallel" in args
+    assert "--no-pipeline-parallel" not in args and "--deepspeed-activation-checkpointing" in args
+    dp_only = json.loads(launch_files(Plan(dp=16, mbs=4, zero=3), DS)["deepspeed_config.json"])
+    assert dp_only["zero_optimization"] == {"stage": 3, "overlap_comm": True}
+    assert "--no-pipeline-parallel" in dp_only["megatron_deepspeed_args"]
+
+
+@pytest.mark.parametrize("spec, text, field", [
+    (DS, "dp=2,tp=2,pp=4,mbs=2,zero=2", "zero=2"),  # DeepSpeed's pipeline engine: ZeRO 0/1 only
+    (GPT3, "dp=64,tp=4,pp=4,mbs=2,zero=2,recompute=full,sp=true,schedule=interleaved,v=8", "zero=2"),  # no FSDP+PP
+    (GPT3, "dp=64,tp=4,pp=4,mbs=2,zero=1,sp=true,schedule=gpipe", "GPipe"),
+    (GPT3, "dp=64,tp=4,pp=4,mbs=2,zero=1,schedule=interleaved,v=8,overlap=dp+param+tp", "--tp-comm-overlap"),
+    (LLAMA_FP8, "dp=4,tp=2,cp=2,mbs=2,zero=3,sp=true,overlap=none", "overlap must include dp+param"),
+    (TITAN_1, "dp=8,mbs=1,zero=1", "ZeRO-1"),
+    (TITAN_2, "dp=8,cp=2,mbs=1,zero=0", "zero=0"),
+    (TITAN_1, "dp=8,mbs=1,zero=3,overlap=dp", "overlap must include param"),  # FSDP2 always prefetches
+    (DS, "dp=16,mbs=4,zero=3,overlap=dp", "overlap must include both dp and param"),
+    (_spec("deepspeed", "llama3-8b", "h100", 1, 64, "fp8"), "dp=8,mbs=1,zero=1", "fp8"),
+    (_spec("pytorch", "gpt3-1.3b", "a100-80gb", 1, 64), "dp=8,mbs=1", "no launch file"),
+])
+def test_refusals_name_the_field(spec: WorkloadSpec, text: str, field: str) -> None:
+    with pytest.raises(LaunchError, match=field.replace("+", r"\+")):
+        launch_files(Plan.parse(text), spec)
+    settings = launch_settings(Plan.parse(text), spec)  # the report states the refusal instead of files
+    assert settings["files"] == {} and field in settings["notes"][0]
