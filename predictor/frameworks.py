@@ -46,9 +46,11 @@ Sources (`orchestrator.launch` writes each framework's launch file from the same
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from dataclasses import dataclass, field
+from itertools import permutations
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from predictor.axes import DEFAULT_ORDER, complete_order
 from predictor.hardware import DEVICES
 from predictor.plan import OVERLAP_KINDS, Plan, overlap_kinds
 
@@ -72,6 +74,15 @@ class Framework:
     overlappable: frozenset[str]
     fused_attention: bool
     precisions: tuple[str, ...]
+    # Values of plan options it never runs, whatever the other fields ('orders': rank orders, innermost first):
+    # the search leaves them out before generating plans; `rules` refuses them too.
+    never: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def runs_value(self, option: str, value: Any) -> bool:
+        """False when the framework never runs `option`=`value` (a placement: its completed rank order)."""
+        if option == "placement":
+            return complete_order(value) not in self.never.get("orders", ())
+        return value not in self.never.get(option, ())
 
     def errors(self, plan: Plan, spec: "WorkloadSpec") -> list[str]:
         """Every reason this framework cannot run `plan` for `spec` (empty: it can)."""
@@ -91,13 +102,23 @@ class Framework:
         return (self.default_overlap(plan) if wanted is None else wanted) & self.overlappable
 
 
+# The rank orders (innermost first) each framework's process groups can build.
+MEGATRON_ORDERS: tuple[tuple[str, ...], ...] = (("tp", "cp", "dp", "pp"), ("tp", "cp", "pp", "dp"))
+TORCHTITAN_ORDERS: tuple[tuple[str, ...], ...] = (("tp", "cp", "dp", "pp"),)
+DEEPSPEED_ORDERS = TORCHTITAN_ORDERS
+
+
+def _other_orders(runs: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...], ...]:
+    return tuple(o for o in permutations(DEFAULT_ORDER) if o not in runs)
+
+
 def _megatron_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     errors = []
-    if plan.pp > 1 and plan.schedule == "gpipe":
+    if plan.schedule == "gpipe":
         errors.append("has no GPipe schedule (use schedule=1f1b or interleaved)")
     if plan.schedule == "interleaved" and plan.v == 1:
         errors.append("runs schedule=interleaved with v=1 as 1F1B (use v >= 2 or schedule=1f1b)")
-    if plan.rank_order not in (("tp", "cp", "dp", "pp"), ("tp", "cp", "pp", "dp")):
+    if plan.rank_order not in MEGATRON_ORDERS:
         errors.append(f"orders ranks tp-cp-dp-pp or tp-cp-pp-dp only, not {'-'.join(plan.rank_order)} "
                       f"(placement=tp-dp-pp or tp-pp-dp)")
     if plan.zero >= 2 and plan.pp > 1:
@@ -145,7 +166,7 @@ def _torchtitan_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
         errors.append("always runs tensor parallelism with sequence-parallel norms (use sp=true)")
     if plan.schedule == "interleaved" and plan.v == 1:
         errors.append("needs at least 2 stages per rank for Interleaved1F1B (use v >= 2 or schedule=1f1b)")
-    if plan.rank_order != ("tp", "cp", "dp", "pp"):
+    if plan.rank_order not in TORCHTITAN_ORDERS:
         errors.append(f"orders ranks tp-cp-dp-pp only (its mesh is pp, dp, cp, tp), not {'-'.join(plan.rank_order)}")
     wanted = overlap_kinds(plan.overlap)
     if wanted is None:
@@ -170,11 +191,11 @@ def _deepspeed_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     errors = []
     if plan.pp > 1 and plan.zero > 1:
         errors.append(f"runs its pipeline engine only with ZeRO stage 0 or 1, not zero={plan.zero}")
-    if plan.pp > 1 and plan.schedule != "1f1b":
+    if plan.schedule != "1f1b":
         errors.append(f"has one pipeline schedule (1F1B), not {plan.schedule}")
     if plan.cp > 1:
         errors.append("has no context parallelism (cp must be 1)")
-    if plan.rank_order not in (("tp", "cp", "dp", "pp"),):
+    if plan.rank_order not in DEEPSPEED_ORDERS:
         errors.append(f"orders ranks tp-dp-pp only, not {'-'.join(plan.rank_order)}")
     wanted = overlap_kinds(plan.overlap)
     if wanted is None:
@@ -205,11 +226,14 @@ def _nothing(plan: Plan) -> frozenset[str]:
 FRAMEWORKS: dict[str, Framework] = {
     "megatron": Framework("megatron", "Megatron-Core", _megatron_rules, _megatron_overlap,
                           frozenset(OVERLAP_KINDS), fused_attention=True,
-                          precisions=("fp32", "fp16", "bf16", "fp8", "fp4")),
+                          precisions=("fp32", "fp16", "bf16", "fp8", "fp4"),
+                          never={"schedule": ("gpipe",), "orders": _other_orders(MEGATRON_ORDERS)}),
     "torchtitan": Framework("torchtitan", "torchtitan", _torchtitan_rules, _torchtitan_overlap,
-                            frozenset(OVERLAP_KINDS), fused_attention=True, precisions=("fp32", "bf16", "fp8")),
+                            frozenset(OVERLAP_KINDS), fused_attention=True, precisions=("fp32", "bf16", "fp8"),
+                            never={"zero": (1,), "orders": _other_orders(TORCHTITAN_ORDERS)}),
     "deepspeed": Framework("deepspeed", "DeepSpeed", _deepspeed_rules, _deepspeed_overlap,
-                           frozenset({"dp", "param"}), fused_attention=False, precisions=("fp32", "fp16", "bf16")),
+                           frozenset({"dp", "param"}), fused_attention=False, precisions=("fp32", "fp16", "bf16"),
+                           never={"schedule": ("gpipe", "interleaved"), "orders": _other_orders(DEEPSPEED_ORDERS)}),
     "pytorch": Framework("pytorch", "ScaleDL's runner", _pytorch_rules, _nothing, frozenset(), fused_attention=False,
                          precisions=("fp32", "fp16", "bf16")),
 }

@@ -154,6 +154,9 @@ class TrainingSpec(_Strict):
     global_batch: int = Field(gt=0, description="samples per iteration over all data-parallel ranks")
     precision: Literal["fp32", "fp16", "bf16", "fp8", "fp4"] = "bf16"
     optimizer: Literal["adam", "sgd"] = "adam"
+    framework: Literal["megatron", "torchtitan", "deepspeed", "pytorch"] | None = Field(
+        default=None, description="what trains it (predictor.frameworks): its runnable plans and overlap; default "
+                                  "megatron on a catalogue GPU, pytorch (ScaleDL's own runner) on a measured device")
 
 
 class LinkSpec(_Strict):
@@ -230,6 +233,10 @@ class WorkloadSpec(_Strict):
         elif precision not in device.peak_flops:
             raise ValueError(f"training.precision {precision!r} is not available on device {name!r}; its "
                              f"precisions: {', '.join(device.peak_flops)}")
+        framework = self.training.framework
+        if framework not in (None, "pytorch") and (device is None or self.cluster.device_profile is not None):
+            raise ValueError(f"training.framework {framework!r} runs on GPUs; a measured device ({name}) runs "
+                             f"ScaleDL's own runner: use framework: pytorch or leave it out")
         return self
 
 

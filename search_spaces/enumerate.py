@@ -18,7 +18,7 @@ from functools import cache
 from typing import Iterable, Iterator
 
 from predictor.axes import AXES
-from predictor.frameworks import framework_of
+from predictor.frameworks import Framework, framework_of
 from predictor.plan import Plan, plan_errors
 from predictor.workload import WorkloadSpec
 from search_spaces.space import CHOICE_AXES, INT_AXES, SpaceConfig
@@ -84,6 +84,12 @@ def _virtual_stages(spec: WorkloadSpec, space: SpaceConfig, pp: int) -> list[int
     return [v for v in _pick(space.v, auto, space.max_v) if v > 1]  # interleaving with v=1 is plain 1F1B
 
 
+def runnable_space(space: SpaceConfig, framework: Framework) -> SpaceConfig:
+    """`space` without the option values `framework` never runs (its rules would refuse every such plan)."""
+    changes = {axis: [v for v in getattr(space, axis) if framework.runs_value(axis, v)] for axis in CHOICE_AXES}
+    return space.model_copy(update=changes)
+
+
 def _variants(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int], mbs: int) -> Iterator[Plan]:
     """All plans of the space with these degrees; placements that map ranks identically are kept once."""
     placements: list[str] = []
@@ -95,10 +101,13 @@ def _variants(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int], m
             seen.add(key)
             placements.append(placement)
     pp = degrees["pp"]
+    # Options that mean nothing at these degrees take one value: no cp exchange without cp, and sequence
+    # parallelism only splits along a tensor-parallel group (plan_errors refuses sp=true with tp=1).
     cp_comms = space.cp_comm if degrees.get("cp", 1) > 1 else ["ring"]
+    sps = space.sp if degrees["tp"] > 1 else [sp for sp in space.sp if not sp]
     for zero in space.zero:
         for recompute in space.recompute:
-            for sp in space.sp:
+            for sp in sps:
                 for schedule in space.schedule:
                     if schedule == "interleaved":
                         if pp == 1:
@@ -120,7 +129,9 @@ def all_errors(plan: Plan, spec: WorkloadSpec, space: SpaceConfig) -> list[str]:
 
 
 def candidates(spec: WorkloadSpec, space: SpaceConfig) -> Iterator[Plan]:
-    """Every plan the space proposes for the workload, valid or not."""
+    """Every plan the space proposes for the workload, valid or not, less the option values its framework
+    never runs (`runnable_space`)."""
+    space = runnable_space(space, framework_of(spec))
     for degrees, mbs in _degrees(spec, space):
         yield from _variants(spec, space, degrees, mbs)
 
@@ -129,6 +140,7 @@ def enumerate_plans(spec: WorkloadSpec, space: SpaceConfig) -> Enumeration:
     """The valid plans of `space` for `spec` that its framework runs, with rejection counts per reason."""
     result = Enumeration(plans=[], checked=0)
     framework = framework_of(spec)
+    space = runnable_space(space, framework)
     for degrees, mbs in _degrees(spec, space):
         proto_errors = plan_errors(Plan(mbs=mbs, **degrees), spec, space.allow_cross_node_tp)
         variants = _variants(spec, space, degrees, mbs)

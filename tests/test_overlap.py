@@ -69,6 +69,20 @@ def test_frameworks_refuse_what_they_cannot_run():
     assert any("does not train in fp8" in e for e in deepspeed.errors(Plan(dp=32), _spec("deepspeed", "fp8")))
 
 
+@pytest.mark.parametrize("name", ["megatron", "torchtitan", "deepspeed"])
+def test_values_a_framework_never_runs_are_refused_by_its_rules(name):
+    """The search drops `never` values before generating plans: each must fail the rules whatever else is set."""
+    framework = FRAMEWORKS[name]
+    for option, values in framework.never.items():
+        for value in values:
+            field, value = ("placement", "-".join(value)) if option == "orders" else (option, value)
+            for base in (Plan(dp=4, tp=2, pp=2, zero=1, sp=True), Plan(dp=16, zero=3), Plan(dp=8, pp=2)):
+                if value == "interleaved" and base.pp == 1:
+                    continue  # not a plan at all
+                changes = {field: value, **({"v": 2} if value == "interleaved" else {})}
+                assert framework.errors(base.with_(**changes), SPEC), (name, field, value, base)
+
+
 def test_the_search_proposes_only_what_the_framework_runs():
     spec = _spec("deepspeed", nodes=2)
     plans = enumerate_plans(spec, load_space("full")).plans

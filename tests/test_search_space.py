@@ -28,6 +28,8 @@ def test_presets_load() -> None:
 @pytest.mark.parametrize("name", ["megatron-3d", "full"])
 def test_enumeration_is_exactly_the_valid_candidates(spec, name) -> None:
     space = load_space(name)
+    if spec is GPT3 and name == "full":  # millions of candidates: one micro-batch and overlap choice keep it quick
+        space = narrow(space, {"mbs": [1, 2], "overlap": ["auto"]}, name)
     result = enumerate_plans(spec, space)
     # The prototype pruning must not change the answer of checking every candidate one by one.
     brute = [p for p in candidates(spec, space) if not all_errors(p, spec, space)]
@@ -37,9 +39,9 @@ def test_enumeration_is_exactly_the_valid_candidates(spec, name) -> None:
     assert result.rejected_count == sum(1 for _ in rejected(spec, space))
     m = spec.model
     for p in result.plans:
-        assert p.dp * p.tp * p.pp == spec.cluster.gpus
+        assert p.gpus == spec.cluster.gpus
         assert m.heads % p.tp == 0 and m.hidden % p.tp == 0
-        assert m.num_blocks % (p.pp * p.v) == 0
+        assert m.num_blocks % (p.pp * p.v) == 0 or (m.num_blocks + 2) % (p.pp * p.v) == 0
         assert spec.training.global_batch % (p.dp * p.mbs) == 0
         assert p.group_span("tp") <= spec.cluster.gpus_per_node
 
