@@ -34,6 +34,9 @@ GPU_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
 # Communication a framework can hide behind computation; `overlap` switches each kind on or off.
 OVERLAP_KINDS: tuple[str, ...] = ("dp", "param", "tp", "pp")
 CP_COMM: tuple[str, ...] = ("ring", "allgather")
+# Largest degree or micro-batch a plan may name: a million GPUs, far beyond any cluster, small enough that
+# rank groups and schedules stay cheap to build.
+MAX_DEGREE = 2**20
 
 
 class PlanError(ValueError):
@@ -123,6 +126,8 @@ class Plan:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise PlanError(f"plan field '{name}' must be a positive integer, got {value!r}")
+            if value > MAX_DEGREE:
+                raise PlanError(f"plan field '{name}' must be at most {MAX_DEGREE:,}, got {value:,}")
         if self.zero not in (0, 1, 2, 3):
             raise PlanError(f"plan field 'zero' must be 0, 1, 2 or 3, got {self.zero!r}")
         if self.recompute not in RECOMPUTE_MODES:
