@@ -27,7 +27,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable
 
-from predictor.axes import AXES, AXIS
+from predictor.axes import AXES, AXIS, embedding_and_loss_in_split
 from predictor.frameworks import FRAMEWORKS, Framework, framework_of
 from predictor.hardware import DEVICES
 from predictor.plan import OVERLAP_KINDS, Plan, overlap_kinds, plan_errors
@@ -156,6 +156,8 @@ def megatron_args(plan: Plan, spec: WorkloadSpec) -> list[str]:
         args += ["--num-virtual-stages-per-pipeline-rank", str(plan.v)]
         if "pp" not in hidden:
             args.append("--no-overlap-p2p-communication")
+    if embedding_and_loss_in_split(plan, spec.model.num_blocks):
+        args += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
     if plan.cp > 1:
         args += ["--cp-comm-type", _MEGATRON_CP_COMM[plan.cp_comm]]
     args += [flag for kind, flag in _MEGATRON_OVERLAP if kind in hidden]

@@ -27,6 +27,7 @@ LLAMA_FP8 = _spec("megatron", "llama3-8b", "h100", 2, 64, "fp8")
 TITAN_1 = _spec("torchtitan", "llama3-8b", "h100", 1, 64)
 TITAN_2 = _spec("torchtitan", "llama3-8b", "h100", 2, 64)
 TITAN_FP8 = _spec("torchtitan", "llama3-8b", "h100", 1, 64, "fp8")
+L405 = _spec("megatron", "llama3.1-405b", "h100", 128, 512, "fp8")
 DS = _spec("deepspeed", "gpt3-1.3b", "a100-80gb", 2, 64)
 DS_FP16 = _spec("deepspeed", "gpt3-1.3b", "a100-80gb", 2, 64, "fp16")
 
@@ -36,6 +37,8 @@ WINNERS = [
     (GPT3, "dp=64,tp=4,pp=4,mbs=2,zero=1,sp=true,placement=tp-pp-dp,overlap=dp"),
     (LLAMA_FP8, "dp=2,tp=4,cp=2,mbs=1,zero=1,recompute=selective,sp=true,cp_comm=allgather"),
     (LLAMA_FP8, "dp=4,tp=2,cp=2,mbs=2,zero=3,sp=true,overlap=dp+param"),
+    # Megatron-Bridge's 405B H100 recipe: 126 layers on 64 chunks with the embedding and loss counted as layers.
+    (L405, "dp=8,tp=8,pp=8,cp=2,mbs=1,zero=1,sp=true,schedule=interleaved,v=8"),
     (TITAN_1, "dp=8,mbs=2,zero=3,recompute=full"),  # FSDP2
     (TITAN_1, "dp=8,mbs=1,zero=0,recompute=selective"),  # DDP
     (TITAN_2, "dp=4,tp=2,pp=2,mbs=1,zero=2,sp=true,schedule=interleaved,v=4"),
@@ -139,3 +142,11 @@ def test_refusals_name_the_field(spec: WorkloadSpec, text: str, field: str) -> N
         launch_files(Plan.parse(text), spec)
     settings = launch_settings(Plan.parse(text), spec)  # the report states the refusal instead of files
     assert settings["files"] == {} and field in settings["notes"][0]
+
+
+def test_an_uneven_layer_split_counts_the_embedding_and_the_loss():
+    args = launch_files(Plan.parse("dp=8,tp=8,pp=8,cp=2,mbs=1,zero=1,sp=true,schedule=interleaved,v=8"), L405)
+    text = args["megatron_args.txt"]
+    assert "--account-for-embedding-in-pipeline-split" in text and "--account-for-loss-in-pipeline-split" in text
+    even = launch_files(Plan.parse("dp=64,tp=4,pp=4,mbs=2,zero=1,sp=true,schedule=interleaved,v=8"), GPT3)
+    assert "--account-for-embedding-in-pipeline-split" not in even["megatron_args.txt"]
