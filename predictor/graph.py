@@ -43,7 +43,7 @@ from torch.utils._pytree import tree_flatten
 
 from predictor.graph_cache import cached_graph, clear_memory
 from predictor.layer_graph import LayerGraph, LayerNode
-from predictor.modelzoo import build_model, example_inputs, module_args, output_loss
+from predictor.modelzoo import build_model, example_inputs, module_args, output_loss, user_model_errors
 from predictor.workload import ModelSpec
 
 __all__ = ["build_graph", "graph_for", "clear_cache"]
@@ -85,16 +85,25 @@ def build_graph(model: ModelSpec) -> LayerGraph:
     blocks = _block_counts(model)
     reduced = _reduced_spec(model) if blocks else model
     module = build_model(reduced, device="meta")
-    lists = _block_lists(module, blocks)
-    first_only = _first_block_only(model, lists) if lists else set()
-    inputs = example_inputs(reduced, 1, device="meta")
-    args, kwargs = module_args(reduced, inputs)
+    with user_model_errors(model, _tracing(model)):
+        lists = _block_lists(module, blocks)
+        first_only = _first_block_only(model, lists) if lists else set()
+        inputs = example_inputs(reduced, 1, device="meta")
+        args, kwargs = module_args(reduced, inputs)
 
-    if model.module is not None:
-        lists = _user_block_list(module)
-    trace = _export_structure(module, args, kwargs)
-    costs = _measure_costs(module, reduced, inputs)
+        if model.module is not None:
+            lists = _user_block_list(module)
+        trace = _export_structure(module, args, kwargs)
+        costs = _measure_costs(module, reduced, inputs)
     return _assemble(model, module, trace, costs, lists, first_only)
+
+
+def _tracing(model: ModelSpec) -> str:
+    """What a failing trace was doing, told to the user: a `module:` model's forward is fed the spec's inputs."""
+    if model.module is None:
+        return "tracing the model's forward"
+    shapes = ", ".join(f"{i.dtype} {i.shape}" for i in model.inputs or [])
+    return f"tracing its forward on model.inputs ({shapes}, each after a batch dimension)"
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,20 +13,26 @@ Everything builds on `torch.device("meta")` by default, so a 175B model costs no
 from __future__ import annotations
 
 import importlib
+import logging
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from predictor.workload import ModelSpec
+from predictor.workload import ModelSpec, SpecError
 
-__all__ = ["GPTModel", "build_model", "example_inputs", "module_args", "training_loss", "output_loss", "param_count", "num_labels"]
+__all__ = ["GPTModel", "build_model", "example_inputs", "module_args", "training_loss", "output_loss", "param_count", "num_labels",
+           "user_model_errors"]
 
 _DTYPES = {"int64": torch.int64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _IMAGENET_CLASSES = 1000
 _T5_TOKENS = {"pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0}  # google-t5 configs
+# Logs the traceback of a failing meta kernel before raising it; a user model's error is told once, as a SpecError.
+_FAKE_TENSOR_LOG = logging.getLogger("torch._subclasses.fake_tensor")
 
 
 # --------------------------------------------------------------------------------------------
@@ -204,15 +210,51 @@ def _hf_model_class(family: str) -> type:
     }[family]
 
 
-def _import_factory(path: str) -> Any:
-    mod_name, _, attr = path.partition(":")
+def _user_source(model: ModelSpec) -> str | None:
+    """The spec field holding code or config the user wrote, or None for a built-in model (whose errors are ours)."""
+    if model.module is not None:
+        return f"model.module {model.module!r}"
+    if model.hf_config is not None:
+        return "model.hf_config"
+    return "model.kwargs" if model.kwargs and model.family != "gpt" else None  # our GPT takes no kwargs
+
+
+@contextmanager
+def user_model_errors(model: ModelSpec, doing: str) -> Iterator[None]:
+    """An exception the user's code or config raises while `doing` becomes one SpecError naming the spec field
+    (its type and first line: torch's C++ errors carry a backtrace), so the CLI prints it without a traceback;
+    a built-in model's exceptions are bugs and pass through."""
+    source = _user_source(model)
+    if source is None:
+        yield
+        return
+    level = _FAKE_TENSOR_LOG.level
+    _FAKE_TENSOR_LOG.setLevel(logging.CRITICAL)
     try:
-        mod = importlib.import_module(mod_name)
-    except ImportError as err:
-        raise ValueError(f"module {path!r}: cannot import {mod_name!r}: {err}") from None
+        yield
+    except SpecError:
+        raise
+    except (Exception, SystemExit) as err:  # user code may even sys.exit() on import
+        first = (str(err).strip().splitlines() or [""])[0]
+        first = first if len(first) <= 300 else first[:297] + "..."
+        raise SpecError(f"{source}: {doing} raised {type(err).__name__}" + (f": {first}" if first else "")) from None
+    finally:
+        _FAKE_TENSOR_LOG.setLevel(level)
+
+
+def _import_factory(path: str, model: ModelSpec) -> Any:
+    mod_name, _, attr = path.partition(":")
+    with user_model_errors(model, f"importing {mod_name!r}"):
+        try:
+            mod = importlib.import_module(mod_name)
+        except ModuleNotFoundError as err:
+            if err.name is None or not (mod_name == err.name or mod_name.startswith(err.name + ".")):
+                raise  # the module itself imports something missing: reported with its type
+            raise SpecError(f"model.module {path!r}: cannot import {mod_name!r}: {err}; is its folder on "
+                            f"PYTHONPATH?") from None
     factory = getattr(mod, attr, None)
     if factory is None or not callable(factory):
-        raise ValueError(f"module {path!r}: {mod_name!r} has no callable {attr!r}")
+        raise SpecError(f"model.module {path!r}: {mod_name!r} has no callable {attr!r}")
     return factory
 
 
@@ -220,22 +262,24 @@ def build_model(model: ModelSpec, device: str | torch.device = "meta", dtype: to
     """The model with random weights on `device` (meta by default: no memory, any size), in `dtype`."""
     device = torch.device(device)
     if model.module is not None:
-        factory = _import_factory(model.module)
-        with device:
+        factory = _import_factory(model.module, model)
+        with user_model_errors(model, "calling the factory"), device:
             module = factory(**model.kwargs)
         if not isinstance(module, nn.Module):
-            raise ValueError(f"module {model.module!r} returned {type(module).__name__}, not an nn.Module")
+            raise SpecError(f"model.module {model.module!r}: the factory returned {type(module).__name__}, "
+                            f"not a torch.nn.Module")
         return _cast(module, dtype)
     if model.family == "gpt" and model.hf_config is None:
         with device:
             module = GPTModel(vocab=model.vocab, hidden=model.hidden, layers=model.layers, heads=model.heads,
                               max_seq=model.seq_len, ffn=model.ffn_hidden_size)
         return _cast(module, dtype)
-    cfg = _hf_config(model)
     family = model.family
-    cls = _hf_model_class(family)
-    with device:
-        module = cls(cfg)
+    with user_model_errors(model, "building the model"):
+        cfg = _hf_config(model)
+        cls = _hf_model_class(family)
+        with device:
+            module = cls(cfg)
     if family == "gpt2":  # its class name does not name its loss; transformers falls back to this one with a warning
         module.loss_type = "ForCausalLM"
     return _cast(module, dtype)

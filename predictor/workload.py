@@ -1,15 +1,19 @@
 """Workload specs: the YAML a user writes (model, training settings, cluster), validated at the boundary.
 
 `load_spec(path)` returns a `WorkloadSpec` or raises `SpecError` whose message names the
-field, the bad value and what is allowed, so the CLI can print it without a traceback.
+field, the bad value and what is allowed, so the CLI can print it without a traceback. Whatever the
+file holds (binary, megabytes, a YAML alias bomb, 10,000 nested lists, 10**100) it is refused in
+bounded time and memory: the file, its nesting and values are bounded before anything walks them.
 Model dimensions are always resolved here (from a preset, a HuggingFace config dict or
 explicit dims) so every later stage can read `spec.model.hidden` and friends.
 """
 
 from __future__ import annotations
 
+import difflib
+import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -36,6 +40,22 @@ _HF_KEYS: dict[str, tuple[str, ...]] = {
 }
 _HF_FAMILY = {"gpt2": "gpt2", "bert": "bert", "t5": "t5", "vit": "vit", "deit": "deit", "llama": "llama"}
 
+# Upper bounds of model dimensions: far above any trained model (GPT-3 175B: hidden 12,288, 96 layers;
+# vocabularies of 256k), far below what overflows a graph or its arithmetic: `layers: 1e12` is a typo, not a workload.
+_MAX_WIDTH = 2**20  # hidden, heads, kv_heads; ffn_hidden may be 4x wider
+_MAX_LAYERS = 10_000
+_MAX_TOKENS = 2**24  # seq_len, vocab, an input dimension or integer id bound
+_MAX_IMAGE = 2**16  # image_size, patch_size
+_MAX_ELEMENTS = 2**60  # of one tensor: torch counts its bytes in an int64
+
+# Bounds of the spec file itself, so reading it takes bounded time and memory whatever it holds.
+_MAX_BYTES = 1 << 20  # a spec is a few hundred bytes; an inline hf_config a few kB
+_MAX_DEPTH = 32  # PyYAML composes recursively: 10,000 nested lists would end in a RecursionError
+_MAX_VALUES = 10_000  # counted with aliases expanded: a "billion laughs" is refused before anything walks it
+_MAX_NUMBER = 2**53  # beyond it floats skip integers and numpy's int64 arithmetic overflows
+_MAX_STRING = 4096  # PATH_MAX: the longest string a spec needs (a device_profile path)
+_MAX_ERRORS = 10  # validation errors listed; a spec of 2,000 unknown keys gets one screen, not 2,000 lines
+
 
 class SpecError(ValueError):
     """A workload spec that cannot be used; the message is meant for the user as is."""
@@ -48,9 +68,10 @@ class _Strict(BaseModel):
 class InputSpec(_Strict):
     """One forward argument of a user `module:` model, without the batch dimension."""
 
-    shape: list[int]
+    shape: list[Annotated[int, Field(strict=True, gt=0, le=_MAX_TOKENS)]] = Field(max_length=8)
     dtype: Literal["int64", "float32", "float16", "bfloat16"] = "float32"
-    high: int | None = Field(default=None, gt=0, description="exclusive upper bound of random integer inputs")
+    high: int | None = Field(default=None, strict=True, gt=0, le=_MAX_TOKENS,
+                             description="exclusive upper bound of random integer inputs")
 
 
 class ModelSpec(_Strict):
@@ -63,16 +84,19 @@ class ModelSpec(_Strict):
     kwargs: dict[str, Any] = Field(default_factory=dict)
     inputs: list[InputSpec] | None = None
 
-    hidden: int | None = Field(default=None, gt=0)
-    layers: int | None = Field(default=None, gt=0, description="transformer layers (encoder layers for t5)")
-    decoder_layers: int | None = Field(default=None, ge=0, description="t5 decoder layers (default: layers)")
-    heads: int | None = Field(default=None, gt=0)
-    kv_heads: int | None = Field(default=None, gt=0, description="key/value heads for grouped-query attention")
-    ffn_hidden: int | None = Field(default=None, gt=0)
-    seq_len: int | None = Field(default=None, gt=0)
-    vocab: int | None = Field(default=None, gt=0)
-    image_size: int | None = Field(default=None, gt=0)
-    patch_size: int | None = Field(default=None, gt=0)
+    hidden: int | None = Field(default=None, strict=True, gt=0, le=_MAX_WIDTH)
+    layers: int | None = Field(default=None, strict=True, gt=0, le=_MAX_LAYERS,
+                               description="transformer layers (encoder layers for t5)")
+    decoder_layers: int | None = Field(default=None, strict=True, ge=0, le=_MAX_LAYERS,
+                                       description="t5 decoder layers (default: layers)")
+    heads: int | None = Field(default=None, strict=True, gt=0, le=_MAX_WIDTH)
+    kv_heads: int | None = Field(default=None, strict=True, gt=0, le=_MAX_WIDTH,
+                                 description="key/value heads for grouped-query attention")
+    ffn_hidden: int | None = Field(default=None, strict=True, gt=0, le=4 * _MAX_WIDTH)
+    seq_len: int | None = Field(default=None, strict=True, gt=0, le=_MAX_TOKENS)
+    vocab: int | None = Field(default=None, strict=True, gt=0, le=_MAX_TOKENS)
+    image_size: int | None = Field(default=None, strict=True, gt=0, le=_MAX_IMAGE)
+    patch_size: int | None = Field(default=None, strict=True, gt=0, le=_MAX_IMAGE)
 
     @model_validator(mode="before")
     @classmethod
@@ -121,6 +145,10 @@ class ModelSpec(_Strict):
             raise ValueError(f"kv_heads={self.kv_heads} must divide heads={self.heads}")
         if self.family in VISION_FAMILIES and self.image_size % self.patch_size:  # type: ignore[operator]
             raise ValueError(f"patch_size={self.patch_size} must divide image_size={self.image_size}")
+        scores = self.heads * self.tokens**2  # the largest tensor of one sample, which tracing builds
+        if scores > _MAX_ELEMENTS:
+            raise ValueError(f"{self.tokens:,} tokens per sample with heads={self.heads} make {scores:,} attention "
+                             f"scores, more than the {_MAX_ELEMENTS:,} a tensor holds; give fewer tokens or heads")
         return self
 
     @property
@@ -255,45 +283,168 @@ def _dims_from_hf(config: Any) -> dict[str, Any]:
     return dims
 
 
+def _shown(value: Any) -> str:
+    """A value quoted in a message, cut short: the message is one screen, whatever the spec holds."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _section(annotation: Any) -> type[BaseModel] | None:
+    """The spec section a field holds (`LinkSpec | None` -> LinkSpec, `list[InputSpec]` -> InputSpec), if any."""
+    if typing.get_origin(annotation) is None:
+        return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    return next(filter(None, map(_section, typing.get_args(annotation))), None)
+
+
+def _unknown_key(loc: tuple[int | str, ...]) -> str:
+    """'unknown key' with the closest allowed key of its section (a typo), else the allowed keys."""
+    section: type[BaseModel] | None = WorkloadSpec
+    for part in loc[:-1]:
+        if isinstance(part, str) and section is not None:
+            field = section.model_fields.get(part)
+            section = _section(field.annotation) if field is not None else None
+    known = list(section.model_fields) if section is not None else []
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    if close:
+        return f"unknown key; did you mean {close[0]!r}?"
+    return f"unknown key; known keys: {', '.join(known)}" if known else "unknown key"
+
+
 def _format_validation_error(err: ValidationError) -> str:
     lines = []
-    for e in err.errors():
+    errors = err.errors()
+    for e in errors[:_MAX_ERRORS]:
         where = ".".join(str(p) for p in e["loc"]) or "spec"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{where}: {_unknown_key(e['loc'])}")
+            continue
         msg = e["msg"].removeprefix("Value error, ")
         given = e.get("input")
-        shown = "" if isinstance(given, dict) or given is None else f" (got {given!r})"
+        shown = "" if isinstance(given, dict) or given is None else f" (got {_shown(given)})"
         lines.append(f"{where}: {msg}{shown}")
+    if len(errors) > _MAX_ERRORS:
+        lines.append(f"... and {len(errors) - _MAX_ERRORS} more")
     return "invalid workload spec:\n  " + "\n  ".join(lines)
+
+
+def _check_values(data: Any) -> None:
+    """Refuse a number or string no spec needs, naming where it is: fields without bounds of their own
+    (and free-form ones: kwargs, hf_config, search) would otherwise overflow numpy or flood the message."""
+    stack: list[tuple[Any, str]] = [(data, "spec")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((k, where) for k in value)  # a key is checked where it stands
+            stack.extend((v, str(k) if where == "spec" else f"{where}.{k}") for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, f"{where}.{i}") for i, v in enumerate(value))
+        elif isinstance(value, str) and len(value) > _MAX_STRING:
+            raise SpecError(f"{where}: a string of {len(value):,} characters; at most {_MAX_STRING:,}")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and not abs(value) <= _MAX_NUMBER:
+            raise SpecError(f"{where}: {_shown(value)} is out of range; a spec's numbers lie between "
+                            f"-{_MAX_NUMBER:,} and {_MAX_NUMBER:,}")  # `not <=`: NaN too
 
 
 def parse_spec(data: Any) -> WorkloadSpec:
     """Validate an already-parsed mapping (e.g. from YAML or JSON)."""
     if not isinstance(data, dict):
         raise SpecError("a workload spec is a mapping with the keys model, training and cluster")
+    _check_values(data)
     try:
         return WorkloadSpec.model_validate(data)
     except ValidationError as err:
         raise SpecError(_format_validation_error(err)) from None
 
 
-def load_spec(path: str | Path) -> WorkloadSpec:
-    """Read and validate a YAML workload spec (safe_load only; nothing is imported or run)."""
-    path = Path(path)
+class _SpecLoader(yaml.SafeLoader):
+    """safe_load that refuses, with the line, what would make a spec take unbounded time or memory to read:
+    nesting deeper than _MAX_DEPTH (PyYAML composes recursively), more than _MAX_VALUES values counting what
+    aliases repeat (a "billion laughs" is a few lines), a recursive alias; and names the line of a scalar
+    that does not convert (`!!int x`, an integer of 5,000 digits) instead of raising a bare ValueError."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._values = 0
+        self._sizes: dict[str, int] = {}  # anchor -> values it stands for, once composed
+
+    def _refuse(self, mark: yaml.Mark, problem: str) -> SpecError:
+        return SpecError(f"line {mark.line + 1}, column {mark.column + 1}: {problem}")
+
+    def _count(self, values: int, mark: yaml.Mark) -> None:
+        self._values += values
+        if self._values > _MAX_VALUES:
+            raise self._refuse(mark, f"the spec holds more than {_MAX_VALUES:,} values, counting what aliases "
+                                     f"repeat (a YAML alias bomb?); a workload spec needs a few dozen")
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self.anchors and event.anchor not in self._sizes:
+                raise self._refuse(event.start_mark, f"alias *{event.anchor} refers to a node that contains it")
+            self._count(self._sizes.get(event.anchor, 0), event.start_mark)
+            return super().compose_node(parent, index)
+        if self._depth >= _MAX_DEPTH:
+            raise self._refuse(event.start_mark, f"nested deeper than {_MAX_DEPTH} levels")
+        before = self._values
+        self._count(1, event.start_mark)
+        self._depth += 1
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        if event.anchor is not None:
+            self._sizes[event.anchor] = self._values - before
+        return node
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except SpecError:
+            raise
+        except ValueError as err:
+            kind = node.tag.rsplit(":", 1)[-1]
+            raise self._refuse(node.start_mark, f"{kind} {_shown(node.value)} does not convert: {err}") from None
+
+
+def read_text(path: Path, what: str) -> str:
+    """The UTF-8 text of the user's `what` file (a spec, a plans file), at most _MAX_BYTES: a SpecError naming
+    the file otherwise, so a binary or endless file (/dev/zero) is refused rather than decoded or read whole."""
     try:
-        text = path.read_text()
+        with path.open("rb") as f:
+            raw = f.read(_MAX_BYTES + 1)
     except OSError as err:
-        raise SpecError(f"cannot read spec {path}: {err.strerror}") from None
+        raise SpecError(f"cannot read {what} {path}: {err.strerror}") from None
+    if len(raw) > _MAX_BYTES:
+        raise SpecError(f"{what} {path} is larger than {_MAX_BYTES // 1024:,} KiB; it should be a short text file")
     try:
-        data = yaml.safe_load(text)
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SpecError(f"{what} {path} is not a text file: byte {err.object[err.start]:#04x} at offset {err.start} "
+                        f"is not UTF-8") from None
+
+
+def _parse_yaml(text: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_SpecLoader)  # a SafeLoader: nothing is imported or run
+    except yaml.reader.ReaderError as err:  # a control character; it has an offset, not a mark
+        line = text.count("\n", 0, err.position) + 1
+        raise SpecError(f"YAML syntax error at line {line}: character #x{err.character:04x} is not allowed "
+                        f"({err.reason})") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(f"{path}: YAML syntax error{where}: {getattr(err, 'problem', err)}") from None
-    cluster = data.get("cluster") if isinstance(data, dict) else None
-    if isinstance(cluster, dict) and isinstance(cluster.get("device_profile"), str):
-        # a relative profile path is relative to the spec file, wherever the command runs
-        cluster["device_profile"] = str(path.parent / Path(cluster["device_profile"]).expanduser())
+        raise SpecError(f"YAML syntax error{where}: {getattr(err, 'problem', err)}") from None
+
+
+def load_spec(path: str | Path) -> WorkloadSpec:
+    """Read and validate a YAML workload spec (safe_load only; nothing is imported or run)."""
+    path = Path(path)
+    text = read_text(path, "spec")
     try:
+        data = _parse_yaml(text)
+        cluster = data.get("cluster") if isinstance(data, dict) else None
+        if isinstance(cluster, dict) and isinstance(cluster.get("device_profile"), str):
+            # a relative profile path is relative to the spec file, wherever the command runs
+            cluster["device_profile"] = str(path.parent / Path(cluster["device_profile"]).expanduser())
         return parse_spec(data)
     except SpecError as err:
         raise SpecError(f"{path}: {err}") from None
