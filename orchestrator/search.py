@@ -39,7 +39,9 @@ from search_spaces import GROUP_AXES, TuneSpace
 
 SEARCHERS = ("auto", "exhaustive", "optuna", "random")
 HEADROOM = 0.10
-EXHAUSTIVE_LIMIT = 50_000
+EXHAUSTIVE_LIMIT = 200_000
+MAX_BATCH = 32_768
+STORE_FORMAT = "plan-indices"  # stored batches name plans by their index in the enumeration
 EXPERIMENT = "search"
 
 
@@ -82,10 +84,10 @@ def _trial(config: dict[str, Any], space: TuneSpace, pool: ReplicaPool, store: A
     summary = ray.get(store.summary.remote(key))
     cached = summary is not None
     if summary is None:
-        plans = [space.plans[i] for i in space.members(config)]
+        members = space.members(config)
         start = time.perf_counter()
-        answers = pool.predict(plans)
-        summary = ray.get(store.add.remote(key, [str(p) for p in plans], answers, time.perf_counter() - start))
+        answers = pool.predict([space.plans[i] for i in members])
+        summary = ray.get(store.add.remote(key, members, answers, time.perf_counter() - start))
     tune.report({**summary, "cached": cached})
 
 
@@ -146,8 +148,9 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
     if not plans:
         raise SearchError("the search space has no valid plan for this workload")
     searcher = choose_searcher(options.searcher, len(plans), options.exhaustive_limit)
-    # Few, large trials: Tune's per-trial cost (a result row, a trial directory) dwarfs predicting 256 plans.
-    batch = options.batch_size or min(4096, max(256, math.ceil(len(plans) / (2 * options.concurrency))))
+    # Few, large trials: Tune's per-trial cost (a result row, a trial directory, ~1 s on 2 cores) dwarfs
+    # predicting thousands of plans; two rounds of trials keep a progress bar and a budget meaningful.
+    batch = options.batch_size or min(MAX_BATCH, max(256, math.ceil(len(plans) / (2 * options.concurrency))))
     space = TuneSpace(plans, batch_size=batch)
     limit_gib = capacity_gib * (1 - options.headroom)
     out_dir = out_dir.resolve()
@@ -156,7 +159,7 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
     if options.resume and not (out_dir / "evaluated" / "FINGERPRINT").is_file():
         raise SearchError(f"nothing to resume in {out_dir}; run without --resume")
     # The store runs on this (the driver's) node, so its directory is this process's --out.
-    prepare_store(out_dir / "evaluated", fingerprint(key, searcher, batch, options.seed), options.resume)
+    prepare_store(out_dir / "evaluated", fingerprint(key, searcher, batch, options.seed, STORE_FORMAT), options.resume)
     store = ray.remote(ResultStore).options(
         num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
     ).remote(str(out_dir / "evaluated"), options.resume, limit_gib, capacity_gib)
@@ -177,7 +180,7 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
     batches, (predicted, predict_s), first_call = ray.get(store.all.remote())
     # The Tune run less its one-off start (the first trial's process boots Ray and imports Tune: ~1 s).
     running = ended - first_call if first_call is not None else None
-    evaluated = _collect(batches, limit_gib, capacity_gib)
+    evaluated = _collect(batches, plans, limit_gib, capacity_gib)
     ray.kill(store)
     errors = [str(e).splitlines()[0] for e in grid.errors] if grid is not None and grid.num_errors else []
     stats = {
@@ -228,15 +231,17 @@ def _tune_config(space: TuneSpace, searcher: str, options: SearchOptions) -> tun
     return tune.TuneConfig(search_alg=algo, num_samples=trials, **common)
 
 
-def _collect(batches: dict[str, tuple[list[str], list[Answer]]], limit_gib: float, capacity_gib: float) -> list[Evaluated]:
-    """Stored answers as Evaluated plans, each plan once (Optuna may revisit a group)."""
-    seen: dict[str, Evaluated] = {}
-    for plans, answers in batches.values():
-        for text, answer in zip(plans, answers):
-            if text in seen:
+def _collect(batches: dict[str, tuple[list[int], list[Answer]]], plans: list[Plan], limit_gib: float,
+             capacity_gib: float) -> list[Evaluated]:
+    """Stored answers (by index into the search's valid plans) as Evaluated plans, each plan once (Optuna may
+    revisit a group)."""
+    seen: dict[int, Evaluated] = {}
+    for members, answers in batches.values():
+        for i, answer in zip(members, answers):
+            if i in seen:
                 continue
             if isinstance(answer, Prediction):
-                seen[text] = Evaluated(Plan.parse(text), answer, infeasible=infeasibility(answer, limit_gib, capacity_gib))
+                seen[i] = Evaluated(plans[i], answer, infeasible=infeasibility(answer, limit_gib, capacity_gib))
             else:
-                seen[text] = Evaluated(Plan.parse(text), None, error=answer)
+                seen[i] = Evaluated(plans[i], None, error=answer)
     return list(seen.values())

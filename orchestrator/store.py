@@ -34,7 +34,7 @@ class ResultStore:
     def __init__(self, directory: str, resume: bool, limit_gib: float, capacity_gib: float) -> None:
         self.dir = Path(directory)
         self.limit_gib, self.capacity_gib = limit_gib, capacity_gib
-        self.batches: dict[str, tuple[list[str], list[Answer]]] = {}
+        self.batches: dict[str, tuple[list[int], list[Answer]]] = {}  # by indices into the search's valid plans
         self.summaries: dict[str, dict[str, Any]] = {}
         self.predicted = (0, 0.0)  # plans predicted in this run, and the time trials waited for them
         self.first_call: float | None = None  # when (time.time) the first trial asked: its process was up
@@ -48,17 +48,17 @@ class ResultStore:
             self.first_call = time.time()
         return self.summaries.get(key)
 
-    def add(self, key: str, plans: list[str], answers: list[Answer], seconds: float) -> dict[str, Any]:
+    def add(self, key: str, plans: list[int], answers: list[Answer], seconds: float) -> dict[str, Any]:
         self.predicted = (self.predicted[0] + len(plans), self.predicted[1] + seconds)
         _atomic_write(self.dir / f"{key}.pkl", pickle.dumps((plans, answers)))
         self.batches[key] = (plans, answers)
         self.summaries[key] = self._summary(plans, answers)
         return self.summaries[key]
 
-    def all(self) -> tuple[dict[str, tuple[list[str], list[Answer]]], tuple[int, float], float | None]:
+    def all(self) -> tuple[dict[str, tuple[list[int], list[Answer]]], tuple[int, float], float | None]:
         return self.batches, self.predicted, self.first_call
 
-    def _summary(self, plans: list[str], answers: list[Answer]) -> dict[str, Any]:
+    def _summary(self, plans: list[int], answers: list[Answer]) -> dict[str, Any]:
         """The trial's metric: best feasible time; without one, a penalty growing with the memory overflow."""
         preds = [a for a in answers if isinstance(a, Prediction)]
         feasible = [p.iter_time_s for p in preds if infeasibility(p, self.limit_gib, self.capacity_gib) is None]

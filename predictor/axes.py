@@ -156,6 +156,7 @@ def complete_order(placement: str) -> tuple[str, ...]:
     return tuple(order)
 
 
+@lru_cache(maxsize=1024)
 def placement_error(placement: str) -> str | None:
     """Why `placement` is not a rank order of registered axes (None when it is)."""
     named = placement.split("-")

@@ -14,6 +14,7 @@ callers (the CLI, the search space) can explain themselves.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from functools import cache, cached_property
 from math import prod
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
@@ -34,6 +35,8 @@ GPU_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
 # Communication a framework can hide behind computation; `overlap` switches each kind on or off.
 OVERLAP_KINDS: tuple[str, ...] = ("dp", "param", "tp", "pp")
 CP_COMM: tuple[str, ...] = ("ring", "allgather")
+# Plan fields that count something (degrees, micro-batch, virtual stages): positive integers.
+_COUNTS: tuple[str, ...] = (*AXIS_NAMES, "mbs", "v")
 # Largest degree or micro-batch a plan may name: a million GPUs, far beyond any cluster, small enough that
 # rank groups and schedules stay cheap to build.
 MAX_DEGREE = 2**20
@@ -74,6 +77,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
 ALWAYS_WRITTEN: tuple[str, ...] = ("dp", "tp", "pp", "mbs", "zero", "recompute", "sp", "schedule", "v", "placement")
 
 
+@cache
 def overlap_kinds(value: str) -> frozenset[str] | None:
     """The kinds of communication an `overlap` value switches on; None for 'auto' (the framework's default)."""
     if value == "auto":
@@ -122,8 +126,10 @@ class Plan:
     cp_comm: str = "ring"
 
     def __post_init__(self) -> None:
-        for name in (*AXIS_NAMES, "mbs", "v"):
+        for name in _COUNTS:
             value = getattr(self, name)
+            if type(value) is int and 0 < value <= MAX_DEGREE:  # the common case, checked fast
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise PlanError(f"plan field '{name}' must be a positive integer, got {value!r}")
             if value > MAX_DEGREE:
@@ -145,7 +151,7 @@ class Plan:
         if self.cp_comm not in CP_COMM:
             raise PlanError(f"plan field 'cp_comm' must be one of {', '.join(CP_COMM)}, got {self.cp_comm!r}")
 
-    @property
+    @cached_property
     def gpus(self) -> int:
         return prod(getattr(self, name) for name in GPU_AXES)
 
