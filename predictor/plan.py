@@ -47,10 +47,10 @@ class PlanError(ValueError):
 
 
 def _parse_int(key: str, raw: str) -> int:
-    try:
-        return int(raw)
-    except ValueError:
-        raise PlanError(f"plan field {key!r} must be an integer, got {raw!r}") from None
+    # ASCII digits only: int() would also take '1_000' and other scripts' digits
+    if not (raw.isascii() and raw.lstrip("-").isdigit()):
+        raise PlanError(f"plan field {key!r} must be an integer, got {raw!r}")
+    return int(raw)
 
 
 def _parse_bool(key: str, raw: str) -> bool:

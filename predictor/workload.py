@@ -21,8 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from predictor.hardware import DEVICES
 from predictor.presets import MODEL_PRESETS
 
-Family = Literal["gpt", "gpt2", "bert", "t5", "vit", "deit", "llama"]
-FAMILIES: tuple[str, ...] = ("gpt", "gpt2", "bert", "t5", "vit", "deit", "llama")
+Family = Literal["gpt", "gpt2", "bert", "t5", "vit", "deit", "llama", "mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss"]
+FAMILIES: tuple[str, ...] = ("gpt", "gpt2", "bert", "t5", "vit", "deit", "llama", "mixtral", "qwen3_moe", "deepseek_v3",
+                             "gpt_oss")
+# Mixture-of-experts decoders (predictor.moe): each built from its transformers config class.
+MOE_FAMILIES: tuple[str, ...] = ("mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss")
 VISION_FAMILIES = ("vit", "deit")
 
 # Attribute names used by HuggingFace configs of the supported families, in lookup order.
@@ -38,13 +41,18 @@ _HF_KEYS: dict[str, tuple[str, ...]] = {
     "patch_size": ("patch_size",),
     "decoder_layers": ("num_decoder_layers",),
 }
-_HF_FAMILY = {"gpt2": "gpt2", "bert": "bert", "t5": "t5", "vit": "vit", "deit": "deit", "llama": "llama"}
+_HF_FAMILY = {"gpt2": "gpt2", "bert": "bert", "t5": "t5", "vit": "vit", "deit": "deit", "llama": "llama",
+              **{f: f for f in MOE_FAMILIES}}
 
 # Upper bounds of model dimensions: far above any trained model (GPT-3 175B: hidden 12,288, 96 layers;
 # vocabularies of 256k), far below what overflows a graph or its arithmetic: `layers: 1e12` is a typo, not a workload.
 _MAX_WIDTH = 2**20  # hidden, heads, kv_heads; ffn_hidden may be 4x wider
 _MAX_LAYERS = 10_000
 _MAX_TOKENS = 2**24  # seq_len, vocab, an input dimension or integer id bound
+# Cluster bounds: far past any machine built (the largest clusters have ~10^5 GPUs), small enough that rank
+# groups and plan enumeration stay cheap.
+_MAX_NODES = 100_000
+_MAX_GPUS_PER_NODE = 1024
 _MAX_IMAGE = 2**16  # image_size, patch_size
 _MAX_ELEMENTS = 2**60  # of one tensor: torch counts its bytes in an int64
 
@@ -97,6 +105,25 @@ class ModelSpec(_Strict):
     vocab: int | None = Field(default=None, strict=True, gt=0, le=_MAX_TOKENS)
     image_size: int | None = Field(default=None, strict=True, gt=0, le=_MAX_IMAGE)
     patch_size: int | None = Field(default=None, strict=True, gt=0, le=_MAX_IMAGE)
+    # Mixture of experts (the MoE families; `llama` with experts is built as Mixtral, Llama with MoE MLPs).
+    experts: int | None = Field(default=None, strict=True, gt=0, le=4096, description="routed experts per MoE layer")
+    top_k: int | None = Field(default=None, strict=True, gt=0, le=64, description="experts each token is routed to")
+    expert_ffn: int | None = Field(default=None, strict=True, gt=0, le=4 * _MAX_WIDTH,
+                                   description="FFN width of one expert (default: ffn_hidden)")
+    shared_experts: int = Field(default=0, strict=True, ge=0, le=64, description="experts every token passes (DeepSeek)")
+    dense_layers: int = Field(default=0, strict=True, ge=0, le=_MAX_LAYERS,
+                              description="leading layers with a dense MLP instead of experts (DeepSeek-V3: 3)")
+    router: Literal["softmax", "sigmoid"] = Field(default="softmax", description="router score function")
+    head_dim: int | None = Field(default=None, strict=True, gt=0, le=4096,
+                                 description="attention head width when heads x head_dim != hidden (Qwen3, GPT-OSS)")
+    # Multi-head latent attention (deepseek_v3): low-rank query and key/value projections, rope/no-rope head parts.
+    q_lora_rank: int | None = Field(default=None, strict=True, gt=0, le=_MAX_WIDTH)
+    kv_lora_rank: int | None = Field(default=None, strict=True, gt=0, le=_MAX_WIDTH)
+    qk_rope_head_dim: int | None = Field(default=None, strict=True, gt=0, le=4096)
+    qk_nope_head_dim: int | None = Field(default=None, strict=True, gt=0, le=4096)
+    v_head_dim: int | None = Field(default=None, strict=True, gt=0, le=4096)
+    mtp_layers: int = Field(default=0, strict=True, ge=0, le=8,
+                            description="multi-token prediction depth (DeepSeek-V3 trains with 1; its presets omit it)")
 
     @model_validator(mode="before")
     @classmethod
@@ -143,6 +170,13 @@ class ModelSpec(_Strict):
             raise ValueError(f"heads={self.heads} must divide hidden={self.hidden}")
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise ValueError(f"kv_heads={self.kv_heads} must divide heads={self.heads}")
+        if (self.experts is None) != (self.top_k is None) or (self.family in MOE_FAMILIES and self.experts is None):
+            raise ValueError(f"a mixture of experts needs both experts and top_k (model {self.family})")
+        if self.experts is not None and (self.family not in (*MOE_FAMILIES, "llama") or self.top_k > self.experts):
+            raise ValueError(f"experts={self.experts}, top_k={self.top_k}: experts need a decoder family "
+                             f"({', '.join((*MOE_FAMILIES, 'llama'))}) and top_k <= experts")
+        if self.dense_layers >= (self.layers or 0) and self.experts is not None:
+            raise ValueError(f"dense_layers={self.dense_layers} leaves no MoE layer of layers={self.layers}")
         if self.family in VISION_FAMILIES and self.image_size % self.patch_size:  # type: ignore[operator]
             raise ValueError(f"patch_size={self.patch_size} must divide image_size={self.image_size}")
         scores = self.heads * self.tokens**2  # the largest tensor of one sample, which tracing builds
@@ -157,9 +191,17 @@ class ModelSpec(_Strict):
         if self.ffn_hidden is not None:
             return self.ffn_hidden
         h = self.hidden or 0
-        if self.family == "llama":
+        if self.family in ("llama", *MOE_FAMILIES):
             return 256 * ((int(8 * h / 3) + 255) // 256)
         return 4 * h
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts is not None
+
+    @property
+    def expert_ffn_size(self) -> int:
+        return self.expert_ffn or self.ffn_hidden_size
 
     @property
     def num_blocks(self) -> int:
@@ -179,7 +221,7 @@ class ModelSpec(_Strict):
 
 
 class TrainingSpec(_Strict):
-    global_batch: int = Field(gt=0, description="samples per iteration over all data-parallel ranks")
+    global_batch: int = Field(strict=True, gt=0, le=_MAX_TOKENS, description="samples per iteration over all data-parallel ranks")
     precision: Literal["fp32", "fp16", "bf16", "fp8", "fp4"] = "bf16"
     optimizer: Literal["adam", "sgd"] = "adam"
     framework: Literal["megatron", "torchtitan", "deepspeed", "pytorch"] | None = Field(
@@ -194,10 +236,10 @@ class LinkSpec(_Strict):
 
 class ClusterSpec(_Strict):
     device: str
-    nodes: int = Field(default=1, gt=0)
-    gpus_per_node: int = Field(default=8, gt=0)
+    nodes: int = Field(default=1, strict=True, gt=0, le=_MAX_NODES)
+    gpus_per_node: int = Field(default=8, strict=True, gt=0, le=_MAX_GPUS_PER_NODE)
     nvlink_domain: int | None = Field(
-        default=None, gt=0, description="GPUs that share one NVLink domain, a multiple of gpus_per_node (default: "
+        default=None, strict=True, gt=0, le=_MAX_NODES, description="GPUs that share one NVLink domain, a multiple of gpus_per_node (default: "
                                         "the device's, e.g. 72 for an NVL72 rack, else gpus_per_node)")
     intra_node: LinkSpec | None = None
     inter_node: LinkSpec | None = None

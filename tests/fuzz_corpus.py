@@ -166,6 +166,8 @@ _ENTRIES: list[tuple[str, bytes | str | dict[str, Any], str]] = [
     ("numbers/global-batch-1e30", _with("training", global_batch=10**30), "training.global_batch"),
     ("numbers/nodes-1e20", _with("cluster", nodes=10**20), "cluster.nodes"),
     ("numbers/negative-nodes", _with("cluster", nodes=-1), "cluster.nodes"),
+    ("numbers/nodes-over-bound", _with("cluster", nodes=10**6), "cluster.nodes"),
+    ("numbers/gpus-per-node-over-bound", _with("cluster", gpus_per_node=4096), "cluster.gpus_per_node"),
     ("numbers/zero-batch", _with("training", global_batch=0), "training.global_batch"),
     ("numbers/negative-hidden", _with("model", hidden=-512), "model.hidden"),
     ("numbers/fractional-heads", _with("model", heads=8.5), "model.heads"),
@@ -181,6 +183,8 @@ _ENTRIES: list[tuple[str, bytes | str | dict[str, Any], str]] = [
     ("numbers/kwargs-1e40", _with("model", kwargs={"n_inner": 10**40}), "model.kwargs.n_inner"),
     # types
     ("types/layers-bool", _with("model", layers=True), "model.layers"),
+    ("types/nodes-bool", _with("cluster", nodes=True), "cluster.nodes"),
+    ("types/global-batch-bool", _with("training", global_batch=True), "training.global_batch"),
     ("types/hidden-string", _with("model", hidden="wide"), "model.hidden"),
     ("types/model-list", {**VALID, "model": ["gpt", 512]}, "model"),
     ("types/training-scalar", {**VALID, "training": 32}, "training"),

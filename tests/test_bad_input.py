@@ -95,6 +95,9 @@ def valid_spec(tmp_path: Path) -> str:
     ("dp=8,sp=perhaps", "plan field 'sp'"),
     ("dp=8,v=0", "plan field 'v'"),
     ("dp=8,placement=x-y", "plan field 'placement'"),
+    ("dp=1_000", "plan field 'dp'"),
+    ("dp=\u0668", "plan field 'dp'"),
+    ("dp=4503599627370496", "at most 1,048,576"),
 ])
 def test_bad_plan_string_is_one_clear_error(plan: str, names: str, valid_spec: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
@@ -102,9 +105,6 @@ def test_bad_plan_string_is_one_clear_error(plan: str, names: str, valid_spec: s
     _assert_one_clear_error(code, err, names)
 
 
-@pytest.mark.xfail(strict=True, raises=UnicodeDecodeError,
-                   reason="orchestrator/commands/predict.py reads --plans-file with read_text(), not "
-                          "predictor.workload.read_text")
 def test_binary_plans_file_is_one_clear_error(valid_spec: str, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     plans = tmp_path / "plans.txt"
@@ -113,9 +113,6 @@ def test_binary_plans_file_is_one_clear_error(valid_spec: str, tmp_path: Path,
     _assert_one_clear_error(code, err, "plans.txt")
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError,
-                   reason="predictor/measure/device.py refuses an unreadable device_profile with a ValueError, "
-                          "which the CLI does not treat as a user error")
 def test_binary_device_profile_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "device.json").write_bytes(bytes(range(256)))
     spec = tmp_path / "cpu.yaml"

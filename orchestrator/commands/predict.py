@@ -16,7 +16,7 @@ from predictor.models.registry import load_predictor
 from predictor.frameworks import framework_of
 from predictor.plan import Plan, PlanError, placement_warnings, plan_errors
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS, Prediction
-from predictor.workload import WorkloadSpec, load_spec
+from predictor.workload import WorkloadSpec, load_spec, read_text
 
 HELP = "predict iteration time and per-GPU memory of parallel plans"
 
@@ -36,9 +36,9 @@ def _plan_texts(args: argparse.Namespace) -> list[str]:
     texts = list(args.plan)
     if args.plans_file:
         path = Path(args.plans_file)
-        if not path.is_file():
+        if not path.exists():
             raise FileNotFoundError(f"plans file {path} does not exist")
-        for line in path.read_text().splitlines():
+        for line in read_text(path, "plans file").splitlines():
             line = line.split("#", 1)[0].strip()
             if line:
                 texts.append(line)

@@ -26,6 +26,7 @@ import torch
 from predictor.hardware import Device, Link, cpu_model_name
 from predictor.measure.collectives import CollectivePoint, benchmark_collectives, fit_link, fit_op_links
 from predictor.measure.step_costs import idle_seconds, measure_step_costs
+from predictor.workload import SpecError
 
 CACHE_FILE = "cpu_device.json"
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -222,7 +223,8 @@ def profile_device(path: str | Path) -> Device:
             record = json.loads(path.read_text())
             device = _device_from(record, f"in {path.name}")
         except (OSError, ValueError, KeyError, TypeError) as err:
-            raise ValueError(f"cluster.device_profile {str(path)!r} is not a readable CPU device profile ({err!r}); "
-                             f"point it at a device.json written by `scaledl profile` or shipped with a dataset") from err
+            raise SpecError(f"cluster.device_profile {str(path)!r} is not a readable CPU device profile "
+                            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); point it at a "
+                            f"device.json written by `scaledl profile` or shipped with a dataset") from None
         _MEMO[key] = device
     return _MEMO[key]
