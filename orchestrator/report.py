@@ -38,9 +38,11 @@ from typing import Any
 from orchestrator import plots
 from orchestrator.launch import launch_settings
 from orchestrator.search import Evaluated, SearchResult
+from predictor.axes import AXIS
+from predictor.frameworks import framework_of
 from predictor.hardware import GIB, Device
 from predictor.models.domain import advice
-from predictor.plan import Plan
+from predictor.plan import Plan, nvlink_domain
 from predictor.prediction import TIME_PARTS
 from predictor.workload import WorkloadSpec
 from search_spaces import Enumeration, SpaceConfig
@@ -48,8 +50,11 @@ from search_spaces import Enumeration, SpaceConfig
 RANK_BY = ("time", "throughput", "cost")
 SCHEMA = "scaledl.report/1"
 _LIST_CAP = 100
+_HIDDEN_WORDS = {"tp_comm": "tensor-parallel", "cp_comm": "context-parallel", "dp_grad": "gradient reduction",
+                 "dp_param": "parameter all-gather", "pp_p2p": "pipeline send/recv"}
 _PART_WORDS = {
-    "compute": "compute", "tp_comm": "tensor-parallel communication", "dp_comm": "data-parallel gradient sync",
+    "compute": "compute", "tp_comm": "tensor-parallel communication", "cp_comm": "context-parallel K/V exchange",
+    "dp_comm": "data-parallel gradient sync",
     "pp_bubble": "pipeline bubble", "pp_p2p": "pipeline send/recv", "optimizer": "optimizer step",
 }
 
@@ -79,8 +84,8 @@ def rank(evaluated: list[Evaluated], by: str = "time", price: float | None = Non
                   key=lambda e: (e.prediction.iter_time_s, e.prediction.peak_memory_gib, str(e.plan)))  # type: ignore[union-attr]
 
 
-def _degrees(p: Plan) -> tuple[int, int, int]:
-    return p.dp, p.tp, p.pp
+def _degrees(p: Plan) -> tuple[int, ...]:
+    return tuple(p.degrees().values())
 
 
 def _diff_fields(a: Plan, b: Plan) -> str:
@@ -113,21 +118,30 @@ def explain(ranked: list[Evaluated], evaluated: list[Evaluated], spec: WorkloadS
     facts = [f"{p} is predicted fastest at {pred.iter_time_s:.2f} s per iteration ({pred.mfu * 100:.0f} % MFU), "
              f"{share['compute'] * 100:.0f} % of it compute"]
     if p.tp > 1:
-        where = "inside a node (NVLink)" if p.group_span("tp") <= c.gpus_per_node else "across nodes"
+        where = "inside an NVLink domain" if p.group_span("tp") <= nvlink_domain(spec) else "across nodes"
         facts.append(f"tp={p.tp} keeps its all-reduces {where} ({share['tp_comm'] * 100:.0f} % of the time)")
+    if p.cp > 1:
+        facts.append(f"cp={p.cp} splits every sequence over {p.cp} ranks ({AXIS['cp'].shards}); its K/V exchange "
+                     f"({p.cp_comm}) costs {share['cp_comm'] * 100:.0f} % of the time")
     if p.pp > 1:
         bubble = (p.pp - 1) / (p.v * m)
         facts.append(f"pp={p.pp} with {m} micro-batches{f' and v={p.v} virtual stages' if p.v > 1 else ''} "
                      f"leaves a {bubble * 100:.1f} % bubble ({share['pp_bubble'] * 100:.0f} % of the time)")
-    if p.dp > 1:
-        facts.append(f"dp={p.dp} spends {share['dp_comm'] * 100:.0f} % in gradient sync")
+    if p.dp * p.cp > 1:
+        over = f" over dp*cp = {p.dp * p.cp} ranks" if p.cp > 1 else ""
+        facts.append(f"dp={p.dp} spends {share['dp_comm'] * 100:.0f} % in gradient sync{over}")
+    hidden = sum(pred.hidden_comm.values())
+    if hidden > 0:
+        facts.append(f"{framework_of(spec).title} hides {hidden:.2f} s of communication behind computation "
+                     f"({', '.join(_HIDDEN_WORDS.get(k, k) for k in pred.hidden_comm)})")
     text = "; ".join(facts) + ". "
     if len(ranked) > 1:
         runner = ranked[1]
         text += "Against the runner-up, " + _compare(win, runner, _diff_fields(p, runner.plan) or str(runner.plan)) + ". "
     other = next((e for e in ranked[1:] if _degrees(e.plan) != _degrees(p)), None)
     if other is not None and other is not ranked[1]:
-        name = f"the best other split (dp={other.plan.dp}, tp={other.plan.tp}, pp={other.plan.pp}: {other.plan})"
+        split = ", ".join(f"{a}={d}" for a, d in other.plan.degrees().items() if d > 1 or a in ("dp", "tp", "pp"))
+        name = f"the best other split ({split}: {other.plan})"
         text += "Against other degrees, " + _compare(win, other, name) + ". "
     faster = [e for e in evaluated if e.infeasible and e.prediction.iter_time_s < pred.iter_time_s]  # type: ignore[union-attr]
     if faster:

@@ -10,8 +10,9 @@ import pytest
 
 from orchestrator.launch import launch_settings
 from orchestrator.plots import pareto_front
-from orchestrator.report import build_report, rank, write_report
+from orchestrator.report import build_report, explain, rank, write_report
 from orchestrator.search import Evaluated, SearchResult, infeasibility
+from predictor.graph import graph_for
 from predictor.hardware import GIB, get_device
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
@@ -141,3 +142,16 @@ def test_a_winner_outside_the_predictors_training_data_carries_a_caution(tmp_pat
     for name in ("report.md", "report.html"):
         assert "vocab 51200 (trained 4096)" in (tmp_path / name).read_text()
     assert json.loads((tmp_path / "report.json").read_text())["caution"] == flagged["caution"]
+
+
+def test_explanation_names_context_parallelism_and_what_the_framework_hides() -> None:
+    """A cp winner is explained in the cp axis's words, with the communication Megatron-Core overlaps."""
+    spec = parse_spec({"model": {"preset": "llama3-8b", "seq_len": 32768},
+                       "training": {"global_batch": 16, "framework": "megatron"},
+                       "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8}})
+    plans = [Plan.parse("dp=4,cp=2,mbs=1,zero=1"), Plan.parse("dp=8,mbs=1,zero=1")]
+    preds = AnalyticalPredictor().predict(spec, graph_for(spec.model), plans)
+    evs = [Evaluated(p, pr) for p, pr in zip(plans, preds)]
+    text = explain([evs[0]], evs, spec, 1e9)
+    assert "cp=2 splits every sequence over 2 ranks" in text and "over dp*cp = 8 ranks" in text
+    assert "Megatron-Core hides" in text and "gradient reduction" in text
