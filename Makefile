@@ -28,6 +28,7 @@ test: setup
 # The quick benchmarks (a few minutes); the accuracy tables (bench/paper_table.py, data_cost.py) take ~50 min.
 bench: setup
 	$(BIN)/python bench/vtrain_eval.py
+	$(BIN)/python bench/modern_eval.py
 	$(BIN)/python bench/predict_speed.py
 	$(BIN)/python bench/plan_speed.py --runs 2
 	$(BIN)/python bench/validate_plans.py
