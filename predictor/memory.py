@@ -55,7 +55,8 @@ def in_flight(layout: Layout) -> np.ndarray:
     return np.minimum(p - r, m).astype(float)
 
 
-def activation_bytes(layout: Layout, recompute: str | None = None, fused_attention: bool = False) -> np.ndarray:
+def activation_bytes(layout: Layout, recompute: str | None = None, fused_attention: bool = False,
+                     kv_share: float = 1.0) -> np.ndarray:
     """Activation bytes per pipeline rank at its peak (micro-batch = plan.mbs)."""
     nodes, counts, plan = layout.nodes, layout.stage_counts, layout.plan
     recompute = recompute or plan.recompute
@@ -67,8 +68,8 @@ def activation_bytes(layout: Layout, recompute: str | None = None, fused_attenti
     if recompute == "selective":
         # The attention core is recomputed: keep its Q, K, V inputs (3 × output size), drop the s² scores.
         act = np.where(nodes.attention, np.minimum(act, 3 * sharded_out), act)
-    elif fused_attention:  # Q, K, V and the output; the per-row softmax statistics are negligible
-        act = np.where(nodes.attention, np.minimum(act, 4 * sharded_out), act)
+    elif fused_attention:  # Q and the output, K and V (kv_share of Q's size under GQA); softmax statistics negligible
+        act = np.where(nodes.attention, np.minimum(act, (2 + 2 * kv_share) * sharded_out), act)
     flight = in_flight(layout)
     rep = nodes.repeated
     if recompute == "full":
@@ -95,7 +96,9 @@ def memory_per_stage(spec: WorkloadSpec, layout: Layout, fused_attention: bool =
     weights = psi * (layout.param_bytes + copy) / (shards if plan.zero >= 3 else 1)
     grads = psi * layout.grad_bytes / (shards if plan.zero >= 2 else 1)
     opt = psi * optimizer_bytes_per_param(t.optimizer, t.precision) / (shards if plan.zero >= 1 else 1)
-    acts = activation_bytes(layout, fused_attention=fused_attention)
+    m = spec.model
+    kv_share = (m.kv_heads or m.heads or 1) / (m.heads or 1)
+    acts = activation_bytes(layout, fused_attention=fused_attention, kv_share=kv_share)
     buffers = _buffers(layout, psi)
     return {"weights": weights, "gradients": grads, "optimizer": opt, "activations": acts, "buffers": buffers,
             "runtime": np.zeros_like(psi, dtype=float)}  # not modelled: learned where peaks are measured
