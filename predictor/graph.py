@@ -30,7 +30,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -44,6 +44,7 @@ from torch.utils._pytree import tree_flatten
 from predictor.graph_cache import cached_graph, clear_memory
 from predictor.layer_graph import LayerGraph, LayerNode
 from predictor.modelzoo import build_model, example_inputs, module_args, output_loss, user_model_errors
+from predictor.tp_roles import embedding_role, linear_role
 from predictor.workload import ModelSpec
 
 __all__ = ["build_graph", "graph_for", "clear_cache"]
@@ -56,13 +57,6 @@ _ATTN_OPS = {
 _NORM_RMS = re.compile(r"rmsnorm|t5layernorm|llamarmsnorm", re.I)
 _ACTIVATION_NAMES = re.compile(
     r"(gelu|relu|silu|swish|tanh|sigmoid|mish|elu|quickgelu|activation|identity)$", re.I)
-_COLUMN = {"query_key_value", "c_attn", "q_proj", "k_proj", "v_proj", "qkv_proj", "qkv", "query", "key", "value",
-           "q", "k", "v", "dense_h_to_4h", "c_fc", "fc1", "fc_in", "wi", "wi_0", "wi_1", "gate_proj", "up_proj",
-           "gate_up_proj", "w1", "w3", "linear_fc1"}
-_ROW = {"c_proj", "o_proj", "o", "out_proj", "dense_4h_to_h", "fc2", "fc_out", "wo", "down_proj", "w2", "linear_fc2",
-        "linear_proj"}
-_VOCAB_LINEAR = {"lm_head", "output_layer", "decoder", "embed_out"}
-_VOCAB_EMBEDDING = {"word_embeddings", "wte", "embed_tokens", "shared", "tok_embeddings"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -82,6 +76,8 @@ def clear_cache() -> None:
 
 def build_graph(model: ModelSpec) -> LayerGraph:
     """The layer graph of `model` at micro-batch 1 (see the module docstring for the method)."""
+    if model.is_moe and (model.dense_layers or model.mtp_layers):
+        return _mixed_moe_graph(model)
     blocks = _block_counts(model)
     reduced = _reduced_spec(model) if blocks else model
     module = build_model(reduced, device="meta")
@@ -96,6 +92,31 @@ def build_graph(model: ModelSpec) -> LayerGraph:
         trace = _export_structure(module, args, kwargs)
         costs = _measure_costs(module, reduced, inputs)
     return _assemble(model, module, trace, costs, lists, first_only)
+
+
+def _mixed_moe_graph(model: ModelSpec) -> LayerGraph:
+    """A mixture of experts with leading dense layers (DeepSeek-V3's first 3) or multi-token prediction: the
+    dense block and the MoE block are traced apart, each counted for its layers, the dense block's nodes first.
+    The MTP module is counted as one more MoE block and one more output layer and loss per depth (its
+    embedding is shared; its small h x 2h projection and two norms are left out). A pipeline spreads both
+    kinds of block evenly over its stages (Megatron-Core places the dense ones on the first stage)."""
+    moe = build_graph(model.model_copy(update={"dense_layers": 0, "mtp_layers": 0,
+                                               "layers": model.layers - model.dense_layers + model.mtp_layers}))
+    pre = [n for n in moe.nodes if n.group == "pre"]
+    blocks = [n for n in moe.nodes if n.group == "block"]
+    post = [replace(n, count=n.count * (1 + model.mtp_layers)) for n in moe.nodes if n.group == "post"]
+    dense: list[LayerNode] = []
+    dense_edges: list[tuple[int, int, float]] = []
+    if model.dense_layers:
+        g = build_graph(model.model_copy(update={"layers": model.dense_layers, "mtp_layers": 0}))
+        idx = [i for i, n in enumerate(g.nodes) if n.group == "block"]
+        dense = [replace(g.nodes[i], name=f"dense:{g.nodes[i].name}") for i in idx]
+        where = {i: len(pre) + j for j, i in enumerate(idx)}
+        dense_edges = [(where[a], where[b], e) for a, b, e in g.edges if a in where and b in where]
+    shift = len(dense)
+    edges = [(a + shift * (a >= len(pre)), b + shift * (b >= len(pre)), e) for a, b, e in moe.edges]
+    return LayerGraph(family=moe.family, nodes=[*pre, *dense, *blocks, *post], edges=sorted(edges + dense_edges),
+                      tokens=moe.tokens, num_blocks=model.layers + model.mtp_layers)
 
 
 def _tracing(model: ModelSpec) -> str:
@@ -510,6 +531,10 @@ def _kind_of(mod: nn.Module | None, path: str, is_attention: bool, is_loss: bool
     if mod is None:
         return "other"
     cls = type(mod).__name__
+    if cls.endswith("Experts"):
+        return "experts"
+    if cls.endswith("Router"):
+        return "router"
     if isinstance(mod, nn.Embedding):
         return "embedding"
     if isinstance(mod, nn.Linear) or cls == "Conv1D":
@@ -569,28 +594,18 @@ def _attention_attrs(mod: nn.Module | None, ops: list[_Op], spec: ModelSpec) -> 
 
 def _tp_role(kind: str, path: str, group: str, mod: nn.Module | None, spec: ModelSpec, prev_role: str,
              d_out: int) -> str:
-    leaf = _strip_call(path).rsplit(".", 1)[-1]
-    parent = _strip_call(path).rsplit(".", 2)[-2] if path.count(".") >= 1 else ""
     in_block = group in ("block", "enc", "dec")
-    if kind == "embedding":
-        if isinstance(mod, nn.Embedding) and (leaf in _VOCAB_EMBEDDING or mod.num_embeddings == spec.vocab):
-            return "vocab"
-        return "replicated"
+    if kind == "embedding":  # roles of linears and embeddings: predictor.tp_roles, shared with the runner
+        return embedding_role(_strip_call(path), mod.num_embeddings, spec.vocab) if isinstance(mod, nn.Embedding) \
+            else "replicated"
     if kind == "linear":
-        if not in_block:  # the LM head (logits over the vocabulary) is vocab parallel; other heads replicated
-            vocab = spec.vocab if spec.family not in ("vit", "deit") else None
-            return "vocab" if vocab and d_out == vocab else "replicated"
-        if leaf in _COLUMN:
-            return "column"
-        if leaf in _ROW:
-            return "row"
-        if leaf == "dense":  # BERT/ViT: attention.output.dense, output.dense (row); intermediate.dense (column)
-            if parent == "intermediate":
-                return "column"
-            return "row"
-        return "replicated"
+        return linear_role(_strip_call(path), in_block, d_out, spec.vocab if spec.family not in ("vit", "deit") else None)
     if kind == "attention":
         return "heads"
+    if kind == "experts" or (kind == "activation" and prev_role == "experts"):
+        return "experts"
+    if kind == "router":
+        return "tokens"
     if kind == "loss":
         return "vocab" if prev_role == "vocab" else "replicated"
     if kind in ("activation", "dropout") and in_block and prev_role == "column":
@@ -620,6 +635,8 @@ def _assemble(spec: ModelSpec, module: nn.Module, trace: _Trace, costs: _Costs,
             continue
         if leaf:
             node_calls[call] = (False, type(mod).__name__.endswith("Loss"))
+        elif type(mod).__name__.endswith("Experts"):  # grouped GEMMs (bmm), not an attention core
+            node_calls[call] = (False, False)
         elif targets & _ATTN_OPS:
             node_calls[call] = (True, False)
         elif any(True for _ in mod.named_parameters(recurse=False)):
@@ -951,6 +968,10 @@ def _attrs(kind: str, mod: nn.Module | None, ops: list[_Op], spec: ModelSpec,
                      kernel=int(mod.kernel_size[0]), stride=int(mod.stride[0]))
     elif kind == "attention":
         attrs.update(_attention_attrs(mod, ops, spec))
+    elif kind == "experts" and mod is not None:  # down_proj: (E, h, f), or (E, f, h) where stored transposed
+        shape = mod.down_proj.shape
+        ffn = int(shape[1] if getattr(mod, "is_transposed", False) else shape[2])
+        attrs.update(experts=int(shape[0]), d_in=int(spec.hidden or 0), d_ffn=ffn)
     elif kind in ("layernorm", "rmsnorm", "activation", "dropout", "softmax", "other", "embedding", "loss"):
         if out_shape:
             attrs["d"] = int(out_shape[-1])

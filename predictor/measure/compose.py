@@ -1,0 +1,239 @@
+"""The composed runner: one rank of any plan, built the way torchtitan composes parallelisms.
+
+An n-D `DeviceMesh` over the plan's axes (outermost first, from `Plan.rank_order`), then in order:
+tensor and sequence parallelism, activation recomputation, the cut into pipeline chunks (this rank's
+pp·v chunks, looped as torchtitan assigns interleaved stages), data parallelism per ZeRO stage (0: DDP,
+1: DDP + `ZeroRedundancyOptimizer`, 2: FSDP2 without resharding after forward, 3: with), and the pipeline
+schedule (`ScheduleGPipe`, `Schedule1F1B`, `ScheduleInterleaved1F1B`). The same code runs on gloo (CPU)
+and NCCL (GPU). `unsupported` names what it cannot run, and the validation refuses those plans.
+
+Every rank builds the model from the same seed and reads the same global batch (its dp slice of it), so a
+plan's losses equal the single-process run's up to float reduction order: the proof that the plan that
+runs is the one predicted (tests/test_compose.py). Each answer carries the per-step times, the loss of
+each step, the peak memory and the shards this rank holds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from contextlib import nullcontext
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from predictor.plan import Plan
+from predictor.workload import ModelSpec
+
+_MESHES: dict[tuple, Any] = {}
+# Why context parallelism is refused: torch 2.13's `context_parallel` swaps in ring attention only for the
+# CUDA SDPA kernels (aten._scaled_dot_product_{flash,efficient,cudnn}_attention, see
+# torch/distributed/tensor/experimental/_context_parallel/_attention.py); on CPU SDPA runs
+# aten._scaled_dot_product_flash_attention_for_cpu, which it does not dispatch, so a gloo run would
+# compute full attention on a sequence shard: another computation than the plan's.
+CP_REFUSAL = ("cp>1: torch 2.13's context_parallel implements ring attention only for the CUDA SDPA kernels "
+              "(flash, efficient, cudnn), not the CPU one (_scaled_dot_product_flash_attention_for_cpu), and "
+              "this runner does not run it on GPUs either yet")
+
+
+def unsupported(plan: Plan, spec: ModelSpec) -> str:
+    """What of `plan` on `spec` this runner cannot run ('' when it runs all of it)."""
+    reasons = []
+    if plan.cp > 1:
+        reasons.append(CP_REFUSAL)
+    if spec.module is not None or spec.hf_config is not None:
+        if plan.tp > 1 or plan.pp > 1:
+            reasons.append("tp/pp of a module: or hf_config: model (only the built-in families have a layout)")
+    elif spec.family == "t5":
+        if plan.pp * plan.v > 2:
+            reasons.append(f"pp*v = {plan.pp * plan.v} for t5 (cut between encoder and decoder only: at most 2 chunks)")
+        if plan.sp:
+            reasons.append("sp for t5 (the decoder's cross-attention reads the whole encoder sequence)")
+    if plan.sp and spec.tokens % plan.tp:
+        reasons.append(f"sp with tp={plan.tp} not dividing the {spec.tokens} tokens of a sequence")
+    return "; ".join(reasons)
+
+
+def plan_mesh(plan: Plan, device_type: str) -> Any:
+    """The plan's n-D device mesh, axes outermost first (a mesh's last dimension is adjacent ranks)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    names = tuple(reversed(plan.rank_order))
+    shape = tuple(getattr(plan, a) for a in names)
+    key = (device_type, shape, names)
+    if key not in _MESHES:
+        _MESHES[key] = init_device_mesh(device_type, shape, mesh_dim_names=names)
+    return _MESHES[key]
+
+
+def _local_numel(p: torch.Tensor) -> int:
+    from torch.distributed.tensor import DTensor
+
+    return p.to_local().numel() if isinstance(p, DTensor) else p.numel()
+
+
+def _chunk_names(chunk: nn.Module, paths: dict[int, str]) -> dict[str, str]:
+    """Each parameter's name in `chunk` -> its name in the whole model (by identity, before any wrapping)."""
+    return {n: paths[id(p)] for n, p in chunk.named_parameters()}
+
+
+def _held(chunks: list[nn.Module], names: list[dict[str, str]], whole: dict[str, int]) -> dict[str, list[int]]:
+    """[local elements, whole-model elements] of each parameter this rank holds, by its name in the whole model
+    (DDP's wrapper adds `module.` to the names it wraps)."""
+    out = {}
+    for chunk, table in zip(chunks, names):
+        for n, p in chunk.named_parameters():
+            path = table[n.removeprefix("module.")]
+            out[path] = [_local_numel(p), whole[path]]
+    return out
+
+
+def _optimizer(params: list[torch.Tensor], plan: Plan, mesh: Any, name: str, lr: float) -> torch.optim.Optimizer:
+    cls = torch.optim.SGD if name == "sgd" else torch.optim.Adam
+    if plan.dp > 1 and plan.zero == 1:  # ZeRO-1: each dp rank keeps and updates the optimizer states of its shard
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(params, optimizer_class=cls, process_group=mesh["dp"].get_group(), lr=lr,
+                                       foreach=False)
+    return cls(params, lr=lr, foreach=False)
+
+
+def _state_numel(optimizer: torch.optim.Optimizer) -> int:
+    """Optimizer-state elements this rank holds (ZeRO-1 and FSDP shard them)."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    opt = optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
+    return sum(_local_numel(v) for s in opt.state.values() for v in s.values()
+               if isinstance(v, torch.Tensor) and v.dim() > 0)
+
+
+def _wrap_dp(chunk: nn.Module, plan: Plan, mesh: Any) -> nn.Module:
+    from predictor.measure.parallelize import apply_ddp, apply_fsdp
+
+    if plan.zero >= 2:
+        return apply_fsdp(chunk, mesh["dp"], reshard_after_forward=plan.zero == 3)
+    return apply_ddp(chunk, mesh["dp"].get_group(), plan.tp > 1)
+
+
+def _step_fn(plan: Plan, chunks: list[nn.Module], loss_fn: Callable, first: torch.Tensor, labels: torch.Tensor,
+             indices: list[int], mesh: Any, device: torch.device, losses: list[float]) -> Callable[[], None]:
+    """Forward and backward of this rank's dp slice of the batch: the pipeline schedule, or the micro-batches
+    one after another with the gradient averaged over them (DDP syncing only on the last)."""
+    m = first.shape[0] // plan.mbs
+    if plan.pp == 1:
+        model = chunks[0]
+        micro = list(zip(first.split(plan.mbs), labels.split(plan.mbs)))
+
+        def accumulate() -> None:
+            total = 0.0
+            for i, (x, y) in enumerate(micro):
+                sync = i == m - 1 or not hasattr(model, "no_sync")
+                with model.no_sync() if not sync else nullcontext():
+                    loss = loss_fn(model(x), y)
+                    (loss / m).backward()
+                total += loss.item()
+            losses.append(total / m)
+        return accumulate
+
+    from torch.distributed.pipelining import (
+        PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
+    )
+
+    group = mesh["pp"].get_group()
+    stages = [PipelineStage(c, i, plan.pp * plan.v, device, group=group) for c, i in zip(chunks, indices)]
+    if plan.schedule == "interleaved":
+        schedule = ScheduleInterleaved1F1B(stages, n_microbatches=m, loss_fn=loss_fn)
+    else:
+        cls = ScheduleGPipe if plan.schedule == "gpipe" else Schedule1F1B
+        schedule = cls(stages[0], n_microbatches=m, loss_fn=loss_fn)
+    is_first, is_last = 0 in indices, plan.pp * plan.v - 1 in indices
+
+    def pipeline() -> None:
+        out: list[torch.Tensor] = []
+        args = (first,) if is_first else ()
+        if is_last:
+            schedule.step(*args, target=labels, losses=out)
+            losses.append(sum(float(x.detach()) for x in out) / len(out))
+        else:
+            schedule.step(*args)
+    return pipeline
+
+
+def run_plan(job: dict, rank: int, world: int, device: torch.device,
+             reset_peak: Callable[[torch.device], int], peak: Callable[[torch.device], int]) -> dict:
+    """Real training steps of `job`'s plan on this rank: per-step seconds and losses, peak memory, shards held."""
+    from predictor.measure.parallelize import apply_recompute, apply_tp, model_chunks
+    from predictor.modelzoo import build_model, example_inputs, primary_input
+
+    spec = ModelSpec.model_validate_json(job["spec_json"])
+    plan = Plan.parse(job["plan"])
+    batch, dtype = int(job["batch"]), getattr(torch, job.get("dtype", "float32"))
+    if plan.gpus not in (1, world):
+        raise ValueError(f"plan {plan} needs {plan.gpus} processes, the group has {world}")
+    why = unsupported(plan, spec)
+    if why:
+        raise ValueError(f"not measurable: {why}")
+    base = reset_peak(device)
+    mesh = plan_mesh(plan, device.type) if plan.gpus > 1 else None
+    coord = {a: (mesh[a].get_local_rank() if mesh is not None else 0) for a in plan.rank_order}
+    torch.manual_seed(0)  # the same weights on every rank: shards of the single-process model
+    model = build_model(spec, device, dtype)
+    model.train()
+    whole = {n: p.numel() for n, p in model.named_parameters()}
+    if plan.tp > 1:
+        apply_tp(model, spec, mesh["tp"], plan.sp)
+    apply_recompute(model, plan.recompute)
+    paths = {id(p): n for n, p in model.named_parameters()}
+    all_chunks, loss_fn = model_chunks(model, spec, plan.pp * plan.v, plan.mbs, mesh["tp"] if plan.sp else None)
+    indices = [coord["pp"] + i * plan.pp for i in range(plan.v)]  # torchtitan's loop order of interleaved stages
+    chunks = [all_chunks[i] for i in indices]
+    names = [_chunk_names(c, paths) for c in chunks]
+    del model, all_chunks
+    torch.manual_seed(1)  # the same global batch on every rank; each dp rank trains on its slice
+    inputs = example_inputs(spec, batch, device, dtype)
+    per_dp = batch // plan.dp
+    rows = slice(coord["dp"] * per_dp, (coord["dp"] + 1) * per_dp)
+    first, labels = primary_input(inputs)[rows], inputs["labels"][rows]
+    if plan.dp > 1:
+        chunks = [_wrap_dp(c, plan, mesh) for c in chunks]
+    params = list({id(p): p for c in chunks for p in c.parameters()}.values())
+    optimizer = _optimizer(params, plan, mesh, job.get("optimizer", "adam"), float(job.get("lr", 1e-4)))
+    losses: list[float] = []
+    step = _step_fn(plan, chunks, loss_fn, first, labels, indices, mesh, device, losses)
+    reset_peak(device)  # the whole model built above is freed: the peak is this rank's training
+    times, reported = [], []
+    for i in range(int(job["warmup"]) + int(job["steps"])):
+        if plan.gpus > 1:
+            dist.barrier()
+        _sync(device)
+        t0 = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        step()
+        optimizer.step()
+        _sync(device)
+        if i >= int(job["warmup"]):
+            times.append(time.perf_counter() - t0)
+        reported.append(_global_loss(losses[-1] if losses else 0.0, plan, device))
+    high = peak(device)
+    if plan.gpus > 1:
+        dist.barrier()
+    return {"status": "ok", "times": times, "peak_mem_bytes": high, "base_mem_bytes": base,
+            "mem_kind": "cuda" if device.type == "cuda" else "rss", "median": statistics.median(times),
+            "losses": reported, "coords": coord, "chunks": indices, "shards": _held(chunks, names, whole),
+            "optimizer_state_numel": _state_numel(optimizer)}
+
+
+def _global_loss(local: float, plan: Plan, device: torch.device) -> float:
+    """The iteration's loss over the global batch: the mean of what the ranks holding the last chunk saw."""
+    if plan.gpus == 1:
+        return local
+    t = torch.tensor([local], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return float(t.item()) / (plan.gpus // plan.pp)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
