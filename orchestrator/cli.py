@@ -13,6 +13,7 @@ import pkgutil
 import sys
 
 from orchestrator import commands
+from orchestrator.lifecycle import Terminated, terminating
 from predictor.models.base import TrainingDataError
 from predictor.plan import PlanError
 from predictor.workload import SpecError
@@ -49,13 +50,17 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         _refuse_extra(args, extra)
     try:
-        return int(args._run(args) or 0)
+        with terminating():
+            return int(args._run(args) or 0)
     except (UsageError, *USER_ERRORS) as err:
         print(f"scaledl {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"scaledl {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print(f"scaledl {args.command}: terminated", file=sys.stderr)
+        return 143
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.lifecycle import init_ray
 from predictor.hardware import spec_device
 from predictor.models.registry import check_predictor_name
 from predictor.workload import SpecError, load_spec
@@ -55,10 +56,10 @@ def _connect(address: str | None) -> bool:
         # Idle workers prestarted as Ray starts (one per CPU) are there when the replicas and the result
         # store ask, so those start in ~0.3 s instead of booting Python and Ray after. (Tune's trial
         # actors cannot use them: Tune gives its trainables their own runtime env, so a trial still boots its own.)
-        ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
+        init_ray(address="local", include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
                  _system_config={"enable_worker_prestart": True, "prestart_worker_first_driver": True})
     else:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        init_ray(address=address, log_to_driver=False, logging_level=logging.WARNING)
     return True
 
 

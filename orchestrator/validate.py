@@ -33,6 +33,7 @@ from ray import tune
 from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from orchestrator.lifecycle import init_ray
 from predictor import dataset
 from predictor.dataset import provenance
 from predictor.design import ProfileConfig
@@ -149,9 +150,9 @@ def connect_ray(address: str | None = None) -> None:
     if ray.is_initialized():
         return
     if address:
-        ray.init(address=address, configure_logging=False, log_to_driver=False)
+        init_ray(address=address, configure_logging=False, log_to_driver=False)
     else:
-        ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
+        init_ray(include_dashboard=False, configure_logging=False, log_to_driver=False)
 
 
 def default_device() -> str | None:

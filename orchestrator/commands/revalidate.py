@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -59,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
     device = args.device or default_device()
     if device is None:
         raise UsageError("this Ray cluster has GPUs: say which device they are with --device (e.g. --device h200)")
+    # Ctrl-C ends the command, not only the round in progress: Ray Tune would take it as "stop this
+    # run", the round would be recorded with its runs stopped, and --every would go on to the next.
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     rng = random.Random(args.seed)
     options = {"steps": args.steps, "warmup": args.warmup, "timeout_s": args.timeout_s}
     with history:
