@@ -50,10 +50,11 @@ from search_spaces import Enumeration, SpaceConfig
 RANK_BY = ("time", "throughput", "cost")
 SCHEMA = "scaledl.report/1"
 _LIST_CAP = 100
-_HIDDEN_WORDS = {"tp_comm": "tensor-parallel", "cp_comm": "context-parallel", "dp_grad": "gradient reduction",
+_HIDDEN_WORDS = {"tp_comm": "tensor-parallel", "cp_comm": "context-parallel", "ep_comm": "expert all-to-all", "dp_grad": "gradient reduction",
                  "dp_param": "parameter all-gather", "pp_p2p": "pipeline send/recv"}
 _PART_WORDS = {
     "compute": "compute", "tp_comm": "tensor-parallel communication", "cp_comm": "context-parallel K/V exchange",
+    "ep_comm": "expert-parallel token all-to-all",
     "dp_comm": "data-parallel gradient sync",
     "pp_bubble": "pipeline bubble", "pp_p2p": "pipeline send/recv", "optimizer": "optimizer step",
 }

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from predictor.workload import WorkloadSpec
 
 # Families whose attention is causal self-attention over one sequence: what context parallelism splits.
-DECODER_FAMILIES: tuple[str, ...] = ("gpt", "gpt2", "llama")
+DECODER_FAMILIES: tuple[str, ...] = ("gpt", "gpt2", "llama", "mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss")
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,25 @@ def _cp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
     return []
 
 
+def _ep_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
+    """Megatron-Core (`validate_args`, `parallel_state.initialize_model_parallel`) and torchtitan: expert
+    parallelism regroups a stage's dp·tp·cp ranks for the expert layers (expert tensor parallelism 1), so ep
+    must divide dp·tp·cp and the experts; Megatron-Core runs MoE beside tp only with sequence parallelism."""
+    m = spec.model
+    if plan.ep == 1:
+        return []
+    if not m.is_moe:
+        return [f"ep={plan.ep} shards experts, but the model has none (ep=1 for a dense model)"]
+    errors = []
+    if m.experts % plan.ep:
+        errors.append(f"ep={plan.ep} does not divide experts={m.experts}")
+    ranks = plan.dp * plan.tp * plan.cp
+    if ranks % plan.ep:
+        errors.append(f"ep={plan.ep} does not divide dp*tp*cp = {plan.dp}*{plan.tp}*{plan.cp} = {ranks}, the ranks of a "
+                      f"pipeline stage that the expert layers regroup")
+    return errors
+
+
 AXES: tuple[Axis, ...] = (
     Axis("tp", "tensor parallel", "attention heads, MLP columns and the vocabulary of each layer",
          "all-reduce (reduce-scatter + all-gather with sp) per layer, forward and backward",
@@ -133,11 +152,18 @@ AXES: tuple[Axis, ...] = (
          order=3, rules=_pp_rules,
          launch={"megatron": "--pipeline-model-parallel-size", "torchtitan": "parallelism.pipeline_parallel_degree",
                  "deepspeed": "--pipeline-model-parallel-size"}),
+    Axis("ep", "expert parallel", "the routed experts of each MoE layer (E/ep per rank)",
+         "token dispatch and combine all-to-all per MoE layer, forward and backward; expert gradients over dp·tp·cp/ep",
+         "expert weights, gradients and optimizer state divided by ep", order=1, rules=_ep_rules,
+         multiplies_gpus=False, space_default=(1,),
+         launch={"megatron": "--expert-model-parallel-size", "torchtitan": "parallelism.expert_parallel_degree"}),
 )
 AXIS: dict[str, Axis] = {a.name: a for a in AXES}
 AXIS_NAMES: tuple[str, ...] = tuple(a.name for a in AXES)
-# The rank order a placement that names no axis gets (Megatron-Core's tp-cp-ep-dp-pp).
-DEFAULT_ORDER: tuple[str, ...] = tuple(a.name for a in sorted(AXES, key=lambda a: a.order))
+# The rank order a placement that names no axis gets (Megatron-Core's tp-cp-dp-pp). Only axes that multiply the
+# GPU count order ranks: ep regroups the ranks of a stage for its expert layers (`predictor.parallel.expert_groups`).
+DEFAULT_ORDER: tuple[str, ...] = tuple(a.name for a in sorted(AXES, key=lambda a: a.order) if a.multiplies_gpus)
+RANK_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
 # Placements written before context parallelism: permutations of these three.
 LEGACY_AXES: tuple[str, ...] = ("tp", "dp", "pp")
 
@@ -160,10 +186,10 @@ def complete_order(placement: str) -> tuple[str, ...]:
 def placement_error(placement: str) -> str | None:
     """Why `placement` is not a rank order of registered axes (None when it is)."""
     named = placement.split("-")
-    unknown = [a for a in named if a not in AXIS]
+    unknown = [a for a in named if a not in RANK_AXES]
     if unknown or not placement:
         return (f"plan field 'placement' must name axes innermost first, joined by '-', from "
-                f"{', '.join(AXIS_NAMES)} (e.g. {'-'.join(LEGACY_AXES)}); got {placement!r}")
+                f"{', '.join(RANK_AXES)} (e.g. {'-'.join(LEGACY_AXES)}); got {placement!r}")
     if len(set(named)) != len(named):
         return f"plan field 'placement' names an axis twice: {placement!r}"
     return None

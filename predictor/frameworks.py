@@ -121,6 +121,8 @@ def _megatron_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     if plan.rank_order not in MEGATRON_ORDERS:
         errors.append(f"orders ranks tp-cp-dp-pp or tp-cp-pp-dp only, not {'-'.join(plan.rank_order)} "
                       f"(placement=tp-dp-pp or tp-pp-dp)")
+    if spec.model.is_moe and plan.tp > 1 and not plan.sp:
+        errors.append("runs a mixture of experts beside tensor parallelism only with sequence parallelism (sp=true)")
     if plan.zero >= 2 and plan.pp > 1:
         errors.append(f"runs zero={plan.zero} as Megatron-FSDP, which does not run beside pipeline parallelism "
                       f"(use zero=0 or 1 with pp > 1)")
@@ -195,6 +197,8 @@ def _deepspeed_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
         errors.append(f"has one pipeline schedule (1F1B), not {plan.schedule}")
     if plan.cp > 1:
         errors.append("has no context parallelism (cp must be 1)")
+    if plan.ep > 1:
+        errors.append("profile here has no expert parallelism (DeepSpeed-MoE is not modelled; ep must be 1)")
     if plan.rank_order not in DEEPSPEED_ORDERS:
         errors.append(f"orders ranks tp-dp-pp only, not {'-'.join(plan.rank_order)}")
     wanted = overlap_kinds(plan.overlap)
@@ -216,7 +220,7 @@ def _deepspeed_overlap(plan: Plan) -> frozenset[str]:
 
 
 def _pytorch_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
-    return []
+    return ["does not run expert parallelism (ep must be 1)"] if plan.ep > 1 else []
 
 
 def _nothing(plan: Plan) -> frozenset[str]:
@@ -229,7 +233,7 @@ FRAMEWORKS: dict[str, Framework] = {
                           precisions=("fp32", "fp16", "bf16", "fp8", "fp4"),
                           never={"schedule": ("gpipe",), "orders": _other_orders(MEGATRON_ORDERS)}),
     "torchtitan": Framework("torchtitan", "torchtitan", _torchtitan_rules, _torchtitan_overlap,
-                            frozenset(OVERLAP_KINDS), fused_attention=True, precisions=("fp32", "bf16", "fp8"),
+                            frozenset(OVERLAP_KINDS) - {"ep"}, fused_attention=True, precisions=("fp32", "bf16", "fp8"),
                             never={"zero": (1,), "orders": _other_orders(TORCHTITAN_ORDERS)}),
     "deepspeed": Framework("deepspeed", "DeepSpeed", _deepspeed_rules, _deepspeed_overlap,
                            frozenset({"dp", "param"}), fused_attention=False, precisions=("fp32", "fp16", "bf16"),

@@ -76,7 +76,7 @@ def clear_cache() -> None:
 
 def build_graph(model: ModelSpec) -> LayerGraph:
     """The layer graph of `model` at micro-batch 1 (see the module docstring for the method)."""
-    if model.is_moe and (model.dense_layers or model.mtp_layers):
+    if model.is_moe and (0 < model.dense_layers < (model.layers or 0) or model.mtp_layers):
         return _mixed_moe_graph(model)
     blocks = _block_counts(model)
     reduced = _reduced_spec(model) if blocks else model

@@ -14,15 +14,17 @@ from typing import Literal
 
 LAYER_KINDS: tuple[str, ...] = (
     "embedding", "linear", "attention", "layernorm", "rmsnorm", "activation", "softmax",
-    "conv", "dropout", "elementwise", "loss", "other",
+    "conv", "dropout", "elementwise", "loss", "other", "experts", "router",
 )
 # Where a node sits in a pipeline: pre on the first stage, post on the last, blocks split over stages.
 Group = Literal["pre", "block", "enc", "dec", "post"]
 # How Megatron-style tensor parallelism shards a node:
 #   column: output features split (QKV, FC1); row: input features split, all-reduce after (proj, FC2);
 #   heads: attention core split by heads; vocab: vocab-parallel embedding / logits;
-#   replicated: every tp rank computes it whole (layernorm, dropout unless sequence parallel).
-TPRole = Literal["column", "row", "heads", "vocab", "replicated"]
+#   replicated: every tp rank computes it whole (layernorm, dropout unless sequence parallel);
+#   tokens: the MoE router, on its rank's share of the tokens (MoE with tp runs sequence parallel), weights whole;
+#   experts: routed experts (grouped GEMMs) on the tokens dispatched to the rank, weights split over ep ranks.
+TPRole = Literal["column", "row", "heads", "vocab", "replicated", "tokens", "experts"]
 
 
 @dataclass

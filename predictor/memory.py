@@ -11,6 +11,10 @@ statistics instead of the s² scores (FlashAttention, Dao et al. 2022). FP8 and 
 bf16 weights and fp32 master weights as bf16 training does, plus a low-precision copy of every
 linear's weight for the GEMMs (Transformer Engine keeps the FP8 weight and its transpose,
 2 bytes per parameter; NVFP4 the same at half a byte each plus 1/16 for block scales).
+Routed experts' model states are divided by ep (each rank holds E/ep experts) and sharded by ZeRO over the
+expert-data-parallel group (dp·tp·cp/ep ranks, Megatron-Core's distributed optimizer over expert parameters);
+the token dispatch keeps a send and a receive buffer of the busiest MoE layer's tokens·top_k·hidden elements,
+scaled by the routing imbalance (dropless routing sizes them to the tokens that arrive).
 """
 
 from __future__ import annotations
@@ -86,20 +90,35 @@ def _one_block_counts(layout: Layout) -> np.ndarray:
     return counts / blocks
 
 
-def memory_per_stage(spec: WorkloadSpec, layout: Layout, fused_attention: bool = False) -> dict[str, np.ndarray]:
-    """Bytes per MEMORY_PARTS entry for one rank of each pipeline stage."""
+def stage_params(layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+    """(all, routed experts') parameters held by one rank of each pipeline stage."""
+    counts, nodes = layout.stage_counts, layout.nodes
+    return counts @ nodes.params, counts @ (nodes.params * nodes.experts)
+
+
+def memory_per_stage(spec: WorkloadSpec, layout: Layout, fused_attention: bool = False,
+                     imbalance: float = 1.0) -> dict[str, np.ndarray]:
+    """Bytes per MEMORY_PARTS entry for one rank of each pipeline stage (`imbalance`: the busiest expert
+    rank's tokens over the balanced share, which sizes the dispatch buffers)."""
     plan = layout.plan
     t = spec.training
-    psi = layout.stage_counts @ layout.nodes.params  # local parameters per pipeline rank
-    shards = layout.dp_group.size
+    psi, psi_exp = stage_params(layout)  # local parameters per pipeline rank, and the experts' among them
+
+    def sharded(stage: int) -> np.ndarray:
+        """Parameters per rank once ZeRO `stage` shards them: dense ones over dp·cp, experts' over expert-dp."""
+        if plan.zero < stage:
+            return psi
+        return (psi - psi_exp) / layout.dp_group.size + psi_exp / layout.edp_group.size
+
     copy = LOW_PRECISION_COPY_BYTES.get(t.precision, 0.0)
-    weights = psi * (layout.param_bytes + copy) / (shards if plan.zero >= 3 else 1)
-    grads = psi * layout.grad_bytes / (shards if plan.zero >= 2 else 1)
-    opt = psi * optimizer_bytes_per_param(t.optimizer, t.precision) / (shards if plan.zero >= 1 else 1)
+    weights = sharded(3) * (layout.param_bytes + copy)
+    grads = sharded(2) * layout.grad_bytes
+    opt = sharded(1) * optimizer_bytes_per_param(t.optimizer, t.precision)
     m = spec.model
     kv_share = (m.kv_heads or m.heads or 1) / (m.heads or 1)
     acts = activation_bytes(layout, fused_attention=fused_attention, kv_share=kv_share)
-    buffers = _buffers(layout, psi)
+    dispatch = 2 * float(layout.nodes.dispatch.max(initial=0.0)) * plan.mbs * layout.act_bytes * imbalance
+    buffers = _buffers(layout, psi) + (dispatch if plan.ep > 1 else 0.0)
     return {"weights": weights, "gradients": grads, "optimizer": opt, "activations": acts, "buffers": buffers,
             "runtime": np.zeros_like(psi, dtype=float)}  # not modelled: learned where peaks are measured
 

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from predictor.workload import ModelSpec, SpecError
+from predictor.workload import MOE_FAMILIES, ModelSpec, SpecError
 
 __all__ = ["GPTModel", "build_model", "example_inputs", "module_args", "training_loss", "output_loss", "param_count", "num_labels",
            "user_model_errors"]
@@ -68,7 +68,7 @@ class SelfAttention(nn.Module):
         qkv = self.query_key_value(x).view(b, s, 3, self.heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (b, heads, s, head_dim)
         ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.dense(ctx.transpose(1, 2).reshape(b, s, h))
+        return self.dense(ctx.transpose(1, 2).reshape(b, s, -1))  # -1: the local heads under tp
 
 
 class MLP(nn.Module):
@@ -187,13 +187,49 @@ def _hf_config(model: ModelSpec) -> Any:
         cls = tf.ViTConfig if fam == "vit" else tf.DeiTConfig
         cfg = cls(hidden_size=h, num_hidden_layers=l, num_attention_heads=a, intermediate_size=ffn,
                   image_size=model.image_size, patch_size=model.patch_size, num_labels=num_labels(model), **extra)
+    elif fam in MOE_FAMILIES or (fam == "llama" and model.is_moe):
+        cfg = _moe_config(model, extra)
     elif fam == "llama":
         cfg = tf.LlamaConfig(vocab_size=model.vocab, hidden_size=h, intermediate_size=ffn, num_hidden_layers=l,
                              num_attention_heads=a, num_key_value_heads=model.kv_heads or a,
                              max_position_embeddings=model.seq_len, **extra)
     else:
         raise ValueError(f"no HuggingFace config for family {fam!r}")
-    cfg._attn_implementation = "sdpa"
+    cfg._attn_implementation = "eager" if fam == "gpt_oss" else "sdpa"  # GPT-OSS's attention sinks have no SDPA path
+    return cfg
+
+
+def _moe_config(model: ModelSpec, extra: dict[str, Any]) -> Any:
+    """The transformers config of a mixture of experts (`llama` with experts is Mixtral: Llama with MoE MLPs),
+    its experts traced with balanced routing (`predictor.moe`)."""
+    import transformers as tf
+
+    from predictor.moe import BALANCED, register_balanced_experts
+
+    register_balanced_experts()
+    common = dict(vocab_size=model.vocab, hidden_size=model.hidden, num_hidden_layers=model.layers,
+                  num_attention_heads=model.heads, num_key_value_heads=model.kv_heads or model.heads,
+                  max_position_embeddings=model.seq_len, num_experts_per_tok=model.top_k, **extra)
+    fam = "mixtral" if model.family == "llama" else model.family
+    if fam == "mixtral":
+        cfg = tf.MixtralConfig(intermediate_size=model.expert_ffn_size, num_local_experts=model.experts,
+                               head_dim=model.head_dim, **common)
+    elif fam == "qwen3_moe":
+        cfg = tf.Qwen3MoeConfig(intermediate_size=model.ffn_hidden_size, moe_intermediate_size=model.expert_ffn_size,
+                                num_experts=model.experts, head_dim=model.head_dim or model.hidden // model.heads,
+                                mlp_only_layers=list(range(model.dense_layers)), norm_topk_prob=True, **common)
+    elif fam == "gpt_oss":
+        cfg = tf.GptOssConfig(intermediate_size=model.expert_ffn_size, num_local_experts=model.experts,
+                              head_dim=model.head_dim or model.hidden // model.heads, **common)
+    else:  # deepseek_v3: multi-head latent attention, shared experts, leading dense layers, grouped sigmoid routing
+        groups = 8 if model.experts % 8 == 0 and model.experts >= 64 else 1
+        cfg = tf.DeepseekV3Config(intermediate_size=model.ffn_hidden_size, moe_intermediate_size=model.expert_ffn_size,
+                                  n_routed_experts=model.experts, n_shared_experts=model.shared_experts,
+                                  first_k_dense_replace=model.dense_layers, q_lora_rank=model.q_lora_rank,
+                                  kv_lora_rank=model.kv_lora_rank or 512, qk_rope_head_dim=model.qk_rope_head_dim or 64,
+                                  qk_nope_head_dim=model.qk_nope_head_dim or 128, v_head_dim=model.v_head_dim or 128,
+                                  n_group=groups, topk_group=min(4, groups), **common)
+    cfg._experts_implementation = BALANCED
     return cfg
 
 
@@ -207,6 +243,10 @@ def _hf_model_class(family: str) -> type:
         "vit": tf.ViTForImageClassification,
         "deit": tf.DeiTForImageClassification,
         "llama": tf.LlamaForCausalLM,
+        "mixtral": tf.MixtralForCausalLM,
+        "qwen3_moe": tf.Qwen3MoeForCausalLM,
+        "deepseek_v3": tf.DeepseekV3ForCausalLM,
+        "gpt_oss": tf.GptOssForCausalLM,
     }[family]
 
 
@@ -277,7 +317,7 @@ def build_model(model: ModelSpec, device: str | torch.device = "meta", dtype: to
     family = model.family
     with user_model_errors(model, "building the model"):
         cfg = _hf_config(model)
-        cls = _hf_model_class(family)
+        cls = _hf_model_class("mixtral" if family == "llama" and model.is_moe else family)
         with device:
             module = cls(cfg)
     if family == "gpt2":  # its class name does not name its loss; transformers falls back to this one with a warning
@@ -329,7 +369,7 @@ def example_inputs(model: ModelSpec, batch: int, device: str | torch.device = "m
     if model.hf_config is not None:
         vocab = model.hf_config.get("vocab_size", vocab)
     inputs: dict[str, Any] = {"input_ids": ints((batch, s), vocab), "labels": ints((batch, s), vocab)}
-    if fam in ("gpt2", "t5", "llama"):
+    if fam in ("gpt2", "t5", "llama", *MOE_FAMILIES):
         inputs["use_cache"] = False
     return inputs
 

@@ -9,7 +9,9 @@ one graph.
 Tensor-parallel sharding follows Megatron-LM (Shoeybi et al. 2019; Korthikanti et al. 2023):
 column / row / heads / vocab nodes split their FLOPs and parameters by tp; replicated nodes
 (norms, dropout, residual adds) are computed whole on every rank unless sequence parallelism
-splits them along the sequence. Context parallelism splits every node's tokens over cp ranks
+splits them along the sequence. A MoE router and the routed experts work on their rank's share of the tokens
+(tokens split over tp by sequence parallelism, over cp by context parallelism); each rank holds E/ep experts, and
+its experts' grouped GEMMs run on the tokens the ep ranks dispatch to them (`predictor.moe`). Context parallelism splits every node's tokens over cp ranks
 (causal load balancing gives each rank 1/cp of the attention work too); parameters are whole. A column linear (and the vocab-parallel output layer) saves its
 full input for backward (replicated, or 1/tp with sequence parallelism); nodes downstream of it
 (row linears, the attention core, the activation between FC1 and FC2) save sharded tensors.
@@ -36,6 +38,7 @@ from predictor.workload import WorkloadSpec
 BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 2, "fp4": 2}
 REPEATED_GROUPS = ("block", "enc", "dec")
 _SHARDED_ROLES = ("column", "row", "heads", "vocab")
+_TOKEN_ROLES = ("tokens", "experts")  # split over tp by their tokens (MoE runs sequence parallel), weights not
 SEQUENCE_SPLIT_KINDS = ("layernorm", "rmsnorm", "dropout", "elementwise")
 
 
@@ -47,7 +50,7 @@ class ShardedNodes:
     group: np.ndarray
     fwd_flops: np.ndarray
     bwd_flops: np.ndarray
-    params: np.ndarray  # parameters of one occurrence held by one tp rank
+    params: np.ndarray  # parameters of one occurrence held by one tp rank (one ep rank's experts)
     act_elems: np.ndarray  # elements saved for backward by one occurrence
     io_elems: np.ndarray  # elements read + written by the forward of one occurrence (for the memory roofline)
     out_full: np.ndarray  # unsharded output elements (the tp all-reduce payload of row nodes)
@@ -62,6 +65,8 @@ class ShardedNodes:
     attention: np.ndarray  # bool: attention core (what selective recomputation recomputes)
     repeated: np.ndarray  # bool: node belongs to a repeated block (block / enc / dec)
     block_input: float  # elements of one block's input per sample on one rank (all that full recompute keeps)
+    experts: np.ndarray  # bool: routed experts (weights sharded over ep, synchronised over the expert-dp group)
+    dispatch: np.ndarray  # token-expert pair elements per sample the node sends to its experts (top_k·tokens·hidden)
 
 
 @dataclass
@@ -77,6 +82,8 @@ class Layout:
     tp_group: Group
     dp_group: Group  # the gradient-sync group: dp·cp ranks
     cp_group: Group
+    ep_group: Group  # the ep ranks that exchange tokens (size 1 without expert parallelism)
+    edp_group: Group  # the expert-data-parallel group that synchronises expert gradients: dp·tp·cp/ep ranks
     pp_link_inter: bool
     p2p_elems: float  # elements sent per micro-batch boundary (one direction)
     act_bytes: int
@@ -102,20 +109,21 @@ def _prod(shape: tuple[int, ...]) -> float:
     return float(np.prod(shape)) if shape else 1.0
 
 
-def shard_nodes(graph: LayerGraph, tp: int, sp: bool, heads: int | None = None, cp: int = 1) -> ShardedNodes:
-    """Per-rank node arrays under tensor parallelism `tp` and context parallelism `cp` (cached)."""
-    return _cached(_SHARD_CACHE, graph, (tp, sp, heads, cp), lambda: _shard(graph, tp, sp, heads, cp))
+def shard_nodes(graph: LayerGraph, tp: int, sp: bool, heads: int | None = None, cp: int = 1, ep: int = 1) -> ShardedNodes:
+    """Per-rank node arrays under tensor, context and expert parallelism `tp`, `cp`, `ep` (cached)."""
+    return _cached(_SHARD_CACHE, graph, (tp, sp, heads, cp, ep), lambda: _shard(graph, tp, sp, heads, cp, ep))
 
 
-def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None, cp: int) -> ShardedNodes:
+def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None, cp: int, ep: int = 1) -> ShardedNodes:
     nodes = graph.nodes
     n = len(nodes)
     role = np.array([nd.tp for nd in nodes])
     kind = np.array([nd.kind for nd in nodes])
     group = np.array([nd.group for nd in nodes])
     sharded = np.isin(role, _SHARDED_ROLES)
-    seq_split = sp & (role == "replicated") & np.isin(kind, SEQUENCE_SPLIT_KINDS)
+    seq_split = (sp & (role == "replicated") & np.isin(kind, SEQUENCE_SPLIT_KINDS)) | np.isin(role, _TOKEN_ROLES)
     flop_div = np.where(sharded | seq_split, tp, 1)
+    experts = kind == "experts"
     # Saved input: full for column/vocab linears and replicated nodes (1/tp with sp), sharded otherwise.
     full_input = ((role == "column") & (kind == "linear")) | ((role == "vocab") & (kind != "loss")) | (role == "replicated")
     act_div = np.where(full_input, tp if sp else 1, tp)
@@ -133,6 +141,12 @@ def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None, cp: int) -> 
             elif nd.tp == "row":
                 k = k / tp
             gm[i], gn[i], gk[i], gb[i] = m, nn, k, 1
+        elif nd.kind == "experts":  # E/ep grouped GEMMs, each on the ep ranks' tokens·top_k/E rows
+            e, d_in, d_ffn = nd.attrs["experts"], nd.attrs["d_in"], nd.attrs["d_ffn"]
+            rows = nd.fwd_flops / (2 * 3 * d_in * d_ffn) / e  # per expert and sample (gate, up and down GEMMs)
+            gm[i], gn[i], gk[i], gb[i] = rows * ep / (tp * cp), 3 * d_ffn, d_in, e / ep
+        elif nd.kind == "router":
+            gm[i], gn[i], gk[i], gb[i] = _prod(nd.in_shape[:-1]) / (tp * cp), nd.params / nd.in_shape[-1], nd.in_shape[-1], 1
         elif nd.kind == "attention":
             h = nd.attrs.get("heads", heads or 1)
             seq = nd.attrs.get("seq", nd.in_shape[-2] if len(nd.in_shape) >= 2 else graph.tokens)
@@ -157,13 +171,16 @@ def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None, cp: int) -> 
         kind=kind, group=group,
         fwd_flops=np.array([nd.fwd_flops for nd in nodes]) / flop_div / cp,
         bwd_flops=np.array([nd.bwd_flops for nd in nodes]) / flop_div / cp,
-        params=np.array([float(nd.params) for nd in nodes]) / np.where(sharded, tp, 1),
+        params=np.array([float(nd.params) for nd in nodes]) / np.where(sharded, tp, np.where(experts, ep, 1)),
         act_elems=np.array([float(nd.act_elems) for nd in nodes]) / act_div / cp,
         io_elems=(in_elems + out_elems) / io_div,
         out_full=out_elems, gemm_m=gm, gemm_n=gn, gemm_k=gk, gemm_batch=gb,
         tp_linear=(kind == "linear") & np.isin(role, ("column", "row")) if tp > 1 else np.zeros(n, dtype=bool),
         tp_fwd_ar=tp_fwd, tp_bwd_ar=tp_bwd, tp_payload=payload, attention=attention,
-        repeated=rep, block_input=block_in,
+        repeated=rep, block_input=block_in, experts=experts,
+        # tokens·top_k pairs of `hidden` elements: the forward FLOPs are 2·pairs·hidden·3·d_ffn
+        dispatch=np.array([nd.fwd_flops / (6 * nd.attrs["d_ffn"]) if nd.kind == "experts" else 0.0 for nd in nodes])
+        / (tp * cp),
     )
 
 
@@ -215,12 +232,34 @@ def _spread(degrees: tuple[tuple[str, int], ...], placement: str, axes: tuple[st
 
     Where the ranks do not fill domains evenly (an NVL72 domain of 72 GPUs with a dp stride of 8), the
     ranks per domain are the largest count that divides the group, as hierarchical collectives need."""
+    return _fit(Plan(placement=placement, **dict(degrees)).group_ranks(axes), domain)
+
+
+@lru_cache(maxsize=65536)
+def _expert_spread(degrees: tuple[tuple[str, int], ...], placement: str, domain: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(ranks per domain, domains) of the ep group and of the expert-data-parallel group holding rank 0.
+
+    Megatron-Core builds the expert layers' groups from a stage's dp·tp·cp ranks in rank order, expert tensor
+    parallelism 1 innermost: an ep group is ep consecutive ranks of them, the expert-dp group every ep-th."""
     plan = Plan(placement=placement, **dict(degrees))
-    ranks = plan.group_ranks(axes)
+    ranks = plan.group_ranks(("tp", "cp", "dp"))
+    return _fit(ranks[: plan.ep], domain), _fit(ranks[:: plan.ep], domain)
+
+
+def _fit(ranks: list[int], domain: int) -> tuple[int, int]:
+    """(ranks per domain, domains) of a group of global `ranks` on NVLink domains of `domain` GPUs."""
     per_domain = max(Counter(r // domain for r in ranks).values())
     while len(ranks) % per_domain:
         per_domain -= 1
     return per_domain, len(ranks) // per_domain
+
+
+def expert_groups(plan: Plan, domain: int, device: Device) -> tuple[Group, Group]:
+    """The ep group (token all-to-alls) and the expert-data-parallel group (expert gradient sync) of `plan`."""
+    ops = tuple(sorted(device.op_links.items()))
+    (ei, ek), (di, dk) = _expert_spread(tuple(plan.degrees().items()), plan.placement, domain)
+    return (Group(ei, ek, device.intra_node, device.inter_node, ops),
+            Group(di, dk, device.intra_node, device.inter_node, ops))
 
 
 def group_of(plan: Plan, axes: str | tuple[str, ...], domain: int, device: Device) -> Group:
@@ -237,18 +276,20 @@ def group_of(plan: Plan, axes: str | tuple[str, ...], domain: int, device: Devic
 def apply_plan(spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device) -> Layout:
     """Everything a predictor needs about `plan` on `graph` (assumes plan_errors(plan, spec) is empty)."""
     m = spec.model
-    nodes = shard_nodes(graph, plan.tp, plan.sp, m.heads, plan.cp)
+    nodes = shard_nodes(graph, plan.tp, plan.sp, m.heads, plan.cp, plan.ep)
     counts, blocks = stage_counts(graph, plan.pp, plan.v)
     domain = nvlink_domain(spec)
     prec = spec.training.precision
     hidden = m.hidden or 0
     p2p = graph.tokens * hidden * plan.mbs / (plan.tp if plan.sp else 1) / plan.cp
+    ep_group, edp_group = expert_groups(plan, domain, device)
     return Layout(
         plan=plan, nodes=nodes, stage_counts=counts, blocks_per_stage=blocks,
         microbatches=plan.microbatches(spec.training.global_batch), tokens=graph.tokens,
         tp_group=group_of(plan, "tp", domain, device),
         dp_group=group_of(plan, ("dp", "cp"), domain, device),
         cp_group=group_of(plan, "cp", domain, device),
+        ep_group=ep_group, edp_group=edp_group,
         pp_link_inter=plan.pp > 1 and plan.group_span("pp") > domain,
         p2p_elems=p2p,
         act_bytes=BYTES[prec], param_bytes=BYTES[prec], grad_bytes=BYTES[prec],

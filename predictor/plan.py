@@ -33,7 +33,7 @@ PLACEMENTS: tuple[str, ...] = placements()
 # Axes whose degrees multiply into the GPU count.
 GPU_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
 # Communication a framework can hide behind computation; `overlap` switches each kind on or off.
-OVERLAP_KINDS: tuple[str, ...] = ("dp", "param", "tp", "pp")
+OVERLAP_KINDS: tuple[str, ...] = ("dp", "param", "tp", "pp", "ep")
 CP_COMM: tuple[str, ...] = ("ring", "allgather")
 # Plan fields that count something (degrees, micro-batch, virtual stages): positive integers.
 _COUNTS: tuple[str, ...] = (*AXIS_NAMES, "mbs", "v")
@@ -106,9 +106,11 @@ class Plan:
     schedule: pipeline schedule; v: virtual stages per pipeline rank (interleaved only).
     placement: rank order on the nodes, innermost axis first; axes it omits take their default place.
     overlap: communication hidden behind computation: auto (the framework's default), none, or
-         kinds joined by '+' (dp: gradient reduction, param: parameter all-gather, tp, pp).
+         kinds joined by '+' (dp: gradient reduction, param: parameter all-gather, tp, pp, ep: the MoE all-to-alls).
     cp_comm: how context parallelism exchanges K/V: ring (send/recv overlapped with attention) or
          allgather (gathered before attention).
+    ep: expert parallel degree (Megatron-Core's convention: it does not multiply into the GPU count; the
+         dp·tp·cp ranks of a stage are regrouped into ep groups for the expert layers).
     """
 
     dp: int = 1
@@ -124,6 +126,7 @@ class Plan:
     cp: int = 1
     overlap: str = "auto"
     cp_comm: str = "ring"
+    ep: int = 1
 
     def __post_init__(self) -> None:
         for name in _COUNTS:
@@ -179,7 +182,7 @@ class Plan:
         return complete_order(self.placement)
 
     def stride(self, axis: str) -> int:
-        """Distance in global rank between neighbours of one `axis` group."""
+        """Distance in global rank between neighbours of one `axis` group (an axis of the rank order)."""
         order = self.rank_order
         stride = 1
         for inner in order[: order.index(axis)]:
@@ -234,7 +237,7 @@ class Plan:
 
 
 assert set(AXIS_NAMES) <= {f.name for f in fields(Plan)}, "every registered axis needs a Plan field"
-assert set(DEFAULT_ORDER) == set(AXIS_NAMES)
+assert set(DEFAULT_ORDER) == set(GPU_AXES)
 
 
 def nvlink_domain(spec: "WorkloadSpec") -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-TIME_PARTS: tuple[str, ...] = ("compute", "tp_comm", "cp_comm", "dp_comm", "pp_bubble", "pp_p2p", "optimizer")
+TIME_PARTS: tuple[str, ...] = ("compute", "tp_comm", "cp_comm", "ep_comm", "dp_comm", "pp_bubble", "pp_p2p", "optimizer")
 MEMORY_PARTS: tuple[str, ...] = ("weights", "gradients", "optimizer", "activations", "buffers", "runtime")
 # "runtime": what a rank holds beyond the model's parts (the framework, the CUDA context, allocator slack);
 # the analytical model counts none, a learned memory residual puts what it adds there.
@@ -18,7 +18,7 @@ class Prediction:
     iter_time_s: wall time of one iteration (global batch), seconds.
     breakdown: seconds per TIME_PARTS entry on the critical path (communication: what is exposed);
         sums to iter_time_s.
-    hidden_comm: seconds of communication hidden behind computation, per kind (tp_comm, cp_comm,
+    hidden_comm: seconds of communication hidden behind computation, per kind (tp_comm, cp_comm, ep_comm,
         dp_grad, dp_param, pp_p2p); not in iter_time_s, except as the slowdown of what it ran beside.
     peak_memory_gib: the largest per-rank peak over all ranks (GiB).
     memory_per_stage_gib: per pipeline stage peak (GiB), first stage first.

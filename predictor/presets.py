@@ -8,6 +8,11 @@ ViT: Dosovitskiy et al. 2021, Table 1. DeiT: Touvron et al. 2021, Table 1.
 LLaMA-2: Touvron et al. 2023 (70B uses GQA with 8 kv heads). LLaMA-3: Meta model card.
 LLaMA-3.1 405B: Meta's HF config (meta-llama/Llama-3.1-405B), as Megatron-Bridge's Llama31ModelProvider405B;
 seq_len 8192 as its pretraining recipe (the model's 131,072-token context is for long-context extension).
+Mixtures of experts, from each model's HF config.json (mistralai/Mixtral-8x7B-v0.1, mistralai/Mixtral-8x22B-v0.1,
+Qwen/Qwen3-30B-A3B, Qwen/Qwen3-235B-A22B, openai/gpt-oss-120b, deepseek-ai/DeepSeek-V3), cross-checked against
+Megatron-Bridge's model providers (Qwen3 235B: 94 layers, 64 heads, 4 query groups, kv channels 128, MoE FFN 1536,
+128 experts, top-8); seq_len 4096 as the Megatron-Bridge MoE recipes train them. `deepseek-v3` omits
+multi-token prediction, as the recipes' "w/o MTP" rows; `mtp_layers: 1` adds it.
 """
 
 from __future__ import annotations
@@ -44,6 +49,15 @@ def _llama(hidden: int, layers: int, heads: int, kv: int, ffn: int, seq: int, vo
             "ffn_hidden": ffn, "seq_len": seq, "vocab": vocab}
 
 
+def _moe(family: str, hidden: int, layers: int, heads: int, kv: int, ffn: int, vocab: int, experts: int, top_k: int,
+         expert_ffn: int | None = None, **extra: Any) -> dict[str, Any]:
+    spec = {"family": family, "hidden": hidden, "layers": layers, "heads": heads, "kv_heads": kv, "ffn_hidden": ffn,
+            "seq_len": 4096, "vocab": vocab, "experts": experts, "top_k": top_k}
+    if expert_ffn is not None:
+        spec["expert_ffn"] = expert_ffn
+    return {**spec, **extra}
+
+
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "gpt3-125m": _gpt(768, 12, 12),
     "gpt3-350m": _gpt(1024, 24, 16),
@@ -76,4 +90,12 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "llama3-8b": _llama(4096, 32, 32, 8, 14336, 8192, 128256),
     "llama3-70b": _llama(8192, 80, 64, 8, 28672, 8192, 128256),
     "llama3.1-405b": _llama(16384, 126, 128, 8, 53248, 8192, 128256),
+    "mixtral-8x7b": _moe("mixtral", 4096, 32, 32, 8, 14336, 32000, 8, 2),
+    "mixtral-8x22b": _moe("mixtral", 6144, 56, 48, 8, 16384, 32768, 8, 2),
+    "qwen3-30b-a3b": _moe("qwen3_moe", 2048, 48, 32, 4, 6144, 151936, 128, 8, 768, head_dim=128),
+    "qwen3-235b-a22b": _moe("qwen3_moe", 4096, 94, 64, 4, 12288, 151936, 128, 8, 1536, head_dim=128),
+    "gpt-oss-120b": _moe("gpt_oss", 2880, 36, 64, 8, 2880, 201088, 128, 4, head_dim=64),
+    "deepseek-v3": _moe("deepseek_v3", 7168, 61, 128, 128, 18432, 129280, 256, 8, 2048, shared_experts=1,
+                        dense_layers=3, router="sigmoid", q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64,
+                        qk_nope_head_dim=128, v_head_dim=128),
 }

@@ -23,7 +23,8 @@ from predictor.axes import DECODER_FAMILIES
 from predictor.frameworks import FRAMEWORKS, MEASURED_DEFAULT, Framework, framework_of
 from predictor.hardware import Device, spec_device
 from predictor.layer_graph import LayerGraph
-from predictor.memory import GIB, memory_per_stage, optimizer_bytes_per_param, peak
+from predictor.memory import GIB, memory_per_stage, optimizer_bytes_per_param, peak, stage_params
+from predictor.moe import alltoall
 from predictor.models.base import Predictor
 from predictor.parallel import BYTES, Layout, apply_plan, shard_nodes
 from predictor.plan import Plan
@@ -68,6 +69,16 @@ class AnalyticalConfig:
     fp8_gemm_eff: fraction of the dense FP8/FP4 peak an FP8/FP4 GEMM reaches relative to a bf16 GEMM
         of the same shape reaching gemm_eff_max (Transformer Engine's casts, scaling and amax
         reductions ride on every linear). 1.0 from first principles; calibrated as overlap_eff.
+    grouped_gemm_eff: fraction of a dense GEMM's efficiency (at the same per-expert shape) a routed expert's
+        grouped GEMM reaches, with its token permutation and unpermutation (Megatron-Core's grouped GEMM and
+        permute fusion, TE). 1.0 from first principles; calibrated on the MoE rows (bench/modern_eval.py).
+    a2a_eff: share of the link bandwidth the MoE token dispatch and combine all-to-alls reach (many messages
+        of tokens·top_k·hidden/ep bytes each, NCCL's all-to-all through its p2p path). 1.0 from first
+        principles; calibrated with grouped_gemm_eff.
+    moe_imbalance: the tokens the busiest expert rank receives over the balanced share, which every rank of
+        the ep group waits for; it stretches the experts' time and sizes the dispatch buffers. 1.0: balanced
+        routing, as the published runs force it (Megatron-Bridge recipes); real routing with an auxiliary
+        loss lies above 1.
     call_s: a collective or pipeline send/recv call's cost beyond its α-β time (the framework's
         and the communication library's own work per call). 0 from first principles; learned from
         measured iterations with host_op_s by `predictor.models.calibration`. A measured CPU's
@@ -87,6 +98,9 @@ class AnalyticalConfig:
     overlap_eff: float = 1.0
     overlap_slowdown: float = 0.0
     fp8_gemm_eff: float = 1.0
+    grouped_gemm_eff: float = 1.0
+    a2a_eff: float = 1.0
+    moe_imbalance: float = 1.0
     call_s: float = 0.0
     step_p2p: bool = True
 
@@ -110,6 +124,8 @@ class AnalyticalConfig:
 # whole file, its leave-one-system-out figure recorded beside them); a framework absent here keeps first principles.
 FRAMEWORK_CONSTANTS = Path(__file__).resolve().parent.parent / "checkpoints" / "framework-constants.json"
 CALIBRATED_FIELDS: tuple[str, ...] = ("fp8_gemm_eff", "overlap_eff", "overlap_slowdown", "gemm_eff_max")
+# Calibrated after them, on the MoE rows only, with the dense constants fixed: they act on MoE layers alone.
+MOE_CALIBRATED_FIELDS: tuple[str, ...] = ("grouped_gemm_eff", "a2a_eff")
 
 
 @cache
@@ -162,7 +178,7 @@ CAUSAL_FUSED_WORK = 0.5
 
 
 def layer_times(spec: WorkloadSpec, graph: LayerGraph, tp: int, sp: bool, mbs: int, device: Device,
-                cfg: AnalyticalConfig | None = None, cp: int = 1) -> tuple[np.ndarray, np.ndarray]:
+                cfg: AnalyticalConfig | None = None, cp: int = 1, ep: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds of one occurrence of each graph node on one tp·cp rank at micro-batch `mbs`.
 
     The learned predictor falls back to this for layers it has no timings for.
@@ -170,11 +186,11 @@ def layer_times(spec: WorkloadSpec, graph: LayerGraph, tp: int, sp: bool, mbs: i
     cfg = (cfg or AnalyticalConfig()).for_device(device)
     prec = spec.training.precision
     fused = fused_attention(spec, device)
-    key = (id(graph), tp, sp, mbs, cp, device.name, device.flops(prec), device.mem_bandwidth, prec, cfg, fused)
+    key = (id(graph), tp, sp, mbs, cp, ep, device.name, device.flops(prec), device.mem_bandwidth, prec, cfg, fused)
     hit = _TIME_CACHE.get(key)
     if hit is not None and hit[0]() is graph:
         return hit[1]
-    value = _layer_times(spec, graph, tp, sp, mbs, device, cfg, cp, fused)
+    value = _layer_times(spec, graph, tp, sp, mbs, device, cfg, cp, fused, ep)
     _TIME_CACHE[key] = (weakref.ref(graph, lambda _r, k=key: _TIME_CACHE.pop(k, None)), value)
     return value
 
@@ -184,8 +200,8 @@ def fused_attention(spec: WorkloadSpec, device: Device) -> bool:
     return framework_of(spec).fused_attention and not device.measured
 
 
-def _layer_times(spec, graph, tp, sp, mbs, device, cfg, cp, fused):
-    nodes = shard_nodes(graph, tp, sp, spec.model.heads, cp)
+def _layer_times(spec, graph, tp, sp, mbs, device, cfg, cp, fused, ep):
+    nodes = shard_nodes(graph, tp, sp, spec.model.heads, cp, ep)
     prec = spec.training.precision
     eb = BYTES[prec]
     low = prec in LOW_PRECISIONS
@@ -198,7 +214,7 @@ def _layer_times(spec, graph, tp, sp, mbs, device, cfg, cp, fused):
     is_gemm = nodes.gemm_m > 0
     m = nodes.gemm_m * np.where(nodes.attention, 1, mbs)
     batch = nodes.gemm_batch * np.where(nodes.attention, mbs, 1)
-    eff = gemm_efficiency(m, nodes.gemm_n, nodes.gemm_k, batch, cfg, sms)
+    eff = gemm_efficiency(m, nodes.gemm_n, nodes.gemm_k, batch, cfg, sms) * np.where(nodes.experts, cfg.grouped_gemm_eff, 1.0)
     work = np.where(nodes.attention & fused & (spec.model.family in DECODER_FAMILIES), CAUSAL_FUSED_WORK, 1.0)
     fwd_f = nodes.fwd_flops * mbs * work
     bwd_f = nodes.bwd_flops * mbs * work
@@ -212,6 +228,9 @@ def _layer_times(spec, graph, tp, sp, mbs, device, cfg, cp, fused):
     # Unfused attention: the s² scores make extra passes through memory (the GEMM I/O is counted above).
     passes = 0.0 if fused else cfg.score_passes
     scores = np.where(nodes.attention, nodes.gemm_m * nodes.gemm_n * batch * eb, 0.0)
+    # The ep group waits for its busiest rank: its experts run moe_imbalance times the balanced share.
+    busiest = np.where(nodes.experts, cfg.moe_imbalance, 1.0)
+    fwd, bwd = fwd * busiest, bwd * busiest
     fwd = fwd + passes * scores / bw + cfg.launch_s
     bwd = bwd + 2 * passes * scores / bw + 2 * cfg.launch_s
     return fwd, bwd
@@ -229,9 +248,10 @@ def _tp_time(layout: Layout, calls: np.ndarray, elems: np.ndarray, call_s: float
     return calls * (comm.allreduce(size, g) + call_s)
 
 
-def _memory_gib(spec: WorkloadSpec, lay: Layout, fused: bool) -> tuple[float, list[float], dict[str, float]]:
+def _memory_gib(spec: WorkloadSpec, lay: Layout, fused: bool,
+                imbalance: float = 1.0) -> tuple[float, list[float], dict[str, float]]:
     """Peak GiB of the plan's fullest rank, GiB per pipeline stage, and the fullest rank's parts."""
-    parts = memory_per_stage(spec, lay, fused)
+    parts = memory_per_stage(spec, lay, fused, imbalance)
     total, top = peak(parts)
     return float(total[top]) / GIB, [float(x) / GIB for x in total], {k: float(parts[k][top]) / GIB for k in MEMORY_PARTS}
 
@@ -246,6 +266,7 @@ class StageTimes:
     cp: np.ndarray  # context-parallel K/V exchange
     kernels: np.ndarray  # the kernels' own forward + backward (before a host-bound GPU stretches them)
     attention: np.ndarray  # the attention cores' forward + backward: what a cp ring hides behind
+    ep: np.ndarray  # expert-parallel token dispatch and combine all-to-alls
 
 
 def _hidden(comm: float, window: float, on: bool, cfg: AnalyticalConfig) -> float:
@@ -289,7 +310,7 @@ class AnalyticalPredictor(Predictor):
                      config: AnalyticalConfig) -> StageTimes:
         """Per pipeline rank, one micro-batch: computation (with recomputation), tp and cp communication."""
         plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
-        fwd, bwd = layer_times(spec, graph, plan.tp, plan.sp, plan.mbs, device, config, plan.cp)
+        fwd, bwd = layer_times(spec, graph, plan.tp, plan.sp, plan.mbs, device, config, plan.cp, plan.ep)
         cfg = config.for_device(device)
         t_f = counts @ fwd
         t_b = counts @ bwd
@@ -300,6 +321,7 @@ class AnalyticalPredictor(Predictor):
             t_b = t_b + counts[:, nodes.attention] @ fwd[nodes.attention]
         t_tp = self._tp_stage_time(lay, cfg, device) if plan.tp > 1 else np.zeros_like(t_f)
         t_cp = self._cp_stage_time(spec, lay, device) if plan.cp > 1 else np.zeros_like(t_f)
+        t_ep = self._ep_stage_time(lay, cfg) if plan.ep > 1 else np.zeros_like(t_f)
         attention = counts[:, nodes.attention] @ (fwd + bwd)[nodes.attention]
         ops = np.array([HOST_OPS.get(k, 1) for k in nodes.kind], dtype=float) * cfg.host_op_s
         host_f = counts @ ops
@@ -309,10 +331,10 @@ class AnalyticalPredictor(Predictor):
         elif plan.recompute == "selective":
             host_b = host_b + counts[:, nodes.attention] @ ops[nodes.attention]
         if device.measured:  # synchronous: the host's work adds to the kernels'
-            return StageTimes(t_f + host_f, t_b + host_b, t_tp, t_cp, t_f + t_b, attention)
+            return StageTimes(t_f + host_f, t_b + host_b, t_tp, t_cp, t_f + t_b, attention, t_ep)
         # asynchronous GPU: a host-bound micro-batch stretches its compute to the host's pace
         stretch = np.maximum(1.0, (host_f + host_b - t_tp) / np.maximum(t_f + t_b, 1e-30))
-        return StageTimes(t_f * stretch, t_b * stretch, t_tp, t_cp, t_f + t_b, attention)
+        return StageTimes(t_f * stretch, t_b * stretch, t_tp, t_cp, t_f + t_b, attention, t_ep)
 
     @staticmethod
     def _cp_stage_time(spec: WorkloadSpec, lay: Layout, device: Device) -> np.ndarray:
@@ -332,6 +354,18 @@ class AnalyticalPredictor(Predictor):
             link = g.inter if g.n_inter > 1 else g.intra_for("send_recv")
             one = 3 * (plan.cp - 1) * comm.p2p(chunk, link)  # forward K, V; backward K, V, dK, dV
         return layers * one
+
+    @staticmethod
+    def _ep_stage_time(lay: Layout, cfg: AnalyticalConfig) -> np.ndarray:
+        """Expert-parallel seconds per pipeline rank for one micro-batch: each MoE layer dispatches its
+        tokens·top_k·hidden elements to the experts' ranks and combines the results back, in forward and again
+        (their gradients) in backward: 4 all-to-alls over the ep group, 6 with full recomputation
+        (Megatron-Core's alltoall token dispatcher; `predictor.moe.alltoall`)."""
+        plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
+        calls = 6 if plan.recompute == "full" else 4
+        size = nodes.dispatch * plan.mbs * lay.act_bytes * cfg.moe_imbalance
+        one = np.array([alltoall(x, lay.ep_group, cfg.a2a_eff) for x in size])
+        return calls * (counts @ one)
 
     @staticmethod
     def _tp_stage_time(lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndarray:
@@ -362,17 +396,18 @@ class AnalyticalPredictor(Predictor):
                 batch_cache[key] = compute()
             return batch_cache[key]
 
-        sharding = (plan.pp, plan.v, plan.tp, plan.sp, plan.cp)  # what a rank's layers and parameters depend on
+        sharding = (plan.pp, plan.v, plan.tp, plan.sp, plan.cp, plan.ep)  # what a rank's layers and parameters depend on
         st = cached(("stage", *sharding, plan.mbs, plan.recompute, plan.cp_comm, lay.tp_group, lay.cp_group),
                     lambda: self._stage_times(spec, graph, lay, device, config))
         overlapped = framework.overlap(plan)
         collective_s, p2p_s = call_costs(cfg, device)
-        per_mb = st.fwd + st.bwd + st.tp + st.cp
+        per_mb = st.fwd + st.bwd + st.tp + st.cp + st.ep
         s = int(np.argmax(per_mb))
         p, v = plan.pp, plan.v
         compute = m * (st.fwd[s] + st.bwd[s])
         tp_comm = m * st.tp[s]
         cp_comm = m * st.cp[s]
+        ep_comm = m * st.ep[s]
         # Fill and drain: the other stages' micro-batch time before the slowest stage starts and after it ends,
         # (Σ t − max t)/v; (p-1)/v of the slowest stage's time when the stages are balanced (Narayanan et al. 2021).
         bubble = (per_mb.sum() - per_mb[s]) / v
@@ -382,26 +417,32 @@ class AnalyticalPredictor(Predictor):
             pp_p2p = float(2 * (m * v + p - 1) * one)
         else:
             pp_p2p = 0.0
-        psi = cached(("psi", *sharding), lambda: lay.stage_counts @ lay.nodes.params)
-        grad_sync, param_gather = cached(("dp", *sharding, plan.dp, plan.zero, m, lay.dp_group),
-                                         lambda: self._dp_time(lay, psi, m, collective_s))
+        psi, psi_exp = cached(("psi", *sharding), lambda: stage_params(lay))
+        grad_sync, param_gather = cached(
+            ("dp", *sharding, plan.dp, plan.zero, m, lay.dp_group, lay.edp_group),
+            lambda: np.add(self._dp_time(lay, psi - psi_exp, m, collective_s, lay.dp_group),
+                           self._dp_time(lay, psi_exp, m, collective_s, lay.edp_group)))
         hidden = {
             "tp_comm": _hidden(tp_comm, compute, "tp" in overlapped, cfg),
             "cp_comm": _hidden(cp_comm, m * st.attention[s], plan.cp_comm == "ring", cfg),
+            "ep_comm": _hidden(ep_comm, compute, "ep" in overlapped, cfg),
             "dp_grad": _hidden(grad_sync, st.bwd[s], "dp" in overlapped, cfg),
             "dp_param": _hidden(param_gather, compute if plan.zero >= 3 else st.fwd[s], "param" in overlapped, cfg),
             "pp_p2p": _hidden(pp_p2p, compute, "pp" in overlapped, cfg),
         }
         opt_bytes = 2 * optimizer_bytes_per_param(spec.training.optimizer, spec.training.precision) + lay.grad_bytes + lay.param_bytes
-        shard = plan.dp * plan.cp if plan.zero >= 1 else 1
-        optimizer = float(psi.max()) / shard * opt_bytes / (device.mem_bandwidth * cfg.bw_eff)
+        shard, expert_shard = (plan.dp * plan.cp, lay.edp_group.size) if plan.zero >= 1 else (1, 1)
+        local = (psi - psi_exp) / shard + psi_exp / expert_shard
+        optimizer = float(local.max()) * opt_bytes / (device.mem_bandwidth * cfg.bw_eff)
         breakdown = {"compute": float(compute + cfg.overlap_slowdown * sum(hidden.values())),
                      "tp_comm": float(tp_comm - hidden["tp_comm"]), "cp_comm": float(cp_comm - hidden["cp_comm"]),
+                     "ep_comm": float(ep_comm - hidden["ep_comm"]),
                      "dp_comm": float(grad_sync + param_gather - hidden["dp_grad"] - hidden["dp_param"]),
                      "pp_bubble": float(bubble), "pp_p2p": pp_p2p - hidden["pp_p2p"], "optimizer": optimizer}
         iter_time = sum(breakdown.values())
         peak, per_stage, memory_parts = cached(("memory", *sharding, plan.dp, plan.zero, plan.mbs, plan.recompute,
-                                                plan.schedule, m), lambda: _memory_gib(spec, lay, fused_attention(spec, device)))
+                                                plan.schedule, m), lambda: _memory_gib(spec, lay, fused_attention(spec, device),
+                                                                      cfg.moe_imbalance))
         tflops = model_flops / iter_time / plan.gpus / 1e12
         return Prediction(
             iter_time_s=iter_time, breakdown=breakdown,
@@ -412,17 +453,17 @@ class AnalyticalPredictor(Predictor):
         )
 
     @staticmethod
-    def _dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float) -> tuple[float, float]:
+    def _dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float, g: comm.Group) -> tuple[float, float]:
         """(gradient sync, parameter all-gather) seconds of the stage whose sync is slowest, call by call over
-        the dp·cp group: each call pays the link latency, and on a measured device `call_s` (its in-step cost).
+        the group `g` (dp·cp ranks; the expert-data-parallel ranks for the experts): each call pays the link latency, and on a measured device `call_s` (its in-step cost).
 
         ZeRO-0/1: DDP buckets (DDP_BUCKET_BYTES) all-reduced, or reduce-scattered and the updated
         weights all-gathered. ZeRO-2/3: one FSDP unit per block plus one for the rest of the stage, each
         reduce-scattering its gradients; ZeRO-2 gathers its weights once per step, ZeRO-3 again in every
         micro-batch's forward and backward.
         """
-        plan, g = lay.plan, lay.dp_group
-        if g.size == 1:
+        plan = lay.plan
+        if g.size == 1 or not psi.any():
             return 0.0, 0.0
         grads, weights = psi * lay.grad_bytes, psi * lay.param_bytes
         if plan.zero <= 1:

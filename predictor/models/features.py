@@ -40,7 +40,7 @@ DISPATCH_S = 20e-6  # reference cost of one eager operator call (the factor lear
 # cost is in the analytical per-kernel launch term.
 SYNCHRONOUS_DEVICES = ("cpu",)
 # Context-parallel exchange is model-parallel communication inside a layer, as tensor-parallel's is.
-TERM_OF_PART = {"compute": "compute", "dp_comm": "dp_comm", "tp_comm": "tp_comm", "cp_comm": "tp_comm",
+TERM_OF_PART = {"compute": "compute", "dp_comm": "dp_comm", "tp_comm": "tp_comm", "cp_comm": "tp_comm", "ep_comm": "tp_comm",
                  "pp_bubble": "pp", "pp_p2p": "pp", "optimizer": "optimizer"}
 assert set(TERM_OF_PART) == set(TIME_PARTS), "every time part must map to a correction term"
 

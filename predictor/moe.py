@@ -1,0 +1,104 @@
+"""Mixtures of experts: balanced routing for tracing, parameter counts, and expert-parallel communication.
+
+The published MoE runs ScaleDL is measured against force the token distribution to be balanced among
+the experts (Megatron-Bridge performance recipes: "token distribution force-balanced among experts,
+dropless"). The layer graph is therefore traced with `balanced_experts_forward`, registered as a
+transformers experts implementation: the tokens·top_k token-expert pairs are dealt evenly, tokens·top_k/E
+to each of the E experts, and each expert runs two GEMMs (gate/up, then down) on its share, as a
+grouped GEMM does. FLOPs are those of the active experts only, and the saved tensors are the grouped
+GEMMs' inputs. Routing that is not balanced is priced with `AnalyticalConfig.moe_imbalance`: the most
+loaded expert rank receives that factor times the balanced share, which the others wait for.
+
+Expert parallelism (`ep`, Megatron-Core's convention): the dp·tp·cp ranks of one pipeline stage are
+regrouped for the expert layers into ep groups, each rank holding E/ep experts (expert tensor parallelism
+1, as the Megatron-Bridge MoE recipes run). Each MoE layer dispatches every token-expert pair to the
+rank holding its expert and combines the results back: two all-to-alls in forward and two in backward,
+each rank sending (ep-1)/ep of its tokens·top_k·hidden elements (Megatron-Core's alltoall token
+dispatcher). The expert weights' gradients are synchronised over the expert-data-parallel group,
+dp·tp·cp/ep ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+from predictor import comm
+
+if TYPE_CHECKING:  # pragma: no cover
+    from predictor.workload import ModelSpec
+
+BALANCED = "scaledl_balanced"
+
+
+def balanced_experts_forward(self: torch.nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                             top_k_weights: torch.Tensor) -> torch.Tensor:
+    """A transformers experts forward with balanced routing: token-expert pair i goes to expert i // (T·k/E),
+    each expert a batched GEMM over its share (shapes are static, so it traces on the meta device)."""
+    tokens, hidden = hidden_states.shape
+    k = top_k_index.size(-1)
+    experts = self.num_experts
+    share = math.ceil(tokens * k / experts)
+    x = hidden_states.repeat_interleave(k, dim=0)
+    x = F.pad(x, (0, 0, 0, experts * share - tokens * k)).view(experts, share, hidden)
+    up_w = self.gate_up_proj if self.has_gate else self.up_proj
+    up = torch.bmm(x, up_w if self.is_transposed else up_w.transpose(1, 2))
+    if self.has_bias:
+        up = up + (self.gate_up_proj_bias if self.has_gate else self.up_proj_bias)[:, None, :]
+    act = self._apply_gate(up) if self.has_gate else self.act_fn(up)
+    out = torch.bmm(act, self.down_proj if self.is_transposed else self.down_proj.transpose(1, 2))
+    if self.has_bias:
+        out = out + self.down_proj_bias[:, None, :]
+    out = out.reshape(experts * share, hidden)[: tokens * k] * top_k_weights.reshape(-1, 1).to(out.dtype)
+    return out.view(tokens, k, hidden).sum(dim=1)
+
+
+def register_balanced_experts() -> None:
+    """Make `BALANCED` a transformers experts implementation (idempotent)."""
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+    if BALANCED not in ALL_EXPERTS_FUNCTIONS:
+        ALL_EXPERTS_FUNCTIONS.register(BALANCED, balanced_experts_forward)
+
+
+def expert_params(model: "ModelSpec") -> int:
+    """Parameters of the routed experts of the whole model (what ep shards): per MoE layer E experts of
+    gate, up and down projections (GPT-OSS: with biases)."""
+    if not model.is_moe:
+        return 0
+    h, f, e = model.hidden or 0, model.expert_ffn_size, model.experts or 0
+    per_expert = 3 * h * f + (2 * f + h if model.family == "gpt_oss" else 0)
+    return e * per_expert * moe_layers(model)
+
+
+def moe_layers(model: "ModelSpec") -> int:
+    """Layers whose MLP is a mixture of experts (the leading dense layers excluded, the MTP layers included)."""
+    return (model.layers or 0) - model.dense_layers + model.mtp_layers if model.is_moe else 0
+
+
+def active_params(total: int, model: "ModelSpec") -> int:
+    """Parameters one token passes through: all but the experts it is not routed to (the embedding counted,
+    as the models' own 'active parameters' figures count it)."""
+    if not model.is_moe:
+        return total
+    unused = 1 - (model.top_k or 0) / (model.experts or 1)
+    return int(round(total - unused * expert_params(model)))
+
+
+def alltoall(size: float, group: comm.Group, eff: float = 1.0) -> float:
+    """Seconds of one all-to-all in which each of the group's n ranks sends `size` bytes spread evenly over
+    the n ranks (1/n of it stays local): inside an NVLink domain (n_intra ranks) over NVLink, to the other
+    domains over each GPU's NIC, the two running concurrently; `eff`: the share of link bandwidth an
+    all-to-all's many small messages reach."""
+    n = group.size
+    if n <= 1 or size <= 0:
+        return 0.0
+    intra = group.intra_for("alltoall")
+    intra_bytes = size * (group.n_intra - 1) / n
+    inter_bytes = size * (n - group.n_intra) / n
+    t_intra = intra_bytes / (intra.bandwidth * eff) + (group.n_intra - 1) * intra.latency if group.n_intra > 1 else 0.0
+    t_inter = inter_bytes / (group.inter.bandwidth * eff) + group.inter.latency if group.n_inter > 1 else 0.0
+    return max(t_intra, t_inter)
