@@ -69,9 +69,7 @@ def plan_mesh(plan: Plan, device_type: str) -> Any:
 
 
 def _local_numel(p: torch.Tensor) -> int:
-    from torch.distributed.tensor import DTensor
-
-    return p.to_local().numel() if isinstance(p, DTensor) else p.numel()
+    return _local(p).numel()
 
 
 def _chunk_names(chunk: nn.Module, paths: dict[int, str]) -> dict[str, str]:
@@ -88,6 +86,44 @@ def _held(chunks: list[nn.Module], names: list[dict[str, str]], whole: dict[str,
             path = table[n.removeprefix("module.")]
             out[path] = [_local_numel(p), whole[path]]
     return out
+
+
+def _embedding_group(plan: Plan, mesh: Any) -> Any:
+    """This rank's group of the first and the last pipeline rank with its other coordinates (Megatron's
+    embedding group: where a tied embedding and LM head live on different stages); every rank creates all."""
+    key = ("embedding", id(mesh))
+    if key not in _MESHES:
+        ranks = mesh.mesh.movedim(mesh.mesh_dim_names.index("pp"), 0).reshape(plan.pp, -1)
+        mine = None
+        for a, b in zip(ranks[0].tolist(), ranks[-1].tolist()):
+            group = dist.new_group([a, b])
+            mine = group if dist.get_rank() in (a, b) else mine
+        _MESHES[key] = mine
+    return _MESHES[key]
+
+
+def _tied_sync(plan: Plan, mesh: Any, chunks: list[nn.Module], names: list[dict[str, str]], tied: set[str]
+               ) -> Callable[[], None]:
+    """Sum the gradients of weights tied across the first and the last pipeline chunk (the word embedding and
+    the LM head), as Megatron does after the backward pass: both copies then take the single model's step."""
+    if plan.pp == 1 or not tied:
+        return lambda: None
+    group = _embedding_group(plan, mesh)
+    mine = [p for c, table in zip(chunks, names) for n, p in c.named_parameters()
+            if table[n.removeprefix("module.")] in tied]
+
+    def sync() -> None:
+        for p in mine:  # a copy the stage does not use (GPT's position embeddings on the last) adds zeros
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            dist.all_reduce(_local(p.grad), group=group)
+    return sync
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+
+    return t.to_local() if isinstance(t, DTensor) else t
 
 
 def _optimizer(params: list[torch.Tensor], plan: Plan, mesh: Any, name: str, lr: float) -> torch.optim.Optimizer:
@@ -186,10 +222,11 @@ def run_plan(job: dict, rank: int, world: int, device: torch.device,
         apply_tp(model, spec, mesh["tp"], plan.sp)
     apply_recompute(model, plan.recompute)
     paths = {id(p): n for n, p in model.named_parameters()}
-    all_chunks, loss_fn = model_chunks(model, spec, plan.pp * plan.v, plan.mbs, mesh["tp"] if plan.sp else None)
+    all_chunks, loss_fn = model_chunks(model, spec, plan.pp * plan.v, mesh["tp"] if plan.sp else None)
     indices = [coord["pp"] + i * plan.pp for i in range(plan.v)]  # torchtitan's loop order of interleaved stages
     chunks = [all_chunks[i] for i in indices]
     names = [_chunk_names(c, paths) for c in chunks]
+    tied = set(_chunk_names(all_chunks[0], paths).values()) & set(_chunk_names(all_chunks[-1], paths).values())
     del model, all_chunks
     torch.manual_seed(1)  # the same global batch on every rank; each dp rank trains on its slice
     inputs = example_inputs(spec, batch, device, dtype)
@@ -202,6 +239,7 @@ def run_plan(job: dict, rank: int, world: int, device: torch.device,
     optimizer = _optimizer(params, plan, mesh, job.get("optimizer", "adam"), float(job.get("lr", 1e-4)))
     losses: list[float] = []
     step = _step_fn(plan, chunks, loss_fn, first, labels, indices, mesh, device, losses)
+    sync_tied = _tied_sync(plan, mesh, chunks, names, tied)
     reset_peak(device)  # the whole model built above is freed: the peak is this rank's training
     times, reported = [], []
     for i in range(int(job["warmup"]) + int(job["steps"])):
@@ -211,6 +249,7 @@ def run_plan(job: dict, rank: int, world: int, device: torch.device,
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         step()
+        sync_tied()
         optimizer.step()
         _sync(device)
         if i >= int(job["warmup"]):

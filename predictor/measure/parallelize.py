@@ -110,7 +110,7 @@ def apply_tp(model: nn.Module, spec: ModelSpec, mesh: Any, sp: bool) -> nn.Modul
     gradients reduced over tp) and modules starting with column linears gather the sequence first;
     `model_chunks` scatters the embeddings' output and gathers before the head.
     """
-    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor import DTensor, Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module,
     )
@@ -150,11 +150,11 @@ def apply_tp(model: nn.Module, spec: ModelSpec, mesh: Any, sp: bool) -> nn.Modul
     if sp:
         for path, module in model.named_modules():
             if in_block(path) and layer_kind(module) in ("layernorm", "rmsnorm"):
-                plan[path] = SequenceParallel()
+                plan[path] = SequenceParallel(use_local_output=True)  # post-LN (BERT): the norm feeds the residual
     parallelize_module(model, mesh, plan)
-    for owners in tied:  # parallelize_module made one new parameter per module: tie them again
-        first, name = owners[0]
-        for module, attr in owners[1:]:
+    for owners in tied:  # parallelize_module made a new parameter for the module it sharded: tie to that one
+        first, name = next(((m, a) for m, a in owners if isinstance(getattr(m, a), DTensor)), owners[0])
+        for module, attr in owners:
             setattr(module, attr, getattr(first, name))
     return model
 
@@ -292,9 +292,9 @@ class Layout:
     max_chunks: int | None = None  # T5: encoder | decoder
 
 
-def layout(model: nn.Module, spec: ModelSpec, mbs: int) -> Layout:
+def layout(model: nn.Module, spec: ModelSpec) -> Layout:
     """How `model` of `spec`'s family splits into pipeline units (T5: the encoder, then decoder and head, whose
-    decoder ids are a fixed random buffer of the micro-batch's shape, so only hidden states cross stages)."""
+    decoder ids are a fixed random row, the same for every sample, so only hidden states cross stages)."""
     fam = spec.family
     if fam == "gpt":
         return Layout({"emb": model.embedding}, list(model.layers), {"ln": model.final_layernorm, "emb": model.embedding},
@@ -324,7 +324,7 @@ def layout(model: nn.Module, spec: ModelSpec, mbs: int) -> Layout:
         return Layout({"emb": base.embeddings}, list(layers), {"norm": base.layernorm, "head": model.classifier},
                       lambda p, px: p["emb"](px), lambda p, x: p["head"](p["norm"](x)[:, 0, :]), F.cross_entropy)
     if fam == "t5":
-        dec_ids = torch.randint(0, spec.vocab or 2, (mbs, spec.seq_len or 1))
+        dec_ids = torch.randint(0, spec.vocab or 2, (1, spec.seq_len or 1))  # one row for every sample: any mbs
         # As T5ForConditionalGeneration.forward: with tied embeddings the decoder output is scaled by
         # d_model^-0.5 before the LM head. Without it the logits are sqrt(d_model) times too large, the
         # softmax's gradient underflows into denormals, and a CPU step runs up to 11x slower (d_model 128).
@@ -332,7 +332,7 @@ def layout(model: nn.Module, spec: ModelSpec, mbs: int) -> Layout:
         out_scale = model.model_dim ** -0.5 if scaled else 1.0
 
         def post(p: nn.ModuleDict, x: torch.Tensor) -> torch.Tensor:
-            ids = dec_ids[: x.shape[0]].to(x.device)
+            ids = dec_ids.to(x.device).expand(x.shape[0], -1)
             out = p["dec"](input_ids=ids, encoder_hidden_states=x, use_cache=False).last_hidden_state
             return p["lm_head"](out * out_scale)
         return Layout({"enc": model.encoder}, [], {"dec": model.decoder, "lm_head": model.lm_head},
@@ -357,10 +357,10 @@ def chunk_blocks(blocks: int, chunks: int) -> list[tuple[bool, range, bool]]:
     return out
 
 
-def model_chunks(model: nn.Module, spec: ModelSpec, chunks: int, mbs: int, seq_mesh: Any = None
+def model_chunks(model: nn.Module, spec: ModelSpec, chunks: int, seq_mesh: Any = None
                  ) -> tuple[list[Stage], Callable]:
     """`model` as `chunks` consecutive `Stage`s (one: the whole model), and the loss the last one's output takes."""
-    lay = layout(model, spec, mbs)
+    lay = layout(model, spec)
     if lay.max_chunks is not None and chunks > lay.max_chunks:
         raise ValueError(f"pipeline parallel: {spec.family} splits into at most {lay.max_chunks} chunks, not {chunks}")
     stages = []
