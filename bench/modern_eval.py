@@ -1,21 +1,23 @@
 """Accuracy of the analytical model on Megatron-Core performance recipes (H100, B200, GB200, GB300).
 
 Predicts every row of ../shared/ground_truth/megatron_bridge_2511.csv with its exact plan
-(`predictor.evaluate.bridge_workload`) and prints per-row errors and the MAPE of the dense rows
-(MoE rows are listed as not modelled until ScaleDL describes mixtures of experts).
+(`predictor.evaluate.bridge_workload`, MoE rows with their expert parallel size) and prints per-row errors
+and the MAPE of the dense rows and of the MoE rows apart.
 
 The file may calibrate constants that describe the framework or the hardware, never a row: the
 grid of `AnalyticalConfig` constants below (FP8 GEMM efficiency, overlap efficiency and slowdown,
 large-GEMM efficiency) is searched on the rows of three systems and scored on the fourth
 (leave-one-system-out); the cross-validated MAPE is printed beside the first-principles one and
-the in-file one (constants chosen on every row).
+the in-file one (constants chosen on every row). The MoE rows are predicted with the dense constants (for a
+held-out system: those chosen without it) and calibrate only the MoE constants (grouped-GEMM and all-to-all
+efficiency, MOE_GRID) the same way, leave-one-system-out over the MoE rows, so the dense figures do not move.
 
 Memory: every row ran, so each plan's predicted per-GPU peak should fit the device; rows predicted
 over its capacity are counted (the file gives no memory figures).
 
     .venv/bin/python bench/modern_eval.py [--shared PATH] [--no-calibrate] [--record]
 
-`--record` writes the in-file constants to predictor/checkpoints/framework-constants.json (the
+`--record` writes the in-file constants (dense and MoE) to predictor/checkpoints/framework-constants.json (the
 Megatron-Core profile's constants every prediction of that framework then uses) and each system's
 leave-one-system-out MAPE to predictor/checkpoints/analytical-accuracy.json (what `scaledl plan`
 reports as the analytical model's measured accuracy on that device).
@@ -41,7 +43,7 @@ from predictor.evaluate import BRIDGE_DEVICES, bridge_measured_s, bridge_workloa
 from predictor.graph import graph_for  # noqa: E402
 from predictor.hardware import get_device  # noqa: E402
 from predictor.models.analytical import (  # noqa: E402
-    CALIBRATED_FIELDS, FRAMEWORK_CONSTANTS, AnalyticalConfig, AnalyticalPredictor)
+    CALIBRATED_FIELDS, FRAMEWORK_CONSTANTS, MOE_CALIBRATED_FIELDS, AnalyticalConfig, AnalyticalPredictor)
 from predictor.models.registry import ANALYTICAL_ACCURACY  # noqa: E402
 
 FILE = "megatron_bridge_2511.csv"
@@ -53,6 +55,13 @@ GRID: dict[str, tuple[float, ...]] = {
     "gemm_eff_max": (0.5, 0.6, 0.7, 0.8, 0.9),
 }
 assert tuple(GRID) == CALIBRATED_FIELDS
+# MoE constants, each over a range its docstring argues for (1.0: first principles).
+MOE_GRID: dict[str, tuple[float, ...]] = {
+    "grouped_gemm_eff": (0.4, 0.5, 0.6, 0.7, 0.8, 1.0),
+    "a2a_eff": (0.5, 1.0),
+    "expert_host_s": (0.0, 25e-6, 50e-6, 75e-6, 100e-6, 150e-6),
+}
+assert tuple(MOE_GRID) == MOE_CALIBRATED_FIELDS
 
 
 def load_rows(path: Path) -> pd.DataFrame:
@@ -77,15 +86,61 @@ def mape(predicted: np.ndarray, measured: np.ndarray) -> float:
     return float(np.mean(np.abs(predicted - measured) / measured))
 
 
-def configs() -> list[AnalyticalConfig]:
-    keys = list(GRID)
-    return [replace(AnalyticalConfig(), **dict(zip(keys, values))) for values in itertools.product(*GRID.values())]
+def configs(base: AnalyticalConfig | None = None, grid: dict[str, tuple[float, ...]] = GRID) -> list[AnalyticalConfig]:
+    """Every combination of `grid`'s values over `base` (default: first principles)."""
+    keys = list(grid)
+    return [replace(base or AnalyticalConfig(), **dict(zip(keys, values))) for values in itertools.product(*grid.values())]
 
 
 def choose(rows: list[tuple], measured: np.ndarray, grid: list[AnalyticalConfig]) -> AnalyticalConfig:
     """The grid's config with the lowest MAPE on these rows."""
     scores = [mape(predict_rows(rows, cfg), measured) for cfg in grid]
     return grid[int(np.argmin(scores))]
+
+
+class Rows:
+    """Rows of the file as (spec, graph, plan), with their measured seconds and systems."""
+
+    def __init__(self, df: pd.DataFrame, built: list[tuple]) -> None:
+        self.index = [i for i, _, _ in built]
+        self.rows = [(spec, graph_for(spec.model), plan) for _, spec, plan in built]
+        self.measured = df.loc[self.index, "measured_s"].to_numpy()
+        self.systems = df.loc[self.index, "system"].to_numpy()
+        self.frame = df.loc[self.index]
+
+
+def calibrate(rows: Rows, grid_for) -> tuple[dict[str, AnalyticalConfig], np.ndarray, AnalyticalConfig]:
+    """Leave-one-system-out: per system, the grid's (`grid_for(system)`) best config on the other systems' rows
+    and its predictions of the held-out rows; and the grid's (over no held-out system) best on every row."""
+    cv = np.empty(len(rows.rows))
+    chosen = {}
+    for system in sorted(set(rows.systems)):
+        train = rows.systems != system
+        cfg = choose([r for r, t in zip(rows.rows, train) if t], rows.measured[train], grid_for(system))
+        chosen[system] = cfg
+        cv[~train] = predict_rows([r for r, t in zip(rows.rows, train) if not t], cfg)
+    return chosen, cv, choose(rows.rows, rows.measured, grid_for(None))
+
+
+def print_rows(kind: str, rows: Rows, table: dict[str, np.ndarray]) -> int:
+    """Per-row errors and the MAPE of each column of `table`; returns the rows predicted over their GPU's memory."""
+    memory = peak_memory(rows.rows)
+    capacity = np.array([get_device(spec.cluster.device).mem_capacity / 2**30 for spec, _, _ in rows.rows])
+    measured, systems = rows.measured, rows.systems
+    print(f"\n### {kind} rows")
+    print(f"{'system':<10} {'model':<20} {'prec':<7} {'plan':<64} {'measured s':>10} {'peak GiB':>12} "
+          + " ".join(f"{name[:12]:>12}" for name in table))
+    for j, (spec, _, plan) in enumerate(rows.rows):
+        r = rows.frame.iloc[j]
+        errs = " ".join(f"{100 * (p[j] - measured[j]) / measured[j]:>+11.1f}%" for p in table.values())
+        short = f"dp={plan.dp},tp={plan.tp},pp={plan.pp},cp={plan.cp},v={plan.v},mbs={plan.mbs},zero={plan.zero}"
+        short += f",ep={plan.ep}" if plan.ep > 1 else ""
+        print(f"{r['system']:<10} {r['model']:<20} {r['precision']:<7} {short:<64} {measured[j]:>10.3f} "
+              f"{memory[j]:>6.0f}/{capacity[j]:<5.0f} {errs}")
+    for name, p in table.items():
+        per_system = ", ".join(f"{s} {100 * mape(p[systems == s], measured[systems == s]):.1f}%" for s in sorted(set(systems)))
+        print(f"MAPE {kind}, {name}: {100 * mape(p, measured):.1f}%  ({per_system})")
+    return int((memory > capacity).sum())
 
 
 def main() -> int:
@@ -104,59 +159,46 @@ def main() -> int:
         return 2
     t0 = time.perf_counter()
     df = load_rows(path)
-    dense, skipped = [], []
-    for i, r in enumerate(df.to_dict("records")):
-        built = bridge_workload(r)
-        if built is None:
-            skipped.append(f"{r['system']} {r['model']}")
-            continue
-        spec, plan = built
-        dense.append((i, spec, graph_for(spec.model), plan))
-    rows = [(spec, graph, plan) for _, spec, graph, plan in dense]
-    idx = [i for i, *_ in dense]
-    measured = df.loc[idx, "measured_s"].to_numpy()
-    systems = df.loc[idx, "system"].to_numpy()
-    base = predict_rows(rows, AnalyticalConfig())
-    table = {"first principles": base}
+    built = [(i, *bridge_workload(r)) for i, r in enumerate(df.to_dict("records")) if bridge_workload(r) is not None]
+    dense = Rows(df, [(i, spec, plan) for i, spec, plan in built if not spec.model.is_moe])
+    moe = Rows(df, [(i, spec, plan) for i, spec, plan in built if spec.model.is_moe])
+    skipped = len(df) - len(built)
+    print(f"## {FILE}: {len(dense.rows)} dense and {len(moe.rows)} MoE rows predicted" + (f", {skipped} not modelled" if skipped else ""))
+    table = {"first principles": predict_rows(dense.rows, AnalyticalConfig())}
+    moe_table = {"first principles": predict_rows(moe.rows, AnalyticalConfig())}
     if FRAMEWORK_CONSTANTS.is_file() and not args.record:
-        table["recorded"] = predict_rows(rows, None)
+        table["recorded"] = predict_rows(dense.rows, None)
+        moe_table["recorded"] = predict_rows(moe.rows, None)
+    chosen: dict[str, AnalyticalConfig] = {}
+    moe_chosen: dict[str, AnalyticalConfig] = {}
     if not args.no_calibrate:
-        grid = configs()
-        cv = np.empty_like(base)
-        chosen = {}
-        for system in sorted(set(systems)):
-            train = systems != system
-            cfg = choose([r for r, t in zip(rows, train) if t], measured[train], grid)
-            chosen[system] = cfg
-            cv[~train] = predict_rows([r for r, t in zip(rows, train) if not t], cfg)
-        in_file_cfg = choose(rows, measured, grid)
-        table["leave-one-system-out"] = cv
-        table["in-file"] = predict_rows(rows, in_file_cfg)
-    print(f"## {FILE}: {len(rows)} dense rows predicted; not modelled: {len(skipped)} MoE rows ({', '.join(sorted(set(skipped)))})")
-    memory = peak_memory(rows)
-    capacity = np.array([get_device(spec.cluster.device).mem_capacity / 2**30 for spec, _, _ in rows])
-    print(f"{'system':<10} {'model':<14} {'prec':<7} {'plan':<58} {'measured s':>10} {'peak GiB':>12} "
-          + " ".join(f"{name[:12]:>12}" for name in table))
-    for j, (spec, _, plan) in enumerate(rows):
-        r = df.loc[idx[j]]
-        errs = " ".join(f"{100 * (p[j] - measured[j]) / measured[j]:>+11.1f}%" for p in table.values())
-        short = f"dp={plan.dp},tp={plan.tp},pp={plan.pp},cp={plan.cp},v={plan.v},mbs={plan.mbs},zero={plan.zero}"
-        fits = f"{memory[j]:.0f}/{capacity[j]:.0f}"
-        print(f"{r['system']:<10} {r['model']:<14} {r['precision']:<7} {short:<58} {measured[j]:>10.3f} {fits:>12} {errs}")
-    for name, p in table.items():
-        per_system = ", ".join(f"{s} {100 * mape(p[systems == s], measured[systems == s]):.1f}%" for s in sorted(set(systems)))
-        print(f"MAPE dense, {name}: {100 * mape(p, measured):.1f}%  ({per_system})")
+        chosen, table["leave-one-system-out"], in_file_cfg = calibrate(dense, lambda held_out: configs())
+        table["in-file"] = predict_rows(dense.rows, in_file_cfg)
+        # MoE constants over the dense constants chosen without the held-out system (in-file: over all rows').
+        moe_chosen, moe_table["leave-one-system-out"], moe_in_file_cfg = calibrate(
+            moe, lambda held_out: configs(chosen.get(held_out, in_file_cfg), MOE_GRID))
+        moe_table["in-file"] = predict_rows(moe.rows, moe_in_file_cfg)
+    dense_over = print_rows("dense", dense, table)
+    moe_over = print_rows("MoE", moe, moe_table)
     if not args.no_calibrate:
         keys = list(GRID)
         for system, cfg in chosen.items():
             print(f"constants chosen without {system}: " + ", ".join(f"{k}={asdict(cfg)[k]}" for k in keys))
         print("constants chosen on every row (in-file): " + ", ".join(f"{k}={asdict(in_file_cfg)[k]}" for k in keys))
-    over = int((memory > capacity).sum())
-    print(f"memory: {over}/{len(rows)} rows that ran are predicted over their GPU's capacity")
+        for system, cfg in moe_chosen.items():
+            print(f"MoE constants chosen without {system}: " + ", ".join(f"{k}={asdict(cfg)[k]}" for k in MOE_GRID))
+        print("MoE constants chosen on every MoE row (in-file): "
+              + ", ".join(f"{k}={asdict(moe_in_file_cfg)[k]}" for k in MOE_GRID))
+    print(f"memory: {dense_over}/{len(dense.rows)} dense and {moe_over}/{len(moe.rows)} MoE rows that ran are predicted "
+          f"over their GPU's capacity")
     print(f"({time.perf_counter() - t0:.1f} s)")
     if args.record:
-        record(in_file_cfg, {s: (mape(cv[systems == s], measured[systems == s]), int((systems == s).sum()))
-                             for s in sorted(set(systems))}, len(rows), mape(cv, measured))
+        cv = table["leave-one-system-out"]
+        systems = dense.systems
+        record(replace(in_file_cfg, **{k: asdict(moe_in_file_cfg)[k] for k in MOE_GRID}),
+               {s: (mape(cv[systems == s], dense.measured[systems == s]), int((systems == s).sum()))
+                for s in sorted(set(systems))}, len(dense.rows), mape(cv, dense.measured),
+               len(moe.rows), mape(moe_table["leave-one-system-out"], moe.measured))
     return 0
 
 
@@ -166,13 +208,15 @@ def _write_json(path: Path, table: dict) -> None:
     tmp.replace(path)
 
 
-def record(cfg: AnalyticalConfig, cv_by_system: dict[str, tuple[float, int]], rows: int, cv_all: float) -> None:
+def record(cfg: AnalyticalConfig, cv_by_system: dict[str, tuple[float, int]], rows: int, cv_all: float,
+           moe_rows: int, moe_cv: float) -> None:
     """Store the Megatron-Core constants and each device's cross-validated accuracy (atomically)."""
     today = datetime.date.today().isoformat()
     constants = json.loads(FRAMEWORK_CONSTANTS.read_text()) if FRAMEWORK_CONSTANTS.is_file() else {}
-    constants["megatron"] = {"constants": {k: asdict(cfg)[k] for k in CALIBRATED_FIELDS},
+    constants["megatron"] = {"constants": {k: asdict(cfg)[k] for k in (*CALIBRATED_FIELDS, *MOE_CALIBRATED_FIELDS)},
                              "source": f"{FILE}: {rows} dense rows, chosen on all of them; leave-one-system-out "
-                                       f"MAPE {100 * cv_all:.1f}%", "measured_by": "bench/modern_eval.py --record",
+                                       f"MAPE {100 * cv_all:.1f}%; MoE constants on its {moe_rows} MoE rows with the "
+                                       f"dense ones fixed, leave-one-system-out MAPE {100 * moe_cv:.1f}%", "measured_by": "bench/modern_eval.py --record",
                              "date": today}
     _write_json(FRAMEWORK_CONSTANTS, constants)
     accuracy = json.loads(ANALYTICAL_ACCURACY.read_text()) if ANALYTICAL_ACCURACY.is_file() else {}

@@ -86,13 +86,16 @@ def embedding_and_loss_in_split(plan: "Plan", blocks: int) -> bool:
 
 def _pp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
     """A pipeline splits the repeated blocks evenly over pp·v chunks (the embedding and the loss may count
-    as a layer each, see `embedding_and_loss_in_split`)."""
+    as a layer each, see `embedding_and_loss_in_split`); a mixture of experts over any pp·v chunks up to its
+    layers, as Megatron-Core's pipeline layout does (the prediction spreads the layers evenly)."""
     if plan.pp == 1:
         return []
     blocks = spec.model.num_blocks
     if not blocks:
         return [f"pp={plan.pp} splits the transformer layers, but the model does not declare them "
                 f"(a module: model: give model.layers, or use pp=1)"]
+    if spec.model.is_moe and plan.pp * plan.v <= blocks:
+        return []  # Megatron-Core's --pipeline-model-parallel-layout places MoE layers unevenly (DeepSeek-V3 recipes)
     if blocks % (plan.pp * plan.v) and not embedding_and_loss_in_split(plan, blocks):
         return [f"pp*v = {plan.pp}*{plan.v} divides neither the {blocks} transformer layers nor {blocks + 2} "
                 f"(embedding and loss counted as layers)"]

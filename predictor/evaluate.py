@@ -173,7 +173,12 @@ def vtrain_workload(row: dict) -> tuple[WorkloadSpec, Plan]:
 
 # Megatron-Bridge's systems and models (megatron_bridge_2511.csv) as catalogue devices and presets.
 BRIDGE_DEVICES: dict[str, str] = {"DGX-H100": "h100", "DGX-B200": "b200", "DGX-GB200": "gb200", "DGX-GB300": "gb300"}
-BRIDGE_PRESETS: dict[str, str] = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b"}
+BRIDGE_PRESETS: dict[str, str] = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b",
+                                  "DeepSeekV3 (w/o MTP)": "deepseek-v3", "DeepSeekV3 (w/ MTP)": "deepseek-v3",
+                                  "GPT_OSS_120B": "gpt-oss-120b", "Qwen3_30B_a3B": "qwen3-30b-a3b",
+                                  "Qwen3_235B_a22B": "qwen3-235b-a22b"}
+# Rows that train with multi-token prediction (one MTP layer, as DeepSeek-V3 was trained).
+BRIDGE_MTP: dict[str, int] = {"DeepSeekV3 (w/ MTP)": 1}
 BRIDGE_PRECISIONS: dict[str, str] = {"BF16": "bf16", "FP8-CS": "fp8", "FP8-MX": "fp8"}
 
 
@@ -186,19 +191,19 @@ def bridge_workload(row: dict) -> tuple[WorkloadSpec, Plan] | None:
     """One Megatron-Bridge performance-recipe row as the workload and exact plan that ran (None for a model
     no preset describes): Megatron-Core, 8 GPUs per node (an NVL72 rack on GB200/GB300), dp = gpus /
     (tp·pp·cp), Megatron-FSDP (fsdp > 0) as ZeRO-3, else the distributed optimizer (ZeRO-1), sequence
-    parallel with tp, vp > 1 as the interleaved schedule."""
+    parallel with tp, vp > 1 as the interleaved schedule, the row's expert parallel size as ep."""
     preset = BRIDGE_PRESETS.get(row["model"])
     if preset is None:
         return None
     gpus, tp, pp, cp, vp = (int(row[k]) for k in ("gpus", "tp", "pp", "cp", "vp"))
     spec = parse_spec({
-        "model": {"preset": preset, "seq_len": int(row["seq_len"])},
+        "model": {"preset": preset, "seq_len": int(row["seq_len"]), "mtp_layers": BRIDGE_MTP.get(row["model"], 0)},
         "training": {"global_batch": int(row["gbs"]), "precision": BRIDGE_PRECISIONS[row["precision"]],
                      "framework": "megatron"},
         "cluster": {"device": BRIDGE_DEVICES[row["system"]], "nodes": gpus // 8, "gpus_per_node": 8}})
     plan = Plan(dp=gpus // (tp * pp * cp), tp=tp, pp=pp, cp=cp, mbs=int(row["mbs"]),
                 zero=3 if int(row["fsdp"]) > 0 else 1, sp=tp > 1,
-                schedule="interleaved" if vp > 1 else "1f1b", v=vp)
+                schedule="interleaved" if vp > 1 else "1f1b", v=vp, ep=int(row["ep"]))
     return spec, plan
 
 

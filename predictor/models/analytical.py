@@ -75,6 +75,12 @@ class AnalyticalConfig:
     a2a_eff: share of the link bandwidth the MoE token dispatch and combine all-to-alls reach (many messages
         of tokens·top_k·hidden/ep bytes each, NCCL's all-to-all through its p2p path). 1.0 from first
         principles; calibrated with grouped_gemm_eff.
+    expert_host_s: seconds per local expert, MoE layer and forward pass (twice per backward) that the GPU waits
+        for the host: Megatron-Core's alltoall token dispatcher copies the tokens-per-expert counts to the host
+        to size its all-to-all (a device-to-host synchronisation per MoE layer), after which the host launches
+        the layer's per-expert work (the grouped GEMM's per-expert splits and, in FP8, each expert's
+        quantisation: a few eager operators at `host_op_s` each per local expert) before the GPU can go on.
+        0 from first principles (no synchronisation); calibrated with grouped_gemm_eff.
     moe_imbalance: the tokens the busiest expert rank receives over the balanced share, which every rank of
         the ep group waits for; it stretches the experts' time and sizes the dispatch buffers. 1.0: balanced
         routing, as the published runs force it (Megatron-Bridge recipes); real routing with an auxiliary
@@ -100,6 +106,7 @@ class AnalyticalConfig:
     fp8_gemm_eff: float = 1.0
     grouped_gemm_eff: float = 1.0
     a2a_eff: float = 1.0
+    expert_host_s: float = 0.0
     moe_imbalance: float = 1.0
     call_s: float = 0.0
     step_p2p: bool = True
@@ -125,7 +132,7 @@ class AnalyticalConfig:
 FRAMEWORK_CONSTANTS = Path(__file__).resolve().parent.parent / "checkpoints" / "framework-constants.json"
 CALIBRATED_FIELDS: tuple[str, ...] = ("fp8_gemm_eff", "overlap_eff", "overlap_slowdown", "gemm_eff_max")
 # Calibrated after them, on the MoE rows only, with the dense constants fixed: they act on MoE layers alone.
-MOE_CALIBRATED_FIELDS: tuple[str, ...] = ("grouped_gemm_eff", "a2a_eff")
+MOE_CALIBRATED_FIELDS: tuple[str, ...] = ("grouped_gemm_eff", "a2a_eff", "expert_host_s")
 
 
 @cache
@@ -334,7 +341,11 @@ class AnalyticalPredictor(Predictor):
             return StageTimes(t_f + host_f, t_b + host_b, t_tp, t_cp, t_f + t_b, attention, t_ep)
         # asynchronous GPU: a host-bound micro-batch stretches its compute to the host's pace
         stretch = np.maximum(1.0, (host_f + host_b - t_tp) / np.maximum(t_f + t_b, 1e-30))
-        return StageTimes(t_f * stretch, t_b * stretch, t_tp, t_cp, t_f + t_b, attention, t_ep)
+        # each MoE layer's dispatcher waits for the host once per pass (forward, backward, a recomputed forward),
+        # which then launches its local experts' kernels: expert_host_s per local expert (gemm_batch = E/ep)
+        sync_f = counts @ (nodes.experts * nodes.gemm_batch) * cfg.expert_host_s
+        sync_b = sync_f * (3 if plan.recompute == "full" else 2)
+        return StageTimes(t_f * stretch + sync_f, t_b * stretch + sync_b, t_tp, t_cp, t_f + t_b, attention, t_ep)
 
     @staticmethod
     def _cp_stage_time(spec: WorkloadSpec, lay: Layout, device: Device) -> np.ndarray:
