@@ -54,7 +54,10 @@ _LLAMA_ARGS = {
 _GQA_ARGS = {"megatron": ["--group-query-attention", "--num-query-groups"], "deepspeed": ["--num-key-value-heads"]}
 _MEGATRON_CP_COMM = {"ring": "p2p", "allgather": "all_gather"}
 _MEGATRON_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
-_MEGATRON_OVERLAP = (("dp", "--overlap-grad-reduce"), ("param", "--overlap-param-gather"), ("tp", "--tp-comm-overlap"))
+_MEGATRON_OVERLAP = (("dp", "--overlap-grad-reduce"), ("param", "--overlap-param-gather"), ("tp", "--tp-comm-overlap"),
+                     ("ep", "--overlap-moe-expert-parallel-comm"))
+# torchtitan's MoE model per family (its `model.name`; Mixtral's architecture is its llama4 MoE).
+_TITAN_MODEL = {"deepseek_v3": "deepseek_v3", "qwen3_moe": "qwen3", "gpt_oss": "gpt_oss", "mixtral": "llama4"}
 # torch.distributed.pipelining schedule names; PyTorch's context parallel rotates K/V shards round a ring
 # with all-to-all, or all-gathers them.
 _TITAN_SCHEDULE = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
@@ -80,7 +83,7 @@ def as_run(plan: Plan, framework: Framework) -> Plan:
     exchanged: set[str] = set()
     if plan.dp * plan.cp > 1:
         exchanged |= {"dp", "param"} if plan.zero >= 1 else {"dp"}
-    exchanged |= {kind for kind in ("tp", "pp") if getattr(plan, kind) > 1}
+    exchanged |= {kind for kind in ("tp", "pp", "ep") if getattr(plan, kind) > 1}
     kinds = framework.overlap(plan) & exchanged
     return plan.with_(overlap=_overlap_value(kinds),
                       placement="-".join(plan.rank_order), cp_comm=plan.cp_comm if plan.cp > 1 else "ring",
@@ -116,8 +119,32 @@ def _model_args(spec: WorkloadSpec, framework: str) -> list[str]:
             "--max-position-embeddings", str(m.tokens)]
     if m.kv_heads is not None and m.kv_heads != m.heads:
         args += [*_GQA_ARGS[framework], str(m.kv_heads)]
-    if m.family == "llama":
+    if m.family == "llama" or m.is_moe:
         args += _LLAMA_ARGS[framework]
+    if m.is_moe and framework == "megatron":
+        args += _megatron_moe_args(spec)
+    return args
+
+
+def _megatron_moe_args(spec: WorkloadSpec) -> list[str]:
+    """A mixture of experts in Megatron-LM's arguments: experts, router, grouped GEMM and the alltoall
+    dispatcher (as its MoE recipes run), leading dense layers, shared experts, MLA and MTP."""
+    m = spec.model
+    args = ["--num-experts", str(m.experts), "--moe-router-topk", str(m.top_k), "--moe-ffn-hidden-size",
+            str(m.expert_ffn_size), "--moe-router-score-function", m.router, "--moe-grouped-gemm",
+            "--moe-token-dispatcher-type", "alltoall", "--moe-router-dtype", "fp32"]
+    if m.head_dim is not None:
+        args += ["--kv-channels", str(m.head_dim)]
+    if m.dense_layers:
+        args += ["--moe-layer-freq", "([0]*{}+[1]*{})".format(m.dense_layers, m.layers - m.dense_layers)]
+    if m.shared_experts:
+        args += ["--moe-shared-expert-intermediate-size", str(m.shared_experts * m.expert_ffn_size)]
+    if m.kv_lora_rank is not None:
+        args += ["--multi-latent-attention", "--q-lora-rank", str(m.q_lora_rank), "--kv-lora-rank",
+                 str(m.kv_lora_rank), "--qk-head-dim", str(m.qk_nope_head_dim), "--qk-pos-emb-head-dim",
+                 str(m.qk_rope_head_dim), "--v-head-dim", str(m.v_head_dim)]
+    if m.mtp_layers:
+        args += ["--mtp-num-layers", str(m.mtp_layers)]
     return args
 
 
@@ -201,7 +228,7 @@ def torchtitan_config(plan: Plan, spec: WorkloadSpec) -> dict[str, dict[str, Any
     float8 all-gathers under FSDP2, and torch.compile, which float8 and async TP need to pay off.
     """
     m, t = spec.model, spec.training
-    config: dict[str, dict[str, Any]] = {"model": {"name": "llama3"}}
+    config: dict[str, dict[str, Any]] = {"model": {"name": _TITAN_MODEL.get(m.family, "llama3")}}
     # Under a pipeline the local batch is split into micro-batches; without one, micro-batches accumulate.
     config["training"] = {"local_batch_size": plan.mbs * (plan.microbatches(t.global_batch) if plan.pp > 1 else 1),
                           "global_batch_size": t.global_batch, "seq_len": m.tokens,

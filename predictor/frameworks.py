@@ -20,7 +20,10 @@ Sources (`orchestrator.launch` writes each framework's launch file from the same
   interleaved one only with more than one virtual stage (`virtual_pipeline_model_parallel_size` 1 is
   None), its p2p overlapped by default (`--no-overlap-p2p-communication`) and without that overlap only
   for pp > 2, the non-interleaved one never overlapping p2p; CP; rank order tp-cp-ep-dp-pp or
-  tp-cp-ep-pp-dp (`--use-tp-pp-dp-mapping`). Megatron-Bridge recipes overlap grad reduce, param
+  tp-cp-ep-pp-dp (`--use-tp-pp-dp-mapping`); EP (`--expert-model-parallel-size`, expert tensor parallelism 1,
+  MoE beside TP only with sequence parallelism), its all-to-all overlapped by the combined 1F1B schedule
+  (`--overlap-moe-expert-parallel-comm`, without a pipeline or interleaved), which Megatron-Core's MoE
+  performance guide (`docs/.../moe` "General Setup") turns on. Megatron-Bridge recipes overlap grad reduce, param
   gather (with the distributed optimizer), TP (with SP) and the interleaved p2p; Transformer Engine's
   fused attention.
 - torchtitan: pytorch/torchtitan `torchtitan/config/job_config.py` (`Parallelism`), `distributed/
@@ -134,6 +137,9 @@ def _megatron_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     if "param" in wanted and plan.zero >= 1 and "dp" not in wanted:
         errors.append("overlaps the parameter all-gather (--overlap-param-gather) only beside the gradient "
                       "reduction (overlap=dp+param)")
+    if "ep" in wanted and plan.ep > 1 and plan.pp > 1 and plan.schedule != "interleaved":
+        errors.append("overlaps the expert all-to-all (--overlap-moe-expert-parallel-comm) only without a pipeline "
+                      "or in the interleaved schedule")
     if plan.pp > 1 and plan.schedule != "interleaved" and "pp" in wanted:
         errors.append(f"overlaps pipeline send/recv only in the interleaved schedule, not {plan.schedule}")
     if plan.schedule == "interleaved" and plan.pp <= 2 and "pp" not in wanted:
@@ -147,6 +153,8 @@ def _megatron_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
 
 def _megatron_overlap(plan: Plan) -> frozenset[str]:
     kinds = {"dp"}
+    if plan.ep > 1 and (plan.pp == 1 or plan.schedule == "interleaved"):
+        kinds.add("ep")  # the MoE recipes' --overlap-moe-expert-parallel-comm (combined 1F1B: pp=1 or interleaved)
     if plan.zero >= 1:
         kinds.add("param")
     if plan.tp > 1 and plan.sp:

@@ -28,6 +28,8 @@ TITAN_1 = _spec("torchtitan", "llama3-8b", "h100", 1, 64)
 TITAN_2 = _spec("torchtitan", "llama3-8b", "h100", 2, 64)
 TITAN_FP8 = _spec("torchtitan", "llama3-8b", "h100", 1, 64, "fp8")
 L405 = _spec("megatron", "llama3.1-405b", "h100", 128, 512, "fp8")
+DSV3 = _spec("megatron", "deepseek-v3", "gb200", 32, 4096)  # Megatron-Bridge's GB200 DeepSeek-V3 recipe, 256 GPUs
+QWEN_TITAN = _spec("torchtitan", "qwen3-30b-a3b", "h100", 2, 512)
 DS = _spec("deepspeed", "gpt3-1.3b", "a100-80gb", 2, 64)
 DS_FP16 = _spec("deepspeed", "gpt3-1.3b", "a100-80gb", 2, 64, "fp16")
 
@@ -43,6 +45,10 @@ WINNERS = [
     (TITAN_1, "dp=8,mbs=1,zero=0,recompute=selective"),  # DDP
     (TITAN_2, "dp=4,tp=2,pp=2,mbs=1,zero=2,sp=true,schedule=interleaved,v=4"),
     (TITAN_FP8, "dp=2,tp=2,cp=2,mbs=1,zero=3,sp=true,overlap=dp+param+tp"),
+    # Mixtures of experts: ep subdivides the dp ranks (it does not multiply into the GPU count).
+    (DSV3, "dp=64,pp=4,mbs=1,zero=1,schedule=interleaved,v=4,ep=64"),
+    (DSV3, "dp=32,tp=2,pp=4,mbs=1,zero=1,sp=true,schedule=interleaved,v=4,ep=32,overlap=dp+param+tp+pp"),
+    (QWEN_TITAN, "dp=16,mbs=2,zero=3,ep=8"),
     (DS, "dp=16,mbs=4,zero=3"),
     (DS, "dp=2,tp=2,pp=4,mbs=2,zero=1,recompute=full,sp=true"),
     (DS_FP16, "dp=8,tp=2,mbs=2,zero=2,recompute=selective,sp=true,overlap=dp"),
@@ -150,3 +156,15 @@ def test_an_uneven_layer_split_counts_the_embedding_and_the_loss():
     assert "--account-for-embedding-in-pipeline-split" in text and "--account-for-loss-in-pipeline-split" in text
     even = launch_files(Plan.parse("dp=64,tp=4,pp=4,mbs=2,zero=1,sp=true,schedule=interleaved,v=8"), GPT3)
     assert "--account-for-embedding-in-pipeline-split" not in even["megatron_args.txt"]
+
+
+def test_megatron_file_expresses_experts_and_their_parallelism() -> None:
+    args = shlex.split(launch_files(Plan.parse("dp=64,pp=4,mbs=1,zero=1,schedule=interleaved,v=4,ep=64"), DSV3)
+                       ["megatron_args.txt"])
+    value = {flag: args[i + 1] for i, flag in enumerate(args[:-1]) if flag.startswith("--")}
+    assert value["--expert-model-parallel-size"] == "64" and value["--num-experts"] == "256"
+    assert value["--moe-router-topk"] == "8" and value["--moe-ffn-hidden-size"] == "2048"
+    assert value["--moe-layer-freq"] == "([0]*3+[1]*58)" and value["--q-lora-rank"] == "1536"
+    assert "--overlap-moe-expert-parallel-comm" in args and "--multi-latent-attention" in args
+    titan = tomllib.loads(launch_files(Plan.parse("dp=16,mbs=2,zero=3,ep=8"), QWEN_TITAN)["torchtitan.toml"])
+    assert titan["parallelism"]["expert_parallel_degree"] == 8 and titan["model"]["name"] == "qwen3"
