@@ -28,7 +28,7 @@ from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
 from predictor.models.features import TERMS, TrainingData, by_workload, global_matrix, layer_key, layer_matrix
 from predictor.plan import RECOMPUTE_MODES, SCHEDULES, Plan
-from predictor.prediction import Prediction
+from predictor.prediction import TIME_PARTS, Prediction
 from predictor.workload import WorkloadSpec
 
 
@@ -47,8 +47,7 @@ def hp_row(spec: WorkloadSpec, plan: Plan) -> list[float]:
 
 def _time_only(seconds: float, ana: Prediction, name: str) -> Prediction:
     """A time-only prediction; memory is the analytical model's (these baselines have none of their own)."""
-    return Prediction(iter_time_s=float(seconds), breakdown={"compute": float(seconds), "tp_comm": 0.0, "dp_comm": 0.0,
-                      "pp_bubble": 0.0, "pp_p2p": 0.0, "optimizer": 0.0},
+    return Prediction(iter_time_s=float(seconds), breakdown={k: float(seconds) if k == "compute" else 0.0 for k in TIME_PARTS},
                       peak_memory_gib=ana.peak_memory_gib, memory_per_stage_gib=ana.memory_per_stage_gib,
                       memory_breakdown=ana.memory_breakdown, tflops_per_gpu=ana.tflops_per_gpu * ana.iter_time_s / seconds,
                       mfu=ana.mfu * ana.iter_time_s / seconds, extra={"predictor": name, "memory_from": "analytical"})
