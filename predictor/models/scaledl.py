@@ -51,7 +51,7 @@ from predictor.plan import Plan
 from predictor.prediction import Prediction
 from predictor.workload import WorkloadSpec
 
-_COMM_PARTS = ("dp_comm", "tp_comm", "pp_p2p")
+_COMM_PARTS = ("dp_comm", "tp_comm", "cp_comm", "pp_p2p")
 _OVERHEAD = TERMS.index("overhead")
 _MIN_MEMORY_ROWS = 10
 # Samples needed before a 15 % validation split picks the epoch: below, it is a handful of points
