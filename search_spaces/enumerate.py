@@ -3,7 +3,8 @@
 The structural rules live in `predictor.plan.plan_errors`, the framework's in
 `predictor.frameworks`; this module only generates the candidates of a space and keeps the ones
 with no error. The degrees of the registered axes (`predictor.axes`) are chosen in registry order
-with dp derived (GPUs / the others), so they always multiply to the GPU count. To stay fast on
+with dp derived (GPUs / the others), so they always multiply to the GPU count; ep, which multiplies into no
+GPU count, is chosen apart among the divisors of dp·tp·cp and of the experts. To stay fast on
 big clusters it checks one prototype per (degrees, mbs) first against the structural rules: each
 is monotone in the other fields (the prototype has v=1, zero=0, sp=false, 1F1B and tp innermost,
 the least constrained choice), so a failing prototype rejects all its variants with the same
@@ -72,8 +73,19 @@ def _degrees(spec: WorkloadSpec, space: SpaceConfig) -> Iterator[tuple[dict[str,
             dp //= d
         if (space.dp != "auto" and dp not in space.dp) or (space.max_dp is not None and dp > space.max_dp):
             continue
-        for mbs in _pick(space.mbs, _divisors(gb // dp) if gb % dp == 0 else (1,), space.max_mbs):
-            yield {**picked, "dp": dp}, mbs
+        for ep in _expert_degrees(spec, space, dp * picked.get("tp", 1) * picked.get("cp", 1)):
+            for mbs in _pick(space.mbs, _divisors(gb // dp) if gb % dp == 0 else (1,), space.max_mbs):
+                yield {**picked, "dp": dp, "ep": ep}, mbs
+
+
+def _expert_degrees(spec: WorkloadSpec, space: SpaceConfig, ranks: int) -> list[int]:
+    """Expert parallel degrees of the space: ep multiplies into no GPU count, it regroups a stage's dp·tp·cp
+    `ranks`, so it is chosen apart, among the divisors of both those ranks and the experts (1 for a dense model)."""
+    experts = spec.model.experts
+    if experts is None:
+        return [1]
+    auto = [d for d in _divisors(ranks) if experts % d == 0]
+    return [e for e in _pick(space.ep, auto, space.max_ep) if e in auto]
 
 
 def _virtual_stages(spec: WorkloadSpec, space: SpaceConfig, pp: int) -> list[int]:
@@ -96,7 +108,7 @@ def _variants(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int], m
     seen: set[tuple[int, ...]] = set()
     for placement in space.placement:
         proto = Plan(placement=placement, **degrees)
-        key = tuple(proto.stride(a) if n > 1 else 0 for a, n in degrees.items())
+        key = tuple(proto.stride(a) if n > 1 else 0 for a, n in degrees.items() if a in proto.rank_order)
         if key not in seen:
             seen.add(key)
             placements.append(placement)

@@ -24,7 +24,7 @@ from predictor.plan import Plan
 
 # The axes a model-based searcher chooses, in order (each registered parallel axis but the derived dp is a
 # Tune parameter, then the micro-batch and the ZeRO stage); the rest are evaluated as one batch.
-GROUP_AXES: tuple[str, ...] = (*(a.name for a in AXES if a.multiplies_gpus and a.name != "dp"), "mbs", "zero")
+GROUP_AXES: tuple[str, ...] = (*(a.name for a in AXES if a.name != "dp"), "mbs", "zero")  # ep too: it is chosen apart
 
 
 class SuggestTrial(Protocol):
