@@ -802,7 +802,7 @@ def _assemble(spec: ModelSpec, module: nn.Module, trace: _Trace, costs: _Costs,
                                unplaced, 0.0, 0.0, "replicated", {}))
 
     edges = _edges(ops, owner_of_op, const)
-    tokens = spec.tokens if spec.module is None else _module_tokens(spec)
+    tokens = spec.tokens
     num_blocks = sum(b.count for b in lists) if lists else 1
     family = spec.family if spec.module is None else "module"
     return LayerGraph(family=str(family), nodes=nodes, edges=edges, tokens=tokens, num_blocks=num_blocks)
@@ -849,13 +849,6 @@ def _topological(start: dict[str, int], ops: list[_Op], owner: list[str], const:
             if waiting[u] == 0:
                 heapq.heappush(heap, (start[u], u))
     return order
-
-
-def _module_tokens(spec: ModelSpec) -> int:
-    first = (spec.inputs or [None])[0]
-    if first is not None and first.dtype == "int64" and first.shape:
-        return int(first.shape[0])
-    return int(first.shape[0]) if first is not None and len(first.shape) >= 2 else 1
 
 
 def _assign_params(module: nn.Module, order: list[str], node_calls: dict, mod_of: Any,

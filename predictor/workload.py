@@ -213,7 +213,14 @@ class ModelSpec(_Strict):
 
     @property
     def tokens(self) -> int:
-        """Sequence positions per sample (patches + class/distillation tokens for vision models)."""
+        """Sequence positions per sample (patches + class/distillation tokens for vision models; a `module:`
+        model's first input's leading dimension when it is a sequence: token ids, or a [positions, features]
+        tensor; else one position)."""
+        if self.module is not None:
+            first = (self.inputs or [None])[0]
+            if first is not None and first.shape and (first.dtype == "int64" or len(first.shape) >= 2):
+                return int(first.shape[0])
+            return 1
         if self.family in VISION_FAMILIES:
             patches = (self.image_size // self.patch_size) ** 2  # type: ignore[operator]
             return patches + (2 if self.family == "deit" else 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -92,3 +93,48 @@ def test_a_predictor_that_does_not_load_is_a_clear_error(tmp_path) -> None:
     run = scaledl("plan", write_spec(tmp_path), "--out", str(tmp_path / "out"), "--predictor", str(bad))
     assert run.returncode == 2, run.stderr[-2000:]
     assert "could not be loaded in a replica" in run.stderr and "Traceback" not in run.stderr.splitlines()[-1]
+
+
+USER_MODEL = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.norm, self.fc1, self.fc2 = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return x + self.fc2(torch.relu(self.fc1(self.norm(x))))
+
+
+def build(d=64, n=4):
+    return nn.Sequential(nn.Linear(d, d), *(Block(d) for _ in range(n)), nn.Linear(d, 10))
+"""
+CUSTOM = {"model": {"module": "user_model:build", "kwargs": {"d": 64, "n": 4}, "inputs": [{"shape": [128, 64]}]},
+          "training": {"global_batch": 32, "framework": "pytorch"},
+          "cluster": {"device": "a100-40gb", "nodes": 1, "gpus_per_node": 8}}
+
+
+def test_a_custom_module_is_predicted_and_searched_end_to_end(tmp_path) -> None:
+    """A user's `module:` model on their PYTHONPATH: predict gives figures for a plan it can run and names why
+    tp cannot split it; plan searches only what the model allows and writes its report."""
+    (tmp_path / "user_model.py").write_text(USER_MODEL)
+    path = tmp_path / "custom.yaml"
+    path.write_text(yaml.safe_dump(CUSTOM))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(SCALEDL), *args], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+
+    ok = run("predict", str(path), "--plan", "dp=8,mbs=2", "--predictor", "analytical", "--json")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert json.loads(ok.stdout)["iter_time_s"] > 0
+    refused = run("predict", str(path), "--plan", "dp=4,tp=2", "--predictor", "analytical")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "tp=2 splits attention heads" in refused.stderr and "model.heads" in refused.stderr
+    searched = run("plan", str(path), "--out", str(tmp_path / "out"), "--predictor", "analytical", "--space", "full")
+    assert searched.returncode == 0, searched.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["ranked"] and all(r["fields"]["tp"] == 1 and r["fields"]["pp"] == 1 for r in report["ranked"])
