@@ -274,7 +274,7 @@ def _markdown(report: dict[str, Any]) -> str:
         lines += ["", f"**{report['caution']}**"]
     lines += ["", "## Why the winner wins", "", report["explanation"], ""]
     if report.get("validation"):
-        from orchestrator.validate import validation_lines  # lazy: only --validate needs the measurement stack
+        from orchestrator.validation_report import validation_lines  # lazy: only --validate needs the measurement stack
 
         lines += validation_lines(report["validation"])
     if report["launch"]:
@@ -310,7 +310,7 @@ def _html(report: dict[str, Any], figures: dict[str, bytes]) -> str:
     summary = _markdown(report).split("\n")[2:4]
     validation = ""
     if report.get("validation"):
-        from orchestrator.validate import VALIDATION_HEADER, validation_intro, validation_rows
+        from orchestrator.validation_report import VALIDATION_HEADER, validation_intro, validation_rows
 
         section = report["validation"]
         validation = (f"<h2>Measured by real runs</h2><p>{e(validation_intro(section))}</p>"
@@ -359,6 +359,6 @@ def print_report(report: dict[str, Any], console: Any = None) -> None:
     if report.get("caution"):
         console.print(f"[bold yellow]{report['caution']}[/]")
     if report.get("validation"):
-        from orchestrator.validate import print_validation
+        from orchestrator.validation_report import print_validation
 
         print_validation(report["validation"], console)

@@ -20,7 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.history import History, MeasurementRow, StoredPrediction
-from orchestrator.validate import ValidationJob, ValidationResult, append_to_dataset, short_plan, validate
+from orchestrator.validate import validate
+from orchestrator.validation.jobs import ValidationJob, ValidationResult
+from orchestrator.validation.rows import append_to_dataset
+from orchestrator.validation_report import short_plan
 from predictor.dataset import device_fingerprint
 from predictor.design import ProfileConfig
 from predictor.plan import Plan

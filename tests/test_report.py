@@ -112,7 +112,7 @@ def test_pareto_front() -> None:
 
 def test_validation_and_accuracy_appear_in_every_report_file(tmp_path) -> None:
     """A validated report shows the measured runs in report.md and report.html; a measured accuracy is stated."""
-    from orchestrator.validate import ValidationResult
+    from orchestrator.validation.jobs import ValidationResult
 
     report, _ = report_for(top_k=3)
     best = report["ranked"][0]

@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.validate import (
-    ValidationJob, ValidationResult, _unplaceable, append_to_dataset, placement_strategy, rank_bundles, short_plan,
-    unmeasurable, validate, winner_note,
-)
+from orchestrator.validate import validate
+from orchestrator.validation.jobs import ValidationJob, ValidationResult
+from orchestrator.validation.measurable import plan_problem
+from orchestrator.validation.placement import placement_strategy, rank_bundles, unplaceable
+from orchestrator.validation.rows import append_to_dataset
+from orchestrator.validation_report import short_plan, winner_note
 from predictor import dataset
 from predictor.plan import Plan
 
@@ -44,18 +46,20 @@ def test_placement_follows_the_plan() -> None:
     assert placement_strategy(Plan(dp=2, tp=2), half, [{"CPU": 4.0}])[0] == "PACK"  # tp groups kept together
     assert placement_strategy(Plan(pp=2), half, TWO_NODES)[0] == "SPREAD"
     assert placement_strategy(Plan(dp=2), half, TWO_NODES)[0] == "PACK"
-    assert _unplaceable([{"CPU": 1.0}] * 2, TWO_NODES) == ""
-    assert "rank 2 has no room" in _unplaceable([{"CPU": 1.0}] * 3, TWO_NODES)
-    assert "no room" in _unplaceable([{"CPU": 1.0, "GPU": 1.0}], TWO_NODES)
+    assert unplaceable([{"CPU": 1.0}] * 2, TWO_NODES) == ""
+    assert "rank 2 has no room" in unplaceable([{"CPU": 1.0}] * 3, TWO_NODES)
+    assert "no room" in unplaceable([{"CPU": 1.0, "GPU": 1.0}], TWO_NODES)
 
 
-def test_only_plans_the_measurement_code_implements_are_run() -> None:
+def test_every_plan_kind_is_measurable_and_the_rest_is_refused_with_the_reason() -> None:
     for ok in ("dp=1,mbs=4", "dp=2,zero=1", "dp=2,zero=2", "dp=2,zero=3", "tp=2", "pp=2,schedule=gpipe",
-               "dp=2,recompute=full"):
-        assert unmeasurable(Plan.parse(ok)) == ""
-    assert "combined" in unmeasurable(Plan(dp=2, tp=2))
-    assert "pp=4" in unmeasurable(Plan(pp=4))
-    assert "recompute=selective" in unmeasurable(Plan(recompute="selective"))
+               "dp=2,recompute=full", "dp=2,recompute=selective", "tp=2,sp=true", "pp=2,schedule=interleaved,v=2"):
+        assert plan_problem(ValidationJob(tiny(Plan.parse(ok).gpus), ok)) == "", ok
+    composed = {**tiny(8), "training": {"global_batch": 8, "precision": "fp32"}}
+    assert plan_problem(ValidationJob(composed, "dp=2,tp=2,pp=2,sp=true,zero=1,schedule=interleaved,v=2")) == ""
+    assert "context_parallel implements ring attention only for the CUDA SDPA kernels" in plan_problem(
+        ValidationJob(tiny(2), "dp=1,cp=2"))
+    assert "tp=3 does not divide heads=2" in plan_problem(ValidationJob(tiny(3), "tp=3"))
     assert short_plan(str(Plan(dp=2, mbs=4, zero=3))) == "dp=2,tp=1,pp=1,mbs=4,zero=3"
 
 
@@ -94,9 +98,9 @@ def test_plans_run_for_real_and_failures_are_results(cluster, tmp_path: Path) ->
         ValidationJob(big, "dp=1", predicted_time_s=0.5, predicted_memory_gib=0.3, warmup=1, steps=3,
                       memory_limit_gib=0.8),  # needs ~1.3 GiB resident
         ValidationJob(tiny(2), "tp=3", warmup=1, steps=1),  # heads=2: not a valid plan
-        ValidationJob(tiny(2), "dp=2,recompute=selective", warmup=1, steps=1),  # not implemented by the measurement
+        ValidationJob(tiny(2), "dp=1,cp=2", warmup=1, steps=1),  # context parallelism: refused by the runner
     ]
-    ok, unplaceable, oom, invalid, selective = validate(jobs)
+    ok, unplaced, oom, invalid, refused = validate(jobs)
 
     assert ok.status == "ok", ok.detail
     assert 0 < ok.measured_time_min_s <= ok.measured_time_s <= ok.measured_time_max_s < 5
@@ -105,14 +109,14 @@ def test_plans_run_for_real_and_failures_are_results(cluster, tmp_path: Path) ->
     assert len(set(ok.nodes)) == 2  # one CPU per node: the two ranks must be on both nodes
     assert ok.time_error == pytest.approx((0.02 - ok.measured_time_s) / ok.measured_time_s)
 
-    assert unplaceable.status == "error" and "cluster has {'CPU': 2.0}" in unplaceable.detail and not unplaceable.nodes
+    assert unplaced.status == "error" and "cluster has {'CPU': 2.0}" in unplaced.detail and not unplaced.nodes
     assert oom.status == "oom" and "passed its memory limit of 0.8 GiB" in oom.detail and "said it fits: wrong" in oom.detail
     assert oom.peak_memory_gib[0] > 0.8
     assert invalid.status == "error" and "tp=3 does not divide heads=2" in invalid.detail
-    assert selective.status == "error" and "not measurable yet: recompute=selective" in selective.detail
-    assert not selective.nodes
+    assert refused.status == "error" and "not measurable: cp>1" in refused.detail
+    assert not refused.nodes
 
-    append_to_dataset(tmp_path, jobs, [ok, unplaceable, oom, invalid, selective])
+    append_to_dataset(tmp_path, jobs, [ok, unplaced, oom, invalid, refused])
     rows = dataset.load(tmp_path).set_index("status")
     assert sorted(rows.index) == ["ok", "oom"]  # launched runs only, failures included
     assert rows.loc["ok", "iter_time_s"] == ok.measured_time_s and rows.loc["ok", "design"] == "validate"

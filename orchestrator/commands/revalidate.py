@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from orchestrator.history import History, HistoryError
     from orchestrator.revalidate import parse_every, print_round, retrain, run_round
-    from orchestrator.validate import connect_ray, default_device
+    from orchestrator.validation.placement import connect_ray, default_device
     from predictor.models.registry import checkpoint_path
 
     if args.sample < 1:

@@ -40,13 +40,20 @@ CP_REFUSAL = ("cp>1: torch 2.13's context_parallel implements ring attention onl
 
 def unsupported(plan: Plan, spec: ModelSpec) -> str:
     """What of `plan` on `spec` this runner cannot run ('' when it runs all of it)."""
+    from predictor.measure.parallelize import LAYOUT_FAMILIES
+
     reasons = []
     if plan.cp > 1:
         reasons.append(CP_REFUSAL)
-    if spec.module is not None or spec.hf_config is not None:
-        if plan.tp > 1 or plan.pp > 1:
-            reasons.append("tp/pp of a module: or hf_config: model (only the built-in families have a layout)")
-    elif spec.family == "t5":
+    if plan.overlap != "auto":
+        reasons.append(f"overlap={plan.overlap} (DDP and FSDP2 overlap as they do by default: overlap=auto)")
+    if getattr(plan, "ep", 1) > 1:
+        reasons.append(f"ep={plan.ep}: expert parallelism is not in the runner yet")
+    family = spec.family if spec.module is None and spec.hf_config is None else None
+    if family not in LAYOUT_FAMILIES:
+        reasons.append(f"{'family ' + family if family else 'a module: or hf_config: model'} has no layout in the "
+                       f"runner (embeddings, blocks, head: {', '.join(LAYOUT_FAMILIES)})")
+    elif family == "t5":
         if plan.pp * plan.v > 2:
             reasons.append(f"pp*v = {plan.pp * plan.v} for t5 (cut between encoder and decoder only: at most 2 chunks)")
         if plan.sp:
@@ -77,14 +84,27 @@ def _chunk_names(chunk: nn.Module, paths: dict[int, str]) -> dict[str, str]:
     return {n: paths[id(p)] for n, p in chunk.named_parameters()}
 
 
-def _held(chunks: list[nn.Module], names: list[dict[str, str]], whole: dict[str, int]) -> dict[str, list[int]]:
-    """[local elements, whole-model elements] of each parameter this rank holds, by its name in the whole model
-    (DDP's wrapper adds `module.` to the names it wraps)."""
+def _tp_dim(p: torch.Tensor) -> int:
+    """The dimension a parameter is split along over the tp ranks, -1 when they all hold it whole."""
+    from torch.distributed.tensor import DTensor
+
+    names = p.device_mesh.mesh_dim_names or () if isinstance(p, DTensor) else ()
+    if "tp" not in names:
+        return -1
+    placement = p.placements[names.index("tp")]
+    return placement.dim if placement.is_shard() else -1
+
+
+def _held(chunks: list[nn.Module], names: list[dict[str, str]], whole: dict[str, int], tp_dims: dict[str, int]
+          ) -> dict[str, list[int]]:
+    """[local elements, whole-model elements, tp split dimension or -1] of each parameter this rank holds, by
+    its name in the whole model (DDP's wrapper adds `module.` to the names it wraps; the tp dimensions are
+    read before data parallelism, which makes DDP's parameters local tensors)."""
     out = {}
     for chunk, table in zip(chunks, names):
         for n, p in chunk.named_parameters():
             path = table[n.removeprefix("module.")]
-            out[path] = [_local_numel(p), whole[path]]
+            out[path] = [_local_numel(p), whole[path], tp_dims[path]]
     return out
 
 
@@ -233,9 +253,11 @@ def run_plan(job: dict, rank: int, world: int, device: torch.device,
     per_dp = batch // plan.dp
     rows = slice(coord["dp"] * per_dp, (coord["dp"] + 1) * per_dp)
     first, labels = primary_input(inputs)[rows], inputs["labels"][rows]
+    tp_dims = {table[n]: _tp_dim(p) for c, table in zip(chunks, names) for n, p in c.named_parameters()}
     if plan.dp > 1:
         chunks = [_wrap_dp(c, plan, mesh) for c in chunks]
     params = list({id(p): p for c in chunks for p in c.parameters()}.values())
+    shards = _held(chunks, names, whole, tp_dims)  # before a forward: DDP + TP swaps its parameters around it
     optimizer = _optimizer(params, plan, mesh, job.get("optimizer", "adam"), float(job.get("lr", 1e-4)))
     losses: list[float] = []
     step = _step_fn(plan, chunks, loss_fn, first, labels, indices, mesh, device, losses)
@@ -260,7 +282,7 @@ def run_plan(job: dict, rank: int, world: int, device: torch.device,
         dist.barrier()
     return {"status": "ok", "times": times, "peak_mem_bytes": high, "base_mem_bytes": base,
             "mem_kind": "cuda" if device.type == "cuda" else "rss", "median": statistics.median(times),
-            "losses": reported, "coords": coord, "chunks": indices, "shards": _held(chunks, names, whole),
+            "losses": reported, "coords": coord, "chunks": indices, "shards": shards,
             "optimizer_state_numel": _state_numel(optimizer)}
 
 

@@ -29,6 +29,7 @@ from predictor.workload import ModelSpec
 # Attributes holding an attention module's head count; divided by tp on modules whose linears are sharded.
 HEAD_ATTRS = ("num_attention_heads", "num_heads", "n_heads", "n_head", "heads")
 FUSED_QKV = {"c_attn", "query_key_value"}
+LAYOUT_FAMILIES = ("gpt", "llama", "gpt2", "bert", "vit", "deit", "t5")  # the families `layout` cuts into units
 # What selective recomputation recomputes: the attention core (scores, softmax, context; fused or not).
 ATTENTION_CORE_OPS = {
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,

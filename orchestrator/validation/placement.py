@@ -1,0 +1,71 @@
+"""Where a validation's ranks go: one bundle per rank, tp packed on a node, pipeline stages spread."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import ray
+
+from orchestrator.lifecycle import init_ray
+from predictor.plan import Plan
+
+
+def rank_bundles(plan: Plan, cpus_per_rank: float = 1.0, gpus: bool = False) -> list[dict[str, float]]:
+    """One bundle per rank, in global rank order."""
+    bundle = {"CPU": cpus_per_rank, **({"GPU": 1.0} if gpus else {})}
+    return [dict(bundle) for _ in range(plan.gpus)]
+
+
+def placement_strategy(plan: Plan, bundle: dict[str, float], nodes: Sequence[dict[str, float]]) -> tuple[str, str]:
+    """(Ray placement strategy, note) for a plan on nodes with the given total resources.
+
+    tp exchanges activations every layer, so its ranks belong on one node: a plan that is a
+    single tp group is STRICT_PACKed when one node can hold it, otherwise PACKed (Ray keeps
+    consecutive bundles, i.e. tp neighbours with tp innermost, together as far as it can).
+    Pipeline stages only pass activations between neighbours once per micro-batch, so they are
+    spread over nodes like a real pipeline; pure data parallelism is packed.
+    """
+    if plan.tp > 1:
+        fits = any(all(node.get(k, 0.0) >= v * plan.tp for k, v in bundle.items()) for node in nodes)
+        if plan.gpus == plan.tp and fits:
+            return "STRICT_PACK", ""
+        return "PACK", "" if fits else f"no node holds the tp={plan.tp} group; its ranks span nodes"
+    if plan.pp > 1:
+        return "SPREAD", ""
+    return "PACK", ""
+
+
+def connect_ray(address: str | None = None) -> None:
+    """Join the Ray cluster at `address`, or start a local one; a no-op when already connected."""
+    if ray.is_initialized():
+        return
+    if address:
+        init_ray(address=address, configure_logging=False, log_to_driver=False)
+    else:
+        init_ray(include_dashboard=False, configure_logging=False, log_to_driver=False)
+
+
+def default_device() -> str | None:
+    """'cpu' on a cluster without GPUs; None when it has GPUs (their model must be named by the user)."""
+    return "cpu" if not any(n.get("GPU", 0) for n in cluster_nodes()) else None
+
+
+def cluster_nodes() -> list[dict[str, float]]:
+    """Total resources of each alive node of the connected Ray cluster."""
+    return [dict(n["Resources"]) for n in ray.nodes() if n["Alive"]]
+
+
+def unplaceable(bundles: list[dict[str, float]], nodes: Sequence[dict[str, float]]) -> str:
+    """Why the cluster can never hold these bundles ('' when it can, greedily first-fit)."""
+    free = [dict(n) for n in nodes]
+    for i, bundle in enumerate(bundles):
+        for node in free:
+            if all(node.get(k, 0.0) >= v for k, v in bundle.items()):
+                for k, v in bundle.items():
+                    node[k] -= v
+                break
+        else:
+            total = {k: sum(n.get(k, 0.0) for n in nodes) for k in bundles[0]}
+            need = {k: sum(b.get(k, 0.0) for b in bundles) for k in bundles[0]}
+            return f"the plan needs {len(bundles)} ranks ({need}) but the cluster has {total}; rank {i} has no room"
+    return ""

@@ -1,0 +1,86 @@
+"""Validation results as tables and sentences: report.md's and report.html's section, the terminal's table."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any, Sequence
+
+from orchestrator.validation.jobs import ValidationResult
+from predictor.plan import Plan
+
+
+def winner_note(results: Sequence[ValidationResult]) -> str:
+    """A sentence when the measured fastest plan is not the predicted fastest ('' otherwise)."""
+    ok = [r for r in results if r.status == "ok" and r.predicted_time_s is not None]
+    if len(ok) < 2:
+        return ""
+    predicted = min(ok, key=lambda r: r.predicted_time_s)  # type: ignore[arg-type, return-value]
+    measured = min(ok, key=lambda r: r.measured_time_s)  # type: ignore[arg-type, return-value]
+    if predicted is measured:
+        return ""
+    return (f"measured winner differs from the predicted one: {measured.plan} ran in {measured.measured_time_s:.4g} s "
+            f"(predicted {measured.predicted_time_s:.4g} s) while predicted-best {predicted.plan} ran in "
+            f"{predicted.measured_time_s:.4g} s (predicted {predicted.predicted_time_s:.4g} s)")
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return "-" if value is None else format(value, pattern)
+
+
+def short_plan(text: str) -> str:
+    """dp/tp/pp and the fields that differ from their defaults: what a table has room for."""
+    plan, default = Plan.parse(text), Plan()
+    return ",".join(f"{f.name}={str(getattr(plan, f.name)).lower()}" for f in fields(plan)
+                    if f.name in ("dp", "tp", "pp") or getattr(plan, f.name) != getattr(default, f.name))
+
+
+def validation_rows(section: dict[str, Any]) -> list[list[str]]:
+    """Table rows: plan, predicted s, measured s, time error, predicted GiB, measured GiB, status."""
+    rows = []
+    for p in section["plans"]:
+        status = p["status"] if p["status"] == "ok" else f"{p['status']}: {p['detail'].splitlines()[0][:80] if p['detail'] else ''}"
+        error = "-" if p["time_error"] is None else f"{100 * p['time_error']:+.1f}%"
+        predicted = _fmt(p["predicted_time_s"], ".4g")
+        sharing = p.get("core_sharing", 1.0)
+        if sharing > 1 and p["predicted_time_s"] is not None:  # the prediction for the run as it ran
+            predicted += f" x{sharing:.3g} = {p['compared_time_s']:.4g}"
+        rows.append([short_plan(p["plan"]), predicted, _fmt(p["measured_time_s"], ".4g"), error,
+                     _fmt(p["predicted_memory_gib"], ".3g"), _fmt(p["measured_memory_gib"], ".3g"), status])
+    return rows
+
+
+VALIDATION_HEADER = ["plan", "predicted s", "measured s", "time error", "predicted GiB", "measured GiB", "status"]
+
+
+def validation_intro(section: dict[str, Any]) -> str:
+    """The sentence that opens a validation section (report.md and report.html)."""
+    text = (f"The {section['k']} best plans, {section['warmup']} warm-up + {section['steps']} measured steps each "
+            "(measured memory: the largest rank's training memory).")
+    sharing = max((p.get("core_sharing", 1.0) for p in section["plans"]), default=1.0)
+    if sharing > 1:
+        text += (f" Ranks shared CPU cores (up to {sharing:.3g} rank threads per core): the prediction prices a core "
+                 "per rank, so such a run is compared with the prediction times its ranks per core (x R/C).")
+    return text
+
+
+def validation_lines(section: dict[str, Any]) -> list[str]:
+    """The report.md section of a validation."""
+    lines = ["## Measured by real runs", "", validation_intro(section), "",
+             "| " + " | ".join(VALIDATION_HEADER) + " |", "|" + "---|" * len(VALIDATION_HEADER)]
+    lines += ["| " + " | ".join(row) + " |" for row in validation_rows(section)]
+    if section["note"]:
+        lines += ["", f"Note: {section['note']}."]
+    return lines + [""]
+
+
+def print_validation(section: dict[str, Any], console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"measured by real runs (top {section['k']})")
+    for h in VALIDATION_HEADER:
+        table.add_column(h, justify="left" if h in ("plan", "status") else "right")
+    for row in validation_rows(section):
+        table.add_row(*row)
+    console.print(table)
+    if section["note"]:
+        console.print(f"note: {section['note']}")
