@@ -24,7 +24,7 @@ from predictor.frameworks import FRAMEWORKS, MEASURED_DEFAULT, Framework, framew
 from predictor.hardware import Device, spec_device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import GIB, memory_per_stage, optimizer_bytes_per_param, peak, stage_params
-from predictor.moe import alltoall
+from predictor.moe import active_params, alltoall
 from predictor.models.base import Predictor
 from predictor.parallel import BYTES, Layout, apply_plan, shard_nodes
 from predictor.plan import Plan
@@ -305,13 +305,18 @@ class AnalyticalPredictor(Predictor):
     def predict(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> list[Prediction]:
         device = self.device or spec_device(spec)
         model_flops = (graph.fwd_flops + graph.bwd_flops) * spec.training.global_batch
+        # A mixture of experts' parameters: all of them, and those one token passes (its top_k experts' only).
+        sizes = {"params": graph.params, "active_params": active_params(graph.params, spec.model)} if spec.model.is_moe else {}
         # A measured device runs ScaleDL's own runner, whatever the spec names.
         framework = FRAMEWORKS[MEASURED_DEFAULT] if device.measured else framework_of(spec)
         config = self.given or framework_config(framework.name)
         # Plans of a batch share stages, gradient syncs and memory (they differ in placement, ZeRO, schedule...):
         # each piece is computed once per batch for the plan fields it depends on.
         batch_cache: dict[tuple, Any] = {}
-        return [self._one(spec, graph, plan, device, model_flops, framework, config, batch_cache) for plan in plans]
+        predictions = [self._one(spec, graph, plan, device, model_flops, framework, config, batch_cache) for plan in plans]
+        for p in predictions:
+            p.extra.update(sizes)
+        return predictions
 
     def _stage_times(self, spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: Device,
                      config: AnalyticalConfig) -> StageTimes:
