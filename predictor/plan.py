@@ -285,21 +285,19 @@ def plan_errors(plan: Plan, spec: "WorkloadSpec", allow_cross_node_tp: bool = Fa
         errors.append(f"zero={plan.zero} shards over data parallel ranks but dp=1; use zero=0")
     if not allow_cross_node_tp and plan.tp > 1:
         domain = nvlink_domain(spec)
-        for axis in cross_domain_axes(plan, spec):
-            errors.append(
-                f"{axis}={getattr(plan, axis)} with placement={plan.placement} spans {plan.group_span(axis)} consecutive "
-                f"GPUs, more than an NVLink domain's {domain}; put {axis} innermost with {axis} <= {domain} "
-                f"(or search.allow_cross_node_tp: true with --space full; `scaledl predict` predicts such plans)")
+        errors += [f"{_spans(plan, axis, domain)}; put {axis} innermost with {axis} <= {domain} (or "
+                   f"search.allow_cross_node_tp: true with --space full; `scaledl predict` predicts such plans)"
+                   for axis in cross_domain_axes(plan, spec)]
     return errors
+
+
+def _spans(plan: Plan, axis: str, domain: int) -> str:
+    return (f"{axis}={getattr(plan, axis)} with placement={plan.placement} spans {plan.group_span(axis)} consecutive "
+            f"GPUs, more than an NVLink domain's {domain}")
 
 
 def placement_warnings(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     """What a runnable but slow placement costs: tp groups whose collectives leave NVLink."""
-    warnings = []
     domain = nvlink_domain(spec)
-    for axis in cross_domain_axes(plan, spec):
-        warnings.append(
-            f"{axis}={getattr(plan, axis)} spans {plan.group_span(axis)} consecutive GPUs, more than an NVLink domain's "
-            f"{domain}: its per-layer collectives run over the inter-node network, typically ~10x slower than NVLink "
-            f"(the prediction prices them so)")
-    return warnings
+    return [f"{_spans(plan, axis, domain)}: its per-layer collectives run over the inter-node network, typically "
+            f"~10x slower than NVLink (the prediction prices them so)" for axis in cross_domain_axes(plan, spec)]
