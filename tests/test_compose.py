@@ -158,7 +158,8 @@ def test_graph_table_and_runner_give_every_module_the_same_tp_role(pool, family:
     shards = run(pool, spec, "tp=2,mbs=8", steps=1, warmup=0)[0]["shards"]
     compared = 0
     for path, (kind, role) in graph.items():
-        assert table[path] == role, (path, table[path], role)
+        if path in table:  # the table names Linear/Conv1D/Embedding modules (not GPT's weightless LMHead, a rotary)
+            assert table[path] == role, path
         if f"{path}.weight" in shards:  # tied weights are listed once, under their first owner
             assert _runner_role(kind, path, shards[f"{path}.weight"][2]) == role, path
             compared += 1
