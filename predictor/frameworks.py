@@ -228,7 +228,10 @@ def _deepspeed_overlap(plan: Plan) -> frozenset[str]:
 
 
 def _pytorch_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
-    return ["does not run expert parallelism (ep must be 1)"] if plan.ep > 1 else []
+    from predictor.moe import runner_ep_error
+
+    error = runner_ep_error(plan, spec.model)
+    return [f"cannot run {error}"] if error else []
 
 
 def _nothing(plan: Plan) -> frozenset[str]:

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from predictor import comm
 
 if TYPE_CHECKING:  # pragma: no cover
+    from predictor.plan import Plan
     from predictor.workload import ModelSpec
 
 BALANCED = "scaledl_balanced"
@@ -62,6 +63,16 @@ def register_balanced_experts() -> None:
 
     if BALANCED not in ALL_EXPERTS_FUNCTIONS:
         ALL_EXPERTS_FUNCTIONS.register(BALANCED, balanced_experts_forward)
+
+
+def runner_ep_error(plan: "Plan", model: "ModelSpec") -> str:
+    """Why ScaleDL's runner cannot run `plan`'s expert parallelism ('' when it can): it runs ep = dp with
+    tp = cp = 1 and plain DDP (`predictor.measure.experts`: one expert-data-parallel rank, no ZeRO sharding of
+    the experts each rank holds alone)."""
+    if plan.ep == 1 or (model.is_moe and plan.ep == plan.dp and plan.tp * plan.cp == 1 and plan.zero == 0):
+        return ""
+    return (f"ep={plan.ep} with dp={plan.dp}, tp={plan.tp}, cp={plan.cp}, zero={plan.zero}: the runner's expert "
+            f"parallelism needs a MoE model, ep = dp, tp = cp = 1 and zero=0")
 
 
 def expert_params(model: "ModelSpec") -> int:

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from predictor.moe import runner_ep_error
 from predictor.plan import Plan
 from predictor.workload import ModelSpec
 
@@ -47,8 +48,8 @@ def unsupported(plan: Plan, spec: ModelSpec) -> str:
         reasons.append(CP_REFUSAL)
     if plan.overlap != "auto":
         reasons.append(f"overlap={plan.overlap} (DDP and FSDP2 overlap as they do by default: overlap=auto)")
-    if getattr(plan, "ep", 1) > 1:
-        reasons.append(f"ep={plan.ep}: expert parallelism is not in the runner yet")
+    if runner_ep_error(plan, spec):
+        reasons.append(runner_ep_error(plan, spec))
     family = spec.family if spec.module is None and spec.hf_config is None else None
     if family not in LAYOUT_FAMILIES:
         reasons.append(f"{'family ' + family if family else 'a module: or hf_config: model'} has no layout in the "
@@ -220,6 +221,9 @@ def _step_fn(plan: Plan, chunks: list[nn.Module], loss_fn: Callable, first: torc
 def run_plan(job: dict, rank: int, world: int, device: torch.device,
              reset_peak: Callable[[torch.device], int], peak: Callable[[torch.device], int]) -> dict:
     """Real training steps of `job`'s plan on this rank: per-step seconds and losses, peak memory, shards held."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from predictor.measure.experts import scale_expert_grads, shard_experts
     from predictor.measure.parallelize import apply_recompute, apply_tp, model_chunks
     from predictor.modelzoo import build_model, example_inputs, primary_input
 
@@ -240,6 +244,9 @@ def run_plan(job: dict, rank: int, world: int, device: torch.device,
     whole = {n: p.numel() for n, p in model.named_parameters()}
     if plan.tp > 1:
         apply_tp(model, spec, mesh["tp"], plan.sp)
+    expert_paths: set[str] = set()
+    if plan.ep > 1:  # ep = dp (unsupported): the ep group is the dp group
+        expert_paths = shard_experts(model, mesh["dp"].get_group(), coord["dp"], plan.ep)
     apply_recompute(model, plan.recompute)
     paths = {id(p): n for n, p in model.named_parameters()}
     all_chunks, loss_fn = model_chunks(model, spec, plan.pp * plan.v, mesh["tp"] if plan.sp else None)
@@ -254,6 +261,9 @@ def run_plan(job: dict, rank: int, world: int, device: torch.device,
     rows = slice(coord["dp"] * per_dp, (coord["dp"] + 1) * per_dp)
     first, labels = primary_input(inputs)[rows], inputs["labels"][rows]
     tp_dims = {table[n]: _tp_dim(p) for c, table in zip(chunks, names) for n, p in c.named_parameters()}
+    for c, table in zip(chunks, names):  # each rank's own experts: not averaged over dp
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+            c, [n for n, path in table.items() if path in expert_paths])
     if plan.dp > 1:
         chunks = [_wrap_dp(c, plan, mesh) for c in chunks]
     params = list({id(p): p for c in chunks for p in c.parameters()}.values())
@@ -262,6 +272,8 @@ def run_plan(job: dict, rank: int, world: int, device: torch.device,
     losses: list[float] = []
     step = _step_fn(plan, chunks, loss_fn, first, labels, indices, mesh, device, losses)
     sync_tied = _tied_sync(plan, mesh, chunks, names, tied)
+    experts = [p for c, table in zip(chunks, names) for n, p in c.named_parameters()
+               if table[n.removeprefix("module.")] in expert_paths]
     reset_peak(device)  # the whole model built above is freed: the peak is this rank's training
     times, reported = [], []
     for i in range(int(job["warmup"]) + int(job["steps"])):
@@ -272,6 +284,7 @@ def run_plan(job: dict, rank: int, world: int, device: torch.device,
         optimizer.zero_grad(set_to_none=True)
         step()
         sync_tied()
+        scale_expert_grads(experts, plan.ep)
         optimizer.step()
         _sync(device)
         if i >= int(job["warmup"]):

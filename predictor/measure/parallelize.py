@@ -29,7 +29,7 @@ from predictor.workload import ModelSpec
 # Attributes holding an attention module's head count; divided by tp on modules whose linears are sharded.
 HEAD_ATTRS = ("num_attention_heads", "num_heads", "n_heads", "n_head", "heads")
 FUSED_QKV = {"c_attn", "query_key_value"}
-LAYOUT_FAMILIES = ("gpt", "llama", "gpt2", "bert", "vit", "deit", "t5")  # the families `layout` cuts into units
+LAYOUT_FAMILIES = ("gpt", "llama", "gpt2", "bert", "vit", "deit", "t5", "qwen3_moe", "mixtral")  # the families `layout` cuts into units
 # What selective recomputation recomputes: the attention core (scores, softmax, context; fused or not).
 ATTENTION_CORE_OPS = {
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
@@ -177,7 +177,7 @@ def _attention_core_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
 def _selective_context() -> Any:
     from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
-    return create_selective_checkpoint_contexts(_attention_core_policy)
+    return create_selective_checkpoint_contexts(_attention_core_policy, allow_cache_entry_mutation=True)
 
 
 def apply_recompute(model: nn.Module, mode: str) -> nn.Module:
@@ -301,7 +301,7 @@ def layout(model: nn.Module, spec: ModelSpec) -> Layout:
         return Layout({"emb": model.embedding}, list(model.layers), {"ln": model.final_layernorm, "emb": model.embedding},
                       lambda p, ids: p["emb"](ids),
                       lambda p, x: _vocab_logits(p["ln"](x), p["emb"].word_embeddings.weight), _lm_loss)
-    if fam == "llama":
+    if fam in ("llama", "qwen3_moe", "mixtral"):  # Llama's layout; the MoE ones differ in their MLPs only
         base = model.model
         positions = torch.arange(spec.seq_len or 1, device=base.embed_tokens.weight.device).unsqueeze(0)
         rotary = base.rotary_emb
