@@ -44,7 +44,7 @@ from predictor.graph import graph_for  # noqa: E402
 from predictor.hardware import get_device  # noqa: E402
 from predictor.models.analytical import (  # noqa: E402
     CALIBRATED_FIELDS, FRAMEWORK_CONSTANTS, MOE_CALIBRATED_FIELDS, AnalyticalConfig, AnalyticalPredictor)
-from predictor.models.registry import ANALYTICAL_ACCURACY  # noqa: E402
+from predictor.models.registry import ANALYTICAL_ACCURACY, residual_quantiles  # noqa: E402
 
 FILE = "megatron_bridge_2511.csv"
 # The constants calibrated, each over a range its docstring in AnalyticalConfig argues for.
@@ -198,7 +198,7 @@ def main() -> int:
         record(replace(in_file_cfg, **{k: asdict(moe_in_file_cfg)[k] for k in MOE_GRID}),
                {s: (mape(cv[systems == s], dense.measured[systems == s]), int((systems == s).sum()))
                 for s in sorted(set(systems))}, len(dense.rows), mape(cv, dense.measured),
-               len(moe.rows), mape(moe_table["leave-one-system-out"], moe.measured))
+               len(moe.rows), mape(moe_table["leave-one-system-out"], moe.measured), dense.measured, cv)
     return 0
 
 
@@ -209,8 +209,10 @@ def _write_json(path: Path, table: dict) -> None:
 
 
 def record(cfg: AnalyticalConfig, cv_by_system: dict[str, tuple[float, int]], rows: int, cv_all: float,
-           moe_rows: int, moe_cv: float) -> None:
-    """Store the Megatron-Core constants and each device's cross-validated accuracy (atomically)."""
+           moe_rows: int, moe_cv: float, measured: np.ndarray, cv: np.ndarray) -> None:
+    """Store the Megatron-Core constants and each device's cross-validated accuracy (atomically), with the residual
+    quantiles of its prediction intervals: pooled over every dense row's leave-one-system-out residual (`measured`
+    against `cv`), since two or three rows per system cannot place an 80 % interval's tails."""
     today = datetime.date.today().isoformat()
     constants = json.loads(FRAMEWORK_CONSTANTS.read_text()) if FRAMEWORK_CONSTANTS.is_file() else {}
     constants["megatron"] = {"constants": {k: asdict(cfg)[k] for k in (*CALIBRATED_FIELDS, *MOE_CALIBRATED_FIELDS)},
@@ -220,11 +222,12 @@ def record(cfg: AnalyticalConfig, cv_by_system: dict[str, tuple[float, int]], ro
                              "date": today}
     _write_json(FRAMEWORK_CONSTANTS, constants)
     accuracy = json.loads(ANALYTICAL_ACCURACY.read_text()) if ANALYTICAL_ACCURACY.is_file() else {}
+    quantiles = {**residual_quantiles(measured, cv), "pooled": f"the {rows} dense rows of every system, each held out with its system"}
     for system, (error, n) in cv_by_system.items():
         accuracy[BRIDGE_DEVICES[system]] = {
             "mape_pct": round(100 * error, 2), "rows": n, "date": today,
             "source": f"{FILE} (Megatron-Core recipes, dense rows; {system} held out while the framework constants "
-                      f"were chosen)", "measured_by": "bench/modern_eval.py --record"}
+                      f"were chosen)", "measured_by": "bench/modern_eval.py --record", "residual_quantiles": quantiles}
     _write_json(ANALYTICAL_ACCURACY, accuracy)
     print(f"recorded in {FRAMEWORK_CONSTANTS} and {ANALYTICAL_ACCURACY}")
 

@@ -33,7 +33,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from predictor.evaluate import load_vtrain, predict_samples  # noqa: E402
-from predictor.models.registry import ANALYTICAL_ACCURACY, load_predictor  # noqa: E402
+from predictor.models.registry import ANALYTICAL_ACCURACY, load_predictor, residual_quantiles  # noqa: E402
 
 DEVICE = "a100-80gb"
 MODEL_COLS = ["hidden size", "attention heads", "# layers", "sequence length"]
@@ -110,15 +110,18 @@ def main() -> int:
         print("\n".join(summarise(f"{path.name} ({args.predictor})", df)))
         print(f"({time.perf_counter() - t0:.1f} s)\n")
         if args.record and name == "multi":
-            record(headline(df), path.name)
+            record(df, path.name)
     return 0
 
 
-def record(figures: dict[str, float], source: str) -> None:
-    """Merge this device's measured accuracy into the analytical accuracy file (atomically)."""
+def record(df: pd.DataFrame, source: str) -> None:
+    """Merge this device's measured accuracy, with the residual quantiles of its prediction intervals, into the
+    analytical accuracy file (atomically)."""
+    ok = df.dropna(subset=["predicted (ms)"])
     table = json.loads(ANALYTICAL_ACCURACY.read_text()) if ANALYTICAL_ACCURACY.is_file() else {}
-    table[DEVICE] = {**figures, "source": f"{source} (vTrain, 64-512 A100s; never fitted on)",
-                     "measured_by": "bench/vtrain_eval.py --record", "date": datetime.date.today().isoformat()}
+    table[DEVICE] = {**headline(df), "source": f"{source} (vTrain, 64-512 A100s; never fitted on)",
+                     "measured_by": "bench/vtrain_eval.py --record", "date": datetime.date.today().isoformat(),
+                     "residual_quantiles": residual_quantiles(ok["iteration time (ms)"], ok["predicted (ms)"])}
     tmp = ANALYTICAL_ACCURACY.with_suffix(".tmp")
     tmp.write_text(json.dumps(table, indent=2, sort_keys=True) + "\n")
     tmp.replace(ANALYTICAL_ACCURACY)

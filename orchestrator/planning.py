@@ -1,6 +1,9 @@
 """One planning run, shared by `scaledl plan` and `python -m orchestrator.job`: spec -> valid plans ->
 replicas -> Ray Tune search -> report files.
 
+With several cluster sizes (`--nodes`) the valid plans of every size are concatenated into one search (a plan's
+degrees multiply to its size's GPU count, so the plan names its size), and the replicas hold the one graph.
+
 Ray is embedded (a private local instance, never someone else's) unless an address is given; the
 layer graph is built while Ray starts, and the Tune search starts while the replicas load, since
 each takes a second or more and neither needs the other to begin.
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +23,8 @@ from orchestrator.lifecycle import init_ray
 from predictor.hardware import spec_device
 from predictor.models.registry import check_predictor_name
 from predictor.workload import SpecError, load_spec
-from search_spaces import enumerate_plans, resolve_space
+from predictor.workload import WorkloadSpec
+from search_spaces import Enumeration, SpaceConfig, enumerate_plans, resolve_space
 
 
 @dataclass
@@ -43,7 +48,29 @@ class PlanRequest:
     validate: int = 0  # run the K best plans for real (orchestrator.validate)
     dataset: str | None = None  # with validate: profile dataset the runs are appended to
     history: str | None = None  # sqlite:///PATH storing the top predictions for `scaledl revalidate`
+    nodes: list[int] | None = None  # cluster sizes searched together (default: the spec's nodes)
+    train_tokens: float | None = None  # tokens of the whole run: days and cost to train
+    deadline_days: float | None = None  # keep only plans that train within this many days
+    budget_usd: float | None = None  # keep only plans that train within this cost
     timings: dict[str, float] = field(default_factory=dict)
+
+
+def sized_spec(spec: WorkloadSpec, nodes: int) -> WorkloadSpec:
+    """`spec` on a cluster of `nodes` nodes (validated: e.g. NVLink domains must still tile it)."""
+    if nodes == spec.cluster.nodes:
+        return spec
+    cluster = type(spec.cluster).model_validate({**spec.cluster.model_dump(), "nodes": nodes})
+    return spec.model_copy(update={"cluster": cluster})
+
+
+def enumerate_sizes(specs: list[WorkloadSpec], space: SpaceConfig) -> Enumeration:
+    """The valid plans of every cluster size, concatenated (size by size), with the rejections summed."""
+    parts = [enumerate_plans(s, space) for s in specs]
+    rejected: Counter[str] = Counter()
+    for part in parts:
+        rejected.update(part.rejected)
+    return Enumeration(plans=[p for part in parts for p in part.plans], checked=sum(p.checked for p in parts),
+                       rejected=rejected)
 
 
 def _connect(address: str | None) -> bool:
@@ -102,7 +129,11 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
     if isinstance(req.predictor, str):
         check_predictor_name(req.predictor)
     space_name, space = resolve_space(spec.search, req.space)
-    enumeration = enumerate_plans(spec, space)
+    try:
+        specs = [sized_spec(spec, n) for n in (req.nodes or [spec.cluster.nodes])]
+    except ValueError as err:
+        raise SpecError(f"{req.spec}: --nodes {req.nodes}: {err}") from None
+    enumeration = enumerate_sizes(specs, space)
     if not enumeration.plans:
         reasons = "; ".join(f"{n}x {r}" for r, n in enumeration.top_reasons(3))
         raise SpecError(f"{req.spec}: the space {space_name} has no valid plan ({enumeration.checked} candidates "
@@ -124,7 +155,7 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
         imports.result()
     lap("graph_wait_s")
     from orchestrator.replicas import ReplicaPool
-    from orchestrator.report import build_report, print_report, write_report
+    from orchestrator.report import TrainingGoal, build_report, print_report, write_report
     from orchestrator.search import SearchError, SearchOptions, run_search
 
     console = Console(quiet=not req.show)
@@ -133,10 +164,10 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
         # One replica per ~4,000 plans (a replica predicts thousands per second), at most one per CPU.
         replicas = req.replicas or min(max(1, int(ray.cluster_resources().get("CPU", 1))),
                                        -(-len(enumeration.plans) // 4000), 8)
-        pool = ReplicaPool.start(req.predictor, spec, graph, count=replicas)
+        pool = ReplicaPool.start(req.predictor, spec, graph, count=replicas, sizes=specs)
         options = SearchOptions(searcher=req.searcher, budget_s=req.budget_s, max_trials=req.max_trials,
                                 headroom=req.headroom, resume=req.resume, seed=req.seed)
-        key = (spec.model_dump_json(), space_name, space.model_dump_json(), req.predictor)
+        key = (spec.model_dump_json(), space_name, space.model_dump_json(), req.predictor, [s.cluster.nodes for s in specs])
         # Tune's first trial process takes over a second to boot (a Ray worker, then `import ray.tune`),
         # so the search starts now and the replicas load meanwhile; the first batch waits for them.
         with ThreadPoolExecutor(1) as ex:
@@ -170,7 +201,8 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
         report = build_report(spec=spec, spec_path=req.spec, device=device,
                               predictor={"name": infos[0]["predictor"], "accuracy": infos[0].get("accuracy")},
                               space_name=space_name, space=space, enumeration=enumeration, result=result,
-                              by=req.rank_by, price=req.price_per_gpu_hour, top_k=req.top_k)
+                              by=req.rank_by, price=req.price_per_gpu_hour, top_k=req.top_k, sizes=specs,
+                              goal=TrainingGoal(req.train_tokens, req.deadline_days, req.budget_usd))
         if req.validate and report["ranked"]:
             from orchestrator.validate import validate_top
 

@@ -1,4 +1,5 @@
-"""Predictor replicas: Ray actors that each hold a loaded predictor and one workload (spec + graph).
+"""Predictor replicas: Ray actors that each hold a loaded predictor and one workload (spec + graph), at one or
+several cluster sizes (the graph does not depend on the cluster; a plan's degrees name its size).
 
 Loading a predictor (a checkpoint, a GNN) and building a layer graph are the slow parts, so
 they happen once per replica, and every call is a batch of plans. Where the cluster has
@@ -31,13 +32,16 @@ Answer = Prediction | str
 class PredictorReplica:
     """One loaded predictor answering batches of plans of one workload."""
 
-    def __init__(self, predictor: "str | Predictor", spec: WorkloadSpec, graph: LayerGraph) -> None:
+    def __init__(self, predictor: "str | Predictor", spec: WorkloadSpec, graph: LayerGraph,
+                 sizes: Sequence[WorkloadSpec] = ()) -> None:
         """`predictor`: a registry name or checkpoint path (loaded here, once per replica), or a ready
-        Predictor object (shipped pickled, e.g. a library user's own model)."""
+        Predictor object (shipped pickled, e.g. a library user's own model). `sizes`: the same workload on
+        other cluster sizes; each plan is predicted on the one with its GPU count."""
         from predictor.hardware import spec_device
         from predictor.models.registry import load_predictor, measured_accuracy  # heavy (torch): only in the actor
 
         self.spec, self.graph = spec, graph
+        self.specs = {s.cluster.gpus: s for s in (*sizes, spec)}
         if isinstance(predictor, str):
             self.predictor, self.label = load_predictor(predictor, spec.cluster.device, spec_device(spec).model)
         else:
@@ -52,16 +56,29 @@ class PredictorReplica:
                 "predictor": self.label, "accuracy": self.accuracy, "calls": self.calls}
 
     def predict(self, plans: Sequence[Plan]) -> list[Answer]:
-        """Predictions in order; if the batch call fails, plans are retried one by one so one bad plan
-        costs only its own answer (an error string), not the batch."""
+        """Predictions in order, each plan on the cluster size its degrees multiply to (one batched call
+        per size)."""
         self.calls += 1
+        by_size: dict[int, list[int]] = {}
+        for i, plan in enumerate(plans):
+            by_size.setdefault(plan.gpus, []).append(i)
+        answers: list[Answer] = [""] * len(plans)
+        for gpus, members in by_size.items():
+            spec = self.specs.get(gpus, self.spec)
+            for i, answer in zip(members, self._predict(spec, [plans[i] for i in members])):
+                answers[i] = answer
+        return answers
+
+    def _predict(self, spec: WorkloadSpec, plans: list[Plan]) -> list[Answer]:
+        """If the batch call fails, plans are retried one by one so one bad plan costs only its own answer
+        (an error string), not the batch."""
         try:
-            return list(self.predictor.predict(self.spec, self.graph, plans))
+            return list(self.predictor.predict(spec, self.graph, plans))
         except Exception:  # noqa: BLE001 - isolate the failing plan(s) below
             answers: list[Answer] = []
             for plan in plans:
                 try:
-                    answers.extend(self.predictor.predict(self.spec, self.graph, [plan]))
+                    answers.extend(self.predictor.predict(spec, self.graph, [plan]))
                 except Exception as err:  # noqa: BLE001 - recorded per plan, never crashes the search
                     answers.append(f"prediction failed: {type(err).__name__}: {err}")
             return answers
@@ -77,8 +94,9 @@ class ReplicaPool:
     @classmethod
     def start(cls, predictor: "str | Predictor", spec: WorkloadSpec, graph: LayerGraph, count: int | None = None,
               gpu_fraction: float = 0.25, cpu_fraction: float = 0.5, max_restarts: int = 3,
-              chunk: int = 256) -> "ReplicaPool":
-        """Start `count` replicas (default: one per CPU of the cluster, at most 8), on GPUs when there are any."""
+              chunk: int = 256, sizes: Sequence[WorkloadSpec] = ()) -> "ReplicaPool":
+        """Start `count` replicas (default: one per CPU of the cluster, at most 8), on GPUs when there are any;
+        `sizes` as for `PredictorReplica`."""
         resources = ray.cluster_resources()
         gpus = resources.get("GPU", 0.0)
         if count is None:
@@ -86,7 +104,7 @@ class ReplicaPool:
         opts: dict[str, Any] = {"num_gpus": gpu_fraction, "num_cpus": 0} if gpus > 0 else {"num_cpus": cpu_fraction}
         actor = ray.remote(PredictorReplica).options(max_restarts=max_restarts, max_task_retries=2, **opts)
         # Arguments by value, not ray.put refs: a restarted actor needs them again (ray-project/ray#53727).
-        return cls([actor.remote(predictor, spec, graph) for _ in range(count)], chunk)
+        return cls([actor.remote(predictor, spec, graph, list(sizes)) for _ in range(count)], chunk)
 
     def ready(self) -> list[dict[str, Any]]:
         """Wait until every replica has loaded its predictor; their `info()`."""

@@ -5,12 +5,22 @@
     device: {name, capacity_gib, memory_limit_gib, headroom, peak_tflops, intra_node_gbps, inter_node_gbps},
     predictor: {name, accuracy: null when never measured, else {mape_pct (mean absolute % error of the iteration
         time), rows (how many measured runs), source (which runs, never trained on), measured_by, ...}},
-    ranking: {by: time|throughput|cost, price_per_gpu_hour},
+    ranking: {by: time|throughput|cost, price_per_gpu_hour, train_tokens, deadline_days, budget_usd},
+    sizes: [{nodes, gpus, valid (plans of that size)}] (the cluster sizes searched, `--nodes`),
     space: {name, config, candidates, valid, rejected, top_rejections: [[reason, count]]},
     search: the search statistics (searcher, trials, failed trials, evaluated plans, plans/s, ...),
-    ranked: the best feasible plans (at most max(top_k, 100)), each {rank, plan, fields, tokens_per_s,
-        cost_usd_per_iteration, days_per_1t_tokens, and every Prediction field},
-    ranked_total, infeasible: the fastest plans that do not fit (at most 100) {plan, reason, iter_time_s,
+    ranked: the best feasible plans within the deadline and budget (at most max(top_k, 100)), each {rank, plan,
+        fields, nodes, gpus, tokens_per_s, tokens_per_s_per_gpu, cost_usd_per_iteration, days_per_1t_tokens,
+        days_to_train and cost_usd_to_train (null without --train-tokens, resp. a price), iter_time_interval_s: [low,
+        high] (null when the predictor's accuracy was never measured), indistinguishable_from_best (its interval,
+        scaled to the ranking's measure, overlaps the winner's), and every Prediction field},
+    intervals: null, or {coverage (0.8), low, high (relative to a prediction), rows, basis (which held-out
+        residuals), indistinguishable_total (plans after the winner that it cannot be told apart from)},
+    ranked_total, over_goal_total: feasible plans left out by --deadline-days / --budget-usd,
+    pareto: the plans no other (feasible, within the goal) plan beats on both days and cost, fastest first,
+        {plan, nodes, gpus, iter_time_s, gpu_hours_per_iteration, days_to_train, cost_usd_to_train}
+        (days and cost are proportional to iteration time and GPU-hours per iteration, so the front exists
+        without --train-tokens or a price), infeasible: the fastest plans that do not fit (at most 100) {plan, reason, iter_time_s,
         peak_memory_gib}, infeasible_total, failed: plans whose prediction failed {plan, error},
     explanation: one paragraph derived from the winner's breakdown against the runners-up,
     caution: '' or a warning that the winner lies outside the learned predictor's training data
@@ -31,7 +41,7 @@ import datetime as dt
 import html
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +52,7 @@ from predictor.axes import AXIS
 from predictor.frameworks import framework_of
 from predictor.hardware import GIB, Device
 from predictor.models.domain import advice
+from predictor.models.registry import interval_factors
 from predictor.plan import Plan, nvlink_domain
 from predictor.prediction import TIME_PARTS
 from predictor.workload import WorkloadSpec
@@ -60,29 +71,85 @@ _PART_WORDS = {
 }
 
 
+@dataclass(frozen=True)
+class TrainingGoal:
+    """The whole run a plan is for: its tokens (for days and cost to train) and the limits a plan must meet."""
+
+    train_tokens: float | None = None
+    deadline_days: float | None = None
+    budget_usd: float | None = None
+
+
 def tokens_per_iteration(spec: WorkloadSpec) -> int:
     return spec.training.global_batch * spec.model.tokens
 
 
-def plan_metrics(e: Evaluated, spec: WorkloadSpec, price: float | None) -> dict[str, Any]:
-    """Throughput and cost of an evaluated plan (cost only with a price per GPU-hour)."""
-    t = e.prediction.iter_time_s  # type: ignore[union-attr]
+def plan_metrics(e: Evaluated, spec: WorkloadSpec, price: float | None, goal: TrainingGoal = TrainingGoal()) -> dict[str, Any]:
+    """Size, throughput, time and cost of an evaluated plan (costs only with a price per GPU-hour, days and cost
+    to train only with the run's tokens); the plan's GPU count is its cluster size."""
+    t, gpus = e.prediction.iter_time_s, e.plan.gpus  # type: ignore[union-attr]
     tokens = tokens_per_iteration(spec)
-    out: dict[str, Any] = {"tokens_per_s": tokens / t, "days_per_1t_tokens": 1e12 / (tokens / t) / 86400}
-    out["cost_usd_per_iteration"] = price * spec.cluster.gpus * t / 3600 if price is not None else None
-    return out
+    days = goal.train_tokens / tokens * t / 86400 if goal.train_tokens else None
+    return {"nodes": gpus // spec.cluster.gpus_per_node, "gpus": gpus, "tokens_per_s": tokens / t,
+            "tokens_per_s_per_gpu": tokens / t / gpus, "days_per_1t_tokens": 1e12 / (tokens / t) / 86400,
+            "cost_usd_per_iteration": price * gpus * t / 3600 if price is not None else None,
+            "days_to_train": days,
+            "cost_usd_to_train": price * gpus * days * 24 if price is not None and days is not None else None}
+
+
+def _cost_key(e: Evaluated) -> float:
+    """GPU-seconds per iteration: total cost and GPUs per token/s are both proportional to it."""
+    return e.prediction.iter_time_s * e.plan.gpus  # type: ignore[union-attr]
 
 
 def rank(evaluated: list[Evaluated], by: str = "time", price: float | None = None) -> list[Evaluated]:
-    """Feasible plans, best first. Cost ranks like time for a fixed cluster but needs a price to report it."""
+    """Feasible plans, best first: by iteration time (days to train: every size runs the same global batch), or by
+    GPU-seconds per iteration (throughput per GPU, and cost at one price per GPU-hour). Cost needs a price to report it."""
     if by not in RANK_BY:
         raise ValueError(f"rank by one of {', '.join(RANK_BY)}, not {by!r}")
     if by == "cost" and price is None:
         raise ValueError("ranking by cost needs --price-per-gpu-hour")
-    # For one workload on one cluster, tokens/s and cost per token are both monotone in iteration time;
-    # ties break on memory so the more comfortable plan comes first.
+    # Ties break on memory so the more comfortable plan comes first.
+    first = (lambda e: e.prediction.iter_time_s) if by == "time" else _cost_key  # type: ignore[union-attr]
     return sorted((e for e in evaluated if e.feasible),
-                  key=lambda e: (e.prediction.iter_time_s, e.prediction.peak_memory_gib, str(e.plan)))  # type: ignore[union-attr]
+                  key=lambda e: (first(e), e.prediction.peak_memory_gib, str(e.plan)))  # type: ignore[union-attr]
+
+
+def intervals(ranked: list[Evaluated], factors: dict[str, Any] | None, by: str) -> tuple[list[list[float] | None], list[bool]]:
+    """Each ranked plan's iteration-time interval, and whether its interval, scaled to the ranking's measure (time,
+    or GPU-seconds for throughput and cost), overlaps the winner's: the predictor cannot tell those apart."""
+    if factors is None or not ranked:
+        return [None] * len(ranked), [False] * len(ranked)
+    lo, hi = 1 + factors["low"], 1 + factors["high"]
+    measure = [e.prediction.iter_time_s if by == "time" else _cost_key(e) for e in ranked]  # type: ignore[union-attr]
+    spans = [[e.prediction.iter_time_s * lo, e.prediction.iter_time_s * hi] for e in ranked]  # type: ignore[union-attr]
+    return spans, [i > 0 and m * lo <= measure[0] * hi for i, m in enumerate(measure)]
+
+
+def interval_text(section: dict[str, Any]) -> str:
+    """What the intervals say about the top of the ranking, in words."""
+    head = (f"The predictor's {section['coverage'] * 100:.0f} % interval runs from {section['low'] * 100:+.1f} % to "
+            f"{section['high'] * 100:+.1f} % of a prediction ({section['basis']}).")
+    n = section["indistinguishable_total"]
+    if not n:
+        return head + " No other plan's interval overlaps the winner's."
+    return (head + f" The top {n + 1} plans cannot be told apart: {n} plans' intervals overlap the winner's; "
+            f"`--validate K` runs the first K of them for real.")
+
+
+def within_goal(metrics: dict[str, Any], goal: TrainingGoal) -> bool:
+    """Whether a plan's metrics meet the deadline and the budget (either may be unset)."""
+    return ((goal.deadline_days is None or metrics["days_to_train"] <= goal.deadline_days)
+            and (goal.budget_usd is None or metrics["cost_usd_to_train"] <= goal.budget_usd))
+
+
+def pareto(ranked: list[Evaluated], metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The plans no other beats on both days (iteration time) and cost (GPU-hours per iteration), fastest first."""
+    points = [(e.prediction.iter_time_s, _cost_key(e)) for e in ranked]  # type: ignore[union-attr]
+    return [{"plan": str(ranked[i].plan), "nodes": metrics[i]["nodes"], "gpus": metrics[i]["gpus"],
+             "iter_time_s": points[i][0], "gpu_hours_per_iteration": points[i][1] / 3600,
+             "days_to_train": metrics[i]["days_to_train"], "cost_usd_to_train": metrics[i]["cost_usd_to_train"]}
+            for i in plots.pareto_front(points)]
 
 
 def _degrees(p: Plan) -> tuple[int, ...]:
@@ -107,16 +174,21 @@ def _compare(win: Evaluated, other: Evaluated, name: str) -> str:
     return f"it is {total:.2f} s ({100 * total / op.iter_time_s:.1f} %) faster than {name} thanks to {why}{cost}"
 
 
-def explain(ranked: list[Evaluated], evaluated: list[Evaluated], spec: WorkloadSpec, limit_gib: float) -> str:
-    """Why the winner wins, from its breakdown and plan against the runners-up and the faster plans that do not fit."""
+def explain(ranked: list[Evaluated], evaluated: list[Evaluated], spec: WorkloadSpec, limit_gib: float,
+            by: str = "time") -> str:
+    """Why the winner wins, from its breakdown and plan against the runners-up and the faster plans that do not fit
+    (of its cluster size: within one size, cost and throughput per GPU order plans as time does)."""
     if not ranked:
-        return "No evaluated plan fits in memory; see the infeasible plans and their reasons."
+        return "No evaluated plan fits in memory (within the deadline and budget); see the infeasible plans and their reasons."
     win = ranked[0]
-    p, pred, c = win.plan, win.prediction, spec.cluster
+    p, pred = win.plan, win.prediction
     assert pred is not None
+    ranked = [e for e in ranked if e.plan.gpus == p.gpus]
+    evaluated = [e for e in evaluated if e.plan.gpus == p.gpus]
     share = {k: pred.breakdown.get(k, 0.0) / pred.iter_time_s for k in TIME_PARTS}
     m = p.microbatches(spec.training.global_batch)
-    facts = [f"{p} is predicted fastest at {pred.iter_time_s:.2f} s per iteration ({pred.mfu * 100:.0f} % MFU), "
+    best = "predicted fastest" if by == "time" else f"the cheapest per token (on {p.gpus} GPUs)"
+    facts = [f"{p} is {best} at {pred.iter_time_s:.2f} s per iteration ({pred.mfu * 100:.0f} % MFU), "
              f"{share['compute'] * 100:.0f} % of it compute"]
     if p.tp > 1:
         where = "inside an NVLink domain" if p.group_span("tp") <= nvlink_domain(spec) else "across nodes"
@@ -157,10 +229,26 @@ def explain(ranked: list[Evaluated], evaluated: list[Evaluated], spec: WorkloadS
 
 def build_report(*, spec: WorkloadSpec, spec_path: str, device: Device, predictor: dict[str, Any], space_name: str,
                  space: SpaceConfig, enumeration: Enumeration, result: SearchResult, by: str = "time",
-                 price: float | None = None, top_k: int = 10) -> dict[str, Any]:
-    """Everything report.json holds (see the module docstring for the schema)."""
+                 price: float | None = None, top_k: int = 10, sizes: list[WorkloadSpec] | None = None,
+                 goal: TrainingGoal = TrainingGoal()) -> dict[str, Any]:
+    """Everything report.json holds (see the module docstring for the schema). `sizes`: the spec at each cluster
+    size searched (default: the spec's); the winner's launch settings are for its size."""
     limit_gib = result.stats["memory_limit_gib"]
-    ranked = rank(result.evaluated, by, price)
+    sizes = sizes or [spec]
+    ranked, metrics = [], []
+    over_goal = 0
+    for e in rank(result.evaluated, by, price):
+        m = plan_metrics(e, spec, price, goal)
+        if within_goal(m, goal):
+            ranked.append(e)
+            metrics.append(m)
+        else:
+            over_goal += 1
+    by_gpus = {s.cluster.gpus: s for s in sizes}
+    factors = interval_factors(predictor.get("accuracy"))
+    spans, alike = intervals(ranked, factors, by)
+    section = factors and {**factors, "indistinguishable_total": sum(alike)}
+    explanation = explain(ranked, result.evaluated, spec, limit_gib, by)
     infeasible = sorted((e for e in result.evaluated if e.infeasible), key=lambda e: e.prediction.iter_time_s)  # type: ignore[union-attr]
     failed = [e for e in result.evaluated if e.error]
     prec = spec.training.precision
@@ -173,24 +261,29 @@ def build_report(*, spec: WorkloadSpec, spec_path: str, device: Device, predicto
                    "headroom": result.stats["headroom"], "peak_tflops": device.flops(prec) / 1e12,
                    "intra_node_gbps": device.intra_node.bandwidth / 1e9, "inter_node_gbps": device.inter_node.bandwidth / 1e9},
         "predictor": predictor,
-        "ranking": {"by": by, "price_per_gpu_hour": price},
+        "ranking": {"by": by, "price_per_gpu_hour": price, **asdict(goal)},
+        "sizes": [{"nodes": s.cluster.nodes, "gpus": s.cluster.gpus,
+                   "valid": sum(p.gpus == s.cluster.gpus for p in enumeration.plans)} for s in sizes],
         "space": {"name": space_name, "config": space.model_dump(mode="json"), "candidates": enumeration.checked,
                   "valid": len(enumeration.plans), "rejected": enumeration.rejected_count,
                   "top_rejections": [list(r) for r in enumeration.top_reasons(5)]},
         "search": result.stats,
-        "ranked": [{"rank": i + 1, "plan": str(e.plan), "fields": asdict(e.plan), **plan_metrics(e, spec, price),
-                    **e.prediction.to_dict()}  # type: ignore[union-attr]
-                   for i, e in enumerate(ranked[: max(top_k, _LIST_CAP)])],
+        "ranked": [{"rank": i + 1, "plan": str(e.plan), "fields": asdict(e.plan), **m, "iter_time_interval_s": span,
+                    "indistinguishable_from_best": same, **e.prediction.to_dict()}  # type: ignore[union-attr]
+                   for i, (e, m, span, same) in enumerate(zip(ranked[: max(top_k, _LIST_CAP)], metrics, spans, alike))],
+        "intervals": section,
         "ranked_total": len(ranked),
+        "over_goal_total": over_goal,
+        "pareto": pareto(ranked, metrics),
         "infeasible": [{"plan": str(e.plan), "reason": e.infeasible, "iter_time_s": e.prediction.iter_time_s,  # type: ignore[union-attr]
                         "peak_memory_gib": e.prediction.peak_memory_gib} for e in infeasible[:_LIST_CAP]],  # type: ignore[union-attr]
         "infeasible_total": len(infeasible),
         "failed": [{"plan": str(e.plan), "error": e.error} for e in failed[:_LIST_CAP]],
         "failed_total": len(failed),
         "top_k": top_k,
-        "explanation": explain(ranked, result.evaluated, spec, limit_gib),
+        "explanation": explanation + (" " + interval_text(section) if section and ranked else ""),
         "caution": caution(ranked),
-        "launch": launch_settings(ranked[0].plan, spec) if ranked else None,
+        "launch": launch_settings(ranked[0].plan, by_gpus.get(ranked[0].plan.gpus, spec)) if ranked else None,
         "_points": {  # for the plots only; dropped from report.json
             "feasible": [(e.prediction.peak_memory_gib, e.prediction.iter_time_s) for e in result.evaluated if e.feasible],  # type: ignore[union-attr]
             "infeasible": [(e.prediction.peak_memory_gib, e.prediction.iter_time_s) for e in infeasible],  # type: ignore[union-attr]
@@ -229,16 +322,24 @@ def compact(plan: str) -> str:
     return " ".join(f"{k}={str(v).lower()}" for k, v in asdict(p).items() if k in keep or v != getattr(default, k))
 
 
-def _table_rows(report: dict[str, Any], full: bool = True) -> list[list[str]]:
+def _or_dash(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _table_rows(report: dict[str, Any], full: bool = True, limit: int | None = None) -> list[list[str]]:
     rows = []
-    for r in report["ranked"][: report["top_k"]]:
-        cost = f"{r['cost_usd_per_iteration']:.2f}" if r["cost_usd_per_iteration"] is not None else "-"
-        rows.append([str(r["rank"]), r["plan"] if full else compact(r["plan"]), f"{r['iter_time_s']:.3f}", f"{r['tokens_per_s']:,.0f}",
-                     f"{r['peak_memory_gib']:.1f}", f"{r['mfu'] * 100:.1f}", cost])
+    for r in report["ranked"][: limit or report["top_k"]]:
+        span = r["iter_time_interval_s"]
+        rows.append([str(r["rank"]) + ("=" if r["indistinguishable_from_best"] else ""),
+                     r["plan"] if full else compact(r["plan"]), str(r["nodes"]), f"{r['iter_time_s']:.3f}",
+                     f"{span[0]:.2f}-{span[1]:.2f}" if span else "-",
+                     f"{r['tokens_per_s']:,.0f}", f"{r['peak_memory_gib']:.1f}", f"{r['mfu'] * 100:.1f}",
+                     _or_dash(r["cost_usd_per_iteration"], ".2f"), _or_dash(r["days_to_train"], ".1f"),
+                     _or_dash(r["cost_usd_to_train"], ",.0f")])
     return rows
 
 
-_HEADER = ["#", "plan", "iter s", "tokens/s", "peak GiB", "MFU %", "$/iter"]
+_HEADER = ["#", "plan", "nodes", "iter s", "80 % range s", "tokens/s", "peak GiB", "MFU %", "$/iter", "days", "$ to train"]
 
 
 def caution(ranked: list[Evaluated]) -> str:
@@ -262,17 +363,21 @@ def _markdown(report: dict[str, Any]) -> str:
     s, sp, dev = report["search"], report["space"], report["device"]
     lines = [f"# ScaleDL plan report: {report['spec_path']}", "",
              f"Device {dev['name']} ({dev['capacity_gib']:.0f} GiB, limit {dev['memory_limit_gib']:.1f} GiB), "
-             f"{report['spec']['cluster']['nodes']}x{report['spec']['cluster']['gpus_per_node']} GPUs; "
+             f"{'/'.join(str(z['nodes']) for z in report['sizes'])}x{report['spec']['cluster']['gpus_per_node']} GPUs; "
              f"predictor {report['predictor']['name']} ({accuracy_text(report['predictor'].get('accuracy'))}).",
              f"Space {sp['name']}: {sp['candidates']} candidates, {sp['valid']} valid; searcher {s['searcher']} "
              f"evaluated {s['evaluated_plans']} plans in {s['trials']} trials ({s['trials_failed']} failed), "
              f"{s['search_s']} s, {s['plans_per_s']} plans/s; {report['ranked_total']} fit in memory, "
-             f"{report['infeasible_total']} do not.", "", "## Best plans", "",
+             f"{report['infeasible_total']} do not"
+             + (f", {report['over_goal_total']} miss the deadline or budget." if report["over_goal_total"] else ".")
+             , "", "## Best plans", "",
              "| " + " | ".join(_HEADER) + " |", "|" + "---|" * len(_HEADER)]
     lines += ["| " + " | ".join(row) + " |" for row in _table_rows(report)]
     if report.get("caution"):
         lines += ["", f"**{report['caution']}**"]
-    lines += ["", "## Why the winner wins", "", report["explanation"], ""]
+    lines += ["", "## Why the winner wins", "", report["explanation"], "", "## Time against cost (Pareto front)", "",
+              pareto_intro(report), ""]
+    lines += [f"- {front_line(r)}" for r in report["pareto"]] + [""]
     if report.get("validation"):
         from orchestrator.validation_report import validation_lines  # lazy: only --validate needs the measurement stack
 
@@ -290,6 +395,22 @@ def _markdown(report: dict[str, Any]) -> str:
         lines += ["", "## Why candidates were rejected", ""]
         lines += [f"- {n} candidates: {reason}" for reason, n in sp["top_rejections"]]
     return "\n".join(lines) + "\n"
+
+
+def pareto_intro(report: dict[str, Any]) -> str:
+    """What the front is, over which sizes, and what its ends are."""
+    sizes = ", ".join(str(z["nodes"]) for z in report["sizes"])
+    return (f"Over {sizes} nodes, {len(report['pareto'])} plans are beaten by no other on both time to train and "
+            f"cost (GPU-hours); the fastest first." + ("" if report["ranking"]["train_tokens"] else
+                                                      " Give --train-tokens (and a price) for days and dollars."))
+
+
+def front_line(r: dict[str, Any]) -> str:
+    """One Pareto plan in words."""
+    days = f", {r['days_to_train']:.1f} days" if r["days_to_train"] is not None else ""
+    cost = f", ${r['cost_usd_to_train']:,.0f}" if r["cost_usd_to_train"] is not None else ""
+    return (f"{r['nodes']} nodes ({r['gpus']} GPUs): `{r['plan']}`, {r['iter_time_s']:.3f} s/iteration, "
+            f"{r['gpu_hours_per_iteration']:.2f} GPU-h/iteration{days}{cost}")
 
 
 def _html_table(header: list[str], rows: list[list[str]]) -> str:
@@ -356,6 +477,10 @@ def print_report(report: dict[str, Any], console: Any = None) -> None:
         table.add_row(*row)
     console.print(table)
     console.print(report["explanation"])
+    if len(report["sizes"]) > 1 or report["ranking"]["train_tokens"]:
+        console.print(pareto_intro(report))
+        for r in report["pareto"][:10]:
+            console.print(f"  {front_line(r)}")
     if report.get("caution"):
         console.print(f"[bold yellow]{report['caution']}[/]")
     if report.get("validation"):

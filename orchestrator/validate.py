@@ -104,7 +104,11 @@ def _run_trials(jobs: Sequence[ValidationJob], factories: dict[int, tune.Placeme
 def validate_top(report: dict[str, Any], k: int, steps: int = 3, warmup: int = 2, timeout_s: float = 300.0,
                  dataset_dir: str | None = None) -> dict[str, Any]:
     """Run the report's K best plans for real; the report's `validation` section (see `validation_lines`)."""
-    jobs = [ValidationJob(report["spec"], r["plan"], r["iter_time_s"], r["peak_memory_gib"], warmup, steps, timeout_s)
+    # The ranking's head: the plans the predictor cannot tell from the winner (report["intervals"]) come first. Each
+    # runs on its own cluster size (`scaledl plan --nodes`).
+    spec = report["spec"]
+    jobs = [ValidationJob({**spec, "cluster": {**spec["cluster"], "nodes": r["nodes"]}}, r["plan"], r["iter_time_s"],
+                          r["peak_memory_gib"], warmup, steps, timeout_s)
             for r in report["ranked"][:k]]
     results = validate(jobs)
     if dataset_dir:

@@ -284,8 +284,10 @@ def accuracy_of(model: Predictor, samples: Sequence[Sample], source: str) -> dic
     """The accuracy record a checkpoint carries (reports show it): errors of `model` on `samples`."""
     true = np.asarray([s.iter_time_s for s in samples])
     pred, _ = predict_samples(model, samples)
+    from predictor.models.registry import residual_quantiles  # lazy: the registry imports the predictors
+
     return {"mape_pct": round(mre(pred, true), 2), "rmse_ms": round(rmse_ms(pred, true), 3), "rows": len(samples),
-            "source": source, "measured_by": "scaledl train"}
+            "source": source, "measured_by": "scaledl train", "residual_quantiles": residual_quantiles(true, pred)}
 
 
 @dataclass

@@ -138,3 +138,19 @@ def test_a_custom_module_is_predicted_and_searched_end_to_end(tmp_path) -> None:
     assert searched.returncode == 0, searched.stderr[-3000:]
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["ranked"] and all(r["fields"]["tp"] == 1 and r["fields"]["pp"] == 1 for r in report["ranked"])
+
+
+def test_plan_searches_several_cluster_sizes_in_one_run(tmp_path) -> None:
+    """--nodes: one search over every size's plans, ranked by cost, with the time-cost front and bad input refused."""
+    spec = write_spec(tmp_path, search={"recompute": ["none"], "max_pp": 2})
+    out = tmp_path / "out"
+    run = scaledl("plan", spec, "--out", str(out), "--nodes", "1-2", "--predictor", "analytical", "--rank-by", "cost",
+                  "--train-tokens", "1e9", "--price-per-gpu-hour", "2", "--budget-usd", "1e9")
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert [z["nodes"] for z in report["sizes"]] == [1, 2] and report["search"]["complete"]
+    assert {r["nodes"] for r in report["ranked"]} == {1, 2} and report["pareto"]
+    assert report["ranked"][0]["cost_usd_to_train"] == min(r["cost_usd_to_train"] for r in report["ranked"])
+    assert "Pareto front" in (out / "report.md").read_text()
+    bad = scaledl("plan", spec, "--out", str(out), "--budget-usd", "5")
+    assert bad.returncode == 2 and "--train-tokens" in bad.stderr and "Traceback" not in bad.stderr

@@ -24,8 +24,15 @@ def add_arguments(parser: argparse.ArgumentParser, spec_option: bool = False) ->
     parser.add_argument("--budget-s", type=float, metavar="S", help="stop the search after S seconds (best so far is kept)")
     parser.add_argument("--max-trials", type=int, metavar="N", help="optuna/random: plan groups to try")
     parser.add_argument("--space", metavar="NAME", help="named space (megatron-3d [default], zero-dp, full) or a YAML path")
-    parser.add_argument("--rank-by", default="time", choices=("time", "throughput", "cost"))
-    parser.add_argument("--price-per-gpu-hour", type=float, metavar="USD", help="adds the cost of an iteration")
+    parser.add_argument("--nodes", type=parse_nodes, metavar="LIST",
+                        help="cluster sizes searched together: a list (32,64,128) or a range (16-128: its powers "
+                             "of two); default: the spec's nodes")
+    parser.add_argument("--rank-by", default="time", choices=("time", "throughput", "cost"),
+                        help="days (iteration time), tokens/s per GPU, or total cost (GPU-hours times the price)")
+    parser.add_argument("--price-per-gpu-hour", type=float, metavar="USD", help="adds the cost of an iteration and of the run")
+    parser.add_argument("--train-tokens", type=float, metavar="N", help="tokens of the whole run: adds days and cost to train")
+    parser.add_argument("--deadline-days", type=float, metavar="D", help="keep plans that train in at most D days")
+    parser.add_argument("--budget-usd", type=float, metavar="B", help="keep plans that train for at most B dollars")
     parser.add_argument("--headroom", type=float, default=0.10, help="fraction of device memory kept free (default 0.10)")
     parser.add_argument("--predictor", default="auto", metavar="analytical|auto|PATH",
                         help="analytical, auto (the device's ScaleDL checkpoint: the one `scaledl adapt` fitted to this "
@@ -41,6 +48,21 @@ def add_arguments(parser: argparse.ArgumentParser, spec_option: bool = False) ->
                         help="store the top plans' predictions for `scaledl revalidate` to re-measure later")
 
 
+def parse_nodes(text: str) -> list[int]:
+    """`32,64,128` -> [32, 64, 128]; `16-128` -> the powers of two in [16, 128]."""
+    try:
+        if "-" in text:
+            low, high = (int(x) for x in text.split("-", 1))
+            sizes = [1 << k for k in range(high.bit_length()) if low <= 1 << k <= high]
+        else:
+            sizes = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a list like 32,64,128 or a range like 16-128, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} names no cluster size of at least one node")
+    return sorted(set(sizes))
+
+
 def run(args: argparse.Namespace) -> int:
     from orchestrator.planning import PlanRequest, run_plan  # lazy: keeps `scaledl --help` and predict free of Ray
 
@@ -52,6 +74,14 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if args.rank_by == "cost" and args.price_per_gpu_hour is None:
         raise UsageError("--rank-by cost needs --price-per-gpu-hour")
+    for name in ("train_tokens", "deadline_days", "budget_usd", "price_per_gpu_hour"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
+    if (args.deadline_days or args.budget_usd) and args.train_tokens is None:
+        raise UsageError("--deadline-days and --budget-usd need --train-tokens (the tokens of the whole run)")
+    if args.budget_usd and args.price_per_gpu_hour is None:
+        raise UsageError("--budget-usd needs --price-per-gpu-hour")
     if not 0 <= args.headroom < 1:
         raise UsageError(f"--headroom must be in [0, 1), got {args.headroom}")
     if args.budget_s is not None and args.budget_s <= 0:
@@ -63,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
             spec=args.spec, out=args.out, space=args.space, searcher=args.searcher, budget_s=args.budget_s,
             max_trials=args.max_trials, top_k=args.top_k, rank_by=args.rank_by, price_per_gpu_hour=args.price_per_gpu_hour,
             headroom=args.headroom, predictor=args.predictor, address=args.address, replicas=args.replicas,
-            resume=args.resume, seed=args.seed, validate=args.validate, dataset=args.dataset, history=args.history))
+            resume=args.resume, seed=args.seed, validate=args.validate, dataset=args.dataset, history=args.history,
+            nodes=args.nodes, train_tokens=args.train_tokens, deadline_days=args.deadline_days, budget_usd=args.budget_usd))
     except SearchError as err:  # e.g. nothing to resume, a predictor that does not load: a message, no traceback
         raise UsageError(str(err)) from None
     # The process ends next: freezing the heap spares the interpreter's final garbage collection of

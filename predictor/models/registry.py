@@ -9,9 +9,12 @@ machine runs the prediction, and a checkpoint trained on another CPU model is of
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from predictor.hardware import hardware_slug
 from predictor.models.analytical import AnalyticalPredictor
@@ -20,6 +23,9 @@ from predictor.models.base import Predictor
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
 # The analytical model's accuracy per device where it was measured against real runs (bench/vtrain_eval.py --record).
 ANALYTICAL_ACCURACY = CHECKPOINT_DIR / "analytical-accuracy.json"
+INTERVAL_COVERAGE = 0.8  # the share of real runs a prediction interval is meant to hold
+# An 80 % normal interval is +-1.2816 sigma, and a normal error's mean absolute value is sigma * sqrt(2 / pi).
+_NORMAL_FROM_MAPE = 1.2816 * math.sqrt(math.pi / 2)
 
 
 def checkpoint_path(device_name: str) -> Path:
@@ -73,3 +79,26 @@ def measured_accuracy(predictor: Predictor, device_name: str) -> dict[str, Any] 
             return None
         return json.loads(ANALYTICAL_ACCURACY.read_text()).get(device_name)
     return predictor.accuracy
+
+
+def residual_quantiles(measured: np.ndarray, predicted: np.ndarray, coverage: float = INTERVAL_COVERAGE) -> dict[str, Any]:
+    """The tails of the signed relative residuals r = measured / predicted - 1 that leave (1 - coverage) / 2 out on
+    each side: an iteration predicted at t lies in [t (1 + low), t (1 + high)] as often as these held-out runs did."""
+    r = np.asarray(measured, float) / np.asarray(predicted, float) - 1
+    low, high = np.quantile(r, [(1 - coverage) / 2, (1 + coverage) / 2])
+    return {"coverage": coverage, "low": round(float(low), 4), "high": round(float(high), 4), "rows": len(r),
+            "residual": "measured / predicted - 1"}
+
+
+def interval_factors(accuracy: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The prediction interval of this accuracy record, relative to the prediction: its recorded residual quantiles,
+    else (a record with only a MAPE) a normal error of that mean absolute size; None when never measured."""
+    if not accuracy:
+        return None
+    if "residual_quantiles" in accuracy:
+        q = accuracy["residual_quantiles"]
+        return {**q, "basis": f"quantiles of {q['rows']} held-out residuals, {accuracy['source']}"}
+    half = _NORMAL_FROM_MAPE * accuracy["mape_pct"] / 100
+    return {"coverage": INTERVAL_COVERAGE, "low": -half, "high": half, "rows": accuracy["rows"],
+            "basis": f"a normal error with the measured {accuracy['mape_pct']:.1f} % mean absolute error "
+                     f"({accuracy['source']}; no residuals recorded)"}
