@@ -7,8 +7,8 @@ batch of plans. Trials never see an invalid plan because they only ever address 
 * exhaustive and random search: the valid plans are cut into batches (exhaustive: contiguous
   chunks, all of them; random: groups in a seeded random order) and a trial's config is just
   the index of its batch;
-* model-based search (Optuna TPE): a trial picks a *group* — the plans sharing tp, cp, pp, mbs
-  and ZeRO stage — by walking a tree of the valid values, each choice conditional on the previous
+* model-based search (Optuna TPE): a trial picks a *group* — the plans sharing the GPU count, tp, cp,
+  ep, pp, mbs and ZeRO stage — by walking a tree of the valid values, each choice conditional on the previous
   ones (define-by-run), so every path ends at a non-empty group. Inside a group the cheap axes
   (recomputation, sequence parallel, schedule, placement) are evaluated together.
 """
@@ -22,9 +22,10 @@ from typing import Any, Protocol
 from predictor.axes import AXES
 from predictor.plan import Plan
 
-# The axes a model-based searcher chooses, in order (each registered parallel axis but the derived dp is a
-# Tune parameter, then the micro-batch and the ZeRO stage); the rest are evaluated as one batch.
-GROUP_AXES: tuple[str, ...] = (*(a.name for a in AXES if a.name != "dp"), "mbs", "zero")  # ep too: it is chosen apart
+# The axes a model-based searcher chooses, in order (the cluster size, when several are searched: a plan's GPU
+# count; each registered parallel axis but the derived dp; then the micro-batch and the ZeRO stage); the rest are
+# evaluated as one batch.
+GROUP_AXES: tuple[str, ...] = ("gpus", *(a.name for a in AXES if a.name != "dp"), "mbs", "zero")  # ep too: it is chosen apart
 
 
 class SuggestTrial(Protocol):

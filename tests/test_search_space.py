@@ -127,7 +127,7 @@ def test_tune_space_addresses_only_valid_plans() -> None:
         members = ts.members(trial.params)
         assert members, trial.params
         assert len({(plans[i].tp, plans[i].pp, plans[i].mbs, plans[i].zero) for i in members}) == 1
-        assert ts.key(trial.params).startswith("group-tp")
+        assert ts.key(trial.params).startswith("group-gpus")
         study.tell(trial, float(len(members)))
     random_grid = ts.grid("random", seed=1)["group"]
     assert sorted(map(tuple, random_grid)) == sorted(ts.groups)
