@@ -14,8 +14,11 @@ from typing import Literal
 
 LAYER_KINDS: tuple[str, ...] = (
     "embedding", "linear", "attention", "layernorm", "rmsnorm", "activation", "softmax",
-    "conv", "dropout", "elementwise", "loss", "other", "experts", "router",
+    "conv", "dropout", "elementwise", "loss", "other",
 )
+# A mixture of experts' nodes are also of kind "experts" (routed experts as grouped GEMMs) or "router". They stay
+# out of LAYER_KINDS, the learned predictor's one-hot vocabulary, so its shipped checkpoints keep their features
+# (a MoE node encodes as no known kind there; the analytical model prices both).
 # Where a node sits in a pipeline: pre on the first stage, post on the last, blocks split over stages.
 Group = Literal["pre", "block", "enc", "dec", "post"]
 # How Megatron-style tensor parallelism shards a node:
