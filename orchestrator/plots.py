@@ -1,9 +1,10 @@
-"""The report's figures as PNG bytes (matplotlib, Agg backend: no display needed)."""
+"""The report's figures: interactive plots as HTML fragments (plotly, its library inlined once per page, so the
+report loads nothing from the network), and the breakdown bars as PNG bytes (matplotlib, Agg backend)."""
 
 from __future__ import annotations
 
 import io
-from typing import Sequence
+from typing import Any, Sequence
 
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
 
@@ -36,26 +37,73 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     return front
 
 
-def time_vs_memory(feasible: list[tuple[float, float]], infeasible: list[tuple[float, float]],
-                   limit_gib: float, best: tuple[float, float] | None) -> bytes:
-    """Every evaluated plan as (peak memory GiB, iteration s), the Pareto front of the feasible ones."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+# A plotted plan: (x, y, hover label). Traces are thinned to this many points (the best by y first, then an even
+# sample of the rest), so a million-plan search still gives a page a browser opens at once.
+Point = tuple[float, float, str]
+MAX_POINTS = 4000
+
+
+def thin(points: Sequence[Point], cap: int = MAX_POINTS) -> list[Point]:
+    """At most `cap` points: the quarter with the lowest y, and an evenly spaced sample of the others."""
+    if len(points) <= cap:
+        return list(points)
+    ordered = sorted(points, key=lambda p: p[1])
+    head, rest = ordered[: cap // 4], ordered[cap // 4:]
+    step = len(rest) / (cap - len(head))
+    return head + [rest[int(i * step)] for i in range(cap - len(head))]
+
+
+def _scatter(points: Sequence[Point], name: str, **style: Any) -> Any:
+    import plotly.graph_objects as go
+
+    shown = thin(points)
+    label = name if len(shown) == len(points) else f"{name}, {len(shown)} of {len(points)} shown"
+    return go.Scatter(x=[p[0] for p in shown], y=[p[1] for p in shown], text=[p[2] for p in shown], name=label,
+                      hovertemplate="%{text}<extra></extra>", **style)
+
+
+def _html(fig: Any, title: str, xlabel: str, ylabel: str, include_js: bool, log_y: bool = False) -> str:
+    fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel, template="plotly_white", height=500,
+                      margin={"l": 60, "r": 20, "t": 50, "b": 50}, legend={"font": {"size": 11}})
+    if log_y:
+        fig.update_yaxes(type="log")
+    return fig.to_html(full_html=False, include_plotlyjs=include_js, config={"displaylogo": False, "responsive": True})
+
+
+def time_vs_memory(feasible: Sequence[Point], infeasible: Sequence[Point], limit_gib: float, best: Point | None,
+                   include_js: bool = True) -> str:
+    """Every evaluated plan as (peak memory GiB, iteration s, label), with the memory-time Pareto front of the
+    feasible ones: an HTML fragment, hover on a point for its plan."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
     if infeasible:
-        ax.scatter(*zip(*infeasible), s=6, c="#d62728", alpha=0.35, label=f"infeasible ({len(infeasible)})")
+        fig.add_trace(_scatter(infeasible, f"infeasible ({len(infeasible)})", mode="markers",
+                               marker={"size": 4, "color": "#d62728", "opacity": 0.35}))
     if feasible:
-        ax.scatter(*zip(*feasible), s=6, c="#1f77b4", alpha=0.5, label=f"feasible ({len(feasible)})")
-        front = [feasible[i] for i in pareto_front(feasible)]
-        ax.plot(*zip(*front), "-o", c="black", ms=3, lw=1.2, label="Pareto front")
+        fig.add_trace(_scatter(feasible, f"feasible ({len(feasible)})", mode="markers",
+                               marker={"size": 4, "color": "#1f77b4", "opacity": 0.5}))
+        fig.add_trace(_scatter([feasible[i] for i in pareto_front(feasible)], "memory-time front", mode="lines+markers",
+                               line={"color": "black", "width": 1.2}, marker={"size": 5}))
     if best:
-        ax.scatter([best[0]], [best[1]], marker="*", s=220, c="gold", edgecolors="black", zorder=5, label="best")
-    ax.axvline(limit_gib, ls="--", c="gray", lw=1, label=f"memory limit {limit_gib:.0f} GiB")
-    ax.set_xlabel("predicted peak memory per GPU (GiB)")
-    ax.set_ylabel("predicted iteration time (s)")
-    ax.set_yscale("log")
-    ax.legend(fontsize=8)
-    ax.set_title("Plans: time vs memory")
-    return _png(fig)
+        fig.add_trace(_scatter([best], "best", mode="markers",
+                               marker={"symbol": "star", "size": 16, "color": "gold", "line": {"color": "black", "width": 1}}))
+    fig.add_vline(x=limit_gib, line_dash="dash", line_color="gray", annotation_text=f"limit {limit_gib:.0f} GiB")
+    return _html(fig, "Plans: time vs memory", "predicted peak memory per GPU (GiB)", "predicted iteration time (s)",
+                 include_js, log_y=True)
+
+
+def time_vs_cost(sizes: dict[str, Sequence[Point]], front: Sequence[Point], xlabel: str, ylabel: str,
+                 include_js: bool = False) -> str:
+    """The plans that fit, one trace per cluster size (`sizes`: name -> points of (time, cost, label)), and the
+    time-cost Pareto front: an HTML fragment, hover on a point for its plan."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure([_scatter(points, name, mode="markers", marker={"size": 5, "opacity": 0.55})
+                     for name, points in sizes.items()])
+    fig.add_trace(_scatter(front, f"Pareto front ({len(front)})", mode="lines+markers",
+                           line={"color": "black", "width": 1.5}, marker={"size": 9, "symbol": "diamond"}))
+    return _html(fig, "Time against cost: the plans no other beats on both", xlabel, ylabel, include_js)
 
 
 def stacked(labels: list[str], parts: list[dict[str, float]], keys: Sequence[str], ylabel: str, title: str,

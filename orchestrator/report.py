@@ -123,7 +123,7 @@ def intervals(ranked: list[Evaluated], factors: dict[str, Any] | None, by: str) 
     lo, hi = 1 + factors["low"], 1 + factors["high"]
     measure = [e.prediction.iter_time_s if by == "time" else _cost_key(e) for e in ranked]  # type: ignore[union-attr]
     spans = [[e.prediction.iter_time_s * lo, e.prediction.iter_time_s * hi] for e in ranked]  # type: ignore[union-attr]
-    return spans, [i > 0 and m * lo <= measure[0] * hi for i, m in enumerate(measure)]
+    return spans, [bool(i > 0 and m * lo <= measure[0] * hi) for i, m in enumerate(measure)]
 
 
 def interval_text(section: dict[str, Any]) -> str:
@@ -285,10 +285,45 @@ def build_report(*, spec: WorkloadSpec, spec_path: str, device: Device, predicto
         "caution": caution(ranked),
         "launch": launch_settings(ranked[0].plan, by_gpus.get(ranked[0].plan.gpus, spec)) if ranked else None,
         "_points": {  # for the plots only; dropped from report.json
-            "feasible": [(e.prediction.peak_memory_gib, e.prediction.iter_time_s) for e in result.evaluated if e.feasible],  # type: ignore[union-attr]
-            "infeasible": [(e.prediction.peak_memory_gib, e.prediction.iter_time_s) for e in infeasible],  # type: ignore[union-attr]
+            "feasible": [_memory_point(e) for e in result.evaluated if e.feasible],
+            "infeasible": [_memory_point(e) for e in infeasible],
+            "by_size": _cost_points(ranked, metrics, goal, price),
         },
     }
+
+
+def _memory_point(e: Evaluated) -> plots.Point:
+    p = e.prediction
+    assert p is not None
+    return (p.peak_memory_gib, p.iter_time_s, f"{e.plan}<br>{e.plan.gpus} GPUs: {p.iter_time_s:.3f} s, {p.peak_memory_gib:.1f} GiB"
+                                              + (f"<br>{e.infeasible}" if e.infeasible else ""))
+
+
+def cost_axes(goal: TrainingGoal, price: float | None) -> tuple[str, str, str, str]:
+    """(x metric, y metric, x label, y label) of the time-cost plot: days and dollars to train where the run's tokens
+    and a price are given, else seconds and GPU-hours per iteration (proportional to them)."""
+    x = ("days_to_train", "days to train") if goal.train_tokens else ("iter_time_s", "iteration time (s)")
+    y = (("cost_usd_to_train", "cost to train (USD)") if goal.train_tokens and price is not None
+         else ("gpu_hours_per_iteration", "GPU-hours per iteration"))
+    return x[0], y[0], x[1], y[1]
+
+
+def _cost_points(ranked: list[Evaluated], metrics: list[dict[str, Any]], goal: TrainingGoal,
+                 price: float | None) -> dict[str, list[plots.Point]]:
+    """The ranked plans on the time-cost plane, per cluster size."""
+    x, y, _, _ = cost_axes(goal, price)
+    out: dict[str, list[plots.Point]] = {}
+    for e, m in zip(ranked, metrics):
+        values = {**m, "iter_time_s": e.prediction.iter_time_s, "gpu_hours_per_iteration": _cost_key(e) / 3600}  # type: ignore[union-attr]
+        out.setdefault(f"{m['nodes']} nodes", []).append((values[x], values[y], f"{e.plan}<br>{_point_text(values)}"))
+    return out
+
+
+def _point_text(r: dict[str, Any]) -> str:
+    """A plan's size, time and cost in a hover label."""
+    days = f", {r['days_to_train']:.1f} days" if r["days_to_train"] is not None else ""
+    cost = f", ${r['cost_usd_to_train']:,.0f}" if r["cost_usd_to_train"] is not None else ""
+    return f"{r['nodes']} nodes ({r['gpus']} GPUs): {r['iter_time_s']:.3f} s/iteration{days}{cost}"
 
 
 def _atomic(path: Path, data: bytes | str) -> None:
@@ -302,17 +337,25 @@ def _short(plan: str) -> str:
     return f"d{p.dp} t{p.tp} p{p.pp}\nm{p.mbs} z{p.zero} {p.recompute[:3]}{' v' + str(p.v) if p.v > 1 else ''}"
 
 
-def _figures(report: dict[str, Any]) -> dict[str, bytes]:
+def _figures(report: dict[str, Any]) -> str:
+    """The report's plots as HTML: the interactive time-memory and time-cost plots (plotly's library inlined in the
+    first), then the breakdowns of the top plans as PNGs."""
     top = report["ranked"][: report["top_k"]]
-    best = (top[0]["peak_memory_gib"], top[0]["iter_time_s"]) if top else None
-    figs = {"time_vs_memory": plots.time_vs_memory(report["_points"]["feasible"], report["_points"]["infeasible"],
-                                                   report["device"]["memory_limit_gib"], best)}
+    points = report["_points"]
+    best = (top[0]["peak_memory_gib"], top[0]["iter_time_s"], f"best: {top[0]['plan']}") if top else None
+    parts = [plots.time_vs_memory(points["feasible"], points["infeasible"], report["device"]["memory_limit_gib"], best)]
     if top:
+        ranking = report["ranking"]
+        x, y, xlabel, ylabel = cost_axes(TrainingGoal(ranking["train_tokens"]), ranking["price_per_gpu_hour"])
+        front = [(r[x], r[y], f"{r['plan']}<br>{_point_text(r)}") for r in report["pareto"]]
+        parts.append(plots.time_vs_cost(points["by_size"], front, xlabel, ylabel))
         labels = [_short(r["plan"]) for r in top]
-        figs["time_breakdown"] = plots.time_breakdown(labels, [r["breakdown"] for r in top])
-        figs["memory_breakdown"] = plots.memory_breakdown(labels, [r["memory_breakdown"] for r in top],
-                                                          report["device"]["memory_limit_gib"])
-    return figs
+        pngs = {"time breakdown": plots.time_breakdown(labels, [r["breakdown"] for r in top]),
+                "memory breakdown": plots.memory_breakdown(labels, [r["memory_breakdown"] for r in top],
+                                                           report["device"]["memory_limit_gib"])}
+        parts += [f'<h2>{name}</h2><img alt="{name}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+                  for name, png in pngs.items()]
+    return "".join(parts)
 
 
 def compact(plan: str) -> str:
@@ -413,16 +456,39 @@ def front_line(r: dict[str, Any]) -> str:
             f"{r['gpu_hours_per_iteration']:.2f} GPU-h/iteration{days}{cost}")
 
 
-def _html_table(header: list[str], rows: list[list[str]]) -> str:
+def _html_table(header: list[str], rows: list[list[str]], table_id: str = "") -> str:
     e = html.escape
-    return ("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>"
-            + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows) + "</table>")
+    return (f"<table{f' id={table_id!r}' if table_id else ''}><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in header)
+            + "</tr></thead><tbody>"
+            + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows) + "</tbody></table>")
 
 
-def _html(report: dict[str, Any], figures: dict[str, bytes]) -> str:
+# The plan table's behaviour: a click on a column header sorts by it (numbers as numbers, again: the other way), and
+# the filter box keeps the rows holding every word typed.
+_TABLE_SCRIPT = """<script>
+(function () {
+  const table = document.getElementById("plans"), body = table.tBodies[0];
+  const value = (row, i) => { const t = row.cells[i].textContent.trim(), n = parseFloat(t.replace(/,/g, ""));
+                              return isNaN(n) ? t : n; };
+  table.tHead.querySelectorAll("th").forEach((th, i) => th.addEventListener("click", () => {
+    const up = th.dataset.order !== "up";
+    table.tHead.querySelectorAll("th").forEach(h => delete h.dataset.order);
+    th.dataset.order = up ? "up" : "down";
+    Array.from(body.rows).sort((a, b) => { const x = value(a, i), y = value(b, i);
+      return (typeof x === typeof y ? (x > y) - (x < y) : typeof x === "number" ? -1 : 1) * (up ? 1 : -1); })
+      .forEach(r => body.appendChild(r));
+  }));
+  document.getElementById("filter").addEventListener("input", ev => {
+    const words = ev.target.value.toLowerCase().split(/ +/).filter(Boolean);
+    Array.from(body.rows).forEach(r => { const text = r.textContent.toLowerCase();
+                                         r.hidden = !words.every(w => text.includes(w)); });
+  });
+})();
+</script>"""
+
+
+def _html(report: dict[str, Any], figures: str) -> str:
     e = html.escape
-    imgs = "".join(f'<h2>{e(name.replace("_", " "))}</h2><img alt="{e(name)}" src="data:image/png;base64,'
-                   f'{base64.b64encode(png).decode()}">' for name, png in figures.items())
     launch = report["launch"]
     launch_html = "" if not launch else (
         "<h2>Launch settings</h2>"
@@ -438,12 +504,22 @@ def _html(report: dict[str, Any], figures: dict[str, bytes]) -> str:
                       + _html_table(VALIDATION_HEADER, validation_rows(section))
                       + (f"<p>Note: {e(section['note'])}.</p>" if section["note"] else ""))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>ScaleDL plan report</title><style>"
-            "body{font-family:sans-serif;max-width:1100px;margin:2em auto}td,th{padding:2px 8px;border-bottom:1px solid #ddd}"
+            "body{font-family:sans-serif;max-width:1200px;margin:2em auto}td,th{padding:2px 8px;border-bottom:1px solid #ddd}"
+            "#plans th{cursor:pointer;background:#f4f4f4;position:sticky;top:0}#plans th[data-order=up]::after{content:' \\25B2'}"
+            "#plans th[data-order=down]::after{content:' \\25BC'}#plans td:nth-child(2){font-family:monospace;font-size:85%}"
+            "#filter{width:40em;margin:0 0 8px}.scroll{max-height:32em;overflow:auto}"
             f"pre{{background:#f4f4f4;padding:8px;white-space:pre-wrap}}</style></head><body>"
             f"<h1>ScaleDL plan report: {e(report['spec_path'])}</h1>" + "".join(f"<p>{e(s)}</p>" for s in summary)
-            + "<h2>Best plans</h2>" + _html_table(_HEADER, _table_rows(report))
+            + f"<h2>Best plans</h2><p>The {len(report['ranked'])} best of {report['ranked_total']} plans that fit; click a "
+            "column to sort, type to filter (every word must appear); <code>=</code>: its interval overlaps the winner's.</p>"
+            + '<input id="filter" type="search" placeholder="filter, e.g. tp=8 64">'
+            + '<div class="scroll">' + _html_table(_HEADER, _table_rows(report, limit=len(report["ranked"])), "plans")
+            + "</div>" + _TABLE_SCRIPT
             + (f"<p><strong>{e(report['caution'])}</strong></p>" if report.get("caution") else "")
-            + f"<h2>Why the winner wins</h2><p>{e(report['explanation'])}</p>{validation}{imgs}{launch_html}</body></html>")
+            + f"<h2>Why the winner wins</h2><p>{e(report['explanation'])}</p>"
+            + f"<h2>Time against cost</h2><p>{e(pareto_intro(report))}</p><ul>"
+            + "".join(f"<li>{e(front_line(r))}</li>" for r in report["pareto"]) + "</ul>"
+            + f"{validation}{figures}{launch_html}</body></html>")
 
 
 def write_report(report: dict[str, Any], out_dir: Path) -> list[Path]:

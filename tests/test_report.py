@@ -84,9 +84,13 @@ def test_report_files_follow_the_schema(tmp_path) -> None:
     assert top["cost_usd_per_iteration"] == pytest.approx(2.0 * 16 * top["iter_time_s"] / 3600)
     assert all(r["reason"].startswith("predicted peak memory") for r in data["infeasible"])
     html = (tmp_path / "report.html").read_text()
-    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
-    assert len(images) == 3 and all(base64.b64decode(i).startswith(b"\x89PNG") for i in images)
-    assert "http" not in html.replace("http-equiv", "")  # self-contained
+    images = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+    assert len(images) == 2 and all(base64.b64decode(i).startswith(b"\x89PNG") for i in images)
+    # Self-contained: plotly's library inlined once, nothing fetched (no external script, style, image or font).
+    assert html.count("* plotly.js v") == 1 and html.count("Plotly.newPlot(") == 2
+    assert not re.search(r"""<(script|link|img|iframe|source)\b[^>]*\b(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "<link" not in html and "@import" not in html
+    assert 'id="filter"' in html and "id='plans'" in html and top["plan"] in html
     md = (tmp_path / "report.md").read_text()
     assert top["plan"] in md and "--tensor-model-parallel-size" in md
     assert "--global-batch-size 64" in (tmp_path / "launch" / "megatron_args.txt").read_text()
