@@ -41,3 +41,14 @@ def test_runner_refuses_the_expert_parallelism_it_does_not_run() -> None:
     assert unsupported(Plan.parse("dp=2,ep=2"), SPEC) == ""
     assert "ep = dp" in unsupported(Plan.parse("dp=4,ep=2"), SPEC)
     assert "zero=0" in unsupported(Plan.parse("dp=2,zero=1,ep=2"), SPEC)
+
+
+def test_per_layer_times_include_the_experts() -> None:
+    import torch
+
+    from predictor.measure.layers import time_layers
+
+    rows = {r["node"]: r for r in time_layers(SPEC, 2, torch.device("cpu"), repeats=1, warmup=0)}
+    experts = rows["model.layers.0.mlp.experts"]
+    assert experts["kind"] == "experts" and experts["fwd_s"] > 0 and experts["bwd_s"] > 0
+    assert "model.layers.0.mlp.experts.act_fn" not in rows  # timed inside its experts module

@@ -100,13 +100,17 @@ def layer_nodes(model: nn.Module, spec: ModelSpec) -> list[NodeRef]:
         for sub, _ in blocks[0].named_modules():  # what only block 0 has (T5's position bias) occurs once
             count[f"{first}.{sub}" if sub else first] = len(blocks) if sub in later or not sub else 1
     nodes = []
+    experts: list[str] = []
     for name, mod in model.named_modules():
-        if any(name == s or name.startswith(s + ".") for s in skip):
+        if any(name == s or name.startswith(s + ".") for s in skip) or any(name.startswith(e + ".") for e in experts):
             continue
         group = "block" if name in count else "other"
         if any(child in _CORE_OWNER for child, _ in mod.named_children()):
             nodes.append(NodeRef(name, "attention", group, count.get(name, 1), (1, spec.tokens, spec.hidden or 0), (),
                                  _attention_attrs(spec, name, mod)))
+        elif type(mod).__name__.endswith("Experts"):  # a MoE layer's grouped GEMMs and activation, timed whole
+            experts.append(name)
+            nodes.append(NodeRef(name, "experts", group, count.get(name, 1), (), (), {}))
         elif not list(mod.children()):
             nodes.append(NodeRef(name, layer_kind(mod), group, count.get(name, 1), (), (), {}))
     from predictor.modelzoo import num_labels
