@@ -147,14 +147,27 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
-def _optimizer(params: list[torch.Tensor], plan: Plan, mesh: Any, name: str, lr: float) -> torch.optim.Optimizer:
-    cls = torch.optim.SGD if name == "sgd" else torch.optim.Adam
-    if plan.dp > 1 and plan.zero == 1:  # ZeRO-1: each dp rank keeps and updates the optimizer states of its shard
-        from torch.distributed.optim import ZeroRedundancyOptimizer
+def _optimizer(params: list[torch.Tensor], plan: Plan, mesh: Any, name: str, lr: float
+               ) -> tuple[torch.optim.Optimizer, Callable[[], None]]:
+    """The optimizer, and what must run before its step. ZeRO-1: each dp rank keeps and updates the optimizer
+    states of its shard (`ZeroRedundancyOptimizer`). It broadcasts plain tensors only, so with tp it updates
+    each DTensor parameter's local shard in place, and the shards' gradients are handed to it before the step."""
+    from torch.distributed.tensor import DTensor
 
-        return ZeroRedundancyOptimizer(params, optimizer_class=cls, process_group=mesh["dp"].get_group(), lr=lr,
-                                       foreach=False)
-    return cls(params, lr=lr, foreach=False)
+    cls = torch.optim.SGD if name == "sgd" else torch.optim.Adam
+    if not (plan.dp > 1 and plan.zero == 1):
+        return cls(params, lr=lr, foreach=False), lambda: None
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    pairs = [(p, p._local_tensor if isinstance(p, DTensor) else p) for p in params]
+
+    def hand_over() -> None:
+        for p, local in pairs:
+            if local is not p:
+                local.grad, p.grad = (None if p.grad is None else _local(p.grad)), None
+    optimizer = ZeroRedundancyOptimizer([local for _, local in pairs], optimizer_class=cls,
+                                        process_group=mesh["dp"].get_group(), lr=lr, foreach=False)
+    return optimizer, hand_over
 
 
 def _state_numel(optimizer: torch.optim.Optimizer) -> int:
@@ -171,13 +184,15 @@ def _wrap_dp(chunk: nn.Module, plan: Plan, mesh: Any) -> nn.Module:
 
     if plan.zero >= 2:
         return apply_fsdp(chunk, mesh["dp"], reshard_after_forward=plan.zero == 3)
-    return apply_ddp(chunk, mesh["dp"].get_group(), plan.tp > 1)
+    return apply_ddp(chunk, mesh["dp"], plan.tp > 1)
 
 
 def _step_fn(plan: Plan, chunks: list[nn.Module], loss_fn: Callable, first: torch.Tensor, labels: torch.Tensor,
              indices: list[int], mesh: Any, device: torch.device, losses: list[float]) -> Callable[[], None]:
     """Forward and backward of this rank's dp slice of the batch: the pipeline schedule, or the micro-batches
     one after another with the gradient averaged over them (DDP syncing only on the last)."""
+    from torch.distributed.fsdp import FSDPModule
+
     m = first.shape[0] // plan.mbs
     if plan.pp == 1:
         model = chunks[0]
@@ -186,8 +201,10 @@ def _step_fn(plan: Plan, chunks: list[nn.Module], loss_fn: Callable, first: torc
         def accumulate() -> None:
             total = 0.0
             for i, (x, y) in enumerate(micro):
-                sync = i == m - 1 or not hasattr(model, "no_sync")
-                with model.no_sync() if not sync else nullcontext():
+                last = i == m - 1
+                if isinstance(model, FSDPModule) and plan.zero < 2:  # replicate (dp with tp): sync once, like DDP
+                    model.set_requires_gradient_sync(last)
+                with model.no_sync() if not last and hasattr(model, "no_sync") else nullcontext():
                     loss = loss_fn(model(x), y)
                     (loss / m).backward()
                 total += loss.item()
@@ -267,8 +284,8 @@ def run_plan(job: dict, rank: int, world: int, device: torch.device,
     if plan.dp > 1:
         chunks = [_wrap_dp(c, plan, mesh) for c in chunks]
     params = list({id(p): p for c in chunks for p in c.parameters()}.values())
-    shards = _held(chunks, names, whole, tp_dims)  # before a forward: DDP + TP swaps its parameters around it
-    optimizer = _optimizer(params, plan, mesh, job.get("optimizer", "adam"), float(job.get("lr", 1e-4)))
+    shards = _held(chunks, names, whole, tp_dims)
+    optimizer, hand_over = _optimizer(params, plan, mesh, job.get("optimizer", "adam"), float(job.get("lr", 1e-4)))
     losses: list[float] = []
     step = _step_fn(plan, chunks, loss_fn, first, labels, indices, mesh, device, losses)
     sync_tied = _tied_sync(plan, mesh, chunks, names, tied)
@@ -285,6 +302,7 @@ def run_plan(job: dict, rank: int, world: int, device: torch.device,
         step()
         sync_tied()
         scale_expert_grads(experts, plan.ep)
+        hand_over()
         optimizer.step()
         _sync(device)
         if i >= int(job["warmup"]):

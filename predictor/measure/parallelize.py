@@ -200,15 +200,17 @@ def apply_recompute(model: nn.Module, mode: str) -> nn.Module:
     return model
 
 
-def apply_ddp(module: nn.Module, group: Any, tensor_parallel: bool) -> nn.Module:
-    """Gradient all-reduce over the data-parallel `group` (ZeRO 0, and 1 with a sharded optimizer). With tp the
-    DTensor parameters are made local first (`_pre_dp_module_transform`), as PyTorch's DDP + TP recipe does."""
-    from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
+def apply_ddp(module: nn.Module, mesh: Any, tensor_parallel: bool) -> nn.Module:
+    """Gradient all-reduce over the data-parallel `mesh` (ZeRO 0, and 1 with a sharded optimizer): DDP, or with tp
+    FSDP2's `replicate` (all-reduce, no sharding), which takes DTensor parameters. (DDP after PyTorch's
+    `_pre_dp_module_transform` fails its reducer's bucket rebuild under a pipeline schedule's micro-batches.)"""
     from torch.nn.parallel import DistributedDataParallel
 
     if tensor_parallel:
-        _pre_dp_module_transform(module)
-    return DistributedDataParallel(module, process_group=group)
+        from torch.distributed._composable.replicate_with_fsdp import replicate
+
+        return replicate(module, mesh=mesh)
+    return DistributedDataParallel(module, process_group=mesh.get_group())
 
 
 def apply_fsdp(model: nn.Module, mesh: Any, reshard_after_forward: bool = True) -> nn.Module:
