@@ -64,8 +64,10 @@ class RoundReport:
 
 def _row(p: StoredPrediction, r: ValidationResult, fingerprint: str) -> MeasurementRow:
     measured_mem = max(r.peak_memory_gib) if r.peak_memory_gib else None
+    # ranks that time-shared CPU cores are compared with the prediction for the run as it ran (r.detail says so)
     return MeasurementRow(
-        p.id, p.plan, p.family, fingerprint, p.predictor_version, p.predicted_time_s, p.predicted_memory_gib,
+        p.id, p.plan, p.family, fingerprint, p.predictor_version, p.predicted_time_s * max(1.0, r.core_sharing),
+        p.predicted_memory_gib,
         r.measured_time_s if r.status == "ok" else None, measured_mem, r.status, r.detail,
     )
 

@@ -126,6 +126,7 @@ def pool4(pool):
         yield p
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("plan", [
     "dp=2,tp=2,mbs=2,zero=1,sp=true,recompute=selective",
     pytest.param("tp=2,pp=2,mbs=2,sp=true,schedule=interleaved,v=2", marks=pytest.mark.slow),
@@ -148,8 +149,8 @@ def _runner_role(kind: str, path: str, tp_dim: int) -> str:
     return "row" if tp_dim == 1 else ("column" if in_block(path) else "vocab")
 
 
-@pytest.mark.parametrize("family", ["llama", "bert", "t5", *(pytest.param(f, marks=pytest.mark.slow)
-                                                            for f in ("gpt", "gpt2", "vit", "deit"))])
+@pytest.mark.parametrize("family", ["llama", *(pytest.param(f, marks=pytest.mark.slow)
+                                                  for f in ("bert", "t5", "gpt", "gpt2", "vit", "deit"))])
 def test_graph_table_and_runner_give_every_module_the_same_tp_role(pool, family: str) -> None:
     """One table of roles (predictor.tp_roles): the layer graph's roles (which the sharding model prices), the
     table's answer for the real model, and how the runner's tp=2 ranks actually split each weight agree."""

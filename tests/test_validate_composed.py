@@ -72,3 +72,23 @@ def test_dp_tp_pp_with_sp_interleaving_selective_recomputation_and_zero1_on_8_ra
     text = "dp=2,tp=2,pp=2,mbs=1,zero=1,sp=true,schedule=interleaved,v=2,recompute=selective"
     result = run(llama(8, 4), text)
     assert_placed_as_planned(result, Plan.parse(text))
+
+
+@pytest.mark.slow
+def test_revalidate_re_measures_a_composed_plan(cluster, tmp_path) -> None:
+    from orchestrator.cli import main
+    from orchestrator.history import History
+
+    spec, text = llama(4, 4), str(Plan.parse("dp=1,tp=2,pp=2,mbs=1,sp=true,schedule=interleaved,v=2,recompute=selective"))
+    predictor, _ = load_predictor("analytical", "cpu")
+    (prediction,) = predictor.predict(spec, graph_for(spec.model), [Plan.parse(text)])
+    url = f"sqlite:///{tmp_path}/history.db"
+    with History.open(url) as h:
+        h.record_predictions(spec.model_dump(mode="json", exclude_none=True), "cpu", "analytical", "analytical",
+                             [(text, prediction.iter_time_s, prediction.peak_memory_gib)])
+    main(["revalidate", "--history", url, "--once", "--sample", "1", "--steps", "2", "--warmup", "1"])
+    with History.open(url) as h:
+        (row,) = h.measurements()
+    assert row["status"] == "ok" and row["measured_time_s"] > 0, row["detail"]
+    assert row["plan"] == text and "ranks share cores" in row["detail"]
+    assert row["predicted_time_s"] == pytest.approx(prediction.iter_time_s * 2)  # 4 ranks on this machine's 2 cores
