@@ -196,6 +196,9 @@ def explain(ranked: list[Evaluated], evaluated: list[Evaluated], spec: WorkloadS
     if p.cp > 1:
         facts.append(f"cp={p.cp} splits every sequence over {p.cp} ranks ({AXIS['cp'].shards}); its K/V exchange "
                      f"({p.cp_comm}) costs {share['cp_comm'] * 100:.0f} % of the time")
+    if p.ep > 1:
+        facts.append(f"ep={p.ep} holds {spec.model.experts // p.ep} of the {spec.model.experts} experts of each MoE "
+                     f"layer per rank; its token all-to-all costs {share['ep_comm'] * 100:.0f} % of the time exposed")
     if p.pp > 1:
         bubble = (p.pp - 1) / (p.v * m)
         facts.append(f"pp={p.pp} with {m} micro-batches{f' and v={p.v} virtual stages' if p.v > 1 else ''} "
