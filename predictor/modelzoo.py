@@ -201,10 +201,10 @@ def _hf_config(model: ModelSpec) -> Any:
 
 def _moe_config(model: ModelSpec, extra: dict[str, Any]) -> Any:
     """The transformers config of a mixture of experts (`llama` with experts is Mixtral: Llama with MoE MLPs),
-    its experts traced with balanced routing (`predictor.moe`)."""
+    its experts traced with balanced routing (`predictor.moe_tracing`)."""
     import transformers as tf
 
-    from predictor.moe import BALANCED, register_balanced_experts
+    from predictor.moe_tracing import BALANCED, register_balanced_experts
 
     register_balanced_experts()
     common = dict(vocab_size=model.vocab, hidden_size=model.hidden, num_hidden_layers=model.layers,

@@ -1,12 +1,10 @@
-"""Mixtures of experts: balanced routing for tracing, parameter counts, and expert-parallel communication.
+"""Mixtures of experts: parameter counts and expert-parallel communication (no torch: the analytical model
+imports this; the balanced routing the layer graph is traced with is `predictor.moe_tracing`).
 
 The published MoE runs ScaleDL is measured against force the token distribution to be balanced among
 the experts (Megatron-Bridge performance recipes: "token distribution force-balanced among experts,
-dropless"). The layer graph is therefore traced with `balanced_experts_forward`, registered as a
-transformers experts implementation: the tokens·top_k token-expert pairs are dealt evenly, tokens·top_k/E
-to each of the E experts, and each expert runs two GEMMs (gate/up, then down) on its share, as a
-grouped GEMM does. FLOPs are those of the active experts only, and the saved tensors are the grouped
-GEMMs' inputs. Routing that is not balanced is priced with `AnalyticalConfig.moe_imbalance`: the most
+dropless"), and so is the traced layer graph: FLOPs are those of the active experts only, and the saved
+tensors are the grouped GEMMs' inputs. Routing that is not balanced is priced with `AnalyticalConfig.moe_imbalance`: the most
 loaded expert rank receives that factor times the balanced share, which the others wait for.
 
 Expert parallelism (`ep`, Megatron-Core's convention): the dp·tp·cp ranks of one pipeline stage are
@@ -20,50 +18,13 @@ dp·tp·cp/ep ranks.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
-
-import torch
-import torch.nn.functional as F
 
 from predictor import comm
 
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.plan import Plan
     from predictor.workload import ModelSpec
-
-BALANCED = "scaledl_balanced"
-
-
-def balanced_experts_forward(self: torch.nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
-                             top_k_weights: torch.Tensor) -> torch.Tensor:
-    """A transformers experts forward with balanced routing: token-expert pair i goes to expert i // (T·k/E),
-    each expert a batched GEMM over its share (shapes are static, so it traces on the meta device)."""
-    tokens, hidden = hidden_states.shape
-    k = top_k_index.size(-1)
-    experts = self.num_experts
-    share = math.ceil(tokens * k / experts)
-    x = hidden_states.repeat_interleave(k, dim=0)
-    x = F.pad(x, (0, 0, 0, experts * share - tokens * k)).view(experts, share, hidden)
-    up_w = self.gate_up_proj if self.has_gate else self.up_proj
-    up = torch.bmm(x, up_w if self.is_transposed else up_w.transpose(1, 2))
-    if self.has_bias:
-        up = up + (self.gate_up_proj_bias if self.has_gate else self.up_proj_bias)[:, None, :]
-    act = self._apply_gate(up) if self.has_gate else self.act_fn(up)
-    out = torch.bmm(act, self.down_proj if self.is_transposed else self.down_proj.transpose(1, 2))
-    if self.has_bias:
-        out = out + self.down_proj_bias[:, None, :]
-    out = out.reshape(experts * share, hidden)[: tokens * k] * top_k_weights.reshape(-1, 1).to(out.dtype)
-    return out.view(tokens, k, hidden).sum(dim=1)
-
-
-def register_balanced_experts() -> None:
-    """Make `BALANCED` a transformers experts implementation (idempotent)."""
-    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
-
-    if BALANCED not in ALL_EXPERTS_FUNCTIONS:
-        ALL_EXPERTS_FUNCTIONS.register(BALANCED, balanced_experts_forward)
-
 
 def runner_ep_error(plan: "Plan", model: "ModelSpec") -> str:
     """Why ScaleDL's runner cannot run `plan`'s expert parallelism ('' when it can): it runs ep = dp with

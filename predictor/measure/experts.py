@@ -1,6 +1,6 @@
 """Expert parallelism in the runner: each rank holds E/ep experts and exchanges tokens with all-to-alls.
 
-Routing is the balanced routing the layer graph is traced with (`predictor.moe.balanced_experts_forward`):
+Routing is the balanced routing the layer graph is traced with (`predictor.moe_tracing.balanced_experts_forward`):
 token-expert pair i goes to expert i // (T·k/E). With ep ranks, a rank's pairs for the experts of rank j go
 to rank j in one all-to-all (the dispatch), rank j runs its local experts' GEMMs on the pairs of every rank,
 and a second all-to-all brings the results back (the combine), as Megatron-Core's alltoall dispatcher does;
