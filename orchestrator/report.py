@@ -29,7 +29,8 @@
         note when its framework refuses it, see orchestrator.launch),
     validation (only with --validate K): {k, steps, warmup, plans: [ValidationResult.to_dict()], note}
         (see orchestrator.validate).
-`report.md` says the same for people; `report.html` is self-contained (plots embedded as base64 PNGs);
+`report.md` says the same for people; `report.html` loads nothing from the network (plotly inlined once: a sortable,
+filterable plan table, time-memory and time-cost plots with hover labels; the breakdowns as base64 PNGs);
 `launch/` holds the winner's launch file for the spec's framework: `megatron_args.txt` (and `torchrun.sh`),
 `torchtitan.toml` or `deepspeed_config.json`.
 """
@@ -446,8 +447,9 @@ def _markdown(report: dict[str, Any]) -> str:
 def pareto_intro(report: dict[str, Any]) -> str:
     """What the front is, over which sizes, and what its ends are."""
     sizes = ", ".join(str(z["nodes"]) for z in report["sizes"])
-    return (f"Over {sizes} nodes, {len(report['pareto'])} plans are beaten by no other on both time to train and "
-            f"cost (GPU-hours); the fastest first." + ("" if report["ranking"]["train_tokens"] else
+    n = len(report["pareto"])
+    return (f"Over {sizes} nodes, {n} plan{'s are' if n != 1 else ' is'} beaten by no other on both time to train and "
+            f"cost (GPU-hours){'; the fastest first' if n > 1 else ''}." + ("" if report["ranking"]["train_tokens"] else
                                                       " Give --train-tokens (and a price) for days and dollars."))
 
 
