@@ -66,7 +66,7 @@ def _html(fig: Any, title: str, xlabel: str, ylabel: str, include_js: bool, log_
     fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel, template="plotly_white", height=500,
                       margin={"l": 60, "r": 20, "t": 50, "b": 50}, legend={"font": {"size": 11}})
     if log_y:
-        fig.update_yaxes(type="log", dtick="D2")  # 1, 2, 5 per decade: plotly's default labels every digit
+        fig.update_yaxes(type="log", dtick="D2", tickformat="~g")  # 1, 2, 5 per decade, each labelled in full
     return fig.to_html(full_html=False, include_plotlyjs=include_js, config={"displaylogo": False, "responsive": True})
 
 

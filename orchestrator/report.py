@@ -511,7 +511,7 @@ def _html(report: dict[str, Any], figures: str) -> str:
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>ScaleDL plan report</title><style>"
             "body{font-family:sans-serif;max-width:1200px;margin:2em auto}td,th{padding:2px 8px;border-bottom:1px solid #ddd}"
             "#plans th{cursor:pointer;background:#f4f4f4;position:sticky;top:0}#plans th[data-order=up]::after{content:' \\25B2'}"
-            "#plans th[data-order=down]::after{content:' \\25BC'}#plans td:nth-child(2){font-family:monospace;font-size:85%}"
+            "#plans th[data-order=down]::after{content:' \\25BC'}#plans td:nth-child(2){font-family:monospace;font-size:85%;max-width:26em;overflow-wrap:anywhere}"
             "#filter{width:40em;margin:0 0 8px}.scroll{max-height:32em;overflow:auto}"
             f"pre{{background:#f4f4f4;padding:8px;white-space:pre-wrap}}</style></head><body>"
             f"<h1>ScaleDL plan report: {e(report['spec_path'])}</h1>" + "".join(f"<p>{e(s)}</p>" for s in summary)
