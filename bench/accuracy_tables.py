@@ -324,6 +324,11 @@ FILES: list[ResultsFile] = [
         "linear cost between computing ranks, against the same call at rest (the α-β link).",
         [Shown("Latest run", first)]),
     ResultsFile(
+        "interval_coverage.txt", "Coverage of the 80 % prediction intervals",
+        "`bench/interval_coverage.py`: the analytical model's intervals (10th-90th percentile of measured / "
+        "predicted - 1) placed from one part of the public runs, coverage counted on the other.",
+        [Shown("Latest run", first)]),
+    ResultsFile(
         "predict_speed.txt", "Prediction rate",
         "`bench/predict_speed.py`: plans predicted per second on the GPT-3 175B graph, batches of 5,000.",
         [Shown("Latest run", first)]),
