@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from orchestrator.lifecycle import init_ray
 from predictor.hardware import spec_device
 from predictor.models.registry import check_predictor_name
@@ -129,10 +131,12 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
     if isinstance(req.predictor, str):
         check_predictor_name(req.predictor)
     space_name, space = resolve_space(spec.search, req.space)
-    try:
-        specs = [sized_spec(spec, n) for n in (req.nodes or [spec.cluster.nodes])]
-    except ValueError as err:
-        raise SpecError(f"{req.spec}: --nodes {req.nodes}: {err}") from None
+    specs = []
+    for n in req.nodes or [spec.cluster.nodes]:
+        try:
+            specs.append(sized_spec(spec, n))
+        except ValidationError as err:
+            raise SpecError(f"{req.spec} on {n} nodes (--nodes): " + "; ".join(e["msg"] for e in err.errors())) from None
     enumeration = enumerate_sizes(specs, space)
     if not enumeration.plans:
         reasons = "; ".join(f"{n}x {r}" for r, n in enumeration.top_reasons(3))

@@ -9,6 +9,7 @@ from functools import cache
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from orchestrator.commands.plan import parse_nodes
 from orchestrator.planning import enumerate_sizes, sized_spec
@@ -59,6 +60,9 @@ def test_nodes_option_takes_a_list_or_the_powers_of_two_of_a_range() -> None:
         parse_nodes("many")
     with pytest.raises(argparse.ArgumentTypeError):
         parse_nodes("5-7")
+    assert sized_spec(SPEC, 4).cluster.gpus == 32 and sized_spec(SPEC, 2) is SPEC
+    with pytest.raises(ValidationError, match="less than or equal"):
+        sized_spec(SPEC, 10**9)  # the spec's own limits hold at every size
 
 
 def test_every_size_is_ranked_with_days_and_cost_to_train() -> None:
