@@ -13,6 +13,8 @@ with its prediction times the ranks per core (`ValidationResult.compared_time_s`
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import tempfile
 import time
@@ -33,8 +35,10 @@ LLAMA_CPU8 = {"model": {"family": "llama", "hidden": 128, "layers": 8, "heads": 
 
 
 def top_plans(spec_path: Path, out: Path, k: int = 10) -> dict:
-    """The report of `scaledl plan` (analytical) on `spec_path`."""
-    assert scaledl(["plan", str(spec_path), "--predictor", "analytical", "--out", str(out), "--top-k", str(k)]) == 0
+    """The report of `scaledl plan` (analytical) on `spec_path` (its terminal output dropped)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = scaledl(["plan", str(spec_path), "--predictor", "analytical", "--out", str(out), "--top-k", str(k)])
+    assert code == 0, spec_path
     return json.loads((out / "report.json").read_text())
 
 

@@ -131,6 +131,7 @@ def pool4(pool):
     "dp=2,tp=2,mbs=2,zero=1,sp=true,recompute=selective",
     pytest.param("tp=2,pp=2,mbs=2,sp=true,schedule=interleaved,v=2", marks=pytest.mark.slow),
     pytest.param("dp=2,pp=2,mbs=2,zero=3,schedule=1f1b", marks=pytest.mark.slow),
+    pytest.param("dp=2,pp=2,mbs=1,zero=1,schedule=interleaved,v=2", marks=pytest.mark.slow),  # two chunks a rank
 ])
 def test_composed_4_rank_plans_match_the_single_process(pool4, single, plan: str) -> None:
     answers = run(pool4, tiny("llama"), plan)

@@ -2,8 +2,9 @@
 
 An n-D `DeviceMesh` over the plan's axes (outermost first, from `Plan.rank_order`), then in order:
 tensor and sequence parallelism, activation recomputation, the cut into pipeline chunks (this rank's
-pp·v chunks, looped as torchtitan assigns interleaved stages), data parallelism per ZeRO stage (0: DDP,
-1: DDP + `ZeroRedundancyOptimizer`, 2: FSDP2 without resharding after forward, 3: with), and the pipeline
+pp·v chunks, looped as torchtitan assigns interleaved stages), data parallelism per ZeRO stage (0: DDP, or
+FSDP2's `replicate` with tp or v > 1; 1: the same + `ZeroRedundancyOptimizer`; 2: FSDP2 without resharding after
+forward; 3: with), the sum of tied embedding/head gradients across pipeline stages, and the pipeline
 schedule (`ScheduleGPipe`, `Schedule1F1B`, `ScheduleInterleaved1F1B`). The same code runs on gloo (CPU)
 and NCCL (GPU). `unsupported` names what it cannot run, and the validation refuses those plans.
 
@@ -184,7 +185,7 @@ def _wrap_dp(chunk: nn.Module, plan: Plan, mesh: Any) -> nn.Module:
 
     if plan.zero >= 2:
         return apply_fsdp(chunk, mesh["dp"], reshard_after_forward=plan.zero == 3)
-    return apply_ddp(chunk, mesh["dp"], plan.tp > 1)
+    return apply_ddp(chunk, mesh["dp"], composable=plan.tp > 1 or plan.v > 1)
 
 
 def _step_fn(plan: Plan, chunks: list[nn.Module], loss_fn: Callable, first: torch.Tensor, labels: torch.Tensor,
@@ -202,7 +203,7 @@ def _step_fn(plan: Plan, chunks: list[nn.Module], loss_fn: Callable, first: torc
             total = 0.0
             for i, (x, y) in enumerate(micro):
                 last = i == m - 1
-                if isinstance(model, FSDPModule) and plan.zero < 2:  # replicate (dp with tp): sync once, like DDP
+                if isinstance(model, FSDPModule) and plan.zero < 2:  # replicate: sync once, like DDP
                     model.set_requires_gradient_sync(last)
                 with model.no_sync() if not last and hasattr(model, "no_sync") else nullcontext():
                     loss = loss_fn(model(x), y)

@@ -200,13 +200,14 @@ def apply_recompute(model: nn.Module, mode: str) -> nn.Module:
     return model
 
 
-def apply_ddp(module: nn.Module, mesh: Any, tensor_parallel: bool) -> nn.Module:
-    """Gradient all-reduce over the data-parallel `mesh` (ZeRO 0, and 1 with a sharded optimizer): DDP, or with tp
-    FSDP2's `replicate` (all-reduce, no sharding), which takes DTensor parameters. (DDP after PyTorch's
-    `_pre_dp_module_transform` fails its reducer's bucket rebuild under a pipeline schedule's micro-batches.)"""
+def apply_ddp(module: nn.Module, mesh: Any, composable: bool) -> nn.Module:
+    """Gradient all-reduce over the data-parallel `mesh` (ZeRO 0, and 1 with a sharded optimizer): DDP, or with
+    `composable` FSDP2's `replicate` (all-reduce, no sharding), which takes DTensor parameters (tp) and several
+    chunks per rank (interleaved pipelines). DDP fails its reducer's bucket rebuild there: with two DDP chunks
+    on a rank, or after PyTorch's `_pre_dp_module_transform` for tp, under a pipeline schedule's micro-batches."""
     from torch.nn.parallel import DistributedDataParallel
 
-    if tensor_parallel:
+    if composable:
         from torch.distributed._composable.replicate_with_fsdp import replicate
 
         return replicate(module, mesh=mesh)
