@@ -151,7 +151,7 @@ def test_pipeline_stages_compute_the_whole_model(family):
     """The two measured stages, run one after the other, give the model's own logits: a stage that
     skips a step of the model (T5's d_model^-0.5 scaling before its tied LM head, once) measures
     another computation, and on CPU one up to 11x slower (the softmax gradient turns denormal)."""
-    from predictor.measure.parallelize import pipeline_stage
+    from predictor.measure.parallelize import model_chunks
     from predictor.modelzoo import example_inputs, primary_input
 
     spec = _model(family, 2, 128, 2, 32)
@@ -159,13 +159,12 @@ def test_pipeline_stages_compute_the_whole_model(family):
     model = build_model(spec, "cpu").eval()
     inputs = example_inputs(spec, 2, "cpu", torch.float32)
     first = primary_input(inputs)
-    stage0, _ = pipeline_stage(model, spec, 0, 2)
     torch.manual_seed(1)
-    stage1, _ = pipeline_stage(model, spec, 1, 2)
+    (stage0, stage1), _ = model_chunks(model, spec, 2)
     kwargs = {}
-    if family == "t5":  # the decoder ids the last stage drew
+    if family == "t5":  # the decoder ids the last stage drew: one row for every sample
         torch.manual_seed(1)
-        kwargs["decoder_input_ids"] = torch.randint(0, spec.vocab, (2, spec.seq_len))
+        kwargs["decoder_input_ids"] = torch.randint(0, spec.vocab, (1, spec.seq_len)).expand(2, -1)
     with torch.no_grad():
         whole = model(first, **kwargs).logits
         staged = stage1(stage0(first))
