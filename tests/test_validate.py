@@ -57,7 +57,7 @@ def test_every_plan_kind_is_measurable_and_the_rest_is_refused_with_the_reason()
         assert plan_problem(ValidationJob(tiny(Plan.parse(ok).gpus), ok)) == "", ok
     composed = {**tiny(8), "training": {"global_batch": 8, "precision": "fp32"}}
     assert plan_problem(ValidationJob(composed, "dp=2,tp=2,pp=2,sp=true,zero=1,schedule=interleaved,v=2")) == ""
-    assert "context_parallel implements ring attention only for the CUDA SDPA kernels" in plan_problem(
+    assert "context_parallel has ring attention only for the CUDA SDPA kernels" in plan_problem(
         ValidationJob(tiny(2), "dp=1,cp=2"))
     assert "tp=3 does not divide heads=2" in plan_problem(ValidationJob(tiny(3), "tp=3"))
     assert short_plan(str(Plan(dp=2, mbs=4, zero=3))) == "dp=2,tp=1,pp=1,mbs=4,zero=3"

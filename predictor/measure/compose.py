@@ -32,12 +32,12 @@ from predictor.workload import ModelSpec
 _MESHES: dict[tuple, Any] = {}
 # Why context parallelism is refused: torch 2.13's `context_parallel` swaps in ring attention only for the
 # CUDA SDPA kernels (aten._scaled_dot_product_{flash,efficient,cudnn}_attention, see
-# torch/distributed/tensor/experimental/_context_parallel/_attention.py); on CPU SDPA runs
-# aten._scaled_dot_product_flash_attention_for_cpu, which it does not dispatch, so a gloo run would
-# compute full attention on a sequence shard: another computation than the plan's.
-CP_REFUSAL = ("cp>1: torch 2.13's context_parallel implements ring attention only for the CUDA SDPA kernels "
-              "(flash, efficient, cudnn), not the CPU one (_scaled_dot_product_flash_attention_for_cpu), and "
-              "this runner does not run it on GPUs either yet")
+# torch/distributed/tensor/experimental/_context_parallel/_attention.py); on CPU, SDPA on its sharded
+# q/k/v buffers (2 gloo ranks, causal) raises "NotImplementedError: Operator
+# aten._scaled_dot_product_flash_attention_for_cpu.default does not have a sharding strategy registered".
+CP_REFUSAL = ("cp>1: torch 2.13's context_parallel has ring attention only for the CUDA SDPA kernels (flash, "
+              "efficient, cudnn); on CPU it raises 'aten._scaled_dot_product_flash_attention_for_cpu.default does "
+              "not have a sharding strategy registered', and this runner does not run it on GPUs yet")
 
 
 def unsupported(plan: Plan, spec: ModelSpec) -> str:
