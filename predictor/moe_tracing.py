@@ -25,6 +25,14 @@ def balanced_experts_forward(self: torch.nn.Module, hidden_states: torch.Tensor,
     share = math.ceil(tokens * k / experts)
     x = hidden_states.repeat_interleave(k, dim=0)
     x = F.pad(x, (0, 0, 0, experts * share - tokens * k)).view(experts, share, hidden)
+    out = expert_mlps(self, x).reshape(experts * share, hidden)
+    out = out[: tokens * k] * top_k_weights.reshape(-1, 1).to(out.dtype)
+    return out.view(tokens, k, hidden).sum(dim=1)
+
+
+def expert_mlps(self: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Each expert's MLP on its tokens, `x` (experts held, tokens each, hidden): the grouped GEMMs (gate/up,
+    then down, with their biases) of a transformers experts module, as batched GEMMs."""
     up_w = self.gate_up_proj if self.has_gate else self.up_proj
     up = torch.bmm(x, up_w if self.is_transposed else up_w.transpose(1, 2))
     if self.has_bias:
@@ -33,8 +41,7 @@ def balanced_experts_forward(self: torch.nn.Module, hidden_states: torch.Tensor,
     out = torch.bmm(act, self.down_proj if self.is_transposed else self.down_proj.transpose(1, 2))
     if self.has_bias:
         out = out + self.down_proj_bias[:, None, :]
-    out = out.reshape(experts * share, hidden)[: tokens * k] * top_k_weights.reshape(-1, 1).to(out.dtype)
-    return out.view(tokens, k, hidden).sum(dim=1)
+    return out
 
 
 def register_balanced_experts() -> None:

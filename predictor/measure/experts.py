@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from predictor.moe_tracing import expert_mlps
+
 _PARAMS = ("gate_up_proj", "up_proj", "down_proj", "gate_up_proj_bias", "up_proj_bias", "down_proj_bias")
 
 
@@ -58,15 +60,7 @@ def expert_parallel_forward(self: nn.Module, hidden_states: torch.Tensor, top_k_
     x = F.pad(x, (0, 0, 0, experts * share - tokens * k)).reshape(experts * share, hidden)
     received = all_to_all(x.contiguous(), None, None, self.ep_group)  # (ep src, local, share): pairs for my experts
     x = received.view(ep, local, share, hidden).transpose(0, 1).reshape(local, ep * share, hidden)
-    up_w = self.gate_up_proj if self.has_gate else self.up_proj
-    up = torch.bmm(x, up_w if self.is_transposed else up_w.transpose(1, 2))
-    if self.has_bias:
-        up = up + (self.gate_up_proj_bias if self.has_gate else self.up_proj_bias)[:, None, :]
-    act = self._apply_gate(up) if self.has_gate else self.act_fn(up)
-    out = torch.bmm(act, self.down_proj if self.is_transposed else self.down_proj.transpose(1, 2))
-    if self.has_bias:
-        out = out + self.down_proj_bias[:, None, :]
-    out = out.view(local, ep, share, hidden).transpose(0, 1).reshape(experts * share, hidden)
+    out = expert_mlps(self, x).view(local, ep, share, hidden).transpose(0, 1).reshape(experts * share, hidden)
     back = all_to_all(out.contiguous(), None, None, self.ep_group)
     back = back[: tokens * k] * top_k_weights.reshape(-1, 1).to(back.dtype)
     return back.view(tokens, k, hidden).sum(dim=1)
