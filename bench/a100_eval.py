@@ -43,7 +43,7 @@ _CORRECTIONS = {  # one network, as when the candidates were fixed (30 Nov 2026;
 }
 CANDIDATES = {  # chosen between by cross-validation on the single-node file
     **_CORRECTIONS, **{f"calibrated {name}": dict(kwargs, calibrate=True) for name, kwargs in _CORRECTIONS.items()},
-    # three networks averaged, the CPU default since 1 Dec 2026, on the calibrated base: added before they were scored
+    # three networks averaged (the CPU default) on the calibrated base: added before they were scored
     # (bench/results/a100_eval.txt, the rule at the top)
     **{f"calibrated {name} x3": dict(kwargs, calibrate=True, ensemble=3)
        for name, kwargs in _CORRECTIONS.items() if name != "plain-sum"}}

@@ -63,7 +63,7 @@ ABLATIONS: dict[str, Method] = {
 VARIANTS: dict[str, Method] = {  # asked for by name only
     # GPU data: the framework's fixed costs fitted first (predictor.models.calibration); refused on a measured CPU
     "scaledl-calibrated": lambda seed: ScaleDLPredictor(calibrate=True, seed=seed),
-    # the default's two parts alone, each for every family: the default before 1 Dec 2026 07:20 UTC (one network),
+    # the default's two parts alone, each for every family: one network (the composition routing replaced),
     # and operator costs, which the default uses for unseen families (bench/results/ensemble_cv.txt, top)
     "scaledl-one": lambda seed: ScaleDLPredictor(ensemble=1, unseen=None, seed=seed),
     "scaledl-opcosts": lambda seed: ScaleDLPredictor(op_costs=True, ensemble=1, unseen=None, seed=seed),

@@ -487,7 +487,7 @@ class ScaleDLPredictor(Predictor):
         self.analytical = AnalyticalPredictor(AnalyticalConfig.from_saved(state.get("analytical", {})))  # older: the defaults
         learned = learned or pickle.loads(lzma.decompress(state["sklearn"]))
         self.layerwise.models, self.layerwise.attr_keys = learned["layer_models"], learned["attr_keys"]
-        self.layerwise.op_costs_by_device = learned.get("op_costs", {})  # checkpoints before 1 Dec 2026: roofline bases
+        self.layerwise.op_costs_by_device = learned.get("op_costs", {})  # checkpoints without operator costs: roofline bases
         memory = learned["memory_model"]
         if memory is not None and not isinstance(memory, MemoryResidual):  # a checkpoint before the affine base
             memory = MemoryResidual.of_ratio_forest(memory)
