@@ -29,11 +29,13 @@ if TYPE_CHECKING:  # pragma: no cover
 def runner_ep_error(plan: "Plan", model: "ModelSpec") -> str:
     """Why ScaleDL's runner cannot run `plan`'s expert parallelism ('' when it can): it runs ep = dp with
     tp = cp = 1 and plain DDP (`predictor.measure.experts`: one expert-data-parallel rank, no ZeRO sharding of
-    the experts each rank holds alone)."""
-    if plan.ep == 1 or (model.is_moe and plan.ep == plan.dp and plan.tp * plan.cp == 1 and plan.zero == 0):
+    the experts each rank holds alone; interleaved pipelines sync with FSDP2's replicate, which would average the
+    experts each rank holds alone, so v = 1)."""
+    if plan.ep == 1 or (model.is_moe and plan.ep == plan.dp and plan.tp * plan.cp == 1 and plan.zero == 0
+                        and plan.v == 1):
         return ""
-    return (f"ep={plan.ep} with dp={plan.dp}, tp={plan.tp}, cp={plan.cp}, zero={plan.zero}: the runner's expert "
-            f"parallelism needs a MoE model, ep = dp, tp = cp = 1 and zero=0")
+    return (f"ep={plan.ep} with dp={plan.dp}, tp={plan.tp}, cp={plan.cp}, zero={plan.zero}, v={plan.v}: the runner's "
+            f"expert parallelism needs a MoE model, ep = dp, tp = cp = 1, zero=0 and no interleaving")
 
 
 def expert_params(model: "ModelSpec") -> int:
