@@ -23,6 +23,7 @@ from orchestrator.validation.rows import append_to_dataset
 from orchestrator.validation_report import short_plan, winner_note
 from predictor import dataset
 from predictor.plan import Plan
+from tests.ray_clusters import two_node_cluster
 
 
 def tiny(gpus: int, family: str = "gpt2", **model: object) -> dict:
@@ -78,15 +79,7 @@ def test_errors_and_the_winner_note() -> None:
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    c.add_node(num_cpus=1)
-    ray.init(address=c.address, log_to_driver=False, configure_logging=False)
-    yield c
-    ray.shutdown()
-    c.shutdown()
+    yield from two_node_cluster(1)
 
 
 def test_plans_run_for_real_and_failures_are_results(cluster, tmp_path: Path) -> None:

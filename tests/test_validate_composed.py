@@ -16,6 +16,7 @@ from predictor.graph import graph_for
 from predictor.models.registry import load_predictor
 from predictor.plan import Plan
 from predictor.workload import WorkloadSpec, parse_spec
+from tests.ray_clusters import two_node_cluster
 
 
 def llama(ranks: int, global_batch: int) -> WorkloadSpec:
@@ -27,15 +28,7 @@ def llama(ranks: int, global_batch: int) -> WorkloadSpec:
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 4})
-    c.add_node(num_cpus=4)
-    ray.init(address=c.address, log_to_driver=False, configure_logging=False)
-    yield c
-    ray.shutdown()
-    c.shutdown()
+    yield from two_node_cluster(4)
 
 
 def run(spec: WorkloadSpec, text: str) -> ValidationResult:
