@@ -18,7 +18,7 @@ from functools import cache, cached_property
 from math import prod
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from predictor.axes import AXES, AXIS, AXIS_NAMES, DEFAULT_ORDER, complete_order, placement_error, placements
+from predictor.axes import AXES, AXIS_NAMES, DEFAULT_ORDER, complete_order, placement_error, placements
 
 if TYPE_CHECKING:  # pragma: no cover - import only for type checkers
     from predictor.workload import WorkloadSpec
