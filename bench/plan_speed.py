@@ -58,7 +58,7 @@ def run_once(spec: str, space: str | None, predictor: str, out: Path) -> dict:
 
 def exhaustive_best(spec_path: str, space_name: str | None, predictor: str, limit_gib: float) -> tuple[str, int, float]:
     """(best plan, plans, seconds) predicting every valid plan here, without Ray or Tune."""
-    from predictor.graph import graph_for
+    from predictor.graph_cache import graph_for
     from predictor.models.registry import load_predictor
     from predictor.workload import load_spec
     from search_spaces import enumerate_plans, resolve_space

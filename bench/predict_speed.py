@@ -20,7 +20,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from predictor.graph import graph_for  # noqa: E402
+from predictor.graph_cache import graph_for  # noqa: E402
 from predictor.models.analytical import AnalyticalPredictor  # noqa: E402
 from predictor.models.registry import checkpoint_path  # noqa: E402
 from predictor.models.scaledl import ScaleDLPredictor  # noqa: E402

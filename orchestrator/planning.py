@@ -93,9 +93,9 @@ def _connect(address: str | None) -> bool:
 
 
 def _graph(model: Any) -> Any:
-    from predictor.graph_cache import cached_graph  # a traced graph imports torch: done in this thread, while Ray starts
+    from predictor.graph_cache import graph_for  # a traced graph imports torch: done in this thread, while Ray starts
 
-    return cached_graph(model)
+    return graph_for(model)
 
 
 def _import_search() -> None:

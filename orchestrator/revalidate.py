@@ -162,7 +162,7 @@ def held_out_slice(history: History, every: int = 4) -> list[tuple[dict[str, Any
 
 
 def _error_on(predictor: Any, held: list[tuple[dict[str, Any], str, float]]) -> float:
-    from predictor.graph import graph_for
+    from predictor.graph_cache import graph_for
 
     errors = []
     for spec_data, plan, measured in held:

@@ -41,13 +41,10 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from predictor.graph_cache import cached_graph, clear_memory
 from predictor.layer_graph import LayerGraph, LayerNode
 from predictor.modelzoo import build_model, example_inputs, module_args, output_loss, user_model_errors
 from predictor.tp_roles import embedding_role, linear_role
 from predictor.workload import ModelSpec
-
-__all__ = ["build_graph", "graph_for", "clear_cache"]
 
 _ATTN_OPS = {
     "scaled_dot_product_attention", "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
@@ -57,21 +54,6 @@ _ATTN_OPS = {
 _NORM_RMS = re.compile(r"rmsnorm|t5layernorm|llamarmsnorm", re.I)
 _ACTIVATION_NAMES = re.compile(
     r"(gelu|relu|silu|swish|tanh|sigmoid|mish|elu|quickgelu|activation|identity)$", re.I)
-
-
-# --------------------------------------------------------------------------------------------
-# Public API
-# --------------------------------------------------------------------------------------------
-
-
-def graph_for(model: ModelSpec) -> LayerGraph:
-    """`build_graph`, cached in memory and on disk per distinct model spec (`predictor.graph_cache`)."""
-    return cached_graph(model)
-
-
-def clear_cache() -> None:
-    """Forget the in-memory graphs (the disk copies stay)."""
-    clear_memory()
 
 
 def build_graph(model: ModelSpec) -> LayerGraph:

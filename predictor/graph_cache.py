@@ -39,8 +39,10 @@ def _disk_path(model: ModelSpec, key: str) -> Path | None:
     return CACHE_DIR / f"{hashlib.sha1((key + _builder_fingerprint()).encode()).hexdigest()[:24]}.pkl"
 
 
-def cached_graph(model: ModelSpec) -> LayerGraph:
-    """The layer graph of `model`: from memory, else from disk, else built (and stored)."""
+def graph_for(model: ModelSpec) -> LayerGraph:
+    """The layer graph of `model`: from memory, else from disk, else built (and stored).
+
+    The one way to get a graph: the builder never imports this module, so the dependency runs one way."""
     key = model.model_dump_json()
     if key in _MEMORY:
         return _MEMORY[key]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictor.graph import graph_for
+from predictor.graph_cache import graph_for
 from predictor.evaluate import load_profile_dataset, predict_samples, subset
 from predictor.models.features import TrainingData
 from predictor.models.scaledl import ScaleDLPredictor

@@ -14,7 +14,7 @@ from functools import cache
 
 import pytest
 
-from predictor.graph import graph_for
+from predictor.graph_cache import graph_for
 from predictor.measure.compose import unsupported
 from predictor.measure.iteration import WorkerPool
 from predictor.measure.parallelize import tp_roles

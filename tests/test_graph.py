@@ -12,7 +12,8 @@ import pytest
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from predictor.graph import build_graph, graph_for
+from predictor.graph import build_graph
+from predictor.graph_cache import graph_for
 from predictor.layer_graph import LAYER_KINDS
 from predictor.modelzoo import build_model, example_inputs, param_count, training_loss
 from predictor.workload import ModelSpec

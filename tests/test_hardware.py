@@ -89,7 +89,7 @@ def _cpu_spec(**cluster):
 def test_a_device_profile_prices_the_spec_as_on_the_machine_that_measured_it(tmp_path):
     from predictor.hardware import spec_device
     from predictor.models.analytical import AnalyticalPredictor
-    from predictor.graph import graph_for
+    from predictor.graph_cache import graph_for
     from predictor.plan import Plan
 
     record = json.loads(open(DATASET_PROFILE).read())

@@ -109,7 +109,7 @@ def test_back_to_back_timing_splits_forward_and_backward():
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["gpt2", "bert", "t5", "vit", "deit"])
 def test_layer_names_match_the_layer_graph(family):
-    from predictor.graph import graph_for
+    from predictor.graph_cache import graph_for
 
     spec = _model(family, 2, 64, 2, 32)
     graph = {n.name for n in graph_for(spec).nodes}

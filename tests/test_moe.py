@@ -15,7 +15,7 @@ import yaml
 from orchestrator.cli import main
 from predictor.comm import Group, Link
 from predictor.frameworks import framework_of
-from predictor.graph import build_graph
+from predictor.graph_cache import graph_for
 from predictor.hardware import get_device
 from predictor.modelzoo import build_model, param_count
 from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor
@@ -58,7 +58,7 @@ def test_every_moe_preset_counts_the_built_models_parameters(name: str) -> None:
 @pytest.mark.parametrize("model", [SMALL_MOE, SMALL_DSV3], ids=["qwen3_moe", "deepseek_v3"])
 def test_graph_holds_every_parameter_and_the_active_flops(model: dict) -> None:
     spec = ModelSpec(**model)
-    graph = build_graph(spec)
+    graph = graph_for(spec)
     assert graph.params == param_count(build_model(spec))
     experts = [n for n in graph.nodes if n.kind == "experts"]
     assert experts and all(n.tp == "experts" for n in experts)
@@ -81,7 +81,7 @@ def test_all_to_all_against_its_closed_form() -> None:
 
 def test_ep_comm_is_four_all_to_alls_per_moe_layer_and_micro_batch() -> None:
     spec = _spec(SMALL_MOE)
-    graph = build_graph(spec.model)
+    graph = graph_for(spec.model)
     plan = Plan(dp=8, mbs=2, zero=1, ep=4, overlap="dp+param")
     pred = AnalyticalPredictor(AnalyticalConfig()).predict(spec, graph, [plan])[0]
     lay = apply_plan(spec, graph, plan, get_device("h100"))
@@ -95,7 +95,7 @@ def test_ep_comm_is_four_all_to_alls_per_moe_layer_and_micro_batch() -> None:
 
 def test_expert_states_are_divided_by_ep_and_sharded_over_expert_data_parallel() -> None:
     spec = _spec(SMALL_MOE)
-    graph = build_graph(spec.model)
+    graph = graph_for(spec.model)
     model = AnalyticalPredictor(AnalyticalConfig())
     experts = expert_params(spec.model)
     dense = graph.params - experts
@@ -183,7 +183,7 @@ def test_scaledl_plan_a_small_moe_searches_ep(tmp_path: Path) -> None:
 
 def test_imbalance_stretches_the_experts() -> None:
     spec = _spec(SMALL_MOE)
-    graph = build_graph(spec.model)
+    graph = graph_for(spec.model)
     plan = Plan(dp=8, mbs=2, zero=1, ep=4)
     balanced, skewed = (AnalyticalPredictor(AnalyticalConfig(moe_imbalance=f)).predict(spec, graph, [plan])[0]
                         for f in (1.0, 1.5))

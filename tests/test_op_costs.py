@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from predictor.evaluate import load_profile_dataset, predict_samples, subset
-from predictor.graph import build_graph
+from predictor.graph_cache import graph_for
 from predictor.hardware import spec_device
 from predictor.models.features import TrainingData
 from predictor.models.layerwise import LayerwiseModel, analytical_layer_time
@@ -25,9 +25,9 @@ def _first(graph, kind):
 
 
 def test_graph_records_each_layers_forward_operators() -> None:
-    gpt2 = build_graph(ModelSpec(family="gpt2", seq_len=32, vocab=128, **SMALL))
-    bert = build_graph(ModelSpec(family="bert", seq_len=32, vocab=128, **SMALL))
-    vit = build_graph(ModelSpec(family="vit", image_size=32, patch_size=16, **SMALL))
+    gpt2 = graph_for(ModelSpec(family="gpt2", seq_len=32, vocab=128, **SMALL))
+    bert = graph_for(ModelSpec(family="bert", seq_len=32, vocab=128, **SMALL))
+    vit = graph_for(ModelSpec(family="vit", image_size=32, patch_size=16, **SMALL))
     tanh_gelu, gelu = _first(gpt2, "activation").ops, _first(bert, "activation").ops
     assert "tanh" in tanh_gelu and sum(calls for calls, _ in tanh_gelu.values()) >= 6  # GPT-2's GELU: a chain
     assert gelu == {"gelu": (1, 2.0 * 32 * 4 * 64)}  # one op, reading and writing seq x 4h elements per sample

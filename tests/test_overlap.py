@@ -3,7 +3,7 @@
 import pytest
 
 from predictor.frameworks import FRAMEWORKS, framework_of
-from predictor.graph import graph_for
+from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor
 from predictor.plan import Plan
 from predictor.workload import parse_spec

@@ -12,7 +12,7 @@ from orchestrator.launch import launch_settings
 from orchestrator.plots import pareto_front
 from orchestrator.report import build_report, explain, rank, write_report
 from orchestrator.search import Evaluated, SearchResult, infeasibility
-from predictor.graph import graph_for
+from predictor.graph_cache import graph_for
 from predictor.hardware import GIB, get_device
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan

@@ -15,7 +15,7 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.history import History
 from orchestrator.revalidate import parse_every
-from predictor.graph import graph_for
+from predictor.graph_cache import graph_for
 from predictor.hardware import get_device
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan

@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.validate import validate
 from orchestrator.validation.jobs import ValidationResult, jobs_for
-from predictor.graph import graph_for
+from predictor.graph_cache import graph_for
 from predictor.models.registry import load_predictor
 from predictor.plan import Plan
 from predictor.workload import WorkloadSpec, parse_spec

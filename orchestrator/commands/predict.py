@@ -70,7 +70,7 @@ def predict_texts(spec: WorkloadSpec, texts: list[str], predictor_name: str) -> 
     plans = [c for c in checked if isinstance(c, Plan)]
     predictions: list[Prediction] = []
     if plans:
-        from predictor.graph import graph_for  # lazy: building a graph imports transformers
+        from predictor.graph_cache import graph_for  # lazy: building a graph imports transformers
 
         predictions = predictor.predict(spec, graph_for(spec.model), plans)
     it = iter(predictions)

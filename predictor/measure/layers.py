@@ -123,10 +123,9 @@ def layer_nodes(model: nn.Module, spec: ModelSpec) -> list[NodeRef]:
 
 def graph_nodes(spec: ModelSpec) -> list[NodeRef]:
     """The layer-graph nodes of `spec` (predictor.graph), as plain references."""
-    from predictor import graph as graph_mod
+    from predictor.graph_cache import graph_for
 
-    build = getattr(graph_mod, "graph_for", None) or graph_mod.build_graph
-    g = build(spec)
+    g = graph_for(spec)
     return [NodeRef(n.name, n.kind, n.group, n.count, tuple(n.in_shape), tuple(n.out_shape), dict(n.attrs))
             for n in g.nodes]
 

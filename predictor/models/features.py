@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
-from predictor.graph_cache import cached_graph
+from predictor.graph_cache import graph_for
 from predictor.hardware import Device
 from predictor.layer_graph import LAYER_KINDS, LayerGraph
 from predictor.parallel import BYTES, shard_nodes
@@ -62,9 +62,9 @@ def graph_of(spec: WorkloadSpec) -> LayerGraph:
     key = model.model_dump_json()
     if key not in _GRAPHS:
         if model.family is None or model.hf_config is not None or model.module is not None:
-            _GRAPHS[key] = cached_graph(model)
+            _GRAPHS[key] = graph_for(model)
         else:
-            _GRAPHS[key] = _with_depth(cached_graph(_at_depth(model, 1)), model, _repeated_names(model))
+            _GRAPHS[key] = _with_depth(graph_for(_at_depth(model, 1)), model, _repeated_names(model))
     return _GRAPHS[key]
 
 
@@ -77,7 +77,7 @@ _REPEATED: dict[str, frozenset[str]] = {}
 
 def _repeated_names(model: Any) -> frozenset[str]:
     if model.family not in _REPEATED:
-        one, two = cached_graph(_at_depth(model, 1)), cached_graph(_at_depth(model, 2))
+        one, two = graph_for(_at_depth(model, 1)), graph_for(_at_depth(model, 2))
         _REPEATED[model.family] = frozenset(a.name for a, b in zip(one.nodes, two.nodes) if b.count == 2 * a.count)
     return _REPEATED[model.family]
 
