@@ -19,8 +19,8 @@ from ray.cluster_utils import Cluster
 from orchestrator.validate import validate
 from orchestrator.validation.jobs import jobs_for
 from orchestrator.validation_report import short_plan
+from predictor.device_resolver import get_device
 from predictor.graph_cache import graph_for
-from predictor.hardware import get_device
 from predictor.models.registry import load_predictor
 from predictor.plan import Plan
 from predictor.workload import parse_spec

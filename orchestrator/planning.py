@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.lifecycle import init_ray
-from predictor.hardware import spec_device
+from predictor.device_resolver import spec_device
 from predictor.models.registry import check_predictor_name
 from predictor.workload import SpecError, load_spec
 from predictor.workload import WorkloadSpec

@@ -37,7 +37,7 @@ class PredictorReplica:
         """`predictor`: a registry name or checkpoint path (loaded here, once per replica), or a ready
         Predictor object (shipped pickled, e.g. a library user's own model). `sizes`: the same workload on
         other cluster sizes; each plan is predicted on the one with its GPU count."""
-        from predictor.hardware import spec_device
+        from predictor.device_resolver import spec_device
         from predictor.models.registry import load_predictor, measured_accuracy  # heavy (torch): only in the actor
 
         self.spec, self.graph = spec, graph

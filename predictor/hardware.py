@@ -2,19 +2,15 @@
 
 Figures are dense (never the 2:4-sparsity number). Link bandwidths are one direction in
 bytes/s. `cpu` is this machine: its figures are measured on first use and cached (see
-`predictor.measure.device`), one rank being one single-threaded process.
+`predictor.measure.device`), one rank being one single-threaded process. This module imports no
+other project module, so everything can import it; `predictor.device_resolver` turns a spec's
+device into a `Device`.
 """
 
 from __future__ import annotations
 
-import platform
 import re
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from predictor.workload import ClusterSpec, WorkloadSpec
+from dataclasses import dataclass, field
 
 GB = 1e9
 GIB = 1024**3
@@ -118,7 +114,7 @@ DEVICES: dict[str, Device | None] = {
                                     "FP8/FP6 720, FP16/BF16 360, TF32 180 PFLOPS sparse, FP32 6 PFLOPS; HBM3e at "
                                     "576 TB/s) / 72 GPUs, sparse halved; 288 GB HBM3e per GPU (Blackwell Ultra "
                                     "technical blog)", extra={"sms": 152, "nvlink_domain": 72}),
-    "cpu": None,  # measured on first use: see get_device("cpu")
+    "cpu": None,  # measured on first use: see predictor.device_resolver.get_device("cpu")
 }
 # Streaming multiprocessors ("sms" in Device.extra), used for GEMM wave quantisation: NVIDIA
 # architecture whitepapers (V100 80, A100 108, H100/H200 SXM 132); H20: 78 per public spec listings.
@@ -126,42 +122,6 @@ DEVICES: dict[str, Device | None] = {
 # measurements: B200 and B300 148, GB200 and GB300 152 (the Blackwell Ultra die has 160, not all enabled).
 # "nvlink_domain" in extra: GPUs that share one NVLink switch fabric where it spans more than a node
 # (NVL72 racks); ClusterSpec.nvlink_domain_gpus defaults to it.
-
-
-def get_device(name: str, cluster: "ClusterSpec | None" = None) -> Device:
-    """The device `name` with the cluster's intra_node / inter_node link overrides applied.
-
-    `cpu` is the cluster's `device_profile` where it names one (the machine a dataset was measured
-    on), else this machine, measured on first use and cached (predictor.measure.device).
-    """
-    if name not in DEVICES:
-        raise KeyError(f"unknown device {name!r}; known devices: {', '.join(DEVICES)}")
-    device = DEVICES[name]
-    profile = getattr(cluster, "device_profile", None)
-    if profile is not None:
-        from predictor.measure.device import profile_device  # lazy: predictor.measure imports this module
-
-        device = profile_device(profile)
-    elif device is None:
-        from predictor.measure.device import measured_cpu  # lazy: measuring spawns processes
-
-        device = measured_cpu()
-    if cluster is not None:
-        changes = {}
-        for attr in ("intra_node", "inter_node"):
-            spec = getattr(cluster, attr)
-            if spec is not None:
-                changes[attr] = Link(spec.bandwidth_gbps * GB, spec.latency_us * 1e-6, "cluster spec override")
-        if "intra_node" in changes:
-            changes["op_links"] = {}  # the spec's link replaces the measured per-op links inside the node too
-        if changes:
-            device = replace(device, **changes)
-    return device
-
-
-def spec_device(spec: "WorkloadSpec") -> Device:
-    """The device a workload spec runs on, with its cluster's overrides and device profile."""
-    return get_device(spec.cluster.device, spec.cluster)
 
 
 def catalogue_name(fingerprint: str) -> str:
@@ -179,18 +139,3 @@ def catalogue_name(fingerprint: str) -> str:
                        f"add it to predictor/hardware.py DEVICES")
     return max(matches, key=lambda name: len(name.split("-")))
 
-
-def cpu_model_name() -> str:
-    """This machine's CPU model as /proc/cpuinfo names it (fingerprints of measured CPU figures)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def hardware_slug(model: str) -> str:
-    """A CPU model as a file-name part ('AMD EPYC' → 'amd-epyc'): names what is kept per hardware."""
-    return re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-") or "unknown"

@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.cli import main
 from predictor import dataset
-from predictor.hardware import hardware_slug
+from predictor.machine import hardware_slug
 from predictor.measure import device as measure_device
 from predictor.models.domain import HARDWARE
 from predictor.models.registry import adapted_checkpoint_path

@@ -2,7 +2,7 @@
 
 import pytest
 
-from predictor.hardware import get_device
+from predictor.device_resolver import get_device
 from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor, gemm_efficiency, layer_times
 from predictor.plan import Plan, plan_errors
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS

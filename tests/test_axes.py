@@ -5,7 +5,7 @@ import pytest
 
 from predictor.axes import AXES, AXIS_NAMES, complete_order, placements
 from predictor.design import ProfileConfig
-from predictor.hardware import get_device
+from predictor.device_resolver import get_device
 from predictor.parallel import apply_plan, group_of
 from predictor.plan import PLACEMENTS, Plan, PlanError, placement_warnings, plan_errors
 from predictor.workload import ModelSpec, parse_spec

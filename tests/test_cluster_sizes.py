@@ -15,7 +15,8 @@ from orchestrator.commands.plan import parse_nodes
 from orchestrator.planning import enumerate_sizes, sized_spec
 from orchestrator.report import TrainingGoal, build_report
 from orchestrator.search import Evaluated, SearchResult, infeasibility
-from predictor.hardware import GIB, get_device
+from predictor.device_resolver import get_device
+from predictor.hardware import GIB
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.registry import interval_factors, measured_accuracy, residual_quantiles
 from predictor.workload import parse_spec

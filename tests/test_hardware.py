@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from predictor.hardware import DEVICES, GB, TFLOPS, get_device
+from predictor.device_resolver import get_device
+from predictor.hardware import DEVICES, GB, TFLOPS
 from predictor.measure import device as measure_device
 from predictor.workload import parse_spec
 
@@ -87,7 +88,7 @@ def _cpu_spec(**cluster):
 
 
 def test_a_device_profile_prices_the_spec_as_on_the_machine_that_measured_it(tmp_path):
-    from predictor.hardware import spec_device
+    from predictor.device_resolver import spec_device
     from predictor.models.analytical import AnalyticalPredictor
     from predictor.graph_cache import graph_for
     from predictor.plan import Plan
@@ -116,7 +117,7 @@ def test_a_device_profile_prices_the_spec_as_on_the_machine_that_measured_it(tmp
 
 
 def test_device_profile_errors_name_the_field_and_the_fix(tmp_path):
-    from predictor.hardware import spec_device
+    from predictor.device_resolver import spec_device
     from predictor.workload import SpecError
 
     with pytest.raises(SpecError, match=r"device_profile .*nope.json' does not exist.*scaledl profile"):
@@ -131,7 +132,7 @@ def test_device_profile_errors_name_the_field_and_the_fix(tmp_path):
 
 def test_profile_dataset_is_priced_with_its_own_device_profile():
     from predictor.evaluate import load_profile_dataset
-    from predictor.hardware import spec_device
+    from predictor.device_resolver import spec_device
 
     data = load_profile_dataset(families=("bert",), with_layers=False)
     record = json.loads(open(DATASET_PROFILE).read())

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from predictor.hardware import get_device
+from predictor.device_resolver import get_device
 from predictor.memory import activation_bytes, in_flight, memory_per_stage
 from predictor.parallel import apply_plan
 from predictor.plan import Plan

@@ -14,9 +14,9 @@ import yaml
 
 from orchestrator.cli import main
 from predictor.comm import Group, Link
+from predictor.device_resolver import get_device
 from predictor.frameworks import framework_of
 from predictor.graph_cache import graph_for
-from predictor.hardware import get_device
 from predictor.modelzoo import build_model, param_count
 from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor
 from predictor.moe import active_params, alltoall, expert_params

@@ -7,9 +7,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from predictor.device_resolver import spec_device
 from predictor.evaluate import load_profile_dataset, predict_samples, subset
 from predictor.graph_cache import graph_for
-from predictor.hardware import spec_device
 from predictor.models.features import TrainingData
 from predictor.models.layerwise import LayerwiseModel, analytical_layer_time
 from predictor.models.op_costs import OpCosts, OpRow, is_gemm

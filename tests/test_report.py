@@ -12,8 +12,9 @@ from orchestrator.launch import launch_settings
 from orchestrator.plots import pareto_front
 from orchestrator.report import build_report, explain, rank, write_report
 from orchestrator.search import Evaluated, SearchResult, infeasibility
+from predictor.device_resolver import get_device
 from predictor.graph_cache import graph_for
-from predictor.hardware import GIB, get_device
+from predictor.hardware import GIB
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
 from predictor.workload import parse_spec

@@ -15,8 +15,8 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.history import History
 from orchestrator.revalidate import parse_every
+from predictor.device_resolver import get_device
 from predictor.graph_cache import graph_for
-from predictor.hardware import get_device
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
 from predictor.workload import parse_spec

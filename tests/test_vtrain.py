@@ -7,8 +7,8 @@ import warnings
 import pandas as pd
 import pytest
 
+from predictor.device_resolver import spec_device
 from predictor.evaluate import load_vtrain, megatron_vocab, vtrain_workload
-from predictor.hardware import spec_device
 from tests.vtrain_rows import SINGLE
 
 MULTI = SINGLE.with_name("vtrain_ground_truth_multi.csv")

@@ -18,7 +18,7 @@ from pathlib import Path
 from orchestrator.cli import UsageError
 from orchestrator.commands.profile import run_with_progress
 from predictor.design import DesignError
-from predictor.hardware import hardware_slug
+from predictor.machine import hardware_slug
 from predictor.models.registry import adapted_checkpoint_path, checkpoint_path
 from predictor.profile import ProfileError, ProfileSettings, select
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.cli import UsageError
-from predictor.hardware import spec_device
+from predictor.device_resolver import spec_device
 from predictor.models.domain import advice as domain_advice
 from predictor.models.registry import load_predictor
 from predictor.frameworks import framework_of

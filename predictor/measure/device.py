@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from predictor.hardware import Device, Link, cpu_model_name
+from predictor.hardware import Device, Link
+from predictor.machine import cpu_model_name
 from predictor.measure.collectives import CollectivePoint, benchmark_collectives, fit_link, fit_op_links
 from predictor.measure.step_costs import idle_seconds, measure_step_costs
 from predictor.workload import SpecError

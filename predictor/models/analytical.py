@@ -21,7 +21,8 @@ import numpy as np
 from predictor import comm
 from predictor.axes import DECODER_FAMILIES
 from predictor.frameworks import FRAMEWORKS, MEASURED_DEFAULT, Framework, framework_of
-from predictor.hardware import Device, spec_device
+from predictor.device_resolver import spec_device
+from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import GIB, memory_per_stage, optimizer_bytes_per_param, peak, stage_params
 from predictor.moe import active_params, alltoall

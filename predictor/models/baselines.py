@@ -22,7 +22,7 @@ import torch
 from sklearn.ensemble import RandomForestRegressor
 from torch import nn
 
-from predictor.hardware import spec_device
+from predictor.device_resolver import spec_device
 from predictor.layer_graph import LAYER_KINDS, LayerGraph
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor

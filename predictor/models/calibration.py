@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 from scipy.optimize import minimize
 
-from predictor.hardware import spec_device
+from predictor.device_resolver import spec_device
 from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor
 from predictor.models.base import TrainingDataError
 from predictor.models.features import Sample, by_workload

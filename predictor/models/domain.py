@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from predictor.hardware import Device, spec_device
+from predictor.device_resolver import spec_device
+from predictor.hardware import Device
 from predictor.plan import Plan
 from predictor.workload import WorkloadSpec
 

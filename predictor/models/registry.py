@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from predictor.hardware import hardware_slug
+from predictor.machine import hardware_slug
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
 

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
-from predictor.hardware import spec_device
+from predictor.device_resolver import spec_device
 from predictor.layer_graph import LayerGraph
 from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor
 from predictor.models.base import Predictor
