@@ -42,8 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from predictor.device_resolver import get_device  # noqa: E402
 from predictor.evaluate import BRIDGE_DEVICES, bridge_measured_s, bridge_workload  # noqa: E402
 from predictor.graph_cache import graph_for  # noqa: E402
-from predictor.models.analytical import (  # noqa: E402
-    CALIBRATED_FIELDS, FRAMEWORK_CONSTANTS, MOE_CALIBRATED_FIELDS, AnalyticalConfig, AnalyticalPredictor)
+from predictor.models.analytical import AnalyticalPredictor  # noqa: E402
+from predictor.models.roofline import (  # noqa: E402
+    CALIBRATED_FIELDS, FRAMEWORK_CONSTANTS, MOE_CALIBRATED_FIELDS, AnalyticalConfig)
 from predictor.models.registry import ANALYTICAL_ACCURACY, residual_quantiles  # noqa: E402
 
 FILE = "megatron_bridge_2511.csv"

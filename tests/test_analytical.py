@@ -3,7 +3,8 @@
 import pytest
 
 from predictor.device_resolver import get_device
-from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor, gemm_efficiency, layer_times
+from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.roofline import AnalyticalConfig, gemm_efficiency, layer_times
 from predictor.plan import Plan, plan_errors
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
 from predictor.workload import parse_spec

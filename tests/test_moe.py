@@ -18,7 +18,8 @@ from predictor.device_resolver import get_device
 from predictor.frameworks import framework_of
 from predictor.graph_cache import graph_for
 from predictor.modelzoo import build_model, param_count
-from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor
+from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.roofline import AnalyticalConfig
 from predictor.moe import active_params, alltoall, expert_params
 from predictor.parallel import apply_plan
 from predictor.plan import Plan, plan_errors

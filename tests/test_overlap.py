@@ -4,7 +4,8 @@ import pytest
 
 from predictor.frameworks import FRAMEWORKS, framework_of
 from predictor.graph_cache import graph_for
-from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor
+from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.roofline import AnalyticalConfig
 from predictor.plan import Plan
 from predictor.workload import parse_spec
 from search_spaces import enumerate_plans, load_space

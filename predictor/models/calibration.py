@@ -21,7 +21,8 @@ import numpy as np
 from scipy.optimize import minimize
 
 from predictor.device_resolver import spec_device
-from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor
+from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.roofline import AnalyticalConfig
 from predictor.models.base import TrainingDataError
 from predictor.models.features import Sample, by_workload
 

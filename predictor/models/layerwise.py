@@ -21,7 +21,7 @@ from sklearn.ensemble import RandomForestRegressor
 
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
-from predictor.models.analytical import layer_times
+from predictor.models.roofline import layer_times
 from predictor.models.features import LayerKey, layer_matrix
 from predictor.models.op_costs import OpCosts, OpRow, is_gemm
 from predictor.workload import WorkloadSpec

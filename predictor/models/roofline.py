@@ -1,0 +1,230 @@
+"""Per-layer costs of the analytical model and its constants: roofline time of each layer graph node.
+
+Per layer: max(FLOPs / (peak · eff(GEMM shape)), bytes / (bandwidth · bw_eff)) plus a kernel launch
+cost. Every constant is in `AnalyticalConfig` with its reason; nothing here is fit to measured
+iterations except the framework constants `bench/modern_eval.py --record` writes.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from dataclasses import dataclass, fields, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from predictor.axes import DECODER_FAMILIES
+from predictor.frameworks import framework_of
+from predictor.hardware import Device
+from predictor.layer_graph import LayerGraph
+from predictor.parallel import BYTES, shard_nodes
+from predictor.workload import WorkloadSpec
+
+
+@dataclass(frozen=True)
+class AnalyticalConfig:
+    """Constants of the analytical model (first principles and vendor documentation, not fit).
+
+    gemm_eff_max: fraction of dense peak a large tensor-core GEMM sustains. cuBLAS large fp16/bf16
+        GEMMs on A100/H100 run at roughly 80% of the data-sheet peak under the board power limit
+        (NVIDIA "Matrix Multiplication Background" user guide performance figures); a measured
+        device's peak is already an achieved matmul rate, so it uses 1.0.
+    gemm_half_dim: GEMM dimension at which efficiency halves, f(x) = x / (x + c): one thread-block
+        tile edge (128 on Ampere/Hopper cuBLAS kernels, same guide), whose fixed prologue/epilogue
+        cost is comparable to one tile's math. Measured CPUs: 32 (register/cache blocking of a
+        single-thread BLAS kernel is tens of elements).
+    tile: GEMM output tile edge for wave quantisation over the device's SMs (same guide).
+    bw_eff: achieved fraction of HBM bandwidth by streaming kernels (BabelStream-class results on
+        A100/H100 reach ~90% of the data sheet); measured devices: 1.0.
+    launch_s: per-kernel launch and inter-kernel gap on a GPU, a few microseconds (CUDA launch
+        latency as shown in NVIDIA's CUDA Graphs material); forward of a node ~1 kernel, backward ~2.
+    score_passes: extra memory passes over the attention scores beyond the two batched GEMMs
+        (softmax read+write, dropout read+write+1-byte mask) in the unfused attention of Megatron.
+    host_op_s: host (CPU) cost of one eager PyTorch operator: Python, dispatcher, autograd
+        bookkeeping, kernel launch; order 10 µs (PyTorch "Accelerating PyTorch with CUDA Graphs"
+        blog, 2021; H. He, "Making Deep Learning Go Brrrr From First Principles", 2022). A GPU
+        runs asynchronously behind the host, so a stage's micro-batch takes max(device, host);
+        small layers are host-bound. On a measured CPU the host is the device: the costs add.
+        Operators per node are in HOST_OPS; backward issues ~2 per forward operator.
+    overlap_eff: fraction of the computation a framework's overlapped communication can hide behind
+        (gradient reduce-scatter behind the last micro-batch's backward, parameter all-gather behind a
+        forward, tensor-parallel collectives behind their GEMMs, pipeline send/recv and context-parallel
+        K/V exchange behind the next computation). 1.0 from first principles (a stream runs beside
+        the kernels until they end); calibrated by `bench/modern_eval.py` (leave-one-system-out).
+    overlap_slowdown: seconds of computation lost per second of communication hidden beside it: NCCL
+        kernels take SMs and memory bandwidth from the GEMMs they run beside (Megatron-LM's
+        `--tp-comm-overlap` and FSDP docs give 1-3 SMs per channel of 132). 0 from first principles;
+        calibrated with overlap_eff.
+    fp8_gemm_eff: fraction of the dense FP8/FP4 peak an FP8/FP4 GEMM reaches relative to a bf16 GEMM
+        of the same shape reaching gemm_eff_max (Transformer Engine's casts, scaling and amax
+        reductions ride on every linear). 1.0 from first principles; calibrated as overlap_eff.
+    grouped_gemm_eff: fraction of a dense GEMM's efficiency (at the same per-expert shape) a routed expert's
+        grouped GEMM reaches, with its token permutation and unpermutation (Megatron-Core's grouped GEMM and
+        permute fusion, TE). 1.0 from first principles; calibrated on the MoE rows (bench/modern_eval.py).
+    a2a_eff: share of the link bandwidth the MoE token dispatch and combine all-to-alls reach (many messages
+        of tokens·top_k·hidden/ep bytes each, NCCL's all-to-all through its p2p path). 1.0 from first
+        principles; calibrated with grouped_gemm_eff.
+    expert_host_s: seconds per local expert, MoE layer and forward pass (twice per backward) that the GPU waits
+        for the host: Megatron-Core's alltoall token dispatcher copies the tokens-per-expert counts to the host
+        to size its all-to-all (a device-to-host synchronisation per MoE layer), after which the host launches
+        the layer's per-expert work (the grouped GEMM's per-expert splits and, in FP8, each expert's
+        quantisation: a few eager operators at `host_op_s` each per local expert) before the GPU can go on.
+        0 from first principles (no synchronisation); calibrated with grouped_gemm_eff.
+    moe_imbalance: the tokens the busiest expert rank receives over the balanced share, which every rank of
+        the ep group waits for; it stretches the experts' time and sizes the dispatch buffers. 1.0: balanced
+        routing, as the published runs force it (Megatron-Bridge recipes); real routing with an auxiliary
+        loss lies above 1.
+    call_s: a collective or pipeline send/recv call's cost beyond its α-β time (the framework's
+        and the communication library's own work per call). 0 from first principles; learned from
+        measured iterations with host_op_s by `predictor.models.calibration`. A measured CPU's
+        step costs (collective_call_s, p2p_call_s in Device.extra) take precedence.
+    step_p2p: whether a pipeline send/recv is charged a measured CPU's in-step p2p cost (p2p_call_s).
+        This model charges it: without it, it predicts the CPU dataset's in-domain training rows of
+        pipeline plans 41 % off instead of 30 %. ScaleDL's composition does not (see ScaleDLPredictor).
+    """
+
+    gemm_eff_max: float = 0.80
+    gemm_half_dim: float = 128.0
+    tile: int = 128
+    bw_eff: float = 0.90
+    launch_s: float = 3e-6
+    score_passes: float = 4.5
+    host_op_s: float = 10e-6
+    overlap_eff: float = 1.0
+    overlap_slowdown: float = 0.0
+    fp8_gemm_eff: float = 1.0
+    grouped_gemm_eff: float = 1.0
+    a2a_eff: float = 1.0
+    expert_host_s: float = 0.0
+    moe_imbalance: float = 1.0
+    call_s: float = 0.0
+    step_p2p: bool = True
+
+    @classmethod
+    def from_saved(cls, saved: dict[str, Any]) -> "AnalyticalConfig":
+        """A config a checkpoint saved: its retired fields (overlap_dp, overlap_tp: fractions of collectives
+        hidden, always saved as 0, so nothing hidden) are dropped; any other value is refused."""
+        saved = dict(saved)
+        for retired in ("overlap_dp", "overlap_tp"):
+            if saved.pop(retired, 0.0) != 0.0:
+                raise ValueError(f"checkpoint's analytical config sets the retired {retired}; retrain it")
+        return cls(**saved)
+
+    def for_device(self, device: Device) -> "AnalyticalConfig":
+        if not device.measured:
+            return self
+        return replace(self, gemm_eff_max=1.0, gemm_half_dim=32.0, tile=0, bw_eff=1.0, launch_s=0.0)
+
+
+# Constants calibrated per framework on public measurements of it (bench/modern_eval.py --record: chosen on the
+# whole file, its leave-one-system-out figure recorded beside them); a framework absent here keeps first principles.
+FRAMEWORK_CONSTANTS = Path(__file__).resolve().parent.parent / "checkpoints" / "framework-constants.json"
+CALIBRATED_FIELDS: tuple[str, ...] = ("fp8_gemm_eff", "overlap_eff", "overlap_slowdown", "gemm_eff_max")
+# Calibrated after them, on the MoE rows only, with the dense constants fixed: they act on MoE layers alone.
+MOE_CALIBRATED_FIELDS: tuple[str, ...] = ("grouped_gemm_eff", "a2a_eff", "expert_host_s")
+
+
+@cache
+def framework_config(framework: str) -> AnalyticalConfig:
+    """The analytical constants of `framework`: its recorded calibration over the first-principles defaults."""
+    if not FRAMEWORK_CONSTANTS.is_file():
+        return AnalyticalConfig()
+    recorded = json.loads(FRAMEWORK_CONSTANTS.read_text()).get(framework, {}).get("constants", {})
+    known = {f.name for f in fields(AnalyticalConfig)}
+    return replace(AnalyticalConfig(), **{k: v for k, v in recorded.items() if k in known})
+
+
+def call_costs(cfg: AnalyticalConfig, device: Device) -> tuple[float, float]:
+    """(collective, send/recv) cost per call beyond α-β: a measured device's in-step costs where its
+    profile has them (`scaledl profile`), else the configured (first-principles or fitted) `call_s`."""
+    p2p = device.extra.get("p2p_call_s", cfg.call_s) if cfg.step_p2p else cfg.call_s
+    return device.extra.get("collective_call_s", cfg.call_s), p2p
+
+
+# Eager operators one forward of a node issues (Megatron-style modules): a linear is matmul + bias
+# add; unfused attention is split/view/transposes, baddbmm, scale-mask-softmax, dropout (with its
+# RNG-state fork), bmm, permute + contiguous; a cross-entropy over the vocabulary ~6 reductions
+# and elementwise ops. Kinds not listed issue one.
+HOST_OPS: dict[str, int] = {"linear": 2, "attention": 12, "embedding": 3, "rmsnorm": 4, "dropout": 2, "loss": 6,
+                            "conv": 2}
+
+
+def gemm_efficiency(m, n, k, batch, cfg: AnalyticalConfig, sms: int = 0):
+    """Achievable fraction of peak for a (batched) GEMM of shape m×k · k×n: saturating in each dim, wave-quantised."""
+    m, n, k = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k))
+    c = cfg.gemm_half_dim
+    eff = cfg.gemm_eff_max * (m / (m + c)) * (n / (n + c)) * (k / (k + c))
+    if sms and cfg.tile:
+        tiles = np.ceil(m / cfg.tile) * np.ceil(n / cfg.tile) * np.maximum(np.asarray(batch, dtype=float), 1.0)
+        eff = eff * tiles / (np.ceil(tiles / sms) * sms)
+    return eff
+
+
+_TIME_CACHE: dict[tuple, tuple[weakref.ref, tuple[np.ndarray, np.ndarray]]] = {}
+# Precisions whose GEMMs run on low-precision tensor cores while the rest of the step stays in bf16.
+LOW_PRECISIONS: tuple[str, ...] = ("fp8", "fp4")
+# A fused causal attention kernel (FlashAttention, cuDNN via Transformer Engine) skips the tiles above the
+# diagonal: half the s² work of the unmasked product (Dao 2023, FlashAttention-2 §3.1).
+CAUSAL_FUSED_WORK = 0.5
+
+
+def layer_times(spec: WorkloadSpec, graph: LayerGraph, tp: int, sp: bool, mbs: int, device: Device,
+                cfg: AnalyticalConfig | None = None, cp: int = 1, ep: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of one occurrence of each graph node on one tp·cp rank at micro-batch `mbs`.
+
+    The learned predictor falls back to this for layers it has no timings for.
+    """
+    cfg = (cfg or AnalyticalConfig()).for_device(device)
+    prec = spec.training.precision
+    fused = fused_attention(spec, device)
+    key = (id(graph), tp, sp, mbs, cp, ep, device.name, device.flops(prec), device.mem_bandwidth, prec, cfg, fused)
+    hit = _TIME_CACHE.get(key)
+    if hit is not None and hit[0]() is graph:
+        return hit[1]
+    value = _layer_times(spec, graph, tp, sp, mbs, device, cfg, cp, fused, ep)
+    _TIME_CACHE[key] = (weakref.ref(graph, lambda _r, k=key: _TIME_CACHE.pop(k, None)), value)
+    return value
+
+
+def fused_attention(spec: WorkloadSpec, device: Device) -> bool:
+    """Whether the spec's framework runs attention as one fused kernel (no s² scores through memory)."""
+    return framework_of(spec).fused_attention and not device.measured
+
+
+def _layer_times(spec, graph, tp, sp, mbs, device, cfg, cp, fused, ep):
+    nodes = shard_nodes(graph, tp, sp, spec.model.heads, cp, ep)
+    prec = spec.training.precision
+    eb = BYTES[prec]
+    low = prec in LOW_PRECISIONS
+    # FP8/FP4 recipes cast the linears' GEMMs only; attention and everything else stay in bf16.
+    linear_peak = device.flops(prec) * (cfg.fp8_gemm_eff if low else 1.0)
+    peak = np.where(nodes.attention, device.flops("bf16") if low else linear_peak, linear_peak)
+    vector_peak = device.flops("fp32")
+    bw = device.mem_bandwidth * cfg.bw_eff
+    sms = int(device.extra.get("sms", 0))
+    is_gemm = nodes.gemm_m > 0
+    m = nodes.gemm_m * np.where(nodes.attention, 1, mbs)
+    batch = nodes.gemm_batch * np.where(nodes.attention, mbs, 1)
+    eff = gemm_efficiency(m, nodes.gemm_n, nodes.gemm_k, batch, cfg, sms) * np.where(nodes.experts, cfg.grouped_gemm_eff, 1.0)
+    work = np.where(nodes.attention & fused & (spec.model.family in DECODER_FAMILIES), CAUSAL_FUSED_WORK, 1.0)
+    fwd_f = nodes.fwd_flops * mbs * work
+    bwd_f = nodes.bwd_flops * mbs * work
+    gemm_bytes = (m * nodes.gemm_k + nodes.gemm_k * nodes.gemm_n + m * nodes.gemm_n) * batch * eb
+    if fused:  # the s×s product never reaches memory: Q, K, V in and O out
+        gemm_bytes = np.where(nodes.attention, 4 * m * nodes.gemm_k * batch * eb, gemm_bytes)
+    io_bytes = np.where(is_gemm, gemm_bytes, nodes.io_elems * mbs * eb + nodes.params * eb)
+    compute_rate = np.where(is_gemm, peak * eff, vector_peak)
+    fwd = np.maximum(fwd_f / compute_rate, io_bytes / bw)
+    bwd = np.maximum(bwd_f / compute_rate, 2 * io_bytes / bw)
+    # Unfused attention: the s² scores make extra passes through memory (the GEMM I/O is counted above).
+    passes = 0.0 if fused else cfg.score_passes
+    scores = np.where(nodes.attention, nodes.gemm_m * nodes.gemm_n * batch * eb, 0.0)
+    # The ep group waits for its busiest rank: its experts run moe_imbalance times the balanced share.
+    busiest = np.where(nodes.experts, cfg.moe_imbalance, 1.0)
+    fwd, bwd = fwd * busiest, bwd * busiest
+    fwd = fwd + passes * scores / bw + cfg.launch_s
+    bwd = bwd + 2 * passes * scores / bw + 2 * cfg.launch_s
+    return fwd, bwd

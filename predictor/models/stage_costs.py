@@ -1,0 +1,160 @@
+"""What one pipeline rank of a plan costs the analytical model: per micro-batch computation and tensor-,
+context- and expert-parallel communication, and per step the data-parallel gradient sync.
+
+These are the pieces `predictor.models.plan_batch` computes once per distinct value of the plan fields
+each depends on, then combines over all plans of a batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from predictor import comm
+from predictor.hardware import Device
+from predictor.layer_graph import LayerGraph
+from predictor.models.roofline import HOST_OPS, AnalyticalConfig, call_costs, layer_times
+from predictor.moe import alltoall
+from predictor.parallel import Layout
+from predictor.workload import WorkloadSpec
+
+# PyTorch DDP's gradient bucket (bucket_cap_mb=25): one all-reduce per bucket. Megatron's buckets are of the
+# same order (tens of MB); on fast links the count hardly matters, on a CPU's gloo each call costs ~1 ms.
+DDP_BUCKET_BYTES = 25 * 2**20
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """Seconds per pipeline rank for one micro-batch (arrays of length pp)."""
+
+    fwd: np.ndarray  # forward, host-stretched where the GPU waits for the host
+    bwd: np.ndarray  # backward with recomputation
+    tp: np.ndarray  # tensor-parallel collectives
+    cp: np.ndarray  # context-parallel K/V exchange
+    kernels: np.ndarray  # the kernels' own forward + backward (before a host-bound GPU stretches them)
+    attention: np.ndarray  # the attention cores' forward + backward: what a cp ring hides behind
+    ep: np.ndarray  # expert-parallel token dispatch and combine all-to-alls
+
+
+def stage_times(spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: Device, config: AnalyticalConfig) -> StageTimes:
+    """Per pipeline rank, one micro-batch: computation (with recomputation), tp, cp and ep communication."""
+    plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
+    fwd, bwd = layer_times(spec, graph, plan.tp, plan.sp, plan.mbs, device, config, plan.cp, plan.ep)
+    cfg = config.for_device(device)
+    t_f = counts @ fwd
+    t_b = counts @ bwd
+    rep = nodes.repeated
+    if plan.recompute == "full":
+        t_b = t_b + counts[:, rep] @ fwd[rep]
+    elif plan.recompute == "selective":
+        t_b = t_b + counts[:, nodes.attention] @ fwd[nodes.attention]
+    t_tp = _tp_stage_time(lay, cfg, device) if plan.tp > 1 else np.zeros_like(t_f)
+    t_cp = _cp_stage_time(spec, lay) if plan.cp > 1 else np.zeros_like(t_f)
+    t_ep = _ep_stage_time(lay, cfg) if plan.ep > 1 else np.zeros_like(t_f)
+    attention = counts[:, nodes.attention] @ (fwd + bwd)[nodes.attention]
+    ops = np.array([HOST_OPS.get(k, 1) for k in nodes.kind], dtype=float) * cfg.host_op_s
+    host_f = counts @ ops
+    host_b = 2 * host_f
+    if plan.recompute == "full":
+        host_b = host_b + counts[:, rep] @ ops[rep]
+    elif plan.recompute == "selective":
+        host_b = host_b + counts[:, nodes.attention] @ ops[nodes.attention]
+    if device.measured:  # synchronous: the host's work adds to the kernels'
+        return StageTimes(t_f + host_f, t_b + host_b, t_tp, t_cp, t_f + t_b, attention, t_ep)
+    # asynchronous GPU: a host-bound micro-batch stretches its compute to the host's pace
+    stretch = np.maximum(1.0, (host_f + host_b - t_tp) / np.maximum(t_f + t_b, 1e-30))
+    # each MoE layer's dispatcher waits for the host once per pass (forward, backward, a recomputed forward),
+    # which then launches its local experts' kernels: expert_host_s per local expert (gemm_batch = E/ep)
+    sync_f = counts @ (nodes.experts * nodes.gemm_batch) * cfg.expert_host_s
+    sync_b = sync_f * (3 if plan.recompute == "full" else 2)
+    return StageTimes(t_f * stretch + sync_f, t_b * stretch + sync_b, t_tp, t_cp, t_f + t_b, attention, t_ep)
+
+
+def _cp_stage_time(spec: WorkloadSpec, lay: Layout) -> np.ndarray:
+    """Context-parallel seconds per pipeline rank for one micro-batch: each attention layer exchanges
+    the K and V of its sequence chunk with the other cp-1 ranks in forward, and K, V and their
+    gradients in backward (Megatron-Core's p2p ring, torchtitan's ring; `cp_comm=allgather`: one
+    all-gather of K, V in forward and a reduce-scatter of their gradients in backward)."""
+    plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
+    kv_heads = spec.model.kv_heads or spec.model.heads or 1
+    head_dim = (spec.model.hidden or 0) / (spec.model.heads or 1)
+    chunk = 2 * lay.tokens / plan.cp * plan.mbs * kv_heads / plan.tp * head_dim * lay.act_bytes  # K and V
+    layers = counts @ nodes.attention.astype(float)
+    g = lay.cp_group
+    if plan.cp_comm == "allgather":
+        one = comm.allgather(chunk * plan.cp, g) + comm.reduce_scatter(2 * chunk * plan.cp, g)
+    else:
+        link = g.inter if g.n_inter > 1 else g.intra_for("send_recv")
+        one = 3 * (plan.cp - 1) * comm.p2p(chunk, link)  # forward K, V; backward K, V, dK, dV
+    return layers * one
+
+
+def _ep_stage_time(lay: Layout, cfg: AnalyticalConfig) -> np.ndarray:
+    """Expert-parallel seconds per pipeline rank for one micro-batch: each MoE layer dispatches its
+    tokens·top_k·hidden elements to the experts' ranks and combines the results back, in forward and again
+    (their gradients) in backward: 4 all-to-alls over the ep group, 6 with full recomputation
+    (Megatron-Core's alltoall token dispatcher; `predictor.moe.alltoall`)."""
+    plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
+    calls = 6 if plan.recompute == "full" else 4
+    size = nodes.dispatch * plan.mbs * lay.act_bytes * cfg.moe_imbalance
+    one = np.array([alltoall(x, lay.ep_group, cfg.a2a_eff) for x in size])
+    return calls * (counts @ one)
+
+
+def _tp_time(layout: Layout, calls: np.ndarray, elems: np.ndarray, call_s: float) -> np.ndarray:
+    """Seconds for `calls` tp all-reduces (reduce-scatter + all-gather pairs with sp) moving `elems`
+    elements in total, per stage; each collective also costs `call_s` (a measured device's in-step cost)."""
+    size = np.where(calls > 0, elems / np.maximum(calls, 1), 0.0) * layout.act_bytes
+    g = layout.tp_group
+    if layout.plan.sp:
+        return calls * (comm.reduce_scatter(size, g) + comm.allgather(size, g) + 2 * call_s)
+    return calls * (comm.allreduce(size, g) + call_s)
+
+
+def _tp_stage_time(lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndarray:
+    """Tensor-parallel seconds per pipeline rank for one micro-batch: the collectives, and on a
+    measured device the runtime's own cost per sharded linear (`tp_linear_s`, DTensor on CPU)."""
+    plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
+    framework = counts @ nodes.tp_linear * device.extra.get("tp_linear_s", 0.0)
+    call_s = call_costs(cfg, device)[0]
+    rep = nodes.repeated
+    fwd_calls = counts @ nodes.tp_fwd_ar
+    bwd_calls = counts @ nodes.tp_bwd_ar
+    fwd_elems = counts @ (nodes.tp_fwd_ar * nodes.tp_payload) * plan.mbs
+    bwd_elems = counts @ (nodes.tp_bwd_ar * nodes.tp_payload) * plan.mbs
+    if plan.recompute == "full":  # the recomputed forward repeats the blocks' forward all-reduces
+        fwd_calls = fwd_calls + counts[:, rep] @ nodes.tp_fwd_ar[rep]
+        fwd_elems = fwd_elems + counts[:, rep] @ (nodes.tp_fwd_ar * nodes.tp_payload)[rep] * plan.mbs
+    collectives = _tp_time(lay, fwd_calls, fwd_elems, call_s) + _tp_time(lay, bwd_calls, bwd_elems, call_s)
+    return collectives + framework
+
+
+def dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float, g: comm.Group) -> tuple[float, float]:
+    """(gradient sync, parameter all-gather) seconds of the stage whose sync is slowest, call by call over
+    the group `g` (dp·cp ranks; the expert-data-parallel ranks for the experts): each call pays the link
+    latency, and on a measured device `call_s` (its in-step cost).
+
+    ZeRO-0/1: DDP buckets (DDP_BUCKET_BYTES) all-reduced, or reduce-scattered and the updated
+    weights all-gathered. ZeRO-2/3: one FSDP unit per block plus one for the rest of the stage, each
+    reduce-scattering its gradients; ZeRO-2 gathers its weights once per step, ZeRO-3 again in every
+    micro-batch's forward and backward (the only use of `microbatches`).
+    """
+    plan = lay.plan
+    if g.size == 1 or not psi.any():
+        return 0.0, 0.0
+    grads, weights = psi * lay.grad_bytes, psi * lay.param_bytes
+    if plan.zero <= 1:
+        calls = np.maximum(1.0, np.ceil(grads / DDP_BUCKET_BYTES))
+        if plan.zero == 0:
+            grad, param = calls * (comm.allreduce(grads / calls, g) + call_s), np.zeros_like(psi)
+        else:
+            grad = calls * (comm.reduce_scatter(grads / calls, g) + call_s)
+            param = calls * (comm.allgather(weights / calls, g) + call_s)
+    else:
+        units = np.ceil(lay.blocks_per_stage) + 1
+        gathers = 2 * microbatches if plan.zero >= 3 else 1
+        grad = units * (comm.reduce_scatter(grads / units, g) + call_s)
+        param = units * gathers * (comm.allgather(weights / units, g) + call_s)
+    worst = int(np.argmax(grad + param))
+    return float(grad[worst]), float(param[worst])

@@ -1,0 +1,104 @@
+"""Predictions of many plans as columns: what a search ranks, without one Python object per plan.
+
+A search predicts hundreds of thousands of plans and keeps only a few; building a `Prediction` (five
+dicts and a list) for each costs more than predicting it. A predictor that vectorises over plans fills
+a `PredictionTable`; `row(i)` or `rows()` give the `Prediction`s where they are needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from predictor.prediction import MEMORY_PARTS, TIME_PARTS, Prediction
+
+# Kinds of hidden communication (`Prediction.hidden_comm`), in the order of `PredictionTable.hidden`.
+HIDDEN_KINDS: tuple[str, ...] = ("tp_comm", "cp_comm", "ep_comm", "dp_grad", "dp_param", "pp_p2p")
+
+
+@dataclass
+class PredictionTable:
+    """Column arrays, one row per plan (P plans), each meaning what the `Prediction` field of its name means.
+
+    stage_memory, stage_memory_index: the per-stage peaks (`memory_per_stage_gib`) of row i are
+        stage_memory[stage_memory_index[i]] (plans of one pipeline layout share them).
+    extra: per-plan columns of `Prediction.extra`: 1-D arrays (one number per plan), 2-D arrays named
+        by `extra_names[key]` (a dict per plan), or lists (one value per plan; None leaves it out).
+    shared_extra: entries of `Prediction.extra` every plan has alike.
+    """
+
+    iter_time_s: np.ndarray
+    breakdown: np.ndarray  # (P, len(TIME_PARTS))
+    peak_memory_gib: np.ndarray
+    stage_memory: list[list[float]]
+    stage_memory_index: np.ndarray
+    memory_breakdown: np.ndarray  # (P, len(MEMORY_PARTS))
+    tflops_per_gpu: np.ndarray
+    mfu: np.ndarray
+    hidden: np.ndarray  # (P, len(HIDDEN_KINDS))
+    extra: dict[str, np.ndarray | list[Any]] = field(default_factory=dict)
+    extra_names: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    shared_extra: dict[str, Any] = field(default_factory=dict)
+    source: list[Prediction] | None = None  # the Predictions a table was made from, which `rows` returns as they are
+
+    def __len__(self) -> int:
+        return len(self.iter_time_s)
+
+    def part(self, name: str) -> np.ndarray:
+        """One TIME_PARTS column of the breakdown."""
+        return self.breakdown[:, TIME_PARTS.index(name)]
+
+    def row(self, i: int) -> Prediction:
+        return self.rows([i])[0]
+
+    def rows(self, index: Sequence[int] | None = None) -> list[Prediction]:
+        """The `Prediction`s of rows `index` (all rows when None), with plain Python numbers."""
+        idx = np.arange(len(self)) if index is None else np.asarray(index, dtype=int)
+        if self.source is not None:
+            return [self.source[i] for i in idx.tolist()]
+        if not len(idx):
+            return []
+        stages = self.stage_memory
+        return [Prediction(iter_time_s=t, breakdown=dict(zip(TIME_PARTS, b)), peak_memory_gib=peak,
+                           memory_per_stage_gib=list(stages[s]), memory_breakdown=dict(zip(MEMORY_PARTS, mem)),
+                           tflops_per_gpu=tf, mfu=mfu, hidden_comm={k: x for k, x in zip(HIDDEN_KINDS, h) if x > 0},
+                           extra=e)
+                for t, b, peak, s, mem, tf, mfu, h, e in zip(
+                    self.iter_time_s[idx].tolist(), self.breakdown[idx].tolist(), self.peak_memory_gib[idx].tolist(),
+                    self.stage_memory_index[idx].tolist(), self.memory_breakdown[idx].tolist(),
+                    self.tflops_per_gpu[idx].tolist(), self.mfu[idx].tolist(), self.hidden[idx].tolist(),
+                    self._extras(idx))]
+
+    def _extras(self, idx: np.ndarray) -> list[dict[str, Any]]:
+        extras: list[dict[str, Any]] = [dict(self.shared_extra) for _ in idx]
+        for key, column in self.extra.items():
+            if isinstance(column, list):
+                for e, i in zip(extras, idx.tolist()):
+                    if column[i] is not None:
+                        e[key] = column[i]
+                continue
+            values = column[idx].tolist()
+            names = self.extra_names.get(key)
+            for e, value in zip(extras, values):
+                e[key] = dict(zip(names, value)) if names else value
+        return extras
+
+    @classmethod
+    def from_predictions(cls, predictions: Sequence[Prediction]) -> "PredictionTable":
+        """The columns of `Prediction`s a predictor made one by one; `rows` gives those objects back."""
+        def column(get) -> np.ndarray:
+            return np.array([get(p) for p in predictions], dtype=float)
+
+        def parts(get, names: tuple[str, ...]) -> np.ndarray:
+            return np.array([[get(p).get(k, 0.0) for k in names] for p in predictions], dtype=float).reshape(-1, len(names))
+
+        return cls(
+            iter_time_s=column(lambda p: p.iter_time_s), breakdown=parts(lambda p: p.breakdown, TIME_PARTS),
+            peak_memory_gib=column(lambda p: p.peak_memory_gib),
+            stage_memory=[p.memory_per_stage_gib for p in predictions], stage_memory_index=np.arange(len(predictions)),
+            memory_breakdown=parts(lambda p: p.memory_breakdown, MEMORY_PARTS),
+            tflops_per_gpu=column(lambda p: p.tflops_per_gpu), mfu=column(lambda p: p.mfu),
+            hidden=parts(lambda p: p.hidden_comm, HIDDEN_KINDS), source=list(predictions),
+        )
