@@ -2,9 +2,9 @@
 
 Building a graph imports torch and traces the model (seconds for GPT-3 175B), while a stored one
 loads in milliseconds; `scaledl plan` is run again and again on the same models. A graph is keyed
-by the model spec and by what it is built from (the source of the graph builder, model zoo, graph
-types and presets; the torch and transformers versions), so a change to any of them builds it
-afresh. Models defined by user code (`module:`) or a config file (`hf_config:`) are kept in memory
+by the model spec and by what it is built from (the source of every module of the graph builder
+`predictor.graph_build`, the model zoo, graph types, presets, tensor-parallel roles and MoE tracing;
+the torch and transformers versions), so a change to any of them builds it afresh. Models defined by user code (`module:`) or a config file (`hf_config:`) are kept in memory
 only: their source can change under the same spec. `SCALEDL_GRAPH_CACHE` moves the folder; a read-only one only costs speed.
 """
 
@@ -21,7 +21,7 @@ from predictor.layer_graph import LayerGraph
 from predictor.workload import ModelSpec
 
 CACHE_DIR = Path(os.environ.get("SCALEDL_GRAPH_CACHE", Path.home() / ".cache" / "scaledl" / "graphs"))
-_BUILT_FROM = ("graph.py", "modelzoo.py", "layer_graph.py", "presets.py")
+_BUILT_FROM = ("modelzoo.py", "layer_graph.py", "presets.py", "tp_roles.py", "moe_tracing.py")
 _MEMORY: dict[str, LayerGraph] = {}
 
 
@@ -29,7 +29,8 @@ _MEMORY: dict[str, LayerGraph] = {}
 def _builder_fingerprint() -> str:
     """What every graph of this process is built from; read once (a dataset asks for hundreds of graphs)."""
     here = Path(__file__).parent
-    sources = "".join((here / name).read_text() for name in _BUILT_FROM)
+    files = [*sorted((here / "graph_build").glob("*.py")), *(here / name for name in _BUILT_FROM)]
+    sources = "".join(path.read_text() for path in files)
     return sources + "".join(importlib.metadata.version(p) for p in ("torch", "transformers"))
 
 
@@ -54,7 +55,7 @@ def graph_for(model: ModelSpec) -> LayerGraph:
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
             pass  # absent, or written by an incompatible version: rebuild
     if graph is None:
-        from predictor.graph import build_graph  # imports torch: only when a graph must be traced
+        from predictor.graph_build import build_graph  # imports torch: only when a graph must be traced
 
         graph = build_graph(model)
         if path is not None:

@@ -1,6 +1,6 @@
 """The layer graph: the model as one node per layer, the unit every predictor works on.
 
-Built once per workload (see `predictor.graph.build_graph`) at micro-batch 1: FLOPs and
+Built once per workload (see `predictor.graph_cache.graph_for`) at micro-batch 1: FLOPs and
 element counts are per sample, and a plan scales them by its micro-batch and shards them
 by its tensor-parallel degree. Repeated transformer blocks are stored once with
 `count` = number of repeats, so a 96-layer model is as cheap to predict as a 1-layer one.

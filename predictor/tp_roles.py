@@ -4,7 +4,7 @@ Megatron's layout: a *column* linear splits its output features over the tp rank
 gate_proj/up_proj, an expert's w1/w3), a *row* linear its input features and all-reduces its output
 (the attention output, FC2, LLaMA's down_proj, an expert's w2), a *vocab* module splits the vocabulary
 (the word embedding and the LM head), a *heads* embedding its per-head columns (T5's position bias),
-everything else is *replicated* (norms, a MoE router, position embeddings, classifier heads). `predictor.graph` stamps these roles on the layer graph, whose sharding
+everything else is *replicated* (norms, a MoE router, position embeddings, classifier heads). `predictor.graph_build` stamps these roles on the layer graph, whose sharding
 `predictor.parallel` prices, and `predictor.measure.parallelize` shards the real model by the same
 table, so a validated tp run shards what its prediction assumed.
 

@@ -81,11 +81,11 @@ def layer_kind(mod: nn.Module) -> str:
 
 
 def layer_nodes(model: nn.Module, spec: ModelSpec) -> list[NodeRef]:
-    """The layers of `model` named like `predictor.graph` names them, without tracing the model.
+    """The layers of `model` named like `predictor.graph_build` names them, without tracing the model.
 
     Leaf modules outside repeated copies (block 0 only, with the block count), one `attention`
     node per module that runs the attention core (the parent of the query projection, timed as
-    scaled-dot-product attention), and the `loss`. `predictor.graph` takes seconds per model
+    scaled-dot-product attention), and the `loss`. `predictor.graph_build` takes seconds per model
     (torch.export); this takes nothing, so every configuration gets its layer rows cheaply.
     """
     from predictor.measure.parallelize import block_lists
@@ -122,7 +122,7 @@ def layer_nodes(model: nn.Module, spec: ModelSpec) -> list[NodeRef]:
 
 
 def graph_nodes(spec: ModelSpec) -> list[NodeRef]:
-    """The layer-graph nodes of `spec` (predictor.graph), as plain references."""
+    """The layer-graph nodes of `spec` (predictor.graph_cache), as plain references."""
     from predictor.graph_cache import graph_for
 
     g = graph_for(spec)
