@@ -50,6 +50,37 @@ class PredictionTable:
         """One TIME_PARTS column of the breakdown."""
         return self.breakdown[:, TIME_PARTS.index(name)]
 
+    def take(self, index: Sequence[int] | np.ndarray) -> "PredictionTable":
+        """The rows `index` as a table of their own (what a search keeps of a batch)."""
+        idx = np.asarray(index, dtype=int)
+        stages, inverse = np.unique(self.stage_memory_index[idx], return_inverse=True)
+        extra = {k: [c[i] for i in idx.tolist()] if isinstance(c, list) else c[idx] for k, c in self.extra.items()}
+        return PredictionTable(
+            iter_time_s=self.iter_time_s[idx], breakdown=self.breakdown[idx], peak_memory_gib=self.peak_memory_gib[idx],
+            stage_memory=[self.stage_memory[j] for j in stages.tolist()], stage_memory_index=inverse.reshape(-1),
+            memory_breakdown=self.memory_breakdown[idx], tflops_per_gpu=self.tflops_per_gpu[idx], mfu=self.mfu[idx],
+            hidden=self.hidden[idx], extra=extra, extra_names=dict(self.extra_names), shared_extra=dict(self.shared_extra),
+            source=None if self.source is None else [self.source[i] for i in idx.tolist()])
+
+    @classmethod
+    def concatenate(cls, tables: Sequence["PredictionTable"]) -> "PredictionTable":
+        """One table of the rows of `tables` in order (tables of one predictor: the same extra columns)."""
+        first = tables[0]
+        offsets = np.cumsum([0] + [len(t.stage_memory) for t in tables[:-1]])
+        extra = {k: (sum((list(t.extra[k]) for t in tables), []) if isinstance(c, list)
+                     else np.concatenate([t.extra[k] for t in tables])) for k, c in first.extra.items()}
+        return cls(
+            iter_time_s=np.concatenate([t.iter_time_s for t in tables]),
+            breakdown=np.concatenate([t.breakdown for t in tables]),
+            peak_memory_gib=np.concatenate([t.peak_memory_gib for t in tables]),
+            stage_memory=[s for t in tables for s in t.stage_memory],
+            stage_memory_index=np.concatenate([t.stage_memory_index + o for t, o in zip(tables, offsets)]),
+            memory_breakdown=np.concatenate([t.memory_breakdown for t in tables]),
+            tflops_per_gpu=np.concatenate([t.tflops_per_gpu for t in tables]),
+            mfu=np.concatenate([t.mfu for t in tables]), hidden=np.concatenate([t.hidden for t in tables]),
+            extra=extra, extra_names=dict(first.extra_names), shared_extra=dict(first.shared_extra),
+            source=None if first.source is None else [p for t in tables for p in t.source or []])
+
     def row(self, i: int) -> Prediction:
         return self.rows([i])[0]
 

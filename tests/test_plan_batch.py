@@ -9,6 +9,7 @@ import pytest
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.prediction import TIME_PARTS
+from predictor.prediction_table import PredictionTable
 from predictor.workload import parse_spec
 from search_spaces import enumerate_plans, load_space
 
@@ -50,3 +51,18 @@ def test_the_table_holds_the_predictions_fields() -> None:
     assert all(list(p.breakdown) == list(TIME_PARTS) for p in preds)
     assert all(p.extra["active_params"] < p.extra["params"] for p in preds)
     assert table.row(7) == preds[7]
+
+
+def test_tables_split_and_join_without_changing_a_row() -> None:
+    spec = _spec(MOE, "megatron", nodes=2)
+    graph = graph_for(spec.model)
+    plans = enumerate_plans(spec, load_space("full")).plans[:300]
+    predictor = AnalyticalPredictor()
+    whole = predictor.predict(spec, graph, plans)
+    parts = [predictor.predict_table(spec, graph, plans[i:i + 100]) for i in range(0, 300, 100)]
+    joined = PredictionTable.concatenate(parts)
+    assert joined.rows() == whole
+    picked = joined.take([299, 3, 150])
+    assert picked.rows() == [whole[299], whole[3], whole[150]]
+    tabulated = PredictionTable.from_predictions(whole)
+    assert PredictionTable.concatenate([tabulated.take([5]), tabulated.take([1])]).rows() == [whole[5], whole[1]]

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 from predictor.layer_graph import LayerGraph
 from predictor.plan import Plan
 from predictor.prediction import Prediction
+from predictor.prediction_table import PredictionTable
 from predictor.workload import WorkloadSpec
 
 
@@ -34,6 +35,11 @@ class Predictor(ABC):
     @abstractmethod
     def predict(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> list[Prediction]:
         """One Prediction per plan, in order. Plans must be valid for the spec (see plan_errors)."""
+
+    def predict_table(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> PredictionTable:
+        """The predictions of `plans` as columns (what a search ranks); predictors that vectorise over plans
+        override it, the others' Predictions are tabulated."""
+        return PredictionTable.from_predictions(self.predict(spec, graph, plans))
 
     def save(self, path: str | Path) -> None:
         raise NotImplementedError(f"{type(self).__name__} has no learned state to save")

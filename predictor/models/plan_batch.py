@@ -224,9 +224,11 @@ class PlanPieces:
             iter_time += parts[k]
         model_flops = (graph.fwd_flops + graph.bwd_flops) * spec.training.global_batch
         tflops = model_flops / iter_time / gpus / 1e12
+        stages, stage_index = np.unique(index[2], return_inverse=True)  # the batch's own: a table travels alone
         return PredictionTable(
             iter_time_s=iter_time, breakdown=breakdown, peak_memory_gib=mem[:, 0],
-            stage_memory=self.stage_memory, stage_memory_index=index[2], memory_breakdown=mem[:, 1:],
+            stage_memory=[self.stage_memory[j] for j in stages.tolist()], stage_memory_index=stage_index.reshape(-1),
+            memory_breakdown=mem[:, 1:],
             tflops_per_gpu=tflops, mfu=tflops * 1e12 / self.device.flops(spec.training.precision),
             hidden=hide.T.copy(),
             # compute without the host: < compute when host-bound
