@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from predictor import evaluate as ev  # noqa: E402
 from predictor.models.features import by_workload  # noqa: E402
-from predictor.models.memory_residual import MemoryResidual, residual_forest  # noqa: E402
+from predictor.models.memory_residual import MemoryResidual, memory_features, residual_forest  # noqa: E402
 from predictor.models.scaledl import ScaleDLPredictor  # noqa: E402
 
 
@@ -56,7 +56,7 @@ def main() -> int:
         for spec, graph, idx in by_workload(split.train.samples):
             samples = [split.train.samples[i] for i in idx]
             comp = model._compose(spec, graph, [s.plan for s in samples])
-            features = model._memory_x(comp.z, comp.ana)
+            features = memory_features(comp.z, [a.peak_memory_gib for a in comp.ana])
             for j, s in enumerate(samples):
                 if s.peak_memory_gib:
                     x.append(features[j]), arch.append(s.model)

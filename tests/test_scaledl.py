@@ -256,7 +256,7 @@ def test_layer_timings_rescale_a_host_bound_gpu_stage_without_counting_the_host_
     """On a GPU the analytical compute of a host-bound stage is the host's pace: the layer-wise ratio
     rescales the kernels under it, and the host keeps its floor. On a CPU the isolated layer timings carry
     their calls' host work: the ratio rescales the kernels and replaces the analytical host time."""
-    from predictor.models.scaledl import _compute_scale
+    from predictor.models.composition import compute_scale
     from predictor.prediction import Prediction
 
     def ana(compute: float, kernels: float) -> Prediction:
@@ -265,28 +265,28 @@ def test_layer_timings_rescale_a_host_bound_gpu_stage_without_counting_the_host_
                           extra={"kernel_compute_s": kernels})
 
     host_bound = ana(10.0, 4.0)
-    assert _compute_scale(host_bound, 2.0, synchronous=False) == pytest.approx(1.0)  # kernels 8 s: still host-bound
-    assert _compute_scale(host_bound, 3.0, synchronous=False) == pytest.approx(1.2)  # kernels 12 s exceed the host
-    assert _compute_scale(ana(4.0, 4.0), 0.5, synchronous=False) == pytest.approx(0.5)  # kernel-bound: the ratio
-    assert _compute_scale(host_bound, 2.0, synchronous=True) == pytest.approx(0.8)  # 4 s of kernels x 2 = 8 s
-    assert _compute_scale(host_bound, 2.0, synchronous=True, host_once=False) == 2.0  # older checkpoints
+    assert compute_scale(host_bound, 2.0, synchronous=False) == pytest.approx(1.0)  # kernels 8 s: still host-bound
+    assert compute_scale(host_bound, 3.0, synchronous=False) == pytest.approx(1.2)  # kernels 12 s exceed the host
+    assert compute_scale(ana(4.0, 4.0), 0.5, synchronous=False) == pytest.approx(0.5)  # kernel-bound: the ratio
+    assert compute_scale(host_bound, 2.0, synchronous=True) == pytest.approx(0.8)  # 4 s of kernels x 2 = 8 s
+    assert compute_scale(host_bound, 2.0, synchronous=True, host_once=False) == 2.0  # older checkpoints
 
 
 def test_small_data_chooses_its_epochs_by_cross_validation_and_may_keep_the_composition(vtrain_slice, monkeypatch):
-    """Below _MIN_VALIDATION samples the epoch count is cross-validated, none included: iterations that are
+    """Below MIN_VALIDATION samples the epoch count is cross-validated, none included: iterations that are
     the plain composition times noise unrelated to the plans are often left exactly uncorrected, and never
     trained for long (3 folds of 45 rows are a noisy judge: over noise draws 0-13, 8 kept the composition and
     the others stopped at 5 or 15 of 60 epochs); real ones, which the composition misprices, are corrected."""
     from dataclasses import replace
 
-    from predictor.models import scaledl
+    from predictor.models import gnn_training
 
     train, test = vtrain_slice
     small = train[::4]
-    assert len(small) < scaledl._MIN_VALIDATION
+    assert len(small) < gnn_training.MIN_VALIDATION
     chosen: list[int] = []
-    cv_epochs = ScaleDLPredictor._cv_epochs
-    monkeypatch.setattr(ScaleDLPredictor, "_cv_epochs", lambda self, *a: chosen.append(cv_epochs(self, *a)) or chosen[-1])
+    cv_epochs = gnn_training.cv_epochs
+    monkeypatch.setattr(gnn_training, "cv_epochs", lambda *a: chosen.append(cv_epochs(*a)) or chosen[-1])
     priced, _ = predict_samples(AnalyticalPredictor(), small)  # A100 has no layer timings: plain sum = analytical
     composition, _ = predict_samples(AnalyticalPredictor(), test)
     kept = 0

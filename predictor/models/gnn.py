@@ -18,9 +18,21 @@ the edge features into the attention score.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
+from torch_geometric.data import Data
 from torch_geometric.nn import TransformerConv, global_max_pool, global_mean_pool
+
+from predictor.layer_graph import LayerGraph
+from predictor.models.features import edge_tensors, node_matrix
+
+
+def graph_data(graph: LayerGraph, layer_s: np.ndarray) -> Data:
+    """The network's view of a layer graph whose layers take `layer_s` (fwd+bwd seconds per node)."""
+    index, attr = edge_tensors(graph)
+    return Data(x=torch.from_numpy(node_matrix(graph, layer_s)), edge_index=torch.from_numpy(index),
+                edge_attr=torch.from_numpy(attr))
 
 
 class CorrectionGNN(nn.Module):

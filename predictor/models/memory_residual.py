@@ -12,9 +12,12 @@ cross-validation inside the CPU dataset's out-of-domain training sets the memory
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 _MIN_BASE_GIB = 1e-3  # the affine base never goes below this, whatever the fit
+MIN_ROWS = 10  # measured peaks needed before a residual is learned
 
 
 def residual_forest(seed: int):
@@ -58,3 +61,18 @@ class MemoryResidual:
         analytical_gib = np.asarray(analytical_gib, dtype=float)
         learned = self._base(analytical_gib) * np.exp(self.forest.predict(x))
         return learned / np.maximum(analytical_gib, 1e-12)
+
+
+def memory_features(z: np.ndarray, analytical_gib: Sequence[float]) -> np.ndarray:
+    """The residual's features per plan (rows): Z and the log analytical peak (a process's fixed overhead
+    matters more for small peaks)."""
+    peaks = np.asarray(analytical_gib, dtype=float)
+    return np.column_stack([z, np.log(np.maximum(peaks, 1e-6))])
+
+
+def fit_memory_residual(rows: Sequence[tuple[np.ndarray, float, float]], seed: int) -> MemoryResidual | None:
+    """The residual of (features, measured GiB, analytical GiB) rows; None below MIN_ROWS measured peaks."""
+    if len(rows) < MIN_ROWS:
+        return None
+    x, measured, analytical = (np.asarray([r[i] for r in rows]) for i in range(3))
+    return MemoryResidual(seed).fit(x, measured, analytical)

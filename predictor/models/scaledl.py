@@ -26,9 +26,9 @@ import io
 import lzma
 import pickle
 import weakref
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -40,25 +40,17 @@ from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor
 from predictor.models.base import Predictor
 from predictor.models.calibration import FITTED, fit_fixed_costs
 from predictor.models.compact_pickle import dumps_for_prediction
+from predictor.models.composition import Composed, compose, corrected
 from predictor.models.domain import TrainingDomain
-from predictor.models.features import (EDGE_DIM, GLOBAL_DIM, NODE_DIM, TERM_OF_PART, TERMS, LayerKey, TrainingData,
-                                       by_workload, edge_tensors, feature_signature, global_matrix, layer_key,
-                                       node_matrix, overhead_seconds, terms_from_breakdown)
-from predictor.models.gnn import CorrectionEnsemble, CorrectionGNN
+from predictor.models.features import EDGE_DIM, GLOBAL_DIM, NODE_DIM, TERMS, TrainingData, feature_signature
+from predictor.models.gnn import CorrectionEnsemble, graph_data
+from predictor.models.gnn_training import Problem, Rows, train, training_rows
 from predictor.models.layerwise import LayerwiseModel, analytical_layer_time
-from predictor.models.memory_residual import MemoryResidual
+from predictor.models.memory_residual import MemoryResidual, fit_memory_residual, memory_features
 from predictor.plan import Plan
 from predictor.prediction import Prediction
 from predictor.workload import WorkloadSpec
 
-_COMM_PARTS = ("dp_comm", "tp_comm", "cp_comm", "pp_p2p")
-_OVERHEAD = TERMS.index("overhead")
-_MIN_MEMORY_ROWS = 10
-# Samples needed before a 15 % validation split picks the epoch: below, it is a handful of points
-# (H200's 24-33 per model), so the epoch count is chosen by cross-validation (_CV_FOLDS folds).
-_MIN_VALIDATION = 100
-_CV_FOLDS = 3
-_SCORE_EVERY = 5  # epochs between validation scores
 # Correction networks averaged (`CorrectionEnsemble`). Three: in the CPU dataset's in-domain CV they
 # are better than one (8.48 vs 9.16 % over model seeds 0-2, lower in each); out of domain they are worse
 # (12.08 vs 10.97 % with seed 0), which is why unseen architectures go to the companion (`UNSEEN`).
@@ -68,33 +60,6 @@ ENSEMBLE = 3
 # 0-2 against one roofline network's 12.69 and three's 12.08 (seed 0); in-domain it is worse, so the main
 # model keeps the families it was trained on (bench/results/ensemble_cv.txt, the rules at the top).
 UNSEEN = {"op_costs": True, "ensemble": 1}
-
-
-@dataclass
-class _Rows:
-    """Training tensors of a dataset: unique (graph, layer key) graphs, per-sample index into them,
-    raw Z, composed terms, log measured times, and (features, measured GiB, analytical GiB) rows of the
-    memory residual."""
-
-    graphs: list[Data]
-    gidx: torch.Tensor
-    z: np.ndarray
-    terms: torch.Tensor
-    log_y: torch.Tensor
-    memory: list[tuple[np.ndarray, float, float]]
-
-
-@dataclass
-class _Composed:
-    """One workload's plans before correction: analytical predictions, terms and features."""
-
-    ana: list[Prediction]
-    breakdowns: list[dict[str, float]]
-    terms: np.ndarray  # (P, len(TERMS)) seconds
-    keys: list[LayerKey]  # unique layer keys
-    key_of: np.ndarray  # (P,) index into keys
-    layer_s: list[np.ndarray]  # per key: predicted fwd+bwd seconds per node (all occurrences)
-    z: np.ndarray  # (P, GLOBAL_DIM)
 
 
 class ScaleDLPredictor(Predictor):
@@ -140,42 +105,9 @@ class ScaleDLPredictor(Predictor):
 
     # ------------------------------------------------------------ composition
 
-    def _compose(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> _Composed:
-        device = spec_device(spec)
-        ana = self.analytical.predict(spec, graph, plans)
-        counts = np.asarray([n.count for n in graph.nodes], dtype=float)
-        keys: list[LayerKey] = []
-        key_index: dict[LayerKey, int] = {}
-        ratios: list[float] = []
-        layer_s: list[np.ndarray] = []
-        key_of = np.empty(len(plans), dtype=int)
-        breakdowns = []
-        terms = np.empty((len(plans), len(TERMS)))
-        for i, (plan, pred) in enumerate(zip(plans, ana)):
-            key = layer_key(spec, plan)
-            if key not in key_index:
-                learned, base = self.layerwise.predict(spec, graph, key)
-                key_index[key] = len(keys)
-                keys.append(key)
-                ratios.append(float(counts @ learned.sum(1)) / max(float(counts @ base.sum(1)), 1e-12))
-                layer_s.append(counts * learned.sum(1))
-            k = key_of[i] = key_index[key]
-            bd = dict(pred.breakdown)
-            scale = _compute_scale(pred, ratios[k], device.measured, self.config["host_once"])
-            bd["compute"] *= scale
-            bd["pp_bubble"] *= scale  # the bubble is idle compute: it scales with the layers' time
-            if not self.config["use_comm"]:
-                for part in _COMM_PARTS:
-                    bd[part] = 0.0
-            breakdowns.append(bd)
-            terms[i] = terms_from_breakdown(bd)
-            terms[i, _OVERHEAD] = overhead_seconds(graph, plan, spec)
-        return _Composed(ana, breakdowns, terms, keys, key_of, layer_s, global_matrix(spec, plans, device, terms))
-
-    def _graph_data(self, graph: LayerGraph, layer_s: np.ndarray) -> Data:
-        index, attr = edge_tensors(graph)
-        return Data(x=torch.from_numpy(node_matrix(graph, layer_s)), edge_index=torch.from_numpy(index),
-                    edge_attr=torch.from_numpy(attr))
+    def _compose(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> Composed:
+        return compose(self.analytical, self.layerwise, spec, graph, plans, host_once=self.config["host_once"],
+                       use_comm=self.config["use_comm"])
 
     def _z(self, z: np.ndarray) -> torch.Tensor:
         """Standardised Z, clipped to the training range first: outside it (a 512-GPU plan for a model
@@ -205,7 +137,7 @@ class ScaleDLPredictor(Predictor):
         self.net = self._new_net()
         if self.net is not None:
             self._train(rows, self.config["epochs"], self.config["lr"])
-        self._fit_memory(rows.memory)
+        self.memory_model = fit_memory_residual(rows.memory, self.config["seed"])
         self.provenance = dict(data.provenance, samples=len(data.samples), layer_rows=len(data.layers))
         self.domain = TrainingDomain.of((s.spec, s.plan) for s in data.samples)
         self.companion = None
@@ -234,7 +166,7 @@ class ScaleDLPredictor(Predictor):
         self.z_min, self.z_max = np.minimum(self.z_min, rows.z.min(0)), np.maximum(self.z_max, rows.z.max(0))
         if self.net is not None:
             self._train(rows, epochs, self.config["lr"] * lr_scale)
-        self._fit_memory(rows.memory)
+        self.memory_model = fit_memory_residual(rows.memory, self.config["seed"])
         if self.companion is not None:
             self.companion.update(data, epochs, lr_scale)
         pairs = ((s.spec, s.plan) for s in data.samples)
@@ -245,29 +177,10 @@ class ScaleDLPredictor(Predictor):
         self.provenance.pop("accuracy", None)  # measured on the model before the update: no longer its accuracy
         return self
 
-    def _rows(self, data: TrainingData) -> _Rows:
-        """The training tensors of `data`: per-key graphs, the composed terms, Z and the measured times."""
+    def _rows(self, data: TrainingData) -> Rows:
+        """The training tensors of `data`; cached graph embeddings go, as the networks behind them are to change."""
         self._cache = None
-        graphs, key_graph, terms, zs, ys, gidx, mem_rows = [], {}, [], [], [], [], []
-        for spec, graph, idx in by_workload(data.samples):
-            group = [data.samples[i] for i in idx]
-            comp = self._compose(spec, graph, [s.plan for s in group])
-            memory_x = self._memory_x(comp.z, comp.ana)
-            for j, s in enumerate(group):
-                k = comp.key_of[j]
-                gk = (id(graph), comp.keys[k])
-                if gk not in key_graph:
-                    key_graph[gk] = len(graphs)
-                    graphs.append(self._graph_data(graph, comp.layer_s[k]))
-                gidx.append(key_graph[gk])
-                if s.peak_memory_gib:
-                    mem_rows.append((memory_x[j], s.peak_memory_gib, comp.ana[j].peak_memory_gib))
-            terms.append(comp.terms)
-            zs.append(comp.z)
-            ys += [s.iter_time_s for s in group]
-        return _Rows(graphs, torch.as_tensor(np.asarray(gidx)), np.concatenate(zs),
-                     torch.as_tensor(np.concatenate(terms), dtype=torch.float32),
-                     torch.log(torch.as_tensor(ys, dtype=torch.float32)), mem_rows)
+        return training_rows(data.samples, self._compose)
 
     def _new_net(self) -> CorrectionEnsemble | None:
         """The correction networks, or None for the plain-sum ablation (all factors 1)."""
@@ -277,106 +190,16 @@ class ScaleDLPredictor(Predictor):
         return CorrectionEnsemble(c["ensemble"], NODE_DIM, EDGE_DIM, GLOBAL_DIM, len(TERMS), hidden=c["hidden"],
                                   heads=c["heads"], use_graph=c["use_gnn"], use_global=c["use_global"])
 
-    def _train(self, rows: _Rows, epochs: int, lr: float) -> None:
-        """Each member of the ensemble apart (members start from successive draws of the seeded
-        generator, and each holds out its own validation split)."""
+    def _train(self, rows: Rows, epochs: int, lr: float) -> None:
+        """Every network on the training tensors, with Z standardised and clipped as prediction sees it."""
         assert self.net is not None
         batch = Batch.from_data_list(rows.graphs) if self.config["use_gnn"] else None
-        for i, member in enumerate(self.net.members):
-            self._train_member(member, rows, batch, epochs, lr, self.config["seed"] + i)
-        self.net.eval()
-
-    def _train_member(self, net: CorrectionGNN, rows: _Rows, batch: Batch | None, epochs: int, lr: float,
-                      seed: int) -> None:
-        """Train one network, stopping where held-out samples say (measured iteration times are noisy; the
-        last epoch tends to fit the noise). With _MIN_VALIDATION samples or more, a seeded 15 % validation
-        split is scored every _SCORE_EVERY epochs and the state after the best-scored epoch's step is kept.
-        With fewer, _CV_FOLDS-fold cross-validation picks the number of epochs, none (no correction beyond
-        where the network starts) included, and the network is trained on every sample for that many."""
-        n = len(rows.log_y)
-        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-        if n >= _MIN_VALIDATION:
-            n_val = n * 15 // 100
-            val = order[:n_val]
-            best, best_state = float("inf"), None
-
-            def keep_best(epoch: int, err: torch.Tensor) -> None:
-                nonlocal best, best_state
-                if epoch % _SCORE_EVERY == _SCORE_EVERY - 1 or epoch == epochs - 1:
-                    score = float(err[val].mean().detach())
-                    if score < best:
-                        best, best_state = score, _state_copy(net)
-
-            self._descend(net, rows, batch, epochs, lr, order[n_val:], keep_best)
-            if best_state is not None:
-                net.load_state_dict(best_state)
-        else:
-            self._descend(net, rows, batch, self._cv_epochs(net, rows, batch, epochs, lr, order), lr, order)
-        net.eval()
-
-    def _cv_epochs(self, net: CorrectionGNN, rows: _Rows, batch: Batch | None, epochs: int, lr: float,
-                   order: torch.Tensor) -> int:
-        """The epoch count (a multiple of _SCORE_EVERY below `epochs`, 0 included) with the lowest mean
-        held-out error over _CV_FOLDS folds of `order`, each trained from `net`'s current state, which it
-        leaves as it found it; 0 when there are too few samples to hold any out."""
-        folds = [f for f in order.chunk(_CV_FOLDS) if len(f)]
-        if len(folds) < 2 or epochs <= 0:
-            return 0
-        start = _state_copy(net)
-        curve = np.zeros(-(-epochs // _SCORE_EVERY))
-        for i, held in enumerate(folds):
-            net.load_state_dict(start)
-            fit = torch.cat([f for j, f in enumerate(folds) if j != i])
-
-            def score(epoch: int, err: torch.Tensor, held: torch.Tensor = held) -> None:
-                if epoch % _SCORE_EVERY == 0:  # err is the state's after `epoch` steps
-                    curve[epoch // _SCORE_EVERY] += float(err[held].mean().detach())
-
-            self._descend(net, rows, batch, epochs, lr, fit, score)
-        net.load_state_dict(start)
-        return int(np.argmin(curve)) * _SCORE_EVERY
-
-    def _descend(self, net: CorrectionGNN, rows: _Rows, batch: Batch | None, epochs: int, lr: float,
-                 fit: torch.Tensor, after_step: Callable[[int, torch.Tensor], None] | None = None) -> None:
-        """`epochs` full-batch AdamW steps on the mean squared log error of samples `fit`; `after_step(epoch,
-        err)` sees each step's per-sample errors, computed before that step."""
-        opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=self.config["weight_decay"])
-        gidx, z, terms, log_y = rows.gidx, self._z(rows.z), rows.terms, rows.log_y
-
-        def losses() -> torch.Tensor:
-            emb = None
-            if batch is not None:
-                emb = net.graph_embedding(batch.x, batch.edge_index, batch.edge_attr, batch.batch)[gidx]
-            pred = (net.factors(emb, z) * terms).sum(1)
-            return (torch.log(pred.clamp_min(1e-9)) - log_y) ** 2
-
-        net.train()
-        for epoch in range(epochs):
-            opt.zero_grad()
-            err = losses()
-            err[fit].mean().backward()
-            opt.step()
-            if after_step is not None:
-                after_step(epoch, err)
-
-    @staticmethod
-    def _memory_x(z: np.ndarray, ana: Sequence[Prediction]) -> np.ndarray:
-        """Memory residual features per plan (rows): Z and the log analytical peak (a process's fixed
-        overhead matters more for small peaks)."""
-        peaks = np.asarray([a.peak_memory_gib for a in ana], dtype=float)
-        return np.column_stack([z, np.log(np.maximum(peaks, 1e-6))])
-
-    def _fit_memory(self, rows: list[tuple[np.ndarray, float, float]]) -> None:
-        """The memory residual (features, measured GiB, analytical GiB), learned only where enough peaks were measured."""
-        self.memory_model = None
-        if len(rows) < _MIN_MEMORY_ROWS:
-            return
-        x, measured, analytical = (np.asarray([r[i] for r in rows]) for i in range(3))
-        self.memory_model = MemoryResidual(self.config["seed"]).fit(x, measured, analytical)
+        problem = Problem(batch, rows.gidx, self._z(rows.z), rows.terms, rows.log_y, self.config["weight_decay"])
+        train(self.net, problem, epochs, lr, self.config["seed"])
 
     # ------------------------------------------------------------ predict
 
-    def _per_key(self, graph: LayerGraph, comp: _Composed) -> list[torch.Tensor | None]:
+    def _per_key(self, graph: LayerGraph, comp: Composed) -> list[torch.Tensor | None]:
         """Graph embeddings per layer key, cached for the last graph seen (a search asks one graph many times)."""
         if self._cache is None or self._cache[0]() is not graph:
             self._cache = (weakref.ref(graph), {})
@@ -384,7 +207,7 @@ class ScaleDLPredictor(Predictor):
         missing = [k for k in comp.keys if k not in cache]
         if missing:
             with torch.no_grad():
-                emb = self._embed([self._graph_data(graph, comp.layer_s[comp.keys.index(k)]) for k in missing])
+                emb = self._embed([graph_data(graph, comp.layer_s[comp.keys.index(k)]) for k in missing])
             for j, k in enumerate(missing):
                 cache[k] = None if emb is None else emb[j]
         return [cache[k] for k in comp.keys]
@@ -408,9 +231,9 @@ class ScaleDLPredictor(Predictor):
                 factors = self.net.factors(emb, self._z(comp.z)).numpy().astype(float)
         mem_ratio = np.ones(len(plans))
         if self.memory_model is not None:
-            mem_ratio = self.memory_model.ratio(self._memory_x(comp.z, comp.ana), [a.peak_memory_gib for a in comp.ana])
-        preds = [_corrected(a, bd, t, f, r)
-                 for a, bd, t, f, r in zip(comp.ana, comp.breakdowns, comp.terms, factors, mem_ratio)]
+            peaks = [a.peak_memory_gib for a in comp.ana]
+            mem_ratio = self.memory_model.ratio(memory_features(comp.z, peaks), peaks)
+        preds = corrected(comp, factors, mem_ratio)
         if self.domain is not None:
             workload = self.domain.outside_workload(spec)
             for plan, pred in zip(plans, preds):
@@ -506,63 +329,3 @@ class ScaleDLPredictor(Predictor):
         self.companion = cls._restore(state["companion"], learned.get("companion")) if state.get("companion") else None
         self._fitted = True
         return self
-
-
-def _state_copy(net: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A copy of the network's weights that later steps do not change."""
-    return {k: v.detach().clone() for k, v in net.state_dict().items()}
-
-
-def _compute_scale(ana: Prediction, ratio: float, synchronous: bool, host_once: bool = True) -> float:
-    """What the layer-wise regressors' view of the layers (`ratio`: learned / analytical layer time) does to
-    the analytical compute. On a synchronous device (a measured CPU) the analytical compute is kernels +
-    host, and layers timed in isolation already carry their calls' host work: with `host_once` (the
-    default) the ratio rescales the kernels and stands for the host too; without it (checkpoints trained
-    before 30 Nov 2026 18:30 UTC) the ratio scales the whole, counting the host again. On a GPU the
-    analytical compute of a host-bound stage is the host's pace, max(kernels, host): the ratio rescales
-    the kernels and the host keeps its floor. (Layers timed on a GPU already include the launch gaps of a
-    host-bound layer; scaling the stretched compute by them counted the host twice.)"""
-    kernels = ana.extra.get("kernel_compute_s")
-    compute = ana.breakdown["compute"]
-    if kernels is None or compute <= 0:
-        return ratio
-    if synchronous:
-        return kernels * ratio / compute if host_once else ratio
-    host = compute if compute > kernels else 0.0
-    return max(kernels * ratio, host) / compute
-
-
-def _corrected(ana: Prediction, breakdown: dict[str, float], terms: np.ndarray, factors: np.ndarray,
-               mem_ratio: float) -> Prediction:
-    """The analytical prediction with each time part scaled by its term's factor and memory by its
-    residual; the dispatch overhead is reported inside compute (it is time spent computing)."""
-    bd = {part: float(sec * factors[TERMS.index(TERM_OF_PART[part])]) for part, sec in breakdown.items()}
-    bd["compute"] += float(terms[_OVERHEAD] * factors[_OVERHEAD])
-    # Physics bounds what the factors may learn: no plan computes its model FLOPs faster than the
-    # dense peak. Factors fitted where compute and communication are confounded (vTrain's single
-    # node, full recomputation only) would otherwise promise MFU > 100 % on plans unlike the data.
-    at_peak = ana.mfu * ana.iter_time_s
-    bounded = bd["compute"] < at_peak
-    if bounded:
-        bd["compute"] = at_peak
-    total = sum(bd.values())
-    speedup = ana.iter_time_s / total if total > 0 else 1.0
-    per_stage, parts = _corrected_memory(ana, mem_ratio)
-    return Prediction(
-        iter_time_s=total, breakdown=bd, peak_memory_gib=ana.peak_memory_gib * mem_ratio,
-        memory_per_stage_gib=per_stage, memory_breakdown=parts,
-        tflops_per_gpu=ana.tflops_per_gpu * speedup, mfu=ana.mfu * speedup,
-        extra={**ana.extra, "predictor": "scaledl", "factors": dict(zip(TERMS, map(float, factors))),
-               "compute_at_peak_bound": bounded},
-    )
-
-
-def _corrected_memory(ana: Prediction, mem_ratio: float) -> tuple[list[float], dict[str, float]]:
-    """Per-stage peaks and the peak rank's parts after the memory residual. What it adds is memory no
-    part models (the runtime's own, the same on every rank): it goes to "runtime", on every stage.
-    What it takes away scales every part down alike."""
-    extra = ana.peak_memory_gib * (mem_ratio - 1.0)
-    if extra >= 0:
-        return ([m + extra for m in ana.memory_per_stage_gib],
-                {**ana.memory_breakdown, "runtime": ana.memory_breakdown.get("runtime", 0.0) + extra})
-    return [m * mem_ratio for m in ana.memory_per_stage_gib], {k: v * mem_ratio for k, v in ana.memory_breakdown.items()}
