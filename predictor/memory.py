@@ -62,9 +62,18 @@ def in_flight(layout: Layout) -> np.ndarray:
 def activation_bytes(layout: Layout, recompute: str | None = None, fused_attention: bool = False,
                      kv_share: float = 1.0) -> np.ndarray:
     """Activation bytes per pipeline rank at its peak (micro-batch = plan.mbs)."""
+    kept, one_block = saved_per_sample(layout, recompute, fused_attention, kv_share)
+    b = layout.plan.mbs
+    return kept * b * in_flight(layout) + one_block * b
+
+
+def saved_per_sample(layout: Layout, recompute: str | None = None, fused_attention: bool = False,
+                     kv_share: float = 1.0) -> tuple[np.ndarray, float]:
+    """(bytes per sample each pipeline rank keeps per micro-batch in flight, bytes per sample of the one block
+    being recomputed and back-propagated: 0 unless recompute is full). Neither depends on the micro-batch size
+    or the schedule: `activation_bytes` multiplies them in."""
     nodes, counts, plan = layout.nodes, layout.stage_counts, layout.plan
     recompute = recompute or plan.recompute
-    b = plan.mbs
     # Bytes per saved element: the activation precision, except the logits the loss keeps in fp32
     # (Megatron casts them to float for the cross-entropy: 4·s·b·V/t bytes, Korthikanti §4.3).
     act = nodes.act_elems * np.where(nodes.kind == "loss", 4, layout.act_bytes)
@@ -74,13 +83,11 @@ def activation_bytes(layout: Layout, recompute: str | None = None, fused_attenti
         act = np.where(nodes.attention, np.minimum(act, 3 * sharded_out), act)
     elif fused_attention:  # Q and the output, K and V (kv_share of Q's size under GQA); softmax statistics negligible
         act = np.where(nodes.attention, np.minimum(act, (2 + 2 * kv_share) * sharded_out), act)
-    flight = in_flight(layout)
     rep = nodes.repeated
     if recompute == "full":
         kept = counts[:, ~rep] @ act[~rep] + layout.blocks_per_stage * nodes.block_input * layout.act_bytes
-        one_block = act[rep] @ _one_block_counts(layout)[rep]  # recomputed block being back-propagated
-        return kept * b * flight + one_block * b
-    return (counts @ act) * b * flight
+        return kept, float(act[rep] @ _one_block_counts(layout)[rep])  # recomputed block being back-propagated
+    return counts @ act, 0.0
 
 
 def _one_block_counts(layout: Layout) -> np.ndarray:
@@ -100,6 +107,22 @@ def memory_per_stage(spec: WorkloadSpec, layout: Layout, fused_attention: bool =
                      imbalance: float = 1.0) -> dict[str, np.ndarray]:
     """Bytes per MEMORY_PARTS entry for one rank of each pipeline stage (`imbalance`: the busiest expert
     rank's tokens over the balanced share, which sizes the dispatch buffers)."""
+    weights, grads, opt = model_state_bytes(spec, layout)
+    psi = stage_params(layout)[0]
+    return {"weights": weights, "gradients": grads, "optimizer": opt,
+            "activations": activation_bytes(layout, fused_attention=fused_attention, kv_share=kv_share(spec)),
+            "buffers": buffer_bytes(layout, psi, imbalance),
+            "runtime": np.zeros_like(psi, dtype=float)}  # not modelled: learned where peaks are measured
+
+
+def kv_share(spec: WorkloadSpec) -> float:
+    """K and V heads over query heads (grouped-query attention saves K and V at that share of Q's size)."""
+    m = spec.model
+    return (m.kv_heads or m.heads or 1) / (m.heads or 1)
+
+
+def model_state_bytes(spec: WorkloadSpec, layout: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(weights, gradients, optimizer state) bytes per pipeline rank under the plan's ZeRO stage."""
     plan = layout.plan
     t = spec.training
     psi, psi_exp = stage_params(layout)  # local parameters per pipeline rank, and the experts' among them
@@ -111,16 +134,15 @@ def memory_per_stage(spec: WorkloadSpec, layout: Layout, fused_attention: bool =
         return (psi - psi_exp) / layout.dp_group.size + psi_exp / layout.edp_group.size
 
     copy = LOW_PRECISION_COPY_BYTES.get(t.precision, 0.0)
-    weights = sharded(3) * (layout.param_bytes + copy)
-    grads = sharded(2) * layout.grad_bytes
-    opt = sharded(1) * optimizer_bytes_per_param(t.optimizer, t.precision)
-    m = spec.model
-    kv_share = (m.kv_heads or m.heads or 1) / (m.heads or 1)
-    acts = activation_bytes(layout, fused_attention=fused_attention, kv_share=kv_share)
+    return (sharded(3) * (layout.param_bytes + copy), sharded(2) * layout.grad_bytes,
+            sharded(1) * optimizer_bytes_per_param(t.optimizer, t.precision))
+
+
+def buffer_bytes(layout: Layout, psi: np.ndarray, imbalance: float = 1.0) -> np.ndarray:
+    """Communication buffers per pipeline rank (`psi`: its parameters), with the MoE dispatch buffers."""
+    plan = layout.plan
     dispatch = 2 * float(layout.nodes.dispatch.max(initial=0.0)) * plan.mbs * layout.act_bytes * imbalance
-    buffers = _buffers(layout, psi) + (dispatch if plan.ep > 1 else 0.0)
-    return {"weights": weights, "gradients": grads, "optimizer": opt, "activations": acts, "buffers": buffers,
-            "runtime": np.zeros_like(psi, dtype=float)}  # not modelled: learned where peaks are measured
+    return _buffers(layout, psi) + (dispatch if plan.ep > 1 else 0.0)
 
 
 def _buffers(layout: Layout, psi: np.ndarray) -> np.ndarray:

@@ -22,8 +22,7 @@ HIDDEN_KINDS: tuple[str, ...] = ("tp_comm", "cp_comm", "ep_comm", "dp_grad", "dp
 class PredictionTable:
     """Column arrays, one row per plan (P plans), each meaning what the `Prediction` field of its name means.
 
-    stage_memory, stage_memory_index: the per-stage peaks (`memory_per_stage_gib`) of row i are
-        stage_memory[stage_memory_index[i]] (plans of one pipeline layout share them).
+    memory_per_stage_gib: (P, the largest pp) padded with NaN past each plan's stages.
     extra: per-plan columns of `Prediction.extra`: 1-D arrays (one number per plan), 2-D arrays named
         by `extra_names[key]` (a dict per plan), or lists (one value per plan; None leaves it out).
     shared_extra: entries of `Prediction.extra` every plan has alike.
@@ -32,8 +31,7 @@ class PredictionTable:
     iter_time_s: np.ndarray
     breakdown: np.ndarray  # (P, len(TIME_PARTS))
     peak_memory_gib: np.ndarray
-    stage_memory: list[list[float]]
-    stage_memory_index: np.ndarray
+    memory_per_stage_gib: np.ndarray
     memory_breakdown: np.ndarray  # (P, len(MEMORY_PARTS))
     tflops_per_gpu: np.ndarray
     mfu: np.ndarray
@@ -53,11 +51,10 @@ class PredictionTable:
     def take(self, index: Sequence[int] | np.ndarray) -> "PredictionTable":
         """The rows `index` as a table of their own (what a search keeps of a batch)."""
         idx = np.asarray(index, dtype=int)
-        stages, inverse = np.unique(self.stage_memory_index[idx], return_inverse=True)
         extra = {k: [c[i] for i in idx.tolist()] if isinstance(c, list) else c[idx] for k, c in self.extra.items()}
         return PredictionTable(
             iter_time_s=self.iter_time_s[idx], breakdown=self.breakdown[idx], peak_memory_gib=self.peak_memory_gib[idx],
-            stage_memory=[self.stage_memory[j] for j in stages.tolist()], stage_memory_index=inverse.reshape(-1),
+            memory_per_stage_gib=self.memory_per_stage_gib[idx],
             memory_breakdown=self.memory_breakdown[idx], tflops_per_gpu=self.tflops_per_gpu[idx], mfu=self.mfu[idx],
             hidden=self.hidden[idx], extra=extra, extra_names=dict(self.extra_names), shared_extra=dict(self.shared_extra),
             source=None if self.source is None else [self.source[i] for i in idx.tolist()])
@@ -66,15 +63,16 @@ class PredictionTable:
     def concatenate(cls, tables: Sequence["PredictionTable"]) -> "PredictionTable":
         """One table of the rows of `tables` in order (tables of one predictor: the same extra columns)."""
         first = tables[0]
-        offsets = np.cumsum([0] + [len(t.stage_memory) for t in tables[:-1]])
+        width = max(t.memory_per_stage_gib.shape[1] for t in tables)
+        stages = [np.pad(t.memory_per_stage_gib, ((0, 0), (0, width - t.memory_per_stage_gib.shape[1])),
+                         constant_values=np.nan) for t in tables]
         extra = {k: (sum((list(t.extra[k]) for t in tables), []) if isinstance(c, list)
                      else np.concatenate([t.extra[k] for t in tables])) for k, c in first.extra.items()}
         return cls(
             iter_time_s=np.concatenate([t.iter_time_s for t in tables]),
             breakdown=np.concatenate([t.breakdown for t in tables]),
             peak_memory_gib=np.concatenate([t.peak_memory_gib for t in tables]),
-            stage_memory=[s for t in tables for s in t.stage_memory],
-            stage_memory_index=np.concatenate([t.stage_memory_index + o for t, o in zip(tables, offsets)]),
+            memory_per_stage_gib=np.concatenate(stages),
             memory_breakdown=np.concatenate([t.memory_breakdown for t in tables]),
             tflops_per_gpu=np.concatenate([t.tflops_per_gpu for t in tables]),
             mfu=np.concatenate([t.mfu for t in tables]), hidden=np.concatenate([t.hidden for t in tables]),
@@ -91,14 +89,15 @@ class PredictionTable:
             return [self.source[i] for i in idx.tolist()]
         if not len(idx):
             return []
-        stages = self.stage_memory
+        stages = self.memory_per_stage_gib[idx]
+        counts = (~np.isnan(stages)).sum(axis=1).tolist()
         return [Prediction(iter_time_s=t, breakdown=dict(zip(TIME_PARTS, b)), peak_memory_gib=peak,
-                           memory_per_stage_gib=list(stages[s]), memory_breakdown=dict(zip(MEMORY_PARTS, mem)),
+                           memory_per_stage_gib=s[:n], memory_breakdown=dict(zip(MEMORY_PARTS, mem)),
                            tflops_per_gpu=tf, mfu=mfu, hidden_comm={k: x for k, x in zip(HIDDEN_KINDS, h) if x > 0},
                            extra=e)
-                for t, b, peak, s, mem, tf, mfu, h, e in zip(
+                for t, b, peak, s, n, mem, tf, mfu, h, e in zip(
                     self.iter_time_s[idx].tolist(), self.breakdown[idx].tolist(), self.peak_memory_gib[idx].tolist(),
-                    self.stage_memory_index[idx].tolist(), self.memory_breakdown[idx].tolist(),
+                    stages.tolist(), counts, self.memory_breakdown[idx].tolist(),
                     self.tflops_per_gpu[idx].tolist(), self.mfu[idx].tolist(), self.hidden[idx].tolist(),
                     self._extras(idx))]
 
@@ -125,10 +124,12 @@ class PredictionTable:
         def parts(get, names: tuple[str, ...]) -> np.ndarray:
             return np.array([[get(p).get(k, 0.0) for k in names] for p in predictions], dtype=float).reshape(-1, len(names))
 
+        per_stage = np.full((len(predictions), max((len(p.memory_per_stage_gib) for p in predictions), default=1)), np.nan)
+        for i, p in enumerate(predictions):
+            per_stage[i, : len(p.memory_per_stage_gib)] = p.memory_per_stage_gib
         return cls(
             iter_time_s=column(lambda p: p.iter_time_s), breakdown=parts(lambda p: p.breakdown, TIME_PARTS),
-            peak_memory_gib=column(lambda p: p.peak_memory_gib),
-            stage_memory=[p.memory_per_stage_gib for p in predictions], stage_memory_index=np.arange(len(predictions)),
+            peak_memory_gib=column(lambda p: p.peak_memory_gib), memory_per_stage_gib=per_stage,
             memory_breakdown=parts(lambda p: p.memory_breakdown, MEMORY_PARTS),
             tflops_per_gpu=column(lambda p: p.tflops_per_gpu), mfu=column(lambda p: p.mfu),
             hidden=parts(lambda p: p.hidden_comm, HIDDEN_KINDS), source=list(predictions),

@@ -6,6 +6,7 @@ import random
 import numpy as np
 import pytest
 
+from predictor.frameworks import FRAMEWORKS
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.prediction import TIME_PARTS
@@ -66,3 +67,14 @@ def test_tables_split_and_join_without_changing_a_row() -> None:
     assert picked.rows() == [whole[299], whole[3], whole[150]]
     tabulated = PredictionTable.from_predictions(whole)
     assert PredictionTable.concatenate([tabulated.take([5]), tabulated.take([1])]).rows() == [whole[5], whole[1]]
+
+
+def test_overlap_depends_only_on_the_fields_a_batch_keys_it_by() -> None:
+    """plan_batch looks each plan's overlapped kinds up under (overlap, ep, pp, schedule, zero, tp, sp)."""
+    spec = _spec(MOE, "megatron", nodes=8)
+    plans = random.Random(1).sample(enumerate_plans(spec, load_space("full")).plans, 400)
+    changes = {"dp": 3, "mbs": 5, "recompute": "full", "placement": "tp-pp-dp", "cp": 2, "cp_comm": "allgather"}
+    for framework in FRAMEWORKS.values():
+        for plan in plans:
+            for field, value in changes.items():
+                assert framework.overlap(plan.with_(**{field: value})) == framework.overlap(plan), (framework.name, field)

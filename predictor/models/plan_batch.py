@@ -1,15 +1,17 @@
 """The analytical model over many plans at once: each piece computed once per distinct value of the plan
-fields it depends on, the per-plan combination vectorised over plans.
+fields it depends on, everything per plan vectorised over plans.
 
 A search predicts hundreds of thousands of plans of one workload; they differ in a few fields each
 piece ignores (a stage's computation does not depend on ZeRO or dp; the gradient sync not on the
-recomputation; the memory of model states not on the schedule). `PlanPieces` keeps each piece in a table
-under the fields it reads, across batches; `PlanPieces.table` looks every plan's pieces up (a few dict
-lookups) and combines them with numpy: schedule, overlap, exposed communication, optimizer, MFU.
+recomputation; model states not on the micro-batch or the schedule). `PlanPieces` keeps each piece in a
+table under the fields it reads, across batches; `PlanPieces.table` looks every plan's pieces up (a few
+dict lookups per plan) and does the rest with numpy on (plans × pipeline stages) arrays: the slowest
+stage, fill and drain, overlap, exposed communication, the peak memory rank, MFU.
 """
 
 from __future__ import annotations
 
+import copy
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -19,26 +21,21 @@ from predictor import comm
 from predictor.frameworks import Framework
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
-from predictor.memory import GIB, memory_per_stage, optimizer_bytes_per_param, peak, stage_params
+from predictor.memory import (GIB, buffer_bytes, in_flight, kv_share, model_state_bytes, optimizer_bytes_per_param,
+                              saved_per_sample, stage_params)
 from predictor.models.roofline import AnalyticalConfig, call_costs, fused_attention
-from predictor.models.stage_costs import dp_time, stage_times
+from predictor.models.stage_costs import compute_parts, cp_stage_time, dp_time, ep_stage_time, tp_stage_time
 from predictor.parallel import Layout, apply_plan, expert_groups, group_of
 from predictor.plan import Plan, nvlink_domain
-from predictor.prediction import MEMORY_PARTS, TIME_PARTS
-from predictor.prediction_table import HIDDEN_KINDS, PredictionTable
+from predictor.prediction import TIME_PARTS
+from predictor.prediction_table import PredictionTable
 from predictor.workload import WorkloadSpec
 
-# Plan fields the frameworks' default overlaps read (`predictor.frameworks`): a batch looks each plan's
-# overlapped kinds up under them.
-OVERLAP_FIELDS: tuple[str, ...] = ("overlap", "ep", "pp", "schedule", "zero", "tp", "sp")
 _OVERLAP_KINDS: tuple[str, ...] = ("tp", "ep", "dp", "param", "pp")
-# Columns of a stage row: the slowest stage's forward + backward, forward, backward, tp, cp, ep communication,
-# attention, kernels, and the other stages' time per micro-batch over v (the fill and drain).
-_STAGE = ("fwd_bwd", "fwd", "bwd", "tp", "cp", "ep", "attention", "kernels", "bubble")
 
 
-class _Rows:
-    """A growing table of fixed-width float rows with a dict from key to row, and its array."""
+class _Scalars:
+    """A growing table of fixed-width float rows, found by key."""
 
     def __init__(self, width: int) -> None:
         self.index: dict[Any, int] = {}
@@ -56,6 +53,33 @@ class _Rows:
         return self._array
 
 
+class _Stages:
+    """A growing table of per-pipeline-stage vectors (k per row, one entry per stage), found by key; its array
+    is (rows, k, most stages) with zeros past a row's stages."""
+
+    def __init__(self, k: int) -> None:
+        self.index: dict[Any, int] = {}
+        self._rows: list[np.ndarray] = []
+        self._array = np.zeros((0, k, 1))
+
+    def add(self, key: Any, row: np.ndarray) -> int:
+        self.index[key] = len(self._rows)
+        self._rows.append(np.atleast_2d(row))
+        return self.index[key]
+
+    def array(self) -> np.ndarray:
+        done, (_, k, width) = len(self._array), self._array.shape
+        if done < len(self._rows):
+            wide = max(width, max(r.shape[1] for r in self._rows[done:]))
+            if wide > width:  # a deeper pipeline than before: pad what is there
+                self._array = np.pad(self._array, ((0, 0), (0, 0), (0, wide - width)))
+            new = np.zeros((len(self._rows) - done, k, wide))
+            for i, row in enumerate(self._rows[done:]):
+                new[i, :, : row.shape[1]] = row
+            self._array = np.concatenate([self._array, new])
+        return self._array
+
+
 class PlanPieces:
     """The analytical model's pieces for one workload on one device under one framework's constants."""
 
@@ -68,16 +92,25 @@ class PlanPieces:
         self.collective_s, self.p2p_s = call_costs(self.cfg, device)
         self.fused = fused_attention(spec, device)
         self.groups: dict[tuple, tuple[int, int, int, int, int, bool]] = {}
-        self.group_list: list[comm.Group] = []
         self.group_ids: dict[comm.Group, int] = {}
-        self.stage = _Rows(len(_STAGE))
-        self.dp = _Rows(2)
-        self.memory = _Rows(1 + len(MEMORY_PARTS))
-        self.stage_memory: list[list[float]] = []
-        self.optimizer = _Rows(1)
-        self.p2p = _Rows(1)
-        self.overlap = _Rows(len(_OVERLAP_KINDS))
+        self.layouts: dict[tuple, Layout] = {}
         self.psi: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        # per pipeline stage: the layers' forward, backward, host forward, host backward, MoE host waits
+        # forward, backward, attention (`stage_costs.compute_parts`); tp, cp, ep communication; memory parts
+        self.compute = _Stages(7)
+        self.tp, self.cp, self.ep = _Stages(1), _Stages(1), _Stages(1)
+        self.states = _Stages(3)  # weights, gradients, optimizer state bytes
+        self.saved = _Stages(2)  # activation bytes per sample: per micro-batch in flight, and of the recomputed block
+        self.flight = _Stages(1)  # micro-batches in flight
+        self.buffers = _Stages(1)
+        # per plan: gradient sync and parameter gather, one p2p send, the optimizer step, overlapped kinds
+        self.dp = _Scalars(2)
+        self.p2p = _Scalars(1)
+        self.optimizer = _Scalars(1)
+        self.overlap = _Scalars(len(_OVERLAP_KINDS))
+        for rows in (self.tp, self.cp, self.ep):  # no tp / cp / ep: nothing per stage; no pipeline: no send
+            rows.add(None, np.zeros(1))
+        self.p2p.add(None, (0.0,))
 
     def serves(self, spec: WorkloadSpec, graph: LayerGraph, device: Device, framework: Framework,
                config: AnalyticalConfig) -> bool:
@@ -85,11 +118,7 @@ class PlanPieces:
                 and framework is self.framework and config == self.config)
 
     def _group_id(self, group: comm.Group) -> int:
-        gid = self.group_ids.get(group)
-        if gid is None:
-            gid = self.group_ids[group] = len(self.group_list)
-            self.group_list.append(group)
-        return gid
+        return self.group_ids.setdefault(group, len(self.group_ids))
 
     def _groups(self, plan: Plan, key: tuple) -> tuple[int, int, int, int, int, bool]:
         """(tp, cp, dp·cp, expert-dp, ep group ids, whether pipeline neighbours sit in different NVLink domains)."""
@@ -101,15 +130,15 @@ class PlanPieces:
         self.groups[key] = ids
         return ids
 
-    def _stage_row(self, graph: LayerGraph, lay: Layout) -> tuple[float, ...]:
-        st = stage_times(self.spec, graph, lay, self.device, self.config)
-        per_mb = st.fwd + st.bwd + st.tp + st.cp + st.ep
-        s = int(np.argmax(per_mb))
-        # Fill and drain: the other stages' micro-batch time before the slowest stage starts and after it ends,
-        # (Σ t − max t)/v; (p-1)/v of the slowest stage's time when the stages are balanced (Narayanan et al. 2021).
-        bubble = (per_mb.sum() - per_mb[s]) / lay.plan.v
-        return (st.fwd[s] + st.bwd[s], st.fwd[s], st.bwd[s], st.tp[s], st.cp[s], st.ep[s], st.attention[s],
-                st.kernels[s], bubble)
+    def _layout(self, graph: LayerGraph, plan: Plan, key: tuple) -> Layout:
+        """`apply_plan`'s layout, shared by the plans alike in degrees, placement, sp, mbs and v (pieces read
+        the plan's own other fields from it)."""
+        base = self.layouts.get(key)
+        if base is None:
+            base = self.layouts[key] = apply_plan(self.spec, graph, plan, self.device)
+        lay = copy.copy(base)
+        lay.plan = plan
+        return lay
 
     def _psi(self, sharding: tuple, lay: Layout) -> tuple[np.ndarray, np.ndarray]:
         hit = self.psi.get(sharding)
@@ -117,16 +146,10 @@ class PlanPieces:
             hit = self.psi[sharding] = stage_params(lay)
         return hit
 
-    def _dp_row(self, sharding: tuple, lay: Layout, m: int) -> tuple[float, float]:
+    def _dp_row(self, sharding: tuple, lay: Layout, m: int) -> tuple[float, ...]:
         psi, psi_exp = self._psi(sharding, lay)
         return tuple(np.add(dp_time(lay, psi - psi_exp, m, self.collective_s, lay.dp_group),
                             dp_time(lay, psi_exp, m, self.collective_s, lay.edp_group)))
-
-    def _memory_row(self, lay: Layout) -> tuple[float, ...]:
-        parts = memory_per_stage(self.spec, lay, self.fused, self.cfg.moe_imbalance)
-        total, top = peak(parts)
-        self.stage_memory.append([float(x) / GIB for x in total])
-        return (float(total[top]) / GIB, *(float(parts[k][top]) / GIB for k in MEMORY_PARTS))
 
     def _optimizer_row(self, sharding: tuple, lay: Layout) -> tuple[float]:
         """Seconds of the optimizer step: memory-bound over the fullest rank's local optimizer state."""
@@ -148,89 +171,138 @@ class PlanPieces:
         kinds = self.framework.overlap(plan)
         return tuple(float(k in kinds) for k in _OVERLAP_KINDS)
 
+    def _saved_row(self, lay: Layout) -> np.ndarray:
+        kept, one_block = saved_per_sample(lay, fused_attention=self.fused, kv_share=kv_share(self.spec))
+        return np.stack([kept, np.full_like(kept, one_block)])
+
+    def _pieces(self) -> tuple[tuple[Any, Callable[[LayerGraph, Layout, tuple, int], Any]], ...]:
+        """Each piece's table and how to compute a row of it (from a plan's layout, sharding and micro-batches),
+        in the order of `table`'s keys."""
+        spec, device, config, cfg = self.spec, self.device, self.config, self.cfg
+        return (
+            (self.compute, lambda g, lay, sh, m: compute_parts(spec, g, lay, device, config)),
+            (self.tp, lambda g, lay, sh, m: tp_stage_time(lay, cfg, device)),
+            (self.cp, lambda g, lay, sh, m: cp_stage_time(spec, lay)),
+            (self.ep, lambda g, lay, sh, m: ep_stage_time(lay, cfg)),
+            (self.dp, lambda g, lay, sh, m: self._dp_row(sh, lay, m)),
+            (self.p2p, lambda g, lay, sh, m: self._p2p_row(lay)),
+            (self.optimizer, lambda g, lay, sh, m: self._optimizer_row(sh, lay)),
+            (self.overlap, lambda g, lay, sh, m: self._overlap_row(lay.plan)),
+            (self.states, lambda g, lay, sh, m: np.stack(model_state_bytes(spec, lay))),
+            (self.saved, lambda g, lay, sh, m: self._saved_row(lay)),
+            (self.flight, lambda g, lay, sh, m: in_flight(lay)),
+            (self.buffers, lambda g, lay, sh, m: buffer_bytes(lay, self._psi(sh, lay)[0], cfg.moe_imbalance)),
+        )
+
     def table(self, graph: LayerGraph, plans: Sequence[Plan]) -> PredictionTable:
         """Every plan's prediction (plans must be valid for the spec: see plan_errors)."""
-        spec, device = self.spec, self.device
-        batch = spec.training.global_batch
-        n = len(plans)
-        index = np.empty((7, n), dtype=np.int64)  # stage, dp, memory, optimizer, p2p, overlap rows; micro-batches
-        scalars = np.empty((5, n))  # v, pp, gpus, zero >= 3, cp ring
-        stage, dp, memory, optimizer, p2p, overlap = (self.stage, self.dp, self.memory, self.optimizer, self.p2p,
-                                                      self.overlap)
-        for i, plan in enumerate(plans):
-            tp, pp, cp, ep, v, sp, mbs, zero, rc = (plan.tp, plan.pp, plan.cp, plan.ep, plan.v, plan.sp, plan.mbs,
-                                                   plan.zero, plan.recompute)
-            d = plan.dp
+        batch = self.spec.training.global_batch
+        pieces = self._pieces()
+        found = [rows.index for rows, _ in pieces]
+        rows_of: list[list[int | None]] = []
+        scalars: list[tuple[float, ...]] = []
+        for plan in plans:
+            tp, pp, cp, ep, v, sp, mbs, zero, rc, d = (plan.tp, plan.pp, plan.cp, plan.ep, plan.v, plan.sp, plan.mbs,
+                                                      plan.zero, plan.recompute, plan.dp)
             gkey = (d, tp, pp, cp, ep, plan.placement)
             tp_g, cp_g, dp_g, edp_g, ep_g, inter = self.groups.get(gkey) or self._groups(plan, gkey)
             m = batch // (d * mbs)
             sharding = (pp, v, tp, sp, cp, ep)
             cp_comm = plan.cp_comm if cp > 1 else ""
-            lay: Layout | None = None
-
-            def layout() -> Layout:
-                nonlocal lay
-                if lay is None:
-                    lay = apply_plan(spec, graph, plan, device)
-                return lay
-
-            keys: tuple[tuple[_Rows, Any, Callable[[], tuple[float, ...]]], ...] = (
-                (stage, (sharding, mbs, rc, cp_comm, tp_g, cp_g, ep_g), lambda: self._stage_row(graph, layout())),
-                (dp, (sharding, d, zero, m if zero >= 3 else 0, dp_g, edp_g),
-                 lambda: self._dp_row(sharding, layout(), m)),
-                (memory, (sharding, d, zero, mbs, rc, plan.schedule, m), lambda: self._memory_row(layout())),
-                (optimizer, (sharding, zero >= 1, d), lambda: self._optimizer_row(sharding, layout())),
-                (p2p, (pp > 1, inter, mbs, tp if sp else 1, cp) if pp > 1 else None,
-                 lambda: self._p2p_row(layout()) if pp > 1 else (0.0,)),
-                (overlap, tuple(getattr(plan, f) for f in OVERLAP_FIELDS), lambda: self._overlap_row(plan)),
-            )
-            for r, (rows, key, compute) in enumerate(keys):
-                j = rows.index.get(key)
-                index[r, i] = j if j is not None else rows.add(key, compute())
-            index[6, i] = m
-            scalars[:, i] = (v, pp, plan.gpus, zero >= 3, cp_comm == "ring")
-        return self._combine(graph, index, scalars)
+            work = (sharding, mbs, rc)
+            keys = (work, (work, tp_g) if tp > 1 else None, (sharding, mbs, cp_comm, cp_g) if cp > 1 else None,
+                    (work, ep_g) if ep > 1 else None, (sharding, d, zero, m if zero >= 3 else 0, dp_g, edp_g),
+                    (inter, mbs, tp if sp else 1, cp) if pp > 1 else None, (sharding, zero >= 1, d),
+                    (plan.overlap, ep, pp, plan.schedule, zero, tp, sp),  # what the frameworks' overlap reads
+                    (sharding, zero, d), (sharding, rc), (pp, v, plan.schedule, m), (sharding, zero, d * cp == 1, mbs))
+            got = [index.get(key) for index, key in zip(found, keys)]
+            if None in got:
+                lay = self._layout(graph, plan, (gkey, sp, mbs, v))
+                got = [j if j is not None else rows.add(key, build(graph, lay, sharding, m))
+                       for j, (rows, build), key in zip(got, pieces, keys)]
+            rows_of.append(got)
+            scalars.append((m, mbs, v, pp, plan.gpus, zero >= 3, cp_comm == "ring"))
+        return self._combine(graph, np.array(rows_of, dtype=np.int64).T.reshape(len(pieces), -1),
+                             np.array(scalars, dtype=float).T.reshape(7, -1))
 
     def _combine(self, graph: LayerGraph, index: np.ndarray, scalars: np.ndarray) -> PredictionTable:
-        """The per-plan arithmetic of `AnalyticalPredictor`, over arrays of plans."""
+        """The per-plan arithmetic, over (plans × stages) arrays."""
         cfg, spec = self.cfg, self.spec
-        fwd_bwd, fwd, bwd, tp_s, cp_s, ep_s, att_s, kern_s, bubble = self.stage.array()[index[0]].T
-        grad_sync, param_gather = self.dp.array()[index[1]].T
-        mem = self.memory.array()[index[2]]
-        optimizer = self.optimizer.array()[index[3], 0]
-        one_p2p = self.p2p.array()[index[4], 0]
-        on_tp, on_ep, on_dp, on_param, on_pp = self.overlap.array()[index[5]].T.astype(bool)
-        m = index[6]
-        v, pp, gpus, zero3, ring = scalars
-        compute = m * fwd_bwd
-        tp_comm, cp_comm, ep_comm = m * tp_s, m * cp_s, m * ep_s
-        pp_p2p = np.where(pp > 1, 2 * (m * v + pp - 1) * one_p2p, 0.0)
+        m, mbs, v, pp, gpus, zero3, ring = scalars
+        width = int(pp.max())
+        real = np.arange(width) < pp[:, None]  # (plans, stages): the plan's own stages
+
+        def per_stage(rows: _Stages, r: int) -> np.ndarray:
+            got = rows.array()[index[r]][:, :, :width]
+            return np.pad(got, ((0, 0), (0, 0), (0, width - got.shape[2]))) if got.shape[2] < width else got
+
+        t_f, t_b, host_f, host_b, sync_f, sync_b, attention = per_stage(self.compute, 0).transpose(1, 0, 2)
+        tp, cp, ep = (per_stage(rows, r)[:, 0] for r, rows in ((1, self.tp), (2, self.cp), (3, self.ep)))
+        if self.device.measured:  # synchronous: the host's work adds to the kernels'
+            fwd, bwd = t_f + host_f, t_b + host_b
+        else:  # asynchronous GPU: a host-bound micro-batch stretches its compute to the host's pace
+            stretch = np.maximum(1.0, (host_f + host_b - tp) / np.maximum(t_f + t_b, 1e-30))
+            fwd, bwd = t_f * stretch + sync_f, t_b * stretch + sync_b
+        per_mb = fwd + bwd + tp + cp + ep
+        s = np.argmax(np.where(real, per_mb, -np.inf), axis=1)[:, None]
+
+        def at_s(x: np.ndarray) -> np.ndarray:
+            return np.take_along_axis(x, s, axis=1)[:, 0]
+
+        # Fill and drain: the other stages' micro-batch time before the slowest stage starts and after it ends,
+        # (Σ t − max t)/v; (p-1)/v of the slowest stage's time when the stages are balanced (Narayanan et al. 2021).
+        bubble = (_row_sums(per_mb) - at_s(per_mb)) / v
+        f_s, b_s = at_s(fwd), at_s(bwd)
+        compute = m * (f_s + b_s)
+        tp_comm, cp_comm, ep_comm = m * at_s(tp), m * at_s(cp), m * at_s(ep)
+        grad_sync, param_gather = self.dp.array()[index[4]].T
+        pp_p2p = np.where(pp > 1, 2 * (m * v + pp - 1) * self.p2p.array()[index[5], 0], 0.0)
+        optimizer = self.optimizer.array()[index[6], 0]
+        on_tp, on_ep, on_dp, on_param, on_pp = self.overlap.array()[index[7]].T.astype(bool)
 
         def hidden(comm_s: np.ndarray, window: np.ndarray, on: np.ndarray) -> np.ndarray:
             return np.where(on, np.minimum(comm_s, cfg.overlap_eff * window), 0.0)
 
         hide = np.stack([
-            hidden(tp_comm, compute, on_tp), hidden(cp_comm, m * att_s, ring.astype(bool)),
-            hidden(ep_comm, compute, on_ep), hidden(grad_sync, bwd, on_dp),
-            hidden(param_gather, np.where(zero3.astype(bool), compute, fwd), on_param), hidden(pp_p2p, compute, on_pp)])
+            hidden(tp_comm, compute, on_tp), hidden(cp_comm, m * at_s(attention), ring.astype(bool)),
+            hidden(ep_comm, compute, on_ep), hidden(grad_sync, b_s, on_dp),
+            hidden(param_gather, np.where(zero3.astype(bool), compute, f_s), on_param), hidden(pp_p2p, compute, on_pp)])
         h_tp, h_cp, h_ep, h_grad, h_param, h_pp = hide
         parts = {"compute": compute + cfg.overlap_slowdown * (h_tp + h_cp + h_ep + h_grad + h_param + h_pp),
                  "tp_comm": tp_comm - h_tp, "cp_comm": cp_comm - h_cp, "ep_comm": ep_comm - h_ep,
                  "dp_comm": grad_sync + param_gather - h_grad - h_param, "pp_bubble": bubble, "pp_p2p": pp_p2p - h_pp,
                  "optimizer": optimizer}
-        breakdown = np.stack([parts[k] for k in TIME_PARTS], axis=1)
         iter_time = parts[TIME_PARTS[0]].copy()
         for k in TIME_PARTS[1:]:
             iter_time += parts[k]
         model_flops = (graph.fwd_flops + graph.bwd_flops) * spec.training.global_batch
         tflops = model_flops / iter_time / gpus / 1e12
-        stages, stage_index = np.unique(index[2], return_inverse=True)  # the batch's own: a table travels alone
+        per_stage_gib, peak_gib, memory_parts = self._memory(index, mbs, real, per_stage)
         return PredictionTable(
-            iter_time_s=iter_time, breakdown=breakdown, peak_memory_gib=mem[:, 0],
-            stage_memory=[self.stage_memory[j] for j in stages.tolist()], stage_memory_index=stage_index.reshape(-1),
-            memory_breakdown=mem[:, 1:],
-            tflops_per_gpu=tflops, mfu=tflops * 1e12 / self.device.flops(spec.training.precision),
-            hidden=hide.T.copy(),
-            # compute without the host: < compute when host-bound
-            extra={"kernel_compute_s": m * kern_s},
+            iter_time_s=iter_time, breakdown=np.stack([parts[k] for k in TIME_PARTS], axis=1),
+            peak_memory_gib=peak_gib, memory_per_stage_gib=per_stage_gib, memory_breakdown=memory_parts,
+            tflops_per_gpu=tflops, mfu=tflops * 1e12 / self.device.flops(spec.training.precision), hidden=hide.T.copy(),
+            extra={"kernel_compute_s": m * at_s(t_f + t_b)},  # compute without the host: < compute when host-bound
         )
+
+    def _memory(self, index: np.ndarray, mbs: np.ndarray, real: np.ndarray,
+                per_stage: Callable[[_Stages, int], np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(GiB per stage, NaN past a plan's stages; peak GiB; the peak rank's MEMORY_PARTS GiB)."""
+        weights, grads, opt = per_stage(self.states, 8).transpose(1, 0, 2)
+        kept, one_block = per_stage(self.saved, 9).transpose(1, 0, 2)
+        b = mbs[:, None]
+        acts = kept * b * per_stage(self.flight, 10)[:, 0] + one_block * b
+        buffers = per_stage(self.buffers, 11)[:, 0]
+        total = weights + grads + opt + acts + buffers
+        top = np.argmax(np.where(real, total, -np.inf), axis=1)[:, None]
+        parts = np.stack([np.take_along_axis(x, top, axis=1)[:, 0] for x in (weights, grads, opt, acts, buffers)]
+                         + [np.zeros(len(top))], axis=1) / GIB
+        return np.where(real, total / GIB, np.nan), np.take_along_axis(total, top, axis=1)[:, 0] / GIB, parts
+
+
+def _row_sums(x: np.ndarray) -> np.ndarray:
+    """Each row's sum, added left to right (a plan's sum does not depend on the batch's widest pipeline)."""
+    total = x[:, 0].copy()
+    for j in range(1, x.shape[1]):
+        total += x[:, j]
+    return total

@@ -1,13 +1,12 @@
 """What one pipeline rank of a plan costs the analytical model: per micro-batch computation and tensor-,
-context- and expert-parallel communication, and per step the data-parallel gradient sync.
+context- and expert-parallel communication (each a vector over the pipeline ranks), and per step the
+data-parallel gradient sync.
 
 These are the pieces `predictor.models.plan_batch` computes once per distinct value of the plan fields
 each depends on, then combines over all plans of a batch.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,21 +23,16 @@ from predictor.workload import WorkloadSpec
 DDP_BUCKET_BYTES = 25 * 2**20
 
 
-@dataclass(frozen=True)
-class StageTimes:
-    """Seconds per pipeline rank for one micro-batch (arrays of length pp)."""
+def compute_parts(spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: Device,
+                  config: AnalyticalConfig) -> np.ndarray:
+    """Per pipeline rank, one micro-batch, as rows: the layers' forward and backward (with recomputation), the
+    host's forward and backward operator time, the MoE dispatchers' host waits in forward and backward, and the
+    attention cores' forward + backward (what a cp ring hides behind).
 
-    fwd: np.ndarray  # forward, host-stretched where the GPU waits for the host
-    bwd: np.ndarray  # backward with recomputation
-    tp: np.ndarray  # tensor-parallel collectives
-    cp: np.ndarray  # context-parallel K/V exchange
-    kernels: np.ndarray  # the kernels' own forward + backward (before a host-bound GPU stretches them)
-    attention: np.ndarray  # the attention cores' forward + backward: what a cp ring hides behind
-    ep: np.ndarray  # expert-parallel token dispatch and combine all-to-alls
-
-
-def stage_times(spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: Device, config: AnalyticalConfig) -> StageTimes:
-    """Per pipeline rank, one micro-batch: computation (with recomputation), tp, cp and ep communication."""
+    A measured device is synchronous: host and kernels add. On a GPU the host runs ahead and a host-bound
+    micro-batch stretches its compute to the host's pace; each MoE layer's dispatcher waits for the host once
+    per pass (forward, backward, a recomputed forward), which then launches its local experts' kernels:
+    expert_host_s per local expert (gemm_batch = E/ep)."""
     plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
     fwd, bwd = layer_times(spec, graph, plan.tp, plan.sp, plan.mbs, device, config, plan.cp, plan.ep)
     cfg = config.for_device(device)
@@ -49,9 +43,6 @@ def stage_times(spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: Devi
         t_b = t_b + counts[:, rep] @ fwd[rep]
     elif plan.recompute == "selective":
         t_b = t_b + counts[:, nodes.attention] @ fwd[nodes.attention]
-    t_tp = _tp_stage_time(lay, cfg, device) if plan.tp > 1 else np.zeros_like(t_f)
-    t_cp = _cp_stage_time(spec, lay) if plan.cp > 1 else np.zeros_like(t_f)
-    t_ep = _ep_stage_time(lay, cfg) if plan.ep > 1 else np.zeros_like(t_f)
     attention = counts[:, nodes.attention] @ (fwd + bwd)[nodes.attention]
     ops = np.array([HOST_OPS.get(k, 1) for k in nodes.kind], dtype=float) * cfg.host_op_s
     host_f = counts @ ops
@@ -60,18 +51,12 @@ def stage_times(spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: Devi
         host_b = host_b + counts[:, rep] @ ops[rep]
     elif plan.recompute == "selective":
         host_b = host_b + counts[:, nodes.attention] @ ops[nodes.attention]
-    if device.measured:  # synchronous: the host's work adds to the kernels'
-        return StageTimes(t_f + host_f, t_b + host_b, t_tp, t_cp, t_f + t_b, attention, t_ep)
-    # asynchronous GPU: a host-bound micro-batch stretches its compute to the host's pace
-    stretch = np.maximum(1.0, (host_f + host_b - t_tp) / np.maximum(t_f + t_b, 1e-30))
-    # each MoE layer's dispatcher waits for the host once per pass (forward, backward, a recomputed forward),
-    # which then launches its local experts' kernels: expert_host_s per local expert (gemm_batch = E/ep)
     sync_f = counts @ (nodes.experts * nodes.gemm_batch) * cfg.expert_host_s
     sync_b = sync_f * (3 if plan.recompute == "full" else 2)
-    return StageTimes(t_f * stretch + sync_f, t_b * stretch + sync_b, t_tp, t_cp, t_f + t_b, attention, t_ep)
+    return np.stack([t_f, t_b, host_f, host_b, sync_f, sync_b, attention])
 
 
-def _cp_stage_time(spec: WorkloadSpec, lay: Layout) -> np.ndarray:
+def cp_stage_time(spec: WorkloadSpec, lay: Layout) -> np.ndarray:
     """Context-parallel seconds per pipeline rank for one micro-batch: each attention layer exchanges
     the K and V of its sequence chunk with the other cp-1 ranks in forward, and K, V and their
     gradients in backward (Megatron-Core's p2p ring, torchtitan's ring; `cp_comm=allgather`: one
@@ -90,7 +75,7 @@ def _cp_stage_time(spec: WorkloadSpec, lay: Layout) -> np.ndarray:
     return layers * one
 
 
-def _ep_stage_time(lay: Layout, cfg: AnalyticalConfig) -> np.ndarray:
+def ep_stage_time(lay: Layout, cfg: AnalyticalConfig) -> np.ndarray:
     """Expert-parallel seconds per pipeline rank for one micro-batch: each MoE layer dispatches its
     tokens·top_k·hidden elements to the experts' ranks and combines the results back, in forward and again
     (their gradients) in backward: 4 all-to-alls over the ep group, 6 with full recomputation
@@ -112,7 +97,7 @@ def _tp_time(layout: Layout, calls: np.ndarray, elems: np.ndarray, call_s: float
     return calls * (comm.allreduce(size, g) + call_s)
 
 
-def _tp_stage_time(lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndarray:
+def tp_stage_time(lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndarray:
     """Tensor-parallel seconds per pipeline rank for one micro-batch: the collectives, and on a
     measured device the runtime's own cost per sharded linear (`tp_linear_s`, DTensor on CPU)."""
     plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
