@@ -25,8 +25,8 @@ from predictor.hardware import catalogue_name
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
 from predictor.models.baselines import BiRNN, MLPAcc, RFHyperParams
-from predictor.models.features import Sample, TrainingData, by_workload, graph_of, layer_key
-from predictor.models.layerwise import LayerObs
+from predictor.models.features import Sample, TrainingData, by_workload, graph_of
+from predictor.models.records import LayerObs, layer_key
 from predictor.models.scaledl import ScaleDLPredictor
 from predictor.plan import Plan, plan_errors
 from predictor.workload import ModelSpec, WorkloadSpec, parse_spec

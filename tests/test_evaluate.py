@@ -9,7 +9,7 @@ import pytest
 from predictor.evaluate import (format_average, format_table, in_domain_splits, mre, out_of_domain_splits,
                                 overall, rmse_ms, spec_for)
 from predictor.models.features import Sample, TrainingData
-from predictor.models.layerwise import LayerObs
+from predictor.models.records import LayerObs
 from predictor.plan import Plan
 
 MODEL = '{"family": "bert", "hidden": 64, "layers": 2, "heads": 2, "seq_len": 32, "vocab": 1000}'

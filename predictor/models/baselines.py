@@ -26,7 +26,8 @@ from predictor.device_resolver import spec_device
 from predictor.layer_graph import LAYER_KINDS, LayerGraph
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
-from predictor.models.features import TERMS, TrainingData, by_workload, global_matrix, layer_key, layer_matrix
+from predictor.models.features import TERMS, TrainingData, by_workload, global_matrix, layer_matrix
+from predictor.models.records import layer_key
 from predictor.plan import RECOMPUTE_MODES, SCHEDULES, Plan
 from predictor.prediction import TIME_PARTS, Prediction
 from predictor.workload import WorkloadSpec

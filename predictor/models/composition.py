@@ -17,9 +17,9 @@ import numpy as np
 from predictor.device_resolver import spec_device
 from predictor.layer_graph import LayerGraph
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.models.features import (TERM_OF_PART, TERMS, LayerKey, global_matrix, layer_key, overhead_seconds,
-                                       terms_from_breakdown)
+from predictor.models.features import TERM_OF_PART, TERMS, global_matrix, overhead_seconds, terms_from_breakdown
 from predictor.models.layerwise import LayerwiseModel
+from predictor.models.records import LayerKey, layer_key
 from predictor.plan import Plan
 from predictor.prediction import Prediction
 from predictor.workload import WorkloadSpec

@@ -13,21 +13,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from predictor.graph_cache import graph_for
 from predictor.hardware import Device
 from predictor.layer_graph import LAYER_KINDS, LayerGraph
+from predictor.models.records import LayerKey, LayerObs
 from predictor.parallel import BYTES, shard_nodes
 from predictor.plan import RECOMPUTE_MODES, SCHEDULES, Plan
 from predictor.prediction import TIME_PARTS
 from predictor.workload import WorkloadSpec
-
-if TYPE_CHECKING:  # pragma: no cover
-    from predictor.models.layerwise import LayerObs
-
 
 GROUPS = ("pre", "block", "enc", "dec", "post")
 TP_ROLES = ("column", "row", "heads", "vocab", "replicated")
@@ -117,25 +114,8 @@ class TrainingData:
     """What the learned predictors fit on: measured iterations, measured layers, where they came from."""
 
     samples: list[Sample]
-    layers: list["LayerObs"] = field(default_factory=list)
+    layers: list[LayerObs] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class LayerKey:
-    """What a layer's time depends on under a plan: micro-batch, tensor sharding, precision, device."""
-
-    mbs: int
-    tp: int
-    sp: bool
-    precision: str
-    device: str
-    heads: int | None = None  # the model's heads (how the attention core shards)
-
-
-def layer_key(spec: WorkloadSpec, plan: Plan) -> LayerKey:
-    return LayerKey(plan.mbs, plan.tp, plan.sp and plan.tp > 1, spec.training.precision, spec.cluster.device,
-                    spec.model.heads)
 
 
 def overhead_seconds(graph: LayerGraph, plan: Plan, spec: WorkloadSpec) -> float:

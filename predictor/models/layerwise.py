@@ -12,7 +12,6 @@ device, fitted on the same timings first (`predictor.models.op_costs`), instead 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -22,8 +21,9 @@ from sklearn.ensemble import RandomForestRegressor
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.models.roofline import layer_times
-from predictor.models.features import LayerKey, layer_matrix
+from predictor.models.features import layer_matrix
 from predictor.models.op_costs import OpCosts, OpRow, is_gemm
+from predictor.models.records import LayerKey, LayerObs
 from predictor.workload import WorkloadSpec
 
 # Analytical (fwd, bwd) seconds of every node of a graph, per micro-batch and occurrence: shape (n, 2).
@@ -39,18 +39,6 @@ def analytical_layer_time(spec: WorkloadSpec, graph: LayerGraph, key: LayerKey, 
 def default_regressor(seed: int = 0) -> RandomForestRegressor:
     """The paper's choice: a random forest (small, so the checkpoint stays small)."""
     return RandomForestRegressor(n_estimators=60, min_samples_leaf=2, max_features=0.6, random_state=seed, n_jobs=1)
-
-
-@dataclass(frozen=True)
-class LayerObs:
-    """One measured layer: node `index` of `spec`'s `graph` under `key`, seconds per micro-batch per occurrence."""
-
-    spec: WorkloadSpec
-    graph: LayerGraph
-    index: int
-    key: LayerKey
-    fwd_s: float
-    bwd_s: float
 
 
 class LayerwiseModel:
