@@ -13,20 +13,41 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
 import ray
 from ray.exceptions import RayActorError
 
 from predictor.layer_graph import LayerGraph
 from predictor.models.base import Predictor
 from predictor.plan import Plan
-from predictor.prediction import Prediction
+from predictor.prediction_table import PredictionTable
 from predictor.workload import WorkloadSpec
 
-# A replica's answer for one plan: its Prediction, or why predicting it failed.
-Answer = Prediction | str
+
+@dataclass
+class Answers:
+    """A batch of plans answered: `table` row k predicts the plan at position `rows[k]` of the batch (ascending),
+    and `errors` says why predicting each other position failed. Columns, not one object per plan: shipping
+    Predictions between processes costs more than predicting them."""
+
+    table: PredictionTable
+    rows: np.ndarray
+    errors: dict[int, str] = field(default_factory=dict)
+
+    @classmethod
+    def merge(cls, parts: Sequence[tuple[int, "Answers"]]) -> "Answers":
+        """One answer of (offset in the whole batch, answer of the positions from there) parts, positions ascending."""
+        rows = np.concatenate([a.rows + offset for offset, a in parts])
+        errors = dict(sorted((offset + i, e) for offset, a in parts for i, e in a.errors.items()))
+        tables = [a.table for _, a in parts if len(a.table)] or [parts[0][1].table]
+        table = tables[0] if len(tables) == 1 else PredictionTable.concatenate(tables)
+        order = np.argsort(rows, kind="stable")
+        if np.any(order != np.arange(len(order))):
+            table, rows = table.take(order), rows[order]
+        return cls(table, rows, errors)
 
 
 class PredictorReplica:
@@ -55,33 +76,35 @@ class PredictorReplica:
         return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                 "predictor": self.label, "accuracy": self.accuracy, "calls": self.calls}
 
-    def predict(self, plans: Sequence[Plan]) -> list[Answer]:
-        """Predictions in order, each plan on the cluster size its degrees multiply to (one batched call
-        per size)."""
+    def predict(self, plans: Sequence[Plan]) -> Answers:
+        """The batch's answers, each plan on the cluster size its degrees multiply to (one batched call per size)."""
         self.calls += 1
         by_size: dict[int, list[int]] = {}
         for i, plan in enumerate(plans):
             by_size.setdefault(plan.gpus, []).append(i)
-        answers: list[Answer] = [""] * len(plans)
+        parts = []
         for gpus, members in by_size.items():
-            spec = self.specs.get(gpus, self.spec)
-            for i, answer in zip(members, self._predict(spec, [plans[i] for i in members])):
-                answers[i] = answer
-        return answers
+            answers = self._predict(self.specs.get(gpus, self.spec), [plans[i] for i in members])
+            rows = np.asarray(members, dtype=int)
+            parts.append((0, Answers(answers.table, rows[answers.rows],
+                                     {members[i]: e for i, e in answers.errors.items()})))
+        return Answers.merge(parts)
 
-    def _predict(self, spec: WorkloadSpec, plans: list[Plan]) -> list[Answer]:
+    def _predict(self, spec: WorkloadSpec, plans: list[Plan]) -> Answers:
         """If the batch call fails, plans are retried one by one so one bad plan costs only its own answer
-        (an error string), not the batch."""
+        (an error), not the batch."""
         try:
-            return list(self.predictor.predict(spec, self.graph, plans))
+            return Answers(self.predictor.predict_table(spec, self.graph, plans), np.arange(len(plans)))
         except Exception:  # noqa: BLE001 - isolate the failing plan(s) below
-            answers: list[Answer] = []
-            for plan in plans:
+            tables, rows, errors = [], [], {}
+            for i, plan in enumerate(plans):
                 try:
-                    answers.extend(self.predictor.predict(spec, self.graph, [plan]))
+                    tables.append(self.predictor.predict_table(spec, self.graph, [plan]))
+                    rows.append(i)
                 except Exception as err:  # noqa: BLE001 - recorded per plan, never crashes the search
-                    answers.append(f"prediction failed: {type(err).__name__}: {err}")
-            return answers
+                    errors[i] = f"prediction failed: {type(err).__name__}: {err}"
+            table = PredictionTable.concatenate(tables) if tables else PredictionTable.from_predictions([])
+            return Answers(table, np.asarray(rows, dtype=int), errors)
 
 
 @dataclass
@@ -89,7 +112,7 @@ class ReplicaPool:
     """Actor handles plus the batching policy; picklable, so Tune trials carry it to their workers."""
 
     replicas: list[Any]
-    chunk: int = 256
+    chunk: int = 256  # the fewest plans in one replica call
 
     @classmethod
     def start(cls, predictor: "str | Predictor", spec: WorkloadSpec, graph: LayerGraph, count: int | None = None,
@@ -110,19 +133,20 @@ class ReplicaPool:
         """Wait until every replica has loaded its predictor; their `info()`."""
         return ray.get([r.info.remote() for r in self.replicas])
 
-    def predict(self, plans: Sequence[Plan]) -> list[Answer]:
-        """Split `plans` over the replicas (starting at a random one, so concurrent callers spread),
-        gather in order; a chunk whose replica died for good is re-sent to the next replica."""
-        chunks = [list(plans[i:i + self.chunk]) for i in range(0, len(plans), self.chunk)]
-        start = random.randrange(len(self.replicas))
-        owners = [(start + i) % len(self.replicas) for i in range(len(chunks))]
+    def predict(self, plans: Sequence[Plan]) -> Answers:
+        """Split `plans` over the replicas (two chunks each, so one's answer travels while the next is predicted;
+        starting at a random replica, so concurrent callers spread), gather in order; a chunk whose replica died
+        for good is re-sent to the next replica."""
+        size = max(self.chunk, -(-len(plans) // (2 * len(self.replicas))))
+        starts = range(0, len(plans), size)
+        chunks = [list(plans[i:i + size]) for i in starts]
+        first = random.randrange(len(self.replicas))
+        owners = [(first + i) % len(self.replicas) for i in range(len(chunks))]
         refs = [self.replicas[r].predict.remote(c) for c, r in zip(chunks, owners)]
-        answers: list[Answer] = []
-        for chunk, owner, ref in zip(chunks, owners, refs):
-            answers.extend(self._get(ref, chunk, owner))
-        return answers
+        return Answers.merge([(start, self._get(ref, chunk, owner))
+                              for start, chunk, owner, ref in zip(starts, chunks, owners, refs)])
 
-    def _get(self, ref: Any, chunk: list[Plan], owner: int) -> list[Answer]:
+    def _get(self, ref: Any, chunk: list[Plan], owner: int) -> Answers:
         tries = len(self.replicas)
         while True:
             try:

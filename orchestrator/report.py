@@ -42,20 +42,23 @@ import datetime as dt
 import html
 import json
 import os
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+import numpy as np
 
 from orchestrator import plots
 from orchestrator.launch import launch_settings
-from orchestrator.search import Evaluated, SearchResult
+from orchestrator.search import SearchResult
 from predictor.axes import AXIS
 from predictor.frameworks import framework_of
 from predictor.hardware import GIB, Device
 from predictor.models.domain import advice
 from predictor.models.registry import interval_factors
 from predictor.plan import Plan, nvlink_domain
-from predictor.prediction import TIME_PARTS
+from predictor.prediction import TIME_PARTS, Prediction
 from predictor.workload import WorkloadSpec
 from search_spaces import Enumeration, SpaceConfig
 
@@ -85,10 +88,11 @@ def tokens_per_iteration(spec: WorkloadSpec) -> int:
     return spec.training.global_batch * spec.model.tokens
 
 
-def plan_metrics(e: Evaluated, spec: WorkloadSpec, price: float | None, goal: TrainingGoal = TrainingGoal()) -> dict[str, Any]:
-    """Size, throughput, time and cost of an evaluated plan (costs only with a price per GPU-hour, days and cost
-    to train only with the run's tokens); the plan's GPU count is its cluster size."""
-    t, gpus = e.prediction.iter_time_s, e.plan.gpus  # type: ignore[union-attr]
+def plan_metrics(iter_time_s: float, gpus: int, spec: WorkloadSpec, price: float | None,
+                 goal: TrainingGoal = TrainingGoal()) -> dict[str, Any]:
+    """Size, throughput, time and cost of a plan taking `iter_time_s` on `gpus` GPUs, its cluster size (costs only
+    with a price per GPU-hour, days and cost to train only with the run's tokens)."""
+    t = iter_time_s
     tokens = tokens_per_iteration(spec)
     days = goal.train_tokens / tokens * t / 86400 if goal.train_tokens else None
     return {"nodes": gpus // spec.cluster.gpus_per_node, "gpus": gpus, "tokens_per_s": tokens / t,
@@ -98,33 +102,66 @@ def plan_metrics(e: Evaluated, spec: WorkloadSpec, price: float | None, goal: Tr
             "cost_usd_to_train": price * gpus * days * 24 if price is not None and days is not None else None}
 
 
-def _cost_key(e: Evaluated) -> float:
-    """GPU-seconds per iteration: total cost and GPUs per token/s are both proportional to it."""
-    return e.prediction.iter_time_s * e.plan.gpus  # type: ignore[union-attr]
+def _measure(result: SearchResult, by: str) -> np.ndarray:
+    """What a ranking orders the predicted plans by: iteration time, or GPU-seconds per iteration (total cost and GPUs
+    per token/s are both proportional to it)."""
+    t = result.table.iter_time_s
+    return t if by == "time" else t * result.gpus
 
 
-def rank(evaluated: list[Evaluated], by: str = "time", price: float | None = None) -> list[Evaluated]:
-    """Feasible plans, best first: by iteration time (days to train: every size runs the same global batch), or by
-    GPU-seconds per iteration (throughput per GPU, and cost at one price per GPU-hour). Cost needs a price to report it."""
+def rank(result: SearchResult, by: str = "time", price: float | None = None) -> np.ndarray:
+    """The rows of the feasible plans, best first: by iteration time (days to train: every size runs the same global
+    batch), or by GPU-seconds per iteration (throughput per GPU, and cost at one price per GPU-hour). Cost needs a price
+    to report it."""
     if by not in RANK_BY:
         raise ValueError(f"rank by one of {', '.join(RANK_BY)}, not {by!r}")
     if by == "cost" and price is None:
         raise ValueError("ranking by cost needs --price-per-gpu-hour")
-    # Ties break on memory so the more comfortable plan comes first.
-    first = (lambda e: e.prediction.iter_time_s) if by == "time" else _cost_key  # type: ignore[union-attr]
-    return sorted((e for e in evaluated if e.feasible),
-                  key=lambda e: (first(e), e.prediction.peak_memory_gib, str(e.plan)))  # type: ignore[union-attr]
+    rows = np.flatnonzero(~result.infeasible)
+    measure, peak = _measure(result, by)[rows], result.table.peak_memory_gib[rows]
+    # Ties break on memory so the more comfortable plan comes first, then on the plan's text.
+    order = np.lexsort((peak, measure))
+    measure, peak, order = measure[order], peak[order], rows[order]
+    starts = np.flatnonzero(np.concatenate([[True], (measure[1:] != measure[:-1]) | (peak[1:] != peak[:-1])]))
+    ends = np.append(starts[1:], len(order))
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        if b - a > 1:
+            order[a:b] = sorted(order[a:b].tolist(), key=lambda i: str(result.plans[i]))
+    return order
 
 
-def intervals(ranked: list[Evaluated], factors: dict[str, Any] | None, by: str) -> tuple[list[list[float] | None], list[bool]]:
-    """Each ranked plan's iteration-time interval, and whether its interval, scaled to the ranking's measure (time,
-    or GPU-seconds for throughput and cost), overlaps the winner's: the predictor cannot tell those apart."""
-    if factors is None or not ranked:
-        return [None] * len(ranked), [False] * len(ranked)
+def _days_and_cost(t: np.ndarray, gpus: np.ndarray, spec: WorkloadSpec, price: float | None,
+                   goal: TrainingGoal) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Days and cost to train of plans taking `t` on `gpus` (as `plan_metrics` has them), or None where unknown."""
+    days = goal.train_tokens / tokens_per_iteration(spec) * t / 86400 if goal.train_tokens else None
+    return days, price * gpus * days * 24 if price is not None and days is not None else None
+
+
+def within_goal(t: np.ndarray, gpus: np.ndarray, spec: WorkloadSpec, price: float | None,
+                goal: TrainingGoal) -> np.ndarray:
+    """Which plans taking `t` on `gpus` meet the deadline and the budget (either may be unset)."""
+    days, cost = _days_and_cost(t, gpus, spec, price, goal)
+    keep = np.ones(len(t), dtype=bool)
+    if goal.deadline_days is not None:
+        keep &= days <= goal.deadline_days  # type: ignore[operator]
+    if goal.budget_usd is not None:
+        keep &= cost <= goal.budget_usd  # type: ignore[operator]
+    return keep
+
+
+def intervals(result: SearchResult, ranked: np.ndarray, factors: dict[str, Any] | None,
+              by: str) -> tuple[np.ndarray | None, np.ndarray]:
+    """Each ranked plan's iteration-time interval ((plans, 2), None without factors), and whether its interval, scaled
+    to the ranking's measure (time, or GPU-seconds for throughput and cost), overlaps the winner's: the predictor
+    cannot tell those apart."""
+    if factors is None or not len(ranked):
+        return None, np.zeros(len(ranked), dtype=bool)
     lo, hi = 1 + factors["low"], 1 + factors["high"]
-    measure = [e.prediction.iter_time_s if by == "time" else _cost_key(e) for e in ranked]  # type: ignore[union-attr]
-    spans = [[e.prediction.iter_time_s * lo, e.prediction.iter_time_s * hi] for e in ranked]  # type: ignore[union-attr]
-    return spans, [bool(i > 0 and m * lo <= measure[0] * hi) for i, m in enumerate(measure)]
+    measure = _measure(result, by)[ranked]
+    t = result.table.iter_time_s[ranked]
+    alike = measure * lo <= measure[0] * hi
+    alike[0] = False
+    return np.stack([t * lo, t * hi], axis=1), alike
 
 
 def interval_text(section: dict[str, Any]) -> str:
@@ -138,19 +175,28 @@ def interval_text(section: dict[str, Any]) -> str:
             f"`--validate K` runs the first K of them for real.")
 
 
-def within_goal(metrics: dict[str, Any], goal: TrainingGoal) -> bool:
-    """Whether a plan's metrics meet the deadline and the budget (either may be unset)."""
-    return ((goal.deadline_days is None or metrics["days_to_train"] <= goal.deadline_days)
-            and (goal.budget_usd is None or metrics["cost_usd_to_train"] <= goal.budget_usd))
+def _front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Positions of the points no other beats in both coordinates (lower is better), by x: `plots.pareto_front` on
+    columns."""
+    order = np.lexsort((y, x))
+    ys = y[order]
+    before = np.minimum.accumulate(np.concatenate([[np.inf], ys[:-1]]))
+    return order[ys < before]
 
 
-def pareto(ranked: list[Evaluated], metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The plans no other beats on both days (iteration time) and cost (GPU-hours per iteration), fastest first."""
-    points = [(e.prediction.iter_time_s, _cost_key(e)) for e in ranked]  # type: ignore[union-attr]
-    return [{"plan": str(ranked[i].plan), "nodes": metrics[i]["nodes"], "gpus": metrics[i]["gpus"],
-             "iter_time_s": points[i][0], "gpu_hours_per_iteration": points[i][1] / 3600,
-             "days_to_train": metrics[i]["days_to_train"], "cost_usd_to_train": metrics[i]["cost_usd_to_train"]}
-            for i in plots.pareto_front(points)]
+def pareto(result: SearchResult, ranked: np.ndarray, spec: WorkloadSpec, price: float | None,
+           goal: TrainingGoal) -> list[dict[str, Any]]:
+    """The ranked plans no other beats on both days (iteration time) and cost (GPU-hours per iteration), fastest
+    first."""
+    t, gpu_s = result.table.iter_time_s[ranked], _measure(result, "cost")[ranked]
+    out = []
+    for i in ranked[_front(t, gpu_s)].tolist():
+        time_s, gpus = float(result.table.iter_time_s[i]), int(result.gpus[i])
+        m = plan_metrics(time_s, gpus, spec, price, goal)
+        out.append({"plan": str(result.plans[i]), "nodes": m["nodes"], "gpus": gpus, "iter_time_s": time_s,
+                    "gpu_hours_per_iteration": time_s * gpus / 3600, "days_to_train": m["days_to_train"],
+                    "cost_usd_to_train": m["cost_usd_to_train"]})
+    return out
 
 
 def _degrees(p: Plan) -> tuple[int, ...]:
@@ -161,10 +207,8 @@ def _diff_fields(a: Plan, b: Plan) -> str:
     return ", ".join(f"{k}={getattr(b, k)}" for k in asdict(a) if getattr(a, k) != getattr(b, k))
 
 
-def _compare(win: Evaluated, other: Evaluated, name: str) -> str:
-    """How much faster the winner is than `other` (called `name`), and which breakdown parts make it so."""
-    wp, op = win.prediction, other.prediction
-    assert wp is not None and op is not None
+def _compare(wp: Prediction, op: Prediction, name: str) -> str:
+    """How much faster the winner (predicted `wp`) is than `op` (called `name`), and which breakdown parts make it so."""
     deltas = sorted(((op.breakdown.get(k, 0.0) - wp.breakdown.get(k, 0.0), k) for k in TIME_PARTS), reverse=True)
     small = 0.005 * wp.iter_time_s  # differences under 0.5 % of the iteration are noise in the sentence
     gains = [f"{d:.2f} s less {_PART_WORDS[k]}" for d, k in deltas if d > small][:2]
@@ -175,17 +219,15 @@ def _compare(win: Evaluated, other: Evaluated, name: str) -> str:
     return f"it is {total:.2f} s ({100 * total / op.iter_time_s:.1f} %) faster than {name} thanks to {why}{cost}"
 
 
-def explain(ranked: list[Evaluated], evaluated: list[Evaluated], spec: WorkloadSpec, limit_gib: float,
-            by: str = "time") -> str:
-    """Why the winner wins, from its breakdown and plan against the runners-up and the faster plans that do not fit
-    (of its cluster size: within one size, cost and throughput per GPU order plans as time does)."""
-    if not ranked:
+def explain(result: SearchResult, ranked: np.ndarray, spec: WorkloadSpec, limit_gib: float, by: str = "time") -> str:
+    """Why the winner (the first of the `ranked` rows) wins, from its breakdown and plan against the runners-up and
+    the faster plans that do not fit (of its cluster size: within one size, cost and throughput per GPU order plans
+    as time does)."""
+    if not len(ranked):
         return "No evaluated plan fits in memory (within the deadline and budget); see the infeasible plans and their reasons."
-    win = ranked[0]
-    p, pred = win.plan, win.prediction
-    assert pred is not None
-    ranked = [e for e in ranked if e.plan.gpus == p.gpus]
-    evaluated = [e for e in evaluated if e.plan.gpus == p.gpus]
+    win = int(ranked[0])
+    p, pred = result.plans[win], result.table.row(win)
+    ranked = ranked[result.gpus[ranked] == p.gpus]
     share = {k: pred.breakdown.get(k, 0.0) / pred.iter_time_s for k in TIME_PARTS}
     m = p.microbatches(spec.training.global_batch)
     best = "predicted fastest" if by == "time" else f"the cheapest per token (on {p.gpus} GPUs)"
@@ -213,18 +255,20 @@ def explain(ranked: list[Evaluated], evaluated: list[Evaluated], spec: WorkloadS
                      f"({', '.join(_HIDDEN_WORDS.get(k, k) for k in pred.hidden_comm)})")
     text = "; ".join(facts) + ". "
     if len(ranked) > 1:
-        runner = ranked[1]
-        text += "Against the runner-up, " + _compare(win, runner, _diff_fields(p, runner.plan) or str(runner.plan)) + ". "
-    other = next((e for e in ranked[1:] if _degrees(e.plan) != _degrees(p)), None)
-    if other is not None and other is not ranked[1]:
-        split = ", ".join(f"{a}={d}" for a, d in other.plan.degrees().items() if d > 1 or a in ("dp", "tp", "pp"))
-        name = f"the best other split ({split}: {other.plan})"
-        text += "Against other degrees, " + _compare(win, other, name) + ". "
-    faster = [e for e in evaluated if e.infeasible and e.prediction.iter_time_s < pred.iter_time_s]  # type: ignore[union-attr]
-    if faster:
-        f = min(faster, key=lambda e: e.prediction.iter_time_s)  # type: ignore[union-attr]
-        text += (f"{len(faster)} plans would be faster but do not fit: the fastest, {_diff_fields(p, f.plan)}, needs "
-                 f"{f.prediction.peak_memory_gib:.1f} GiB against the {limit_gib:.1f} GiB limit, "  # type: ignore[union-attr]
+        runner = result.plans[int(ranked[1])]
+        text += ("Against the runner-up, " + _compare(pred, result.table.row(int(ranked[1])), _diff_fields(p, runner)
+                                                      or str(runner)) + ". ")
+    other = next((i for i in ranked[1:].tolist() if _degrees(result.plans[i]) != _degrees(p)), None)
+    if other is not None and other != ranked[1]:
+        split = ", ".join(f"{a}={d}" for a, d in result.plans[other].degrees().items() if d > 1 or a in ("dp", "tp", "pp"))
+        name = f"the best other split ({split}: {result.plans[other]})"
+        text += "Against other degrees, " + _compare(pred, result.table.row(other), name) + ". "
+    t = result.table.iter_time_s
+    faster = np.flatnonzero(result.infeasible & (result.gpus == p.gpus) & (t < pred.iter_time_s))
+    if len(faster):
+        f = int(faster[np.argmin(t[faster])])
+        text += (f"{len(faster)} plans would be faster but do not fit: the fastest, {_diff_fields(p, result.plans[f])}, "
+                 f"needs {result.table.peak_memory_gib[f]:.1f} GiB against the {limit_gib:.1f} GiB limit, "
                  f"while the winner peaks at {pred.peak_memory_gib:.1f} GiB.")
     else:
         text += f"It peaks at {pred.peak_memory_gib:.1f} GiB of the {limit_gib:.1f} GiB limit."
@@ -235,26 +279,25 @@ def build_report(*, spec: WorkloadSpec, spec_path: str, device: Device, predicto
                  space: SpaceConfig, enumeration: Enumeration, result: SearchResult, by: str = "time",
                  price: float | None = None, top_k: int = 10, sizes: list[WorkloadSpec] | None = None,
                  goal: TrainingGoal = TrainingGoal()) -> dict[str, Any]:
-    """Everything report.json holds (see the module docstring for the schema). `sizes`: the spec at each cluster
-    size searched (default: the spec's); the winner's launch settings are for its size."""
+    """Everything report.json holds (see the module docstring for the schema), from the search's columns: Prediction
+    objects only for the plans it lists. `sizes`: the spec at each cluster size searched (default: the spec's); the
+    winner's launch settings are for its size."""
     limit_gib = result.stats["memory_limit_gib"]
     sizes = sizes or [spec]
-    ranked, metrics = [], []
-    over_goal = 0
-    for e in rank(result.evaluated, by, price):
-        m = plan_metrics(e, spec, price, goal)
-        if within_goal(m, goal):
-            ranked.append(e)
-            metrics.append(m)
-        else:
-            over_goal += 1
+    t, gpus = result.table.iter_time_s, result.gpus
+    order = rank(result, by, price)
+    keep = within_goal(t[order], gpus[order], spec, price, goal)
+    ranked = order[keep]
+    listed = ranked[: max(top_k, _LIST_CAP)]
     by_gpus = {s.cluster.gpus: s for s in sizes}
     factors = interval_factors(predictor.get("accuracy"))
-    spans, alike = intervals(ranked, factors, by)
-    section = factors and {**factors, "indistinguishable_total": sum(alike)}
-    explanation = explain(ranked, result.evaluated, spec, limit_gib, by)
-    infeasible = sorted((e for e in result.evaluated if e.infeasible), key=lambda e: e.prediction.iter_time_s)  # type: ignore[union-attr]
-    failed = [e for e in result.evaluated if e.error]
+    spans, alike = intervals(result, ranked, factors, by)
+    section = factors and {**factors, "indistinguishable_total": int(alike.sum())}
+    explanation = explain(result, ranked, spec, limit_gib, by)
+    infeasible = np.flatnonzero(result.infeasible)
+    infeasible = infeasible[np.argsort(t[infeasible], kind="stable")]
+    winner = result.table.row(int(ranked[0])) if len(ranked) else None
+    valid = Counter(p.gpus for p in enumeration.plans)
     prec = spec.training.precision
     return {
         "schema": SCHEMA,
@@ -266,41 +309,67 @@ def build_report(*, spec: WorkloadSpec, spec_path: str, device: Device, predicto
                    "intra_node_gbps": device.intra_node.bandwidth / 1e9, "inter_node_gbps": device.inter_node.bandwidth / 1e9},
         "predictor": predictor,
         "ranking": {"by": by, "price_per_gpu_hour": price, **asdict(goal)},
-        "sizes": [{"nodes": s.cluster.nodes, "gpus": s.cluster.gpus,
-                   "valid": sum(p.gpus == s.cluster.gpus for p in enumeration.plans)} for s in sizes],
+        "sizes": [{"nodes": s.cluster.nodes, "gpus": s.cluster.gpus, "valid": valid[s.cluster.gpus]} for s in sizes],
         "space": {"name": space_name, "config": space.model_dump(mode="json"), "candidates": enumeration.checked,
                   "valid": len(enumeration.plans), "rejected": enumeration.rejected_count,
                   "top_rejections": [list(r) for r in enumeration.top_reasons(5)]},
         "search": result.stats,
-        "ranked": [{"rank": i + 1, "plan": str(e.plan), "fields": asdict(e.plan), **m, "iter_time_interval_s": span,
-                    "indistinguishable_from_best": same, **e.prediction.to_dict()}  # type: ignore[union-attr]
-                   for i, (e, m, span, same) in enumerate(zip(ranked[: max(top_k, _LIST_CAP)], metrics, spans, alike))],
+        "ranked": [{"rank": n + 1, "plan": str(result.plans[i]), "fields": asdict(result.plans[i]),
+                    **plan_metrics(pred.iter_time_s, result.plans[i].gpus, spec, price, goal),
+                    "iter_time_interval_s": None if spans is None else spans[n].tolist(),
+                    "indistinguishable_from_best": bool(alike[n]), **pred.to_dict()}
+                   for n, (i, pred) in enumerate(zip(listed.tolist(), result.table.rows(listed)))],
         "intervals": section,
         "ranked_total": len(ranked),
-        "over_goal_total": over_goal,
-        "pareto": pareto(ranked, metrics),
-        "infeasible": [{"plan": str(e.plan), "reason": e.infeasible, "iter_time_s": e.prediction.iter_time_s,  # type: ignore[union-attr]
-                        "peak_memory_gib": e.prediction.peak_memory_gib} for e in infeasible[:_LIST_CAP]],  # type: ignore[union-attr]
+        "over_goal_total": len(order) - len(ranked),
+        "pareto": pareto(result, ranked, spec, price, goal),
+        "infeasible": [{"plan": str(result.plans[i]), "reason": result.reason(i), "iter_time_s": float(t[i]),
+                        "peak_memory_gib": float(result.table.peak_memory_gib[i])} for i in infeasible[:_LIST_CAP].tolist()],
         "infeasible_total": len(infeasible),
-        "failed": [{"plan": str(e.plan), "error": e.error} for e in failed[:_LIST_CAP]],
-        "failed_total": len(failed),
+        "failed": [{"plan": str(plan), "error": error} for plan, error in result.failed[:_LIST_CAP]],
+        "failed_total": len(result.failed),
         "top_k": top_k,
-        "explanation": explanation + (" " + interval_text(section) if section and ranked else ""),
-        "caution": caution(ranked),
-        "launch": launch_settings(ranked[0].plan, by_gpus.get(ranked[0].plan.gpus, spec)) if ranked else None,
+        "explanation": explanation + (" " + interval_text(section) if section and len(ranked) else ""),
+        "caution": caution(winner),
+        "launch": launch_settings(result.plans[ranked[0]], by_gpus.get(result.plans[ranked[0]].gpus, spec)) if len(ranked) else None,
         "_points": {  # for the plots only; dropped from report.json
-            "feasible": [_memory_point(e) for e in result.evaluated if e.feasible],
-            "infeasible": [_memory_point(e) for e in infeasible],
-            "by_size": _cost_points(ranked, metrics, goal, price),
+            "feasible": _memory_points(result, np.flatnonzero(~result.infeasible)),
+            "infeasible": _memory_points(result, infeasible),
+            "by_size": _cost_points(result, ranked, spec, goal, price),
         },
     }
 
 
-def _memory_point(e: Evaluated) -> plots.Point:
-    p = e.prediction
-    assert p is not None
-    return (p.peak_memory_gib, p.iter_time_s, f"{e.plan}<br>{e.plan.gpus} GPUs: {p.iter_time_s:.3f} s, {p.peak_memory_gib:.1f} GiB"
-                                              + (f"<br>{e.infeasible}" if e.infeasible else ""))
+class _Point:
+    """A plotted plan, read as the tuple (x, y, hover label), whose label is formatted only when read: the plots
+    show a few thousand of a search's plans (`plots.thin`), and formatting every plan's label costs seconds."""
+
+    __slots__ = ("x", "y", "row", "label")
+
+    def __init__(self, x: float, y: float, row: int, label: Callable[[int], str]) -> None:
+        self.x, self.y, self.row, self.label = x, y, row, label
+
+    def __len__(self) -> int:
+        return 3
+
+    def __getitem__(self, k: int) -> float | str:
+        if k == 0:
+            return self.x
+        if k == 1:
+            return self.y
+        if k == 2:
+            return self.label(self.row)
+        raise IndexError(k)
+
+
+def _memory_points(result: SearchResult, rows: np.ndarray) -> list[_Point]:
+    """The plans of `rows` on the memory-time plane."""
+    def label(i: int) -> str:
+        plan, t, peak, reason = result.plans[i], result.table.iter_time_s[i], result.table.peak_memory_gib[i], result.reason(i)
+        return f"{plan}<br>{plan.gpus} GPUs: {t:.3f} s, {peak:.1f} GiB" + (f"<br>{reason}" if reason else "")
+
+    peak, t = result.table.peak_memory_gib[rows].tolist(), result.table.iter_time_s[rows].tolist()
+    return [_Point(x, y, i, label) for x, y, i in zip(peak, t, rows.tolist())]
 
 
 def cost_axes(goal: TrainingGoal, price: float | None) -> tuple[str, str, str, str]:
@@ -312,14 +381,25 @@ def cost_axes(goal: TrainingGoal, price: float | None) -> tuple[str, str, str, s
     return x[0], y[0], x[1], y[1]
 
 
-def _cost_points(ranked: list[Evaluated], metrics: list[dict[str, Any]], goal: TrainingGoal,
-                 price: float | None) -> dict[str, list[plots.Point]]:
+def _cost_points(result: SearchResult, ranked: np.ndarray, spec: WorkloadSpec, goal: TrainingGoal,
+                 price: float | None) -> dict[str, list[_Point]]:
     """The ranked plans on the time-cost plane, per cluster size."""
     x, y, _, _ = cost_axes(goal, price)
-    out: dict[str, list[plots.Point]] = {}
-    for e, m in zip(ranked, metrics):
-        values = {**m, "iter_time_s": e.prediction.iter_time_s, "gpu_hours_per_iteration": _cost_key(e) / 3600}  # type: ignore[union-attr]
-        out.setdefault(f"{m['nodes']} nodes", []).append((values[x], values[y], f"{e.plan}<br>{_point_text(values)}"))
+    t, gpus = result.table.iter_time_s[ranked], result.gpus[ranked]
+    days, cost = _days_and_cost(t, gpus, spec, price, goal)
+    values = {"iter_time_s": t, "gpu_hours_per_iteration": t * gpus / 3600, "days_to_train": days, "cost_usd_to_train": cost}
+
+    def label(i: int) -> str:
+        time_s = float(result.table.iter_time_s[i])
+        m = plan_metrics(time_s, result.plans[i].gpus, spec, price, goal)
+        return f"{result.plans[i]}<br>{_point_text({**m, 'iter_time_s': time_s})}"
+
+    nodes = gpus // spec.cluster.gpus_per_node
+    out: dict[str, list[_Point]] = {}
+    for n in nodes[np.sort(np.unique(nodes, return_index=True)[1])].tolist():
+        mine = nodes == n
+        out[f"{n} nodes"] = [_Point(a, b, i, label) for a, b, i in zip(
+            values[x][mine].tolist(), values[y][mine].tolist(), ranked[mine].tolist())]  # type: ignore[index]
     return out
 
 
@@ -389,10 +469,10 @@ def _table_rows(report: dict[str, Any], full: bool = True, limit: int | None = N
 _HEADER = ["#", "plan", "nodes", "iter s", "80 % range s", "tokens/s", "peak GiB", "MFU %", "$/iter", "days", "$ to train"]
 
 
-def caution(ranked: list[Evaluated]) -> str:
-    """A warning when the best plan lies outside the learned predictor's training data ('' otherwise):
+def caution(winner: Prediction | None) -> str:
+    """A warning when the best plan (predicted `winner`) lies outside the learned predictor's training data ('' otherwise):
     its measured accuracy does not cover such predictions."""
-    outside = ranked[0].prediction.extra.get("outside_training") if ranked else None  # type: ignore[union-attr]
+    outside = winner.extra.get("outside_training") if winner is not None else None
     if not outside:
         return ""
     return ("Caution: the predictor was never trained on a workload or plan like the best one ("

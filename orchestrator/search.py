@@ -24,24 +24,27 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import ray
 from ray import tune
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from orchestrator.replicas import Answer, ReplicaPool
-from orchestrator.store import ResultStore, SearchError, infeasibility, prepare_store
+from orchestrator.replicas import ReplicaPool
+from orchestrator.store import Batch, ResultStore, SearchError, memory_reason, prepare_store
 from predictor.plan import Plan
 from predictor.prediction import Prediction
+from predictor.prediction_table import PredictionTable
 from search_spaces import GROUP_AXES, TuneSpace
 
 SEARCHERS = ("auto", "exhaustive", "optuna", "random")
 HEADROOM = 0.10
 EXHAUSTIVE_LIMIT = 200_000
 MAX_BATCH = 32_768
-STORE_FORMAT = "plan-indices"  # stored batches name plans by their index in the enumeration
+STORE_FORMAT = "plan-indices-table"  # stored batches: plans by their index in the enumeration, answers as columns
 EXPERIMENT = "search"
 
 
@@ -72,10 +75,48 @@ class Evaluated:
         return self.prediction is not None and self.error is None and self.infeasible is None
 
 
+def infeasibility(pred: Prediction, limit_gib: float, capacity_gib: float) -> str | None:
+    """Why `pred` cannot run on a device of `capacity_gib` keeping `limit_gib` usable, or None."""
+    return memory_reason(pred.peak_memory_gib, limit_gib, capacity_gib)
+
+
 @dataclass
 class SearchResult:
-    evaluated: list[Evaluated]
+    """Every evaluated plan, as columns (a search evaluates up to millions; a report shows a few hundred):
+    `plans[i]` was predicted as row i of `table`, in the order evaluated; `failed` holds the plans whose prediction
+    failed, with why. A plan is infeasible when its predicted peak memory exceeds `limit_gib`."""
+
+    plans: list[Plan]
+    table: PredictionTable
+    limit_gib: float
+    capacity_gib: float
+    failed: list[tuple[Plan, str]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, evaluated: list[Evaluated], stats: dict[str, Any], limit_gib: float, capacity_gib: float) -> "SearchResult":
+        """The result of already evaluated plans (their predictions are kept as the objects given)."""
+        done = [e for e in evaluated if e.prediction is not None]
+        return cls([e.plan for e in done], PredictionTable.from_predictions([e.prediction for e in done]),  # type: ignore[misc]
+                   limit_gib, capacity_gib, [(e.plan, e.error or "") for e in evaluated if e.prediction is None], stats)
+
+    @cached_property
+    def infeasible(self) -> np.ndarray:
+        return self.table.peak_memory_gib > self.limit_gib
+
+    @cached_property
+    def gpus(self) -> np.ndarray:
+        return np.fromiter((p.gpus for p in self.plans), dtype=np.int64, count=len(self.plans))
+
+    def reason(self, row: int) -> str | None:
+        """Why the plan of `row` cannot run, or None."""
+        return memory_reason(float(self.table.peak_memory_gib[row]), self.limit_gib, self.capacity_gib)
+
+    @property
+    def evaluated(self) -> list[Evaluated]:
+        """Every plan as an `Evaluated` (one Prediction object each: for small searches and tests)."""
+        return ([Evaluated(p, pred, infeasible=self.reason(i)) for i, (p, pred) in enumerate(zip(self.plans, self.table.rows()))]
+                + [Evaluated(p, None, error=e) for p, e in self.failed])
 
 
 def _trial(config: dict[str, Any], space: TuneSpace, pool: ReplicaPool, store: Any) -> None:
@@ -87,7 +128,7 @@ def _trial(config: dict[str, Any], space: TuneSpace, pool: ReplicaPool, store: A
         members = space.members(config)
         start = time.perf_counter()
         answers = pool.predict([space.plans[i] for i in members])
-        summary = ray.get(store.add.remote(key, members, answers, time.perf_counter() - start))
+        summary = ray.get(store.add.remote(key, np.asarray(members, dtype=np.int64), answers, time.perf_counter() - start))
     tune.report({**summary, "cached": cached})
 
 
@@ -180,27 +221,28 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
     batches, (predicted, predict_s), first_call = ray.get(store.all.remote())
     # The Tune run less its one-off start (the first trial's process boots Ray and imports Tune: ~1 s).
     running = ended - first_call if first_call is not None else None
-    evaluated = _collect(batches, plans, limit_gib, capacity_gib)
+    result = _collect(batches, plans, limit_gib, capacity_gib, {})
     ray.kill(store)
     errors = [str(e).splitlines()[0] for e in grid.errors] if grid is not None and grid.num_errors else []
-    stats = {
-        "searcher": searcher, "valid_plans": len(plans), "evaluated_plans": len(evaluated),
-        "feasible_plans": sum(e.feasible for e in evaluated), "complete": len(evaluated) == len(plans),
+    evaluated = len(result.plans) + len(result.failed)
+    result.stats.update({
+        "searcher": searcher, "valid_plans": len(plans), "evaluated_plans": evaluated,
+        "feasible_plans": int((~result.infeasible).sum()), "complete": evaluated == len(plans),
         "trials": len(grid) if grid is not None else 0, "trials_failed": len(errors), "trial_errors": errors[:5],
         "batches_reused": len(done),
         "batch_size": batch if searcher == "exhaustive" else None, "groups": len(space.groups),
         "group_axes": list(GROUP_AXES), "budget_s": options.budget_s, "search_s": round(elapsed, 3),
         # plans/s over the whole Tune run (its start included), once the first trial runs, and while
         # trials were predicting.
-        "plans_per_s": round(len(evaluated) / elapsed, 1) if elapsed > 0 else None,
+        "plans_per_s": round(evaluated / elapsed, 1) if elapsed > 0 else None,
         "running_s": round(running, 3) if running is not None else None,
-        "plans_per_s_running": round(len(evaluated) / running, 1) if running else None,
+        "plans_per_s_running": round(evaluated / running, 1) if running else None,
         "predict_s": round(predict_s, 3),
         "plans_per_s_predicting": round(predicted / predict_s, 1) if predict_s else None,
         "resumed": options.resume, "headroom": options.headroom, "memory_limit_gib": round(limit_gib, 3),
         "tune_experiment": str(experiment),
-    }
-    return SearchResult(evaluated, stats)
+    })
+    return result
 
 
 def _param_space(space: TuneSpace, searcher: str, options: SearchOptions, done: set[str]) -> dict[str, Any] | None:
@@ -231,17 +273,28 @@ def _tune_config(space: TuneSpace, searcher: str, options: SearchOptions) -> tun
     return tune.TuneConfig(search_alg=algo, num_samples=trials, **common)
 
 
-def _collect(batches: dict[str, tuple[list[int], list[Answer]]], plans: list[Plan], limit_gib: float,
-             capacity_gib: float) -> list[Evaluated]:
-    """Stored answers (by index into the search's valid plans) as Evaluated plans, each plan once (Optuna may
-    revisit a group)."""
-    seen: dict[int, Evaluated] = {}
-    for members, answers in batches.values():
-        for i, answer in zip(members, answers):
-            if i in seen:
-                continue
-            if isinstance(answer, Prediction):
-                seen[i] = Evaluated(plans[i], answer, infeasible=infeasibility(answer, limit_gib, capacity_gib))
-            else:
-                seen[i] = Evaluated(plans[i], None, error=answer)
-    return list(seen.values())
+def _collect(batches: dict[str, Batch], plans: list[Plan], limit_gib: float, capacity_gib: float,
+             stats: dict[str, Any]) -> SearchResult:
+    """Stored answers (by index into the search's valid plans) as one result, each plan once (Optuna may revisit a
+    group), in the order stored."""
+    stored = list(batches.values())
+    if not stored:
+        return SearchResult([], PredictionTable.from_predictions([]), limit_gib, capacity_gib, [], stats)
+    members = np.concatenate([m for m, _ in stored])
+    predicted = np.zeros(len(members), dtype=bool)
+    offset = 0
+    for m, answers in stored:
+        predicted[offset + answers.rows] = True
+        offset += len(m)
+    first = np.zeros(len(members), dtype=bool)
+    first[np.unique(members, return_index=True)[1]] = True
+    tables = [a.table for _, a in stored if len(a.table)] or [stored[0][1].table]
+    table = PredictionTable.concatenate(tables) if len(tables) > 1 else tables[0]
+    keep = first[predicted]  # of the table's rows
+    if not keep.all():
+        table = table.take(np.flatnonzero(keep))
+    index = members[predicted & first].tolist()
+    offsets = np.cumsum([0] + [len(m) for m, _ in stored])
+    failed = [(plans[int(members[o + i])], error) for o, (_, a) in zip(offsets, stored) for i, error in a.errors.items()
+              if first[o + i]]
+    return SearchResult([plans[i] for i in index], table, limit_gib, capacity_gib, failed, stats)

@@ -12,18 +12,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.replicas import Answer
-from predictor.prediction import Prediction
+import numpy as np
+
+from orchestrator.replicas import Answers
+
+# A stored batch: the indices (into the search's valid plans) of the plans it holds, in batch order, and their answers.
+Batch = tuple[np.ndarray, Answers]
 
 
 class SearchError(RuntimeError):
     """A search that cannot start or continue; the message says what to change."""
 
 
-def infeasibility(pred: Prediction, limit_gib: float, capacity_gib: float) -> str | None:
-    """Why `pred` cannot run on a device of `capacity_gib` keeping `limit_gib` usable, or None."""
-    if pred.peak_memory_gib > limit_gib:
-        return (f"predicted peak memory {pred.peak_memory_gib:.1f} GiB exceeds {limit_gib:.1f} GiB "
+def memory_reason(peak_gib: float, limit_gib: float, capacity_gib: float) -> str | None:
+    """Why a plan peaking at `peak_gib` cannot run on a device of `capacity_gib` keeping `limit_gib` usable, or None."""
+    if peak_gib > limit_gib:
+        return (f"predicted peak memory {peak_gib:.1f} GiB exceeds {limit_gib:.1f} GiB "
                 f"({capacity_gib:.1f} GiB device less headroom)")
     return None
 
@@ -34,7 +38,7 @@ class ResultStore:
     def __init__(self, directory: str, resume: bool, limit_gib: float, capacity_gib: float) -> None:
         self.dir = Path(directory)
         self.limit_gib, self.capacity_gib = limit_gib, capacity_gib
-        self.batches: dict[str, tuple[list[int], list[Answer]]] = {}  # by indices into the search's valid plans
+        self.batches: dict[str, Batch] = {}
         self.summaries: dict[str, dict[str, Any]] = {}
         self.predicted = (0, 0.0)  # plans predicted in this run, and the time trials waited for them
         self.first_call: float | None = None  # when (time.time) the first trial asked: its process was up
@@ -48,27 +52,27 @@ class ResultStore:
             self.first_call = time.time()
         return self.summaries.get(key)
 
-    def add(self, key: str, plans: list[int], answers: list[Answer], seconds: float) -> dict[str, Any]:
+    def add(self, key: str, plans: np.ndarray, answers: Answers, seconds: float) -> dict[str, Any]:
         self.predicted = (self.predicted[0] + len(plans), self.predicted[1] + seconds)
-        _atomic_write(self.dir / f"{key}.pkl", pickle.dumps((plans, answers)))
+        _atomic_write(self.dir / f"{key}.pkl", pickle.dumps((plans, answers), protocol=pickle.HIGHEST_PROTOCOL))
         self.batches[key] = (plans, answers)
         self.summaries[key] = self._summary(plans, answers)
         return self.summaries[key]
 
-    def all(self) -> tuple[dict[str, tuple[list[int], list[Answer]]], tuple[int, float], float | None]:
+    def all(self) -> tuple[dict[str, Batch], tuple[int, float], float | None]:
         return self.batches, self.predicted, self.first_call
 
-    def _summary(self, plans: list[int], answers: list[Answer]) -> dict[str, Any]:
+    def _summary(self, plans: np.ndarray, answers: Answers) -> dict[str, Any]:
         """The trial's metric: best feasible time; without one, a penalty growing with the memory overflow."""
-        preds = [a for a in answers if isinstance(a, Prediction)]
-        feasible = [p.iter_time_s for p in preds if infeasibility(p, self.limit_gib, self.capacity_gib) is None]
-        if feasible:
-            score = min(feasible)
-        elif preds:
-            score = 1e6 * min(p.peak_memory_gib for p in preds) / self.limit_gib
+        peak = answers.table.peak_memory_gib
+        feasible = ~(peak > self.limit_gib)
+        if feasible.any():
+            score = float(answers.table.iter_time_s[feasible].min())
+        elif len(peak):
+            score = 1e6 * float(peak.min()) / self.limit_gib
         else:
             score = 1e12
-        return {"score": score, "plans": len(plans), "feasible": len(feasible), "errors": len(answers) - len(preds)}
+        return {"score": score, "plans": len(plans), "feasible": int(feasible.sum()), "errors": len(answers.errors)}
 
 
 def prepare_store(directory: Path, fingerprint: str, resume: bool) -> None:

@@ -49,7 +49,7 @@ def sized_report(accuracy: dict | None = None, **kw) -> dict:
     stats = {"memory_limit_gib": CAPACITY * 0.9, "headroom": 0.1, "searcher": "exhaustive", "evaluated_plans": len(evs),
              "trials": 1, "trials_failed": 0, "search_s": 1.0, "plans_per_s": 1.0}
     return build_report(spec=SPEC, spec_path="spec.yaml", device=DEVICE, predictor={"name": "analytical", "accuracy": accuracy},
-                        space_name="megatron-3d", space=space, enumeration=enumeration, result=SearchResult(evs, stats),
+                        space_name="megatron-3d", space=space, enumeration=enumeration, result=SearchResult.of(evs, stats, CAPACITY * 0.9, CAPACITY),
                         sizes=specs, price=2.0, **kw)
 
 

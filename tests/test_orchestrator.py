@@ -6,6 +6,7 @@ import os
 import signal
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -150,3 +151,37 @@ def test_nothing_to_resume_is_a_clear_error(pool, tmp_path) -> None:
 
     with pytest.raises(SearchError, match="nothing to resume"):
         run_search(PLANS, pool, Path(tmp_path) / "empty", CAPACITY, SearchOptions(resume=True), key="x")
+
+
+class _FailsOnMbs2(AnalyticalPredictor):
+    """Fails any batch holding a plan with mbs=2, so the replica must isolate those plans."""
+
+    def predict_table(self, spec, graph, plans):  # noqa: ANN001, ANN201 - the Predictor signature
+        if any(p.mbs == 2 for p in plans):
+            raise RuntimeError("mbs=2 is broken")
+        return super().predict_table(spec, graph, plans)
+
+
+def test_a_failing_plan_costs_only_its_own_answer_and_answers_stay_in_order() -> None:
+    """No Ray: a replica's answer is a table of the plans predicted plus an error for each other, in batch order,
+    across cluster sizes; the search result keeps the first answer of each plan."""
+    from orchestrator.planning import sized_spec
+    from orchestrator.replicas import Answers, PredictorReplica
+    from orchestrator.search import _collect
+
+    big = sized_spec(SPEC, 4)
+    plans = [p for pair in zip(PLANS[:40], enumerate_plans(big, load_space("megatron-3d")).plans[:40]) for p in pair]
+    answers = PredictorReplica(_FailsOnMbs2(), SPEC, GRAPH, sizes=[big]).predict(plans)
+    bad = [i for i, p in enumerate(plans) if p.mbs == 2]
+    assert bad and sorted(answers.errors) == bad and all("mbs=2 is broken" in e for e in answers.errors.values())
+    assert answers.rows.tolist() == [i for i in range(len(plans)) if i not in bad]
+    direct = {str(p): pred for p, pred in zip(PLANS, AnalyticalPredictor().predict(SPEC, GRAPH, PLANS))}
+    assert all(pred == direct[str(plans[i])] for i, pred in zip(answers.rows.tolist(), answers.table.rows())
+               if plans[i].gpus == SPEC.cluster.gpus)
+    head = answers.rows < 10  # the same first ten plans again (Optuna revisiting them): their first answers are kept
+    again = Answers(answers.table.take(np.flatnonzero(head)), answers.rows[head], {i: e for i, e in answers.errors.items() if i < 10})
+    batches = {"b": (np.arange(len(plans)), answers), "again": (np.arange(10), again)}
+    result = _collect(batches, plans, 1e9, 1e9, {})
+    assert [str(p) for p in result.plans] == [str(plans[i]) for i in answers.rows.tolist()]
+    assert [str(p) for p, _ in result.failed] == [str(plans[i]) for i in bad]
+    assert len(result.table) == len(result.plans) and result.evaluated[0].prediction == answers.table.row(0)

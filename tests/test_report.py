@@ -6,11 +6,12 @@ import base64
 import json
 import re
 
+import numpy as np
 import pytest
 
 from orchestrator.launch import launch_settings
 from orchestrator.plots import pareto_front
-from orchestrator.report import build_report, explain, rank, write_report
+from orchestrator.report import _front, build_report, explain, rank, write_report
 from orchestrator.search import Evaluated, SearchResult, infeasibility
 from predictor.device_resolver import get_device
 from predictor.graph_cache import graph_for
@@ -35,6 +36,10 @@ def evaluated(headroom: float) -> tuple[list[Evaluated], float]:
     return [Evaluated(p, pr, infeasible=infeasibility(pr, limit, CAPACITY)) for p, pr in zip(plans, preds)], limit
 
 
+def result_of(evs: list[Evaluated], limit: float, **stats) -> SearchResult:
+    return SearchResult.of(evs, stats, limit, CAPACITY)
+
+
 def report_for(headroom: float = 0.6, evs: list[Evaluated] | None = None, **kw):
     fresh, limit = evaluated(headroom)
     evs = fresh if evs is None else evs
@@ -43,18 +48,37 @@ def report_for(headroom: float = 0.6, evs: list[Evaluated] | None = None, **kw):
     space = load_space("megatron-3d")
     return build_report(spec=SPEC, spec_path="spec.yaml", device=DEVICE, predictor={"name": "analytical", "accuracy": None},
                         space_name="megatron-3d", space=space, enumeration=enumerate_plans(SPEC, space),
-                        result=SearchResult(evs, stats), **kw), evs
+                        result=result_of(evs, limit, **stats), **kw), evs
 
 
 def test_ranking_is_by_time_and_never_includes_infeasible_plans() -> None:
-    evs, _ = evaluated(0.6)
-    ranked = rank(evs)
-    assert ranked and all(e.feasible for e in ranked)
-    times = [e.prediction.iter_time_s for e in ranked]
-    assert times == sorted(times)
+    evs, limit = evaluated(0.6)
+    result = result_of(evs, limit)
+    ranked = rank(result)
+    assert len(ranked) and not result.infeasible[ranked].any()
+    assert [str(e.plan) for e in result.evaluated if e.feasible] == [str(result.plans[i]) for i in sorted(ranked)]
+    times = result.table.iter_time_s[ranked]
+    assert np.all(np.diff(times) >= 0)
     assert any(e.infeasible and e.prediction.iter_time_s < times[0] for e in evs)  # faster plans exist but don't fit
     with pytest.raises(ValueError, match="price-per-gpu-hour"):
-        rank(evs, "cost")
+        rank(result, "cost")
+
+
+@pytest.mark.parametrize("by", ["time", "cost"])
+def test_ranking_from_columns_orders_as_sorting_the_plans_would(by: str) -> None:
+    """Ties (many plans share a time and a peak) break on memory, then on the plan's text, as sorting Python tuples
+    does; the Pareto front from columns is `plots.pareto_front`'s."""
+    evs, limit = evaluated(0.6)
+    rng = np.random.default_rng(0)
+    for e in evs:  # few distinct values: long runs of ties on both keys
+        e.prediction.iter_time_s, e.prediction.peak_memory_gib = float(rng.integers(1, 4)), float(rng.integers(2) * 40)
+        e.infeasible = infeasibility(e.prediction, limit, CAPACITY)
+    result = result_of(evs, limit)
+    key = (lambda e: e.prediction.iter_time_s) if by == "time" else (lambda e: e.prediction.iter_time_s * e.plan.gpus)
+    expected = sorted((e for e in evs if e.feasible), key=lambda e: (key(e), e.prediction.peak_memory_gib, str(e.plan)))
+    assert [str(result.plans[i]) for i in rank(result, by, price=1.0)] == [str(e.plan) for e in expected]
+    x, y = rng.integers(5, size=300).astype(float), rng.integers(5, size=300).astype(float)
+    assert _front(x, y).tolist() == pareto_front(list(zip(x.tolist(), y.tolist())))
 
 
 def test_explanation_is_derived_from_the_breakdowns() -> None:
@@ -140,7 +164,8 @@ def test_validation_and_accuracy_appear_in_every_report_file(tmp_path) -> None:
 def test_a_winner_outside_the_predictors_training_data_carries_a_caution(tmp_path) -> None:
     report, evs = report_for()
     assert report["caution"] == ""
-    rank(evs)[0].prediction.extra["outside_training"] = ["vocab 51200 (trained 4096)"]
+    evs[int(rank(result_of(evs, report["device"]["memory_limit_gib"]))[0])].prediction.extra["outside_training"] = [
+        "vocab 51200 (trained 4096)"]
     flagged, _ = report_for(evs=evs)
     assert "never trained on a workload or plan like the best one (vocab 51200 (trained 4096))" in flagged["caution"]
     write_report(flagged, tmp_path)
@@ -156,7 +181,7 @@ def test_explanation_names_context_parallelism_and_what_the_framework_hides() ->
                        "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8}})
     plans = [Plan.parse("dp=4,cp=2,mbs=1,zero=1"), Plan.parse("dp=8,mbs=1,zero=1")]
     preds = AnalyticalPredictor().predict(spec, graph_for(spec.model), plans)
-    evs = [Evaluated(p, pr) for p, pr in zip(plans, preds)]
-    text = explain([evs[0]], evs, spec, 1e9)
+    result = SearchResult.of([Evaluated(p, pr) for p, pr in zip(plans, preds)], {}, 1e9, 1e9)
+    text = explain(result, np.array([0]), spec, 1e9)
     assert "cp=2 splits every sequence over 2 ranks" in text and "over dp*cp = 8 ranks" in text
     assert "Megatron-Core hides" in text and "gradient reduction" in text
