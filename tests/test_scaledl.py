@@ -101,7 +101,8 @@ def test_a_checkpoint_from_before_ensembles_loads_as_one_network(vtrain_slice, t
     one = ScaleDLPredictor(epochs=30, seed=2, ensemble=1).fit(TrainingData(train[:60]))
     path = tmp_path / "old.pt"
     one.save(path)
-    state = torch.load(path, weights_only=False)  # rewrite it as the format before ensembles wrote it
+    state = torch.load(path, weights_only=False)  # rewrite it as format 2 before ensembles wrote it
+    state["format"] = 2
     del state["config"]["ensemble"]
     state["net"] = {k.removeprefix("members.0."): v for k, v in state["net"].items()}
     torch.save(state, path)
@@ -174,7 +175,8 @@ def test_a_checkpoint_from_before_step_p2p_composes_as_it_was_trained(fitted, tm
     assert fitted.config["step_p2p"] is False and fitted.analytical.config.step_p2p is False
     path = tmp_path / "old.pt"
     fitted.save(path)
-    state = torch.load(path, weights_only=False)
+    state = torch.load(path, weights_only=False)  # as format 2 wrote it before step_p2p
+    state["format"] = 2
     del state["config"]["step_p2p"], state["analytical"]["step_p2p"]
     torch.save(state, path)
     old = ScaleDLPredictor.load(path)
@@ -314,7 +316,8 @@ def test_a_checkpoint_from_before_host_once_keeps_its_composition(tmp_path):
     before = ScaleDLPredictor(host_once=False, epochs=20, seed=0).fit(train)
     path = tmp_path / "before.pt"
     before.save(path)
-    state = torch.load(path, weights_only=False)
+    state = torch.load(path, weights_only=False)  # as format 2 wrote it before host_once
+    state["format"] = 2
     del state["config"]["host_once"]
     torch.save(state, path)
     old = ScaleDLPredictor.load(path)

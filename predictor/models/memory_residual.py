@@ -38,7 +38,8 @@ class MemoryResidual:
 
     @classmethod
     def of_ratio_forest(cls, forest) -> "MemoryResidual":
-        """The residual of a checkpoint from before the affine base: a forest on log(measured / analytical)."""
+        """A residual with a unit base: `forest` alone, on log(measured / analytical) (what checkpoints before
+        format 5 learned; bench/memory_cv.py compares it)."""
         residual = cls()
         residual.forest = forest
         return residual

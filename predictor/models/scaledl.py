@@ -22,9 +22,6 @@ device), so it is computed once per key and cached; per plan only the global MLP
 
 from __future__ import annotations
 
-import io
-import lzma
-import pickle
 import weakref
 from dataclasses import asdict
 from pathlib import Path
@@ -36,13 +33,13 @@ from torch_geometric.data import Batch, Data
 
 from predictor.device_resolver import spec_device
 from predictor.layer_graph import LayerGraph
+from predictor.models import checkpoint
 from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor
 from predictor.models.base import Predictor
 from predictor.models.calibration import FITTED, fit_fixed_costs
-from predictor.models.compact_pickle import dumps_for_prediction
 from predictor.models.composition import Composed, compose, corrected
 from predictor.models.domain import TrainingDomain
-from predictor.models.features import EDGE_DIM, GLOBAL_DIM, NODE_DIM, TERMS, TrainingData, feature_signature
+from predictor.models.features import EDGE_DIM, GLOBAL_DIM, NODE_DIM, TERMS, TrainingData
 from predictor.models.gnn import CorrectionEnsemble, graph_data
 from predictor.models.gnn_training import Problem, Rows, train, training_rows
 from predictor.models.layerwise import LayerwiseModel, analytical_layer_time
@@ -75,7 +72,7 @@ class ScaleDLPredictor(Predictor):
         """`step_p2p`: charge a measured CPU's in-step cost per pipeline send/recv in the composed p2p term.
         Off by default: on the CPU dataset's training rows a relative least-squares fit of the measured time
         on the composed terms gave that term a weight of about 0, and cross-validation preferred it off
-        (bench/results/ensemble_cv.txt). Checkpoints trained before 1 Dec 2026 charged it.
+        (bench/results/ensemble_cv.txt). Checkpoints before format 8 charged it.
         `op_costs`: the layer-wise base of a non-GEMM layer is its operators' cost on the device, fitted on
         the layer timings (`predictor.models.op_costs`), not its roofline (`scaledl train --op-costs`). Off by
         default: cross-validation over three model seeds found it better out of domain and worse in-domain in
@@ -255,77 +252,44 @@ class ScaleDLPredictor(Predictor):
     # ------------------------------------------------------------ save / load
 
     def save(self, path: str | Path) -> None:
-        """One small file: torch state + the pickled forests (prediction-only, lzma) + provenance. Written atomically."""
+        """One small file (`predictor.models.checkpoint`), written atomically."""
         if not self._fitted:
             raise RuntimeError("nothing to save: the predictor is not fitted")
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        buf = io.BytesIO()
-        # Protocol 4 stores the compressed forests as raw bytes; torch's default protocol 2 writes
-        # bytes as latin-1 text, which grows this blob by half.
-        torch.save(self._state(), buf, pickle_protocol=4)
-        tmp.write_bytes(buf.getvalue())
-        tmp.replace(path)
+        checkpoint.write(Path(path), self._state())
 
-    def _learned(self) -> dict[str, Any]:
-        """The fitted scikit-learn parts and operator costs, the companion's nested in them: pickled together,
-        the forests the two share are stored once."""
-        return {"layer_models": self.layerwise.models, "attr_keys": self.layerwise.attr_keys,
-                "op_costs": self.layerwise.op_costs_by_device, "memory_model": self.memory_model,
-                "companion": self.companion._learned() if self.companion else None}
-
-    def _state(self, learned: bool = True) -> dict[str, Any]:
-        """Everything `load` needs, the companion's own state nested in it (its learned parts in ours)."""
-        blob = lzma.compress(dumps_for_prediction(self._learned()), preset=6) if learned else None
-        return {"format": 2, "features": feature_signature(), "config": self.config,
-                "net": None if self.net is None else self.net.state_dict(), "z_mean": self.z_mean,
-                "z_std": self.z_std, "z_min": self.z_min, "z_max": self.z_max, "sklearn": blob, "provenance": self.provenance,
-                "analytical": asdict(self.analytical.config),
+    def _state(self) -> dict[str, Any]:
+        """Everything `_restore` needs, in the current checkpoint format, the companion's state nested in it."""
+        return {"config": self.config, "net": None if self.net is None else self.net.state_dict(),
+                "z_mean": self.z_mean, "z_std": self.z_std, "z_min": self.z_min, "z_max": self.z_max,
+                "learned": {"layer_models": self.layerwise.models, "attr_keys": self.layerwise.attr_keys,
+                            "op_costs": self.layerwise.op_costs_by_device, "memory_model": self.memory_model},
+                "provenance": self.provenance, "analytical": asdict(self.analytical.config),
                 "domain": self.domain.to_dict() if self.domain else None,
-                "companion": self.companion._state(learned=False) if self.companion else None}
+                "companion": self.companion._state() if self.companion else None}
 
     @classmethod
     def load(cls, path: str | Path) -> "ScaleDLPredictor":
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"ScaleDL checkpoint {path} does not exist; train one with `scaledl train`")
-        state = torch.load(path, map_location="cpu", weights_only=False)  # our own shipped file (pickled forests)
-        mine, theirs = feature_signature(), state.get("features") or {}
-        differ = sorted(k for k in mine if theirs.get(k) != mine[k])
-        if differ:
-            raise ValueError(f"ScaleDL checkpoint {path} was trained with other features than this version computes "
-                             f"({', '.join(f'{k}: {theirs.get(k)} vs {mine[k]}' for k in differ[:3])}); "
-                             "retrain it with `scaledl train`")
+        """The predictor of a checkpoint file of any format this version reads (older ones are upgraded)."""
+        state, _ = checkpoint.read(Path(path))
         return cls._restore(state)
 
     @classmethod
-    def _restore(cls, state: dict[str, Any], learned: dict[str, Any] | None = None) -> "ScaleDLPredictor":
-        """The predictor `_state` describes; `learned`: its unpickled learned parts, if its parent holds them."""
-        # Checkpoints before ensembles hold one network; before host_once they composed a CPU's host twice;
-        # before step_p2p they charged the in-step p2p cost (their saved analytical config says so too); before
-        # op_costs their layer bases were rooflines; before companions one model predicted every family.
-        self = cls(**{"ensemble": 1, "host_once": False, "step_p2p": True, "op_costs": False, "unseen": None,
-                      **state["config"]})
-        self.analytical = AnalyticalPredictor(AnalyticalConfig.from_saved(state.get("analytical", {})))  # older: the defaults
-        learned = learned or pickle.loads(lzma.decompress(state["sklearn"]))
+    def _restore(cls, state: dict[str, Any]) -> "ScaleDLPredictor":
+        """The predictor `_state` describes."""
+        self = cls(**state["config"])
+        self.analytical = AnalyticalPredictor(AnalyticalConfig(**state["analytical"]))
+        learned = state["learned"]
         self.layerwise.models, self.layerwise.attr_keys = learned["layer_models"], learned["attr_keys"]
-        self.layerwise.op_costs_by_device = learned.get("op_costs", {})  # checkpoints without operator costs: roofline bases
-        memory = learned["memory_model"]
-        if memory is not None and not isinstance(memory, MemoryResidual):  # a checkpoint before the affine base
-            memory = MemoryResidual.of_ratio_forest(memory)
-        self.memory_model = memory
+        self.layerwise.op_costs_by_device = learned["op_costs"]
+        self.memory_model = learned["memory_model"]
         self.z_mean, self.z_std = state["z_mean"], state["z_std"]
         self.z_min, self.z_max = state["z_min"], state["z_max"]
         self.net = self._new_net()
         if self.net is not None:
-            net = state["net"]
-            if not any(k.startswith("members.") for k in net):
-                net = {f"members.0.{k}": v for k, v in net.items()}
-            self.net.load_state_dict(net)
+            self.net.load_state_dict(state["net"])
             self.net.eval()
         self.provenance = state["provenance"]
-        self.domain = TrainingDomain.from_dict(state.get("domain"))  # None in checkpoints older than the field
-        self.companion = cls._restore(state["companion"], learned.get("companion")) if state.get("companion") else None
+        self.domain = TrainingDomain.from_dict(state["domain"])
+        self.companion = cls._restore(state["companion"]) if state["companion"] else None
         self._fitted = True
         return self
