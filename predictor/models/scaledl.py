@@ -18,6 +18,11 @@ an unseen architecture better than the main model does and to a trained one wors
 Prediction is batched per workload: per-graph work (layer-wise predictions and the graph
 embedding) depends only on the graph and the layer key (micro-batch, tp, sp, precision,
 device), so it is computed once per key and cached; per plan only the global MLP runs.
+
+The parts live apart, one job a module: `composition` (the terms, and the prediction the factors make
+of them), `gnn_training` (the networks' training loop), `memory_residual`, and `checkpoint` (the file
+format and the upgrade of older ones). This class ties them together, fine-tunes (`update`) and routes
+to the companion.
 """
 
 from __future__ import annotations
