@@ -56,11 +56,11 @@ def main() -> int:
         for spec, graph, idx in by_workload(split.train.samples):
             samples = [split.train.samples[i] for i in idx]
             comp = model._compose(spec, graph, [s.plan for s in samples])
-            features = memory_features(comp.z, [a.peak_memory_gib for a in comp.ana])
+            features = memory_features(comp.z, comp.table.peak_memory_gib)
             for j, s in enumerate(samples):
                 if s.peak_memory_gib:
                     x.append(features[j]), arch.append(s.model)
-                    measured.append(s.peak_memory_gib), analytical.append(comp.ana[j].peak_memory_gib)
+                    measured.append(s.peak_memory_gib), analytical.append(comp.table.peak_memory_gib[j])
         x, arch, measured, analytical = map(np.asarray, (x, arch, measured, analytical))
         scores = {}
         for name, method in METHODS.items():

@@ -259,19 +259,16 @@ def test_layer_timings_rescale_a_host_bound_gpu_stage_without_counting_the_host_
     rescales the kernels under it, and the host keeps its floor. On a CPU the isolated layer timings carry
     their calls' host work: the ratio rescales the kernels and replaces the analytical host time."""
     from predictor.models.composition import compute_scale
-    from predictor.prediction import Prediction
 
-    def ana(compute: float, kernels: float) -> Prediction:
-        return Prediction(iter_time_s=compute, breakdown={"compute": compute}, peak_memory_gib=1.0,
-                          memory_per_stage_gib=[1.0], memory_breakdown={}, tflops_per_gpu=1.0, mfu=0.1,
-                          extra={"kernel_compute_s": kernels})
+    def scale(compute: float, kernels: float, ratio: float, synchronous: bool, host_once: bool = True) -> float:
+        return float(compute_scale(np.array([compute]), np.array([kernels]), np.array([ratio]), synchronous, host_once)[0])
 
-    host_bound = ana(10.0, 4.0)
-    assert compute_scale(host_bound, 2.0, synchronous=False) == pytest.approx(1.0)  # kernels 8 s: still host-bound
-    assert compute_scale(host_bound, 3.0, synchronous=False) == pytest.approx(1.2)  # kernels 12 s exceed the host
-    assert compute_scale(ana(4.0, 4.0), 0.5, synchronous=False) == pytest.approx(0.5)  # kernel-bound: the ratio
-    assert compute_scale(host_bound, 2.0, synchronous=True) == pytest.approx(0.8)  # 4 s of kernels x 2 = 8 s
-    assert compute_scale(host_bound, 2.0, synchronous=True, host_once=False) == 2.0  # older checkpoints
+    assert scale(10.0, 4.0, 2.0, synchronous=False) == pytest.approx(1.0)  # kernels 8 s: still host-bound
+    assert scale(10.0, 4.0, 3.0, synchronous=False) == pytest.approx(1.2)  # kernels 12 s exceed the host
+    assert scale(4.0, 4.0, 0.5, synchronous=False) == pytest.approx(0.5)  # kernel-bound: the ratio
+    assert scale(10.0, 4.0, 2.0, synchronous=True) == pytest.approx(0.8)  # 4 s of kernels x 2 = 8 s
+    assert scale(10.0, 4.0, 2.0, synchronous=True, host_once=False) == 2.0  # older checkpoints
+    assert scale(0.0, 0.0, 2.0, synchronous=False) == 2.0  # nothing computed: the ratio as it is
 
 
 def test_small_data_chooses_its_epochs_by_cross_validation_and_may_keep_the_composition(vtrain_slice, monkeypatch):

@@ -3,8 +3,7 @@
 `compose` turns one workload's plans into the analytical prediction of each, its compute (and the bubble,
 which is idle compute) rescaled by the layer-wise regressors' view of the layers, grouped into the time
 terms T_k and the global features Z. `corrected` applies the factors f_k and the memory residual:
-T_iter = Σ_k f_k · T_k. Both take every plan of one workload at once, so they can be vectorised over plans
-without changing their callers.
+T_iter = Σ_k f_k · T_k. Both work on every plan of one workload at once, as arrays over plans.
 """
 
 from __future__ import annotations
@@ -17,23 +16,25 @@ import numpy as np
 from predictor.device_resolver import spec_device
 from predictor.layer_graph import LayerGraph
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.models.features import TERM_OF_PART, TERMS, global_matrix, overhead_seconds, terms_from_breakdown
+from predictor.models.features import TERM_OF_PART, TERMS, global_matrix, overhead_seconds
 from predictor.models.layerwise import LayerwiseModel
 from predictor.models.records import LayerKey, layer_key
 from predictor.plan import Plan
-from predictor.prediction import Prediction
+from predictor.prediction import MEMORY_PARTS, TIME_PARTS
+from predictor.prediction_table import PredictionTable
 from predictor.workload import WorkloadSpec
 
 COMM_PARTS = ("dp_comm", "tp_comm", "cp_comm", "pp_p2p")
 _OVERHEAD = TERMS.index("overhead")
+_COMPUTE, _BUBBLE = TIME_PARTS.index("compute"), TIME_PARTS.index("pp_bubble")
 
 
 @dataclass
 class Composed:
-    """One workload's plans before correction: analytical predictions, terms and features."""
+    """One workload's plans before correction: analytical predictions, terms and features (rows: plans)."""
 
-    ana: list[Prediction]
-    breakdowns: list[dict[str, float]]
+    table: PredictionTable  # the analytical predictions
+    breakdown: np.ndarray  # (P, len(TIME_PARTS)) seconds, compute and bubble rescaled by the layer-wise ratio
     terms: np.ndarray  # (P, len(TERMS)) seconds
     keys: list[LayerKey]  # unique layer keys
     key_of: np.ndarray  # (P,) index into keys
@@ -47,92 +48,94 @@ def compose(analytical: AnalyticalPredictor, layerwise: LayerwiseModel, spec: Wo
     tp, sp, precision and device share their layers' times). `use_comm=False`: the communication parts are
     dropped (an ablation)."""
     device = spec_device(spec)
-    ana = analytical.predict(spec, graph, plans)
+    table = analytical.predict_table(spec, graph, plans)
     counts = np.asarray([n.count for n in graph.nodes], dtype=float)
     keys: list[LayerKey] = []
     key_index: dict[LayerKey, int] = {}
     ratios: list[float] = []
     layer_s: list[np.ndarray] = []
     key_of = np.empty(len(plans), dtype=int)
-    breakdowns = []
-    terms = np.empty((len(plans), len(TERMS)))
-    for i, (plan, pred) in enumerate(zip(plans, ana)):
+    for i, plan in enumerate(plans):
         key = layer_key(spec, plan)
-        if key not in key_index:
+        k = key_index.get(key)
+        if k is None:
             learned, base = layerwise.predict(spec, graph, key)
-            key_index[key] = len(keys)
+            k = key_index[key] = len(keys)
             keys.append(key)
             ratios.append(float(counts @ learned.sum(1)) / max(float(counts @ base.sum(1)), 1e-12))
             layer_s.append(counts * learned.sum(1))
-        k = key_of[i] = key_index[key]
-        bd = dict(pred.breakdown)
-        scale = compute_scale(pred, ratios[k], device.measured, host_once)
-        bd["compute"] *= scale
-        bd["pp_bubble"] *= scale  # the bubble is idle compute: it scales with the layers' time
-        if not use_comm:
-            for part in COMM_PARTS:
-                bd[part] = 0.0
-        breakdowns.append(bd)
-        terms[i] = terms_from_breakdown(bd)
-        terms[i, _OVERHEAD] = overhead_seconds(graph, plan, spec)
-    return Composed(ana, breakdowns, terms, keys, key_of, layer_s, global_matrix(spec, plans, device, terms))
+        key_of[i] = k
+    breakdown = table.breakdown.copy()
+    kernels = table.extra.get("kernel_compute_s")
+    scale = compute_scale(breakdown[:, _COMPUTE], None if kernels is None else np.asarray(kernels, dtype=float),
+                          np.asarray(ratios)[key_of], device.measured, host_once)
+    breakdown[:, _COMPUTE] *= scale
+    breakdown[:, _BUBBLE] *= scale  # the bubble is idle compute: it scales with the layers' time
+    if not use_comm:
+        breakdown[:, [TIME_PARTS.index(part) for part in COMM_PARTS]] = 0.0
+    terms = np.zeros((len(plans), len(TERMS)))
+    for j, part in enumerate(TIME_PARTS):
+        terms[:, TERMS.index(TERM_OF_PART[part])] += breakdown[:, j]
+    terms[:, _OVERHEAD] = [overhead_seconds(graph, plan, spec) for plan in plans]
+    return Composed(table, breakdown, terms, keys, key_of, layer_s, global_matrix(spec, plans, device, terms))
 
 
-def compute_scale(ana: Prediction, ratio: float, synchronous: bool, host_once: bool = True) -> float:
+def compute_scale(compute: np.ndarray, kernels: np.ndarray | None, ratio: np.ndarray, synchronous: bool,
+                  host_once: bool = True) -> np.ndarray:
     """What the layer-wise regressors' view of the layers (`ratio`: learned / analytical layer time) does to
-    the analytical compute. On a synchronous device (a measured CPU) the analytical compute is kernels +
-    host, and layers timed in isolation already carry their calls' host work: with `host_once` (the
-    default) the ratio rescales the kernels and stands for the host too; without it (checkpoints saved
-    before host_once existed) the ratio scales the whole, counting the host again. On a GPU the analytical
-    compute of a host-bound stage is the host's pace, max(kernels, host): the ratio rescales the kernels
-    and the host keeps its floor. (Layers timed on a GPU already include the launch gaps of a host-bound
-    layer; scaling the stretched compute by them counted the host twice.)"""
-    kernels = ana.extra.get("kernel_compute_s")
-    compute = ana.breakdown["compute"]
-    if kernels is None or compute <= 0:
+    the analytical compute (`kernels`: its kernels' part, per plan). On a synchronous device (a measured CPU)
+    the analytical compute is kernels + host, and layers timed in isolation already carry their calls' host
+    work: with `host_once` (the default) the ratio rescales the kernels and stands for the host too; without
+    it (checkpoints saved before host_once existed) the ratio scales the whole, counting the host again. On a
+    GPU the analytical compute of a host-bound stage is the host's pace, max(kernels, host): the ratio
+    rescales the kernels and the host keeps its floor. (Layers timed on a GPU already include the launch gaps
+    of a host-bound layer; scaling the stretched compute by them counted the host twice.)"""
+    if kernels is None:
         return ratio
+    positive = compute > 0
+    safe = np.where(positive, compute, 1.0)
     if synchronous:
-        return kernels * ratio / compute if host_once else ratio
-    host = compute if compute > kernels else 0.0
-    return max(kernels * ratio, host) / compute
+        scale = kernels * ratio / safe if host_once else ratio
+    else:
+        host = np.where(compute > kernels, compute, 0.0)
+        scale = np.maximum(kernels * ratio, host) / safe
+    return np.where(positive, scale, ratio)
 
 
-def corrected(comp: Composed, factors: np.ndarray, mem_ratio: np.ndarray) -> list[Prediction]:
-    """Every plan's prediction: `factors` (P, len(TERMS)) scale its terms, `mem_ratio` (P,) its peak memory."""
-    return [_corrected(a, bd, t, f, r) for a, bd, t, f, r in zip(comp.ana, comp.breakdowns, comp.terms, factors, mem_ratio)]
-
-
-def _corrected(ana: Prediction, breakdown: dict[str, float], terms: np.ndarray, factors: np.ndarray,
-               mem_ratio: float) -> Prediction:
-    """The analytical prediction with each time part scaled by its term's factor and memory by its
-    residual; the dispatch overhead is reported inside compute (it is time spent computing)."""
-    bd = {part: float(sec * factors[TERMS.index(TERM_OF_PART[part])]) for part, sec in breakdown.items()}
-    bd["compute"] += float(terms[_OVERHEAD] * factors[_OVERHEAD])
+def corrected(comp: Composed, factors: np.ndarray, mem_ratio: np.ndarray) -> PredictionTable:
+    """Every plan's prediction: `factors` (P, len(TERMS)) scale its time parts' terms, `mem_ratio` (P,) its
+    peak memory; the dispatch overhead is reported inside compute (it is time spent computing)."""
+    ana = comp.table
+    bd = comp.breakdown * factors[:, [TERMS.index(TERM_OF_PART[part]) for part in TIME_PARTS]]
+    bd[:, _COMPUTE] += comp.terms[:, _OVERHEAD] * factors[:, _OVERHEAD]
     # Physics bounds what the factors may learn: no plan computes its model FLOPs faster than the
     # dense peak. Factors fitted where compute and communication are confounded (vTrain's single
     # node, full recomputation only) would otherwise promise MFU > 100 % on plans unlike the data.
     at_peak = ana.mfu * ana.iter_time_s
-    bounded = bd["compute"] < at_peak
-    if bounded:
-        bd["compute"] = at_peak
-    total = sum(bd.values())
-    speedup = ana.iter_time_s / total if total > 0 else 1.0
-    per_stage, parts = corrected_memory(ana, mem_ratio)
-    return Prediction(
+    bounded = bd[:, _COMPUTE] < at_peak
+    bd[:, _COMPUTE] = np.where(bounded, at_peak, bd[:, _COMPUTE])
+    total = bd[:, 0].copy()
+    for j in range(1, len(TIME_PARTS)):
+        total += bd[:, j]
+    speedup = np.where(total > 0, ana.iter_time_s / np.where(total > 0, total, 1.0), 1.0)
+    per_stage, parts = corrected_memory(ana.peak_memory_gib, ana.memory_per_stage_gib, ana.memory_breakdown, mem_ratio)
+    return PredictionTable(
         iter_time_s=total, breakdown=bd, peak_memory_gib=ana.peak_memory_gib * mem_ratio,
         memory_per_stage_gib=per_stage, memory_breakdown=parts,
-        tflops_per_gpu=ana.tflops_per_gpu * speedup, mfu=ana.mfu * speedup,
-        extra={**ana.extra, "predictor": "scaledl", "factors": dict(zip(TERMS, map(float, factors))),
-               "compute_at_peak_bound": bounded},
+        tflops_per_gpu=ana.tflops_per_gpu * speedup, mfu=ana.mfu * speedup, hidden=np.zeros_like(ana.hidden),
+        extra={**ana.extra, "factors": factors, "compute_at_peak_bound": bounded},
+        extra_names={**ana.extra_names, "factors": TERMS}, shared_extra={**ana.shared_extra, "predictor": "scaledl"},
     )
 
 
-def corrected_memory(ana: Prediction, mem_ratio: float) -> tuple[list[float], dict[str, float]]:
-    """Per-stage peaks and the peak rank's parts after the memory residual. What it adds is memory no
-    part models (the runtime's own, the same on every rank): it goes to "runtime", on every stage.
-    What it takes away scales every part down alike."""
-    extra = ana.peak_memory_gib * (mem_ratio - 1.0)
-    if extra >= 0:
-        return ([m + extra for m in ana.memory_per_stage_gib],
-                {**ana.memory_breakdown, "runtime": ana.memory_breakdown.get("runtime", 0.0) + extra})
-    return [m * mem_ratio for m in ana.memory_per_stage_gib], {k: v * mem_ratio for k, v in ana.memory_breakdown.items()}
+def corrected_memory(peak: np.ndarray, per_stage: np.ndarray, parts: np.ndarray,
+                     mem_ratio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-stage peaks (P, stages) and the peak rank's MEMORY_PARTS (P, parts) after the memory residual.
+    What it adds is memory no part models (the runtime's own, the same on every rank): it goes to
+    "runtime", on every stage. What it takes away scales every part down alike."""
+    extra = peak * (mem_ratio - 1.0)
+    adds = (extra >= 0)[:, None]
+    runtime = np.zeros_like(parts)
+    runtime[:, MEMORY_PARTS.index("runtime")] = extra
+    return (np.where(adds, per_stage + extra[:, None], per_stage * mem_ratio[:, None]),
+            np.where(adds, parts + runtime, parts * mem_ratio[:, None]))

@@ -54,7 +54,7 @@ def training_rows(samples: Sequence[Sample], compose: Compose) -> Rows:
     for spec, graph, idx in by_workload(samples):
         group = [samples[i] for i in idx]
         comp = compose(spec, graph, [s.plan for s in group])
-        memory_x = memory_features(comp.z, [a.peak_memory_gib for a in comp.ana])
+        memory_x = memory_features(comp.z, comp.table.peak_memory_gib)
         for j, s in enumerate(group):
             k = comp.key_of[j]
             gk = (id(graph), comp.keys[k])
@@ -63,7 +63,7 @@ def training_rows(samples: Sequence[Sample], compose: Compose) -> Rows:
                 graphs.append(graph_data(graph, comp.layer_s[k]))
             gidx.append(key_graph[gk])
             if s.peak_memory_gib:
-                mem_rows.append((memory_x[j], s.peak_memory_gib, comp.ana[j].peak_memory_gib))
+                mem_rows.append((memory_x[j], s.peak_memory_gib, float(comp.table.peak_memory_gib[j])))
         terms.append(comp.terms)
         zs.append(comp.z)
         ys += [s.iter_time_s for s in group]

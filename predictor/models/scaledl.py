@@ -51,6 +51,7 @@ from predictor.models.layerwise import LayerwiseModel, analytical_layer_time
 from predictor.models.memory_residual import MemoryResidual, fit_memory_residual, memory_features
 from predictor.plan import Plan
 from predictor.prediction import Prediction
+from predictor.prediction_table import PredictionTable
 from predictor.workload import WorkloadSpec
 
 # Correction networks averaged (`CorrectionEnsemble`). Three: in the CPU dataset's in-domain CV they
@@ -215,15 +216,17 @@ class ScaleDLPredictor(Predictor):
         return [cache[k] for k in comp.keys]
 
     def predict(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> list[Prediction]:
+        return self.predict_table(spec, graph, plans).rows()
+
+    def predict_table(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> PredictionTable:
         if not self._fitted:
             raise RuntimeError("ScaleDLPredictor is not fitted: call fit(...) or ScaleDLPredictor.load(checkpoint)")
         if not plans:
-            return []
+            return PredictionTable.from_predictions([])
         if self._routes_to_companion(spec):
-            preds = self.companion.predict(spec, graph, plans)
-            for pred in preds:
-                pred.extra["model"] = "companion for model families outside the training data"
-            return preds
+            table = self.companion.predict_table(spec, graph, plans)
+            table.shared_extra["model"] = "companion for model families outside the training data"
+            return table
         comp = self._compose(spec, graph, plans)
         per_key = self._per_key(graph, comp)
         emb = None if per_key[0] is None else torch.stack(per_key)[torch.as_tensor(comp.key_of)]
@@ -233,16 +236,13 @@ class ScaleDLPredictor(Predictor):
                 factors = self.net.factors(emb, self._z(comp.z)).numpy().astype(float)
         mem_ratio = np.ones(len(plans))
         if self.memory_model is not None:
-            peaks = [a.peak_memory_gib for a in comp.ana]
+            peaks = comp.table.peak_memory_gib
             mem_ratio = self.memory_model.ratio(memory_features(comp.z, peaks), peaks)
-        preds = corrected(comp, factors, mem_ratio)
+        table = corrected(comp, factors, mem_ratio)
         if self.domain is not None:
             workload = self.domain.outside_workload(spec)
-            for plan, pred in zip(plans, preds):
-                outside = workload + self.domain.outside_plan(plan)
-                if outside:
-                    pred.extra["outside_training"] = outside
-        return preds
+            table.extra["outside_training"] = [workload + self.domain.outside_plan(plan) or None for plan in plans]
+        return table
 
     @property
     def fixed_costs_s(self) -> dict[str, float]:
