@@ -5,8 +5,8 @@ With several cluster sizes (`--nodes`) the valid plans of every size are concate
 degrees multiply to its size's GPU count, so the plan names its size), and the replicas hold the one graph.
 
 Ray is embedded (a private local instance, never someone else's) unless an address is given; the
-layer graph is built while Ray starts, and the Tune search starts while the replicas load, since
-each takes a second or more and neither needs the other to begin.
+plans are enumerated and the layer graph built while Ray starts, and the Tune search starts while the
+replicas load, since each takes a second or more and neither needs the other to begin.
 """
 
 from __future__ import annotations
@@ -137,11 +137,6 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
             specs.append(sized_spec(spec, n))
         except ValidationError as err:
             raise SpecError(f"{req.spec} on {n} nodes (--nodes): " + "; ".join(e["msg"] for e in err.errors())) from None
-    enumeration = enumerate_sizes(specs, space)
-    if not enumeration.plans:
-        reasons = "; ".join(f"{n}x {r}" for r, n in enumeration.top_reasons(3))
-        raise SpecError(f"{req.spec}: the space {space_name} has no valid plan ({enumeration.checked} candidates "
-                        f"rejected; most common: {reasons}); try another --space or relax the search: section")
     device = spec_device(spec)
     last = [t0]
 
@@ -150,13 +145,26 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
         req.timings[name] = now - last[0]
         last[0] = now
 
-    lap("enumerate_s")
-    with ThreadPoolExecutor(2) as ex:
+    # Enumerating a big space is seconds of Python, and starting Ray seconds of waiting for its processes: the
+    # plans, the graph and the imports come in threads while Ray starts here (its signal handlers need this thread).
+    with ThreadPoolExecutor(3) as ex:
+        enumerating = ex.submit(enumerate_sizes, specs, space)
         graph_job, imports = ex.submit(_graph, spec.model), ex.submit(_import_search)
         started = _connect(req.address)
         lap("ray_init_s")
-        graph = graph_job.result()
-        imports.result()
+        try:
+            enumeration = enumerating.result()
+            lap("enumerate_s")
+            if not enumeration.plans:
+                reasons = "; ".join(f"{n}x {r}" for r, n in enumeration.top_reasons(3))
+                raise SpecError(f"{req.spec}: the space {space_name} has no valid plan ({enumeration.checked} candidates "
+                                f"rejected; most common: {reasons}); try another --space or relax the search: section")
+            graph = graph_job.result()
+            imports.result()
+        except BaseException:
+            if started:
+                ray.shutdown()
+            raise
     lap("graph_wait_s")
     from orchestrator.replicas import ReplicaPool
     from orchestrator.report import TrainingGoal, build_report, print_report, write_report

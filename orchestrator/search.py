@@ -43,7 +43,7 @@ from search_spaces import GROUP_AXES, TuneSpace
 SEARCHERS = ("auto", "exhaustive", "optuna", "random")
 HEADROOM = 0.10
 EXHAUSTIVE_LIMIT = 200_000
-MAX_BATCH = 32_768
+MAX_BATCH = 131_072
 STORE_FORMAT = "plan-indices-table"  # stored batches: plans by their index in the enumeration, answers as columns
 EXPERIMENT = "search"
 
@@ -55,7 +55,7 @@ class SearchOptions:
     max_trials: int | None = None  # Optuna / random: trials (groups) to try; default: all groups, at most 256
     exhaustive_limit: int = EXHAUSTIVE_LIMIT  # auto: exhaustive up to this many valid plans, else Optuna
     headroom: float = HEADROOM  # memory kept free: feasible iff peak <= capacity * (1 - headroom)
-    batch_size: int | None = None  # exhaustive: plans per trial (default: 2 rounds of trials, 256..4096 plans)
+    batch_size: int | None = None  # exhaustive: plans per trial (default: 2 rounds of trials, 256..MAX_BATCH plans)
     concurrency: int = 1  # trials in flight; each is a process, and the replicas do the work in parallel
     seed: int = 0
     resume: bool = False
@@ -119,8 +119,22 @@ class SearchResult:
                 + [Evaluated(p, None, error=e) for p, e in self.failed])
 
 
-def _trial(config: dict[str, Any], space: TuneSpace, pool: ReplicaPool, store: Any) -> None:
-    """One Tune trial: predict the batch the config addresses (unless stored already) and report its best."""
+# A trial process's copy of the space, by its object id: Tune's `with_parameters` would unpickle every plan of the
+# space again for each trial the process runs (seconds a trial for a big space under Optuna's hundreds of trials).
+_SPACES: dict[str, TuneSpace] = {}
+
+
+def _space(ref: Any) -> TuneSpace:
+    if ref.hex() not in _SPACES:
+        _SPACES.clear()
+        _SPACES[ref.hex()] = ray.get(ref)
+    return _SPACES[ref.hex()]
+
+
+def _trial(config: dict[str, Any], space_ref: list[Any], pool: ReplicaPool, store: Any) -> None:
+    """One Tune trial: predict the batch the config addresses (unless stored already) and report its best.
+    `space_ref`: [the TuneSpace's ObjectRef] (in a list, so Tune passes the reference, not the space)."""
+    space = _space(space_ref[0])
     key = space.key(config)
     summary = ray.get(store.summary.remote(key))
     cached = summary is not None
@@ -204,7 +218,8 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
     store = ray.remote(ResultStore).options(
         num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
     ).remote(str(out_dir / "evaluated"), options.resume, limit_gib, capacity_gib)
-    trainable = tune.with_resources(tune.with_parameters(_trial, space=space, pool=pool, store=store), {"cpu": 0.25})
+    trainable = tune.with_resources(tune.with_parameters(_trial, space_ref=[ray.put(space)], pool=pool, store=store),
+                                    {"cpu": 0.25})
     callbacks = [_Progress(on_batch)] if on_batch else []
     run_config = tune.RunConfig(name=EXPERIMENT, storage_path=str(storage), verbose=0, callbacks=callbacks,
                                 failure_config=tune.FailureConfig(max_failures=2, fail_fast=False))  # a lost node: retry the batch
