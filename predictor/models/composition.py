@@ -86,7 +86,7 @@ def compute_scale(compute: np.ndarray, kernels: np.ndarray | None, ratio: np.nda
     the analytical compute (`kernels`: its kernels' part, per plan). On a synchronous device (a measured CPU)
     the analytical compute is kernels + host, and layers timed in isolation already carry their calls' host
     work: with `host_once` (the default) the ratio rescales the kernels and stands for the host too; without
-    it (checkpoints saved before host_once existed) the ratio scales the whole, counting the host again. On a
+    it (checkpoints before format 7) the ratio scales the whole, counting the host again. On a
     GPU the analytical compute of a host-bound stage is the host's pace, max(kernels, host): the ratio
     rescales the kernels and the host keeps its floor. (Layers timed on a GPU already include the launch gaps
     of a host-bound layer; scaling the stretched compute by them counted the host twice.)"""
