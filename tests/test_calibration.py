@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from predictor.evaluate import mre, predict_samples
-from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor
+from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.calibration import fit_fixed_costs, log_error
 from predictor.models.features import Sample, TrainingData
+from predictor.models.roofline import AnalyticalConfig
 from predictor.models.scaledl import ScaleDLPredictor
 from predictor.workload import parse_spec
 from tests.vtrain_rows import a100_rows

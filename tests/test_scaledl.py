@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from predictor.evaluate import mre, predict_samples
-from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor
+from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.features import TrainingData, graph_of, overhead_seconds
 from predictor.models.registry import checkpoint_path, load_predictor
+from predictor.models.roofline import AnalyticalConfig
 from predictor.models.scaledl import ScaleDLPredictor
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
 from tests.vtrain_rows import a100_rows

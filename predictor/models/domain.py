@@ -79,6 +79,8 @@ def advice(outside: Iterable[str]) -> str:
 class TrainingDomain:
     ranges: dict[str, list[float]] = field(default_factory=dict)  # name -> [min, max] over values > 0
     seen: dict[str, list[str]] = field(default_factory=dict)  # setting -> values seen
+    # what `outside_plan` found, per plan fields: a search asks for many plans alike
+    _outside_plans: dict[tuple, list[str]] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, pairs: Iterable[tuple[WorkloadSpec, Plan]]) -> "TrainingDomain":
@@ -96,6 +98,7 @@ class TrainingDomain:
         return out
 
     def _add(self, spec: WorkloadSpec, plan: Plan) -> None:
+        self._outside_plans.clear()  # the domain grows: what lay outside may not any more
         figures, cpu_model = _hardware(spec_device(spec))
         numbers = {**_sizes(spec), **figures, **_plan_degrees(plan)}
         for name, value in numbers.items():
@@ -120,7 +123,11 @@ class TrainingDomain:
         return self._outside(*_hardware(device))
 
     def outside_plan(self, plan: Plan) -> list[str]:
-        return self._outside(_plan_degrees(plan), _plan_settings(plan))
+        """What of the plan lies outside the domain."""
+        key = tuple(getattr(plan, f) for f in (*DEGREES, *SETTINGS))
+        if key not in self._outside_plans:
+            self._outside_plans[key] = self._outside(_plan_degrees(plan), _plan_settings(plan))
+        return list(self._outside_plans[key])
 
     def _outside(self, numbers: dict[str, float], labels: dict[str, str]) -> list[str]:
         out = []

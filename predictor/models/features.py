@@ -130,14 +130,6 @@ def overhead_seconds(graph: LayerGraph, plan: Plan, spec: WorkloadSpec) -> float
     return DISPATCH_S * (3 * layers * plan.microbatches(global_batch) + 2 * with_params)
 
 
-def terms_from_breakdown(breakdown: dict[str, float]) -> np.ndarray:
-    """Group a Prediction's TIME_PARTS seconds into the TERMS the correction factors scale."""
-    out = np.zeros(len(TERMS))
-    for part, seconds in breakdown.items():
-        out[TERMS.index(TERM_OF_PART[part])] += seconds
-    return out
-
-
 def layer_matrix(graph: LayerGraph, key: LayerKey, device: Device, attr_keys: Sequence[str],
                  index: Sequence[int]) -> np.ndarray:
     """Eq. 7 features of nodes `index` at `key`: h_hp ‖ h_dev ‖ h_struct ‖ h_cm, per micro-batch on one tp rank.

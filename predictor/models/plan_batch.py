@@ -11,7 +11,6 @@ stage, fill and drain, overlap, exposed communication, the peak memory rank, MFU
 
 from __future__ import annotations
 
-import copy
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -108,6 +107,9 @@ class PlanPieces:
         self.p2p = _Scalars(1)
         self.optimizer = _Scalars(1)
         self.overlap = _Scalars(len(_OVERLAP_KINDS))
+        # a plan's four stage pieces' rows and its four memory pieces' rows, under one key each
+        self.stage_rows: dict[tuple, tuple[int, ...]] = {}
+        self.memory_rows: dict[tuple, tuple[int, ...]] = {}
         for rows in (self.tp, self.cp, self.ep):  # no tp / cp / ep: nothing per stage; no pipeline: no send
             rows.add(None, np.zeros(1))
         self.p2p.add(None, (0.0,))
@@ -136,8 +138,8 @@ class PlanPieces:
         base = self.layouts.get(key)
         if base is None:
             base = self.layouts[key] = apply_plan(self.spec, graph, plan, self.device)
-        lay = copy.copy(base)
-        lay.plan = plan
+        lay = object.__new__(Layout)  # a shallow copy, at a tenth of copy.copy's cost
+        lay.__dict__.update(base.__dict__, plan=plan)
         return lay
 
     def _psi(self, sharding: tuple, lay: Layout) -> tuple[np.ndarray, np.ndarray]:
@@ -177,29 +179,34 @@ class PlanPieces:
 
     def _pieces(self) -> tuple[tuple[Any, Callable[[LayerGraph, Layout, tuple, int], Any]], ...]:
         """Each piece's table and how to compute a row of it (from a plan's layout, sharding and micro-batches),
-        in the order of `table`'s keys."""
+        in the order of the rows of `table`'s index: stage pieces, memory pieces, then the others."""
         spec, device, config, cfg = self.spec, self.device, self.config, self.cfg
         return (
             (self.compute, lambda g, lay, sh, m: compute_parts(spec, g, lay, device, config)),
             (self.tp, lambda g, lay, sh, m: tp_stage_time(lay, cfg, device)),
             (self.cp, lambda g, lay, sh, m: cp_stage_time(spec, lay)),
             (self.ep, lambda g, lay, sh, m: ep_stage_time(lay, cfg)),
-            (self.dp, lambda g, lay, sh, m: self._dp_row(sh, lay, m)),
-            (self.p2p, lambda g, lay, sh, m: self._p2p_row(lay)),
-            (self.optimizer, lambda g, lay, sh, m: self._optimizer_row(sh, lay)),
-            (self.overlap, lambda g, lay, sh, m: self._overlap_row(lay.plan)),
             (self.states, lambda g, lay, sh, m: np.stack(model_state_bytes(spec, lay))),
             (self.saved, lambda g, lay, sh, m: self._saved_row(lay)),
             (self.flight, lambda g, lay, sh, m: in_flight(lay)),
             (self.buffers, lambda g, lay, sh, m: buffer_bytes(lay, self._psi(sh, lay)[0], cfg.moe_imbalance)),
+            (self.dp, lambda g, lay, sh, m: self._dp_row(sh, lay, m)),
+            (self.p2p, lambda g, lay, sh, m: self._p2p_row(lay)),
+            (self.optimizer, lambda g, lay, sh, m: self._optimizer_row(sh, lay)),
+            (self.overlap, lambda g, lay, sh, m: self._overlap_row(lay.plan)),
         )
 
     def table(self, graph: LayerGraph, plans: Sequence[Plan]) -> PredictionTable:
-        """Every plan's prediction (plans must be valid for the spec: see plan_errors)."""
+        """Every plan's prediction (plans must be valid for the spec: see plan_errors).
+
+        A plan's stage pieces (computation, tp, cp, ep) are found together under one key, its memory pieces
+        (model states, saved activations, micro-batches in flight, buffers) under another: a plan like an
+        earlier one in both costs six lookups."""
         batch = self.spec.training.global_batch
         pieces = self._pieces()
-        found = [rows.index for rows, _ in pieces]
-        rows_of: list[list[int | None]] = []
+        stage_rows, memory_rows = self.stage_rows, self.memory_rows
+        rest = [rows.index for rows, _ in pieces[8:]]
+        found: list[tuple[int, ...]] = []
         scalars: list[tuple[float, ...]] = []
         for plan in plans:
             tp, pp, cp, ep, v, sp, mbs, zero, rc, d = (plan.tp, plan.pp, plan.cp, plan.ep, plan.v, plan.sp, plan.mbs,
@@ -209,21 +216,39 @@ class PlanPieces:
             m = batch // (d * mbs)
             sharding = (pp, v, tp, sp, cp, ep)
             cp_comm = plan.cp_comm if cp > 1 else ""
-            work = (sharding, mbs, rc)
-            keys = (work, (work, tp_g) if tp > 1 else None, (sharding, mbs, cp_comm, cp_g) if cp > 1 else None,
-                    (work, ep_g) if ep > 1 else None, (sharding, d, zero, m if zero >= 3 else 0, dp_g, edp_g),
+            stage_key = (sharding, mbs, rc, tp_g, cp_comm, cp_g, ep_g)
+            memory_key = (sharding, d, zero, mbs, rc, plan.schedule, m)
+            keys = ((sharding, d, zero, m if zero >= 3 else 0, dp_g, edp_g),
                     (inter, mbs, tp if sp else 1, cp) if pp > 1 else None, (sharding, zero >= 1, d),
-                    (plan.overlap, ep, pp, plan.schedule, zero, tp, sp),  # what the frameworks' overlap reads
-                    (sharding, zero, d), (sharding, rc), (pp, v, plan.schedule, m), (sharding, zero, d * cp == 1, mbs))
-            got = [index.get(key) for index, key in zip(found, keys)]
-            if None in got:
+                    (plan.overlap, ep, pp, plan.schedule, zero, tp, sp))  # what the frameworks' overlap reads
+            stage, memory = stage_rows.get(stage_key), memory_rows.get(memory_key)
+            got = [index.get(key) for index, key in zip(rest, keys)]
+            if stage is None or memory is None or None in got:
                 lay = self._layout(graph, plan, (gkey, sp, mbs, v))
-                got = [j if j is not None else rows.add(key, build(graph, lay, sharding, m))
-                       for j, (rows, build), key in zip(got, pieces, keys)]
-            rows_of.append(got)
+                work = (sharding, mbs, rc)
+                if stage is None:
+                    stage = stage_rows[stage_key] = self._found(pieces[:4], (
+                        work, (work, tp_g) if tp > 1 else None, (sharding, mbs, cp_comm, cp_g) if cp > 1 else None,
+                        (work, ep_g) if ep > 1 else None), graph, lay, sharding, m)
+                if memory is None:
+                    memory = memory_rows[memory_key] = self._found(pieces[4:8], (
+                        (sharding, zero, d), (sharding, rc), (pp, v, plan.schedule, m),
+                        (sharding, zero, d * cp == 1, mbs)), graph, lay, sharding, m)
+                got = list(self._found(pieces[8:], keys, graph, lay, sharding, m))
+            found.append((*stage, *memory, *got))
             scalars.append((m, mbs, v, pp, plan.gpus, zero >= 3, cp_comm == "ring"))
-        return self._combine(graph, np.array(rows_of, dtype=np.int64).T.reshape(len(pieces), -1),
+        return self._combine(graph, np.array(found, dtype=np.int64).T.reshape(len(pieces), -1),
                              np.array(scalars, dtype=float).T.reshape(7, -1))
+
+    @staticmethod
+    def _found(pieces: Sequence[tuple[Any, Callable]], keys: Sequence[Any], graph: LayerGraph, lay: Layout,
+               sharding: tuple, m: int) -> tuple[int, ...]:
+        """The rows of `keys` in `pieces`' tables, computing those not there yet."""
+        out = []
+        for (rows, build), key in zip(pieces, keys):
+            j = rows.index.get(key)
+            out.append(j if j is not None else rows.add(key, build(graph, lay, sharding, m)))
+        return tuple(out)
 
     def _combine(self, graph: LayerGraph, index: np.ndarray, scalars: np.ndarray) -> PredictionTable:
         """The per-plan arithmetic, over (plans × stages) arrays."""
@@ -255,10 +280,10 @@ class PlanPieces:
         f_s, b_s = at_s(fwd), at_s(bwd)
         compute = m * (f_s + b_s)
         tp_comm, cp_comm, ep_comm = m * at_s(tp), m * at_s(cp), m * at_s(ep)
-        grad_sync, param_gather = self.dp.array()[index[4]].T
-        pp_p2p = np.where(pp > 1, 2 * (m * v + pp - 1) * self.p2p.array()[index[5], 0], 0.0)
-        optimizer = self.optimizer.array()[index[6], 0]
-        on_tp, on_ep, on_dp, on_param, on_pp = self.overlap.array()[index[7]].T.astype(bool)
+        grad_sync, param_gather = self.dp.array()[index[8]].T
+        pp_p2p = np.where(pp > 1, 2 * (m * v + pp - 1) * self.p2p.array()[index[9], 0], 0.0)
+        optimizer = self.optimizer.array()[index[10], 0]
+        on_tp, on_ep, on_dp, on_param, on_pp = self.overlap.array()[index[11]].T.astype(bool)
 
         def hidden(comm_s: np.ndarray, window: np.ndarray, on: np.ndarray) -> np.ndarray:
             return np.where(on, np.minimum(comm_s, cfg.overlap_eff * window), 0.0)
@@ -288,11 +313,11 @@ class PlanPieces:
     def _memory(self, index: np.ndarray, mbs: np.ndarray, real: np.ndarray,
                 per_stage: Callable[[_Stages, int], np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(GiB per stage, NaN past a plan's stages; peak GiB; the peak rank's MEMORY_PARTS GiB)."""
-        weights, grads, opt = per_stage(self.states, 8).transpose(1, 0, 2)
-        kept, one_block = per_stage(self.saved, 9).transpose(1, 0, 2)
+        weights, grads, opt = per_stage(self.states, 4).transpose(1, 0, 2)
+        kept, one_block = per_stage(self.saved, 5).transpose(1, 0, 2)
         b = mbs[:, None]
-        acts = kept * b * per_stage(self.flight, 10)[:, 0] + one_block * b
-        buffers = per_stage(self.buffers, 11)[:, 0]
+        acts = kept * b * per_stage(self.flight, 6)[:, 0] + one_block * b
+        buffers = per_stage(self.buffers, 7)[:, 0]
         total = weights + grads + opt + acts + buffers
         top = np.argmax(np.where(real, total, -np.inf), axis=1)[:, None]
         parts = np.stack([np.take_along_axis(x, top, axis=1)[:, 0] for x in (weights, grads, opt, acts, buffers)]

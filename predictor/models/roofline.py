@@ -12,7 +12,6 @@ import weakref
 from dataclasses import dataclass, fields, replace
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -102,16 +101,6 @@ class AnalyticalConfig:
     moe_imbalance: float = 1.0
     call_s: float = 0.0
     step_p2p: bool = True
-
-    @classmethod
-    def from_saved(cls, saved: dict[str, Any]) -> "AnalyticalConfig":
-        """A config a checkpoint saved: its retired fields (overlap_dp, overlap_tp: fractions of collectives
-        hidden, always saved as 0, so nothing hidden) are dropped; any other value is refused."""
-        saved = dict(saved)
-        for retired in ("overlap_dp", "overlap_tp"):
-            if saved.pop(retired, 0.0) != 0.0:
-                raise ValueError(f"checkpoint's analytical config sets the retired {retired}; retrain it")
-        return cls(**saved)
 
     def for_device(self, device: Device) -> "AnalyticalConfig":
         if not device.measured:

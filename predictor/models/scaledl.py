@@ -39,7 +39,7 @@ from torch_geometric.data import Batch, Data
 from predictor.device_resolver import spec_device
 from predictor.layer_graph import LayerGraph
 from predictor.models import checkpoint
-from predictor.models.analytical import AnalyticalConfig, AnalyticalPredictor
+from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
 from predictor.models.calibration import FITTED, fit_fixed_costs
 from predictor.models.composition import Composed, compose, corrected
@@ -49,6 +49,7 @@ from predictor.models.gnn import CorrectionEnsemble, graph_data
 from predictor.models.gnn_training import Problem, Rows, train, training_rows
 from predictor.models.layerwise import LayerwiseModel, analytical_layer_time
 from predictor.models.memory_residual import MemoryResidual, fit_memory_residual, memory_features
+from predictor.models.roofline import AnalyticalConfig
 from predictor.plan import Plan
 from predictor.prediction import Prediction
 from predictor.prediction_table import PredictionTable
