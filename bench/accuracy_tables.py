@@ -330,7 +330,8 @@ FILES: list[ResultsFile] = [
         [Shown("Latest run", first)]),
     ResultsFile(
         "predict_speed.txt", "Prediction rate",
-        "`bench/predict_speed.py`: plans predicted per second on the GPT-3 175B graph, batches of 5,000.",
+        "`bench/predict_speed.py`: plans predicted per second on the GPT-3 175B graph: every valid plan of the "
+        "`full` space in calls of 5,000, first seen (cold) and again (warm).",
         [Shown("Latest run", first)]),
     ResultsFile(
         "plan_speed.txt", "End-to-end `scaledl plan` time",
