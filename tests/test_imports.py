@@ -16,9 +16,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("predictor", "search_spaces", "orchestrator")
 # The packages above each one, which it never imports.
 ABOVE = {"predictor": ("search_spaces", "orchestrator"), "search_spaces": ("orchestrator",), "orchestrator": ()}
-# Cycles still to cut, each while it exists: the test fails once one is cut, so the set only shrinks.
-# measure.layers imports block_lists from measure.parallelize (lazily), which imports layer_kind back.
-KNOWN_CYCLES = frozenset({frozenset({"predictor.measure.layers", "predictor.measure.parallelize"})})
 
 
 def _module_files() -> dict[str, Path]:
@@ -167,14 +164,10 @@ def test_lower_packages_never_import_higher_ones_and_only_the_orchestrator_impor
         "\n".join(wrong))
 
 
-def test_project_modules_import_each_other_without_a_cycle_beyond_the_known_ones():
+def test_project_modules_import_each_other_without_a_cycle():
     graph = _graph()
-    components = _cycles(graph)
-    new = [f"{', '.join(c)}: {' -> '.join(_cycle_path(graph, c))}"
-           for c in components if frozenset(c) not in KNOWN_CYCLES]
-    assert not new, "modules that import each other (lazy imports count):\n" + "\n".join(new)
-    cut = KNOWN_CYCLES - {frozenset(c) for c in components}
-    assert not cut, f"cycles cut, to remove from KNOWN_CYCLES: {sorted(sorted(c) for c in cut)}"
+    cycles = [f"{', '.join(c)}: {' -> '.join(_cycle_path(graph, c))}" for c in _cycles(graph)]
+    assert not cycles, "modules that import each other (lazy imports count):\n" + "\n".join(cycles)
 
 
 def test_the_graph_reader_sees_lazy_imports_and_skips_type_checking_blocks():

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from predictor.measure.modules import block_lists, layer_kind
 from predictor.workload import ModelSpec
 
 _CACHE: dict[tuple, "LayerTiming"] = {}
@@ -67,19 +68,6 @@ def _attention_attrs(spec: ModelSpec, path: str, mod: nn.Module) -> dict[str, in
             "causal": int(causal)}
 
 
-# Module class names (lower case) -> LayerGraph kinds (predictor.layer_graph.LAYER_KINDS).
-KIND_OF_CLASS = {"linear": "linear", "conv1d": "linear", "conv2d": "conv", "embedding": "embedding",
-                 "layernorm": "layernorm", "t5layernorm": "rmsnorm", "llamarmsnorm": "rmsnorm", "rmsnorm": "rmsnorm",
-                 "dropout": "dropout", "gelu": "activation", "geluactivation": "activation",
-                 "newgeluactivation": "activation", "relu": "activation", "silu": "activation",
-                 "softmax": "softmax"}
-
-
-def layer_kind(mod: nn.Module) -> str:
-    """The LayerGraph kind of a leaf module (GPT-2's Conv1D is a linear layer)."""
-    return KIND_OF_CLASS.get(type(mod).__name__.lower(), "other")
-
-
 def layer_nodes(model: nn.Module, spec: ModelSpec) -> list[NodeRef]:
     """The layers of `model` named like `predictor.graph_build` names them, without tracing the model.
 
@@ -88,8 +76,6 @@ def layer_nodes(model: nn.Module, spec: ModelSpec) -> list[NodeRef]:
     scaled-dot-product attention), and the `loss`. `predictor.graph_build` takes seconds per model
     (torch.export); this takes nothing, so every configuration gets its layer rows cheaply.
     """
-    from predictor.measure.parallelize import block_lists
-
     skip: set[str] = set()
     count: dict[str, int] = {}
     names = {id(m): n for n, m in model.named_modules()}

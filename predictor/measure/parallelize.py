@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from predictor.measure.layers import layer_kind
+from predictor.measure.modules import block_lists, layer_kind
 from predictor.tp_roles import embedding_role, in_block, linear_role
 from predictor.workload import ModelSpec
 
@@ -158,14 +158,6 @@ def apply_tp(model: nn.Module, spec: ModelSpec, mesh: Any, sp: bool) -> nn.Modul
         for module, attr in owners:
             setattr(module, attr, getattr(first, name))
     return model
-
-
-def block_lists(model: nn.Module) -> list[nn.ModuleList]:
-    """The ModuleLists of repeated transformer blocks (two for T5: encoder and decoder)."""
-    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) and
-             len({type(c) for c in m}) == 1 and sum(p.numel() for p in m.parameters()) > 0]
-    top = max(sum(p.numel() for p in m.parameters()) for m in lists)
-    return [m for m in lists if sum(p.numel() for p in m.parameters()) * 4 >= top]
 
 
 def _attention_core_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
