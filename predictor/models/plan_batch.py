@@ -20,10 +20,10 @@ from predictor import comm
 from predictor.frameworks import Framework
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
-from predictor.memory import (GIB, buffer_bytes, in_flight, kv_share, model_state_bytes, optimizer_bytes_per_param,
-                              saved_per_sample, stage_params)
+from predictor.memory import GIB, buffer_bytes, in_flight, kv_share, model_state_bytes, saved_per_sample, stage_params
 from predictor.models.roofline import AnalyticalConfig, call_costs, fused_attention
-from predictor.models.stage_costs import compute_parts, cp_stage_time, dp_time, ep_stage_time, tp_stage_time
+from predictor.models.stage_costs import (compute_parts, cp_stage_time, dp_time, ep_stage_time, optimizer_time,
+                                          p2p_time, tp_stage_time)
 from predictor.parallel import Layout, apply_plan, expert_groups, group_of
 from predictor.plan import Plan, nvlink_domain
 from predictor.prediction import TIME_PARTS
@@ -154,20 +154,10 @@ class PlanPieces:
                             dp_time(lay, psi_exp, m, self.collective_s, lay.edp_group)))
 
     def _optimizer_row(self, sharding: tuple, lay: Layout) -> tuple[float]:
-        """Seconds of the optimizer step: memory-bound over the fullest rank's local optimizer state."""
-        plan, spec = lay.plan, self.spec
-        psi, psi_exp = self._psi(sharding, lay)
-        opt_bytes = (2 * optimizer_bytes_per_param(spec.training.optimizer, spec.training.precision)
-                     + lay.grad_bytes + lay.param_bytes)
-        shard, expert_shard = (plan.dp * plan.cp, lay.edp_group.size) if plan.zero >= 1 else (1, 1)
-        local = (psi - psi_exp) / shard + psi_exp / expert_shard
-        return (float(local.max()) * opt_bytes / (self.device.mem_bandwidth * self.cfg.bw_eff),)
+        return (optimizer_time(self.spec, lay, *self._psi(sharding, lay), self.device, self.cfg),)
 
     def _p2p_row(self, lay: Layout) -> tuple[float]:
-        """Seconds of one pipeline send/recv of a micro-batch boundary's activations."""
-        dev = self.device
-        link = dev.inter_node if lay.pp_link_inter else dev.op_links.get("send_recv", dev.intra_node)
-        return (float(comm.p2p(lay.p2p_elems * lay.act_bytes, link) + self.p2p_s),)
+        return (p2p_time(lay, self.device, self.p2p_s),)
 
     def _overlap_row(self, plan: Plan) -> tuple[float, ...]:
         kinds = self.framework.overlap(plan)

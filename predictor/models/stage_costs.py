@@ -13,6 +13,7 @@ import numpy as np
 from predictor import comm
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
+from predictor.memory import optimizer_bytes_per_param
 from predictor.models.roofline import HOST_OPS, AnalyticalConfig, call_costs, layer_times
 from predictor.moe import alltoall
 from predictor.parallel import Layout
@@ -143,3 +144,22 @@ def dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float, g: c
         param = units * gathers * (comm.allgather(weights / units, g) + call_s)
     worst = int(np.argmax(grad + param))
     return float(grad[worst]), float(param[worst])
+
+
+def optimizer_time(spec: WorkloadSpec, lay: Layout, psi: np.ndarray, psi_exp: np.ndarray, device: Device,
+                   cfg: AnalyticalConfig) -> float:
+    """Seconds of the optimizer step: memory-bound over the fullest rank's local optimizer state (`psi`: its
+    parameters per pipeline rank, `psi_exp` the routed experts' among them), read and written with the
+    gradients and weights."""
+    plan = lay.plan
+    opt_bytes = (2 * optimizer_bytes_per_param(spec.training.optimizer, spec.training.precision)
+                 + lay.grad_bytes + lay.param_bytes)
+    shard, expert_shard = (plan.dp * plan.cp, lay.edp_group.size) if plan.zero >= 1 else (1, 1)
+    local = (psi - psi_exp) / shard + psi_exp / expert_shard
+    return float(local.max()) * opt_bytes / (device.mem_bandwidth * cfg.bw_eff)
+
+
+def p2p_time(lay: Layout, device: Device, call_s: float) -> float:
+    """Seconds of one pipeline send/recv of a micro-batch boundary's activations (`call_s`: the per-call cost)."""
+    link = device.inter_node if lay.pp_link_inter else device.op_links.get("send_recv", device.intra_node)
+    return float(comm.p2p(lay.p2p_elems * lay.act_bytes, link) + call_s)
