@@ -12,6 +12,7 @@ replicas load, since each takes a second or more and neither needs the other to 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -147,24 +148,32 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
 
     # Enumerating a big space is seconds of Python, and starting Ray seconds of waiting for its processes: the
     # plans, the graph and the imports come in threads while Ray starts here (its signal handlers need this thread).
-    with ThreadPoolExecutor(3) as ex:
-        enumerating = ex.submit(enumerate_sizes, specs, space)
-        graph_job, imports = ex.submit(_graph, spec.model), ex.submit(_import_search)
-        started = _connect(req.address)
-        lap("ray_init_s")
-        try:
-            enumeration = enumerating.result()
-            lap("enumerate_s")
-            if not enumeration.plans:
-                reasons = "; ".join(f"{n}x {r}" for r, n in enumeration.top_reasons(3))
-                raise SpecError(f"{req.spec}: the space {space_name} has no valid plan ({enumeration.checked} candidates "
-                                f"rejected; most common: {reasons}); try another --space or relax the search: section")
-            graph = graph_job.result()
-            imports.result()
-        except BaseException:
-            if started:
-                ray.shutdown()
-            raise
+    # Meanwhile a short GIL switch interval: at the default 5 ms, each of Ray's many short waits ends waiting for the
+    # enumerating thread to let go.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    try:
+        with ThreadPoolExecutor(3) as ex:
+            enumerating = ex.submit(enumerate_sizes, specs, space)
+            graph_job, imports = ex.submit(_graph, spec.model), ex.submit(_import_search)
+            started = _connect(req.address)
+            lap("ray_init_s")
+            try:
+                enumeration = enumerating.result()
+                lap("enumerate_s")
+                if not enumeration.plans:
+                    reasons = "; ".join(f"{n}x {r}" for r, n in enumeration.top_reasons(3))
+                    raise SpecError(f"{req.spec}: the space {space_name} has no valid plan ({enumeration.checked} "
+                                    f"candidates rejected; most common: {reasons}); try another --space or relax the "
+                                    "search: section")
+                graph = graph_job.result()
+                imports.result()
+            except BaseException:
+                if started:
+                    ray.shutdown()
+                raise
+    finally:
+        sys.setswitchinterval(interval)
     lap("graph_wait_s")
     from orchestrator.replicas import ReplicaPool
     from orchestrator.report import TrainingGoal, build_report, print_report, write_report
