@@ -26,7 +26,7 @@ from predictor.models.stage_costs import (compute_parts, cp_stage_time, dp_time,
                                           p2p_time, tp_stage_time)
 from predictor.parallel import Layout, apply_plan, expert_groups, group_of
 from predictor.plan import Plan, nvlink_domain
-from predictor.prediction import TIME_PARTS
+from predictor.prediction import MEMORY_PARTS, TIME_PARTS
 from predictor.prediction_table import PredictionTable
 from predictor.workload import WorkloadSpec
 
@@ -53,30 +53,32 @@ class _Scalars:
 
 
 class _Stages:
-    """A growing table of per-pipeline-stage vectors (k per row, one entry per stage), found by key; its array
-    is (rows, k, most stages) with zeros past a row's stages."""
+    """A growing table of per-pipeline-stage vectors (k per row, one entry per stage), found by key; the rows
+    are stored end to end, so a deep pipeline's row costs its depth, not every row's."""
 
     def __init__(self, k: int) -> None:
         self.index: dict[Any, int] = {}
         self._rows: list[np.ndarray] = []
-        self._array = np.zeros((0, k, 1))
+        self._flat = np.zeros((0, k))  # (total stages, k)
+        self._start = np.zeros(0, dtype=np.int64)
+        self._length = np.zeros(0, dtype=np.int64)
 
     def add(self, key: Any, row: np.ndarray) -> int:
         self.index[key] = len(self._rows)
         self._rows.append(np.atleast_2d(row))
         return self.index[key]
 
-    def array(self) -> np.ndarray:
-        done, (_, k, width) = len(self._array), self._array.shape
+    def gather(self, rows: np.ndarray, depth: int) -> np.ndarray:
+        """(k, len(rows), depth): rows of `depth` stages (a one-stage row, the shared zeros, is repeated)."""
+        done = len(self._start)
         if done < len(self._rows):
-            wide = max(width, max(r.shape[1] for r in self._rows[done:]))
-            if wide > width:  # a deeper pipeline than before: pad what is there
-                self._array = np.pad(self._array, ((0, 0), (0, 0), (0, wide - width)))
-            new = np.zeros((len(self._rows) - done, k, wide))
-            for i, row in enumerate(self._rows[done:]):
-                new[i, :, : row.shape[1]] = row
-            self._array = np.concatenate([self._array, new])
-        return self._array
+            new = self._rows[done:]
+            lengths = np.array([r.shape[1] for r in new], dtype=np.int64)
+            self._start = np.concatenate([self._start, len(self._flat) + np.cumsum(lengths) - lengths])
+            self._length = np.concatenate([self._length, lengths])
+            self._flat = np.concatenate([self._flat, *(r.T for r in new)])
+        at = self._start[rows][:, None] + np.minimum(np.arange(depth), self._length[rows][:, None] - 1)
+        return self._flat[at].transpose(2, 0, 1)
 
 
 class PlanPieces:
@@ -241,35 +243,23 @@ class PlanPieces:
         return tuple(out)
 
     def _combine(self, graph: LayerGraph, index: np.ndarray, scalars: np.ndarray) -> PredictionTable:
-        """The per-plan arithmetic, over (plans × stages) arrays."""
+        """The per-plan arithmetic, over arrays of plans (per pipeline depth over (plans × stages) arrays)."""
         cfg, spec = self.cfg, self.spec
         m, mbs, v, pp, gpus, zero3, ring = scalars
-        width = int(pp.max())
-        real = np.arange(width) < pp[:, None]  # (plans, stages): the plan's own stages
-
-        def per_stage(rows: _Stages, r: int) -> np.ndarray:
-            got = rows.array()[index[r]][:, :, :width]
-            return np.pad(got, ((0, 0), (0, 0), (0, width - got.shape[2]))) if got.shape[2] < width else got
-
-        t_f, t_b, host_f, host_b, sync_f, sync_b, attention = per_stage(self.compute, 0).transpose(1, 0, 2)
-        tp, cp, ep = (per_stage(rows, r)[:, 0] for r, rows in ((1, self.tp), (2, self.cp), (3, self.ep)))
-        if self.device.measured:  # synchronous: the host's work adds to the kernels'
-            fwd, bwd = t_f + host_f, t_b + host_b
-        else:  # asynchronous GPU: a host-bound micro-batch stretches its compute to the host's pace
-            stretch = np.maximum(1.0, (host_f + host_b - tp) / np.maximum(t_f + t_b, 1e-30))
-            fwd, bwd = t_f * stretch + sync_f, t_b * stretch + sync_b
-        per_mb = fwd + bwd + tp + cp + ep
-        s = np.argmax(np.where(real, per_mb, -np.inf), axis=1)[:, None]
-
-        def at_s(x: np.ndarray) -> np.ndarray:
-            return np.take_along_axis(x, s, axis=1)[:, 0]
-
+        n = len(m)
+        stage = np.empty((8, n))
+        peak_gib, memory_parts = np.empty(n), np.empty((n, len(MEMORY_PARTS)))
+        per_stage_gib = np.full((n, int(pp.max(initial=1))), np.nan)
+        for depth in np.unique(pp).astype(int).tolist():
+            sel = np.flatnonzero(pp == depth)
+            stage[:, sel] = self._slowest_stage(index[:, sel], depth)
+            per_stage_gib[sel, :depth], peak_gib[sel], memory_parts[sel] = self._peak_memory(index[:, sel], mbs[sel], depth)
+        f_s, b_s, tp_s, cp_s, ep_s, att_s, kern_s, others = stage
         # Fill and drain: the other stages' micro-batch time before the slowest stage starts and after it ends,
         # (Σ t − max t)/v; (p-1)/v of the slowest stage's time when the stages are balanced (Narayanan et al. 2021).
-        bubble = (_row_sums(per_mb) - at_s(per_mb)) / v
-        f_s, b_s = at_s(fwd), at_s(bwd)
+        bubble = others / v
         compute = m * (f_s + b_s)
-        tp_comm, cp_comm, ep_comm = m * at_s(tp), m * at_s(cp), m * at_s(ep)
+        tp_comm, cp_comm, ep_comm = m * tp_s, m * cp_s, m * ep_s
         grad_sync, param_gather = self.dp.array()[index[8]].T
         pp_p2p = np.where(pp > 1, 2 * (m * v + pp - 1) * self.p2p.array()[index[9], 0], 0.0)
         optimizer = self.optimizer.array()[index[10], 0]
@@ -279,7 +269,7 @@ class PlanPieces:
             return np.where(on, np.minimum(comm_s, cfg.overlap_eff * window), 0.0)
 
         hide = np.stack([
-            hidden(tp_comm, compute, on_tp), hidden(cp_comm, m * at_s(attention), ring.astype(bool)),
+            hidden(tp_comm, compute, on_tp), hidden(cp_comm, m * att_s, ring.astype(bool)),
             hidden(ep_comm, compute, on_ep), hidden(grad_sync, b_s, on_dp),
             hidden(param_gather, np.where(zero3.astype(bool), compute, f_s), on_param), hidden(pp_p2p, compute, on_pp)])
         h_tp, h_cp, h_ep, h_grad, h_param, h_pp = hide
@@ -292,27 +282,44 @@ class PlanPieces:
             iter_time += parts[k]
         model_flops = (graph.fwd_flops + graph.bwd_flops) * spec.training.global_batch
         tflops = model_flops / iter_time / gpus / 1e12
-        per_stage_gib, peak_gib, memory_parts = self._memory(index, mbs, real, per_stage)
         return PredictionTable(
             iter_time_s=iter_time, breakdown=np.stack([parts[k] for k in TIME_PARTS], axis=1),
             peak_memory_gib=peak_gib, memory_per_stage_gib=per_stage_gib, memory_breakdown=memory_parts,
             tflops_per_gpu=tflops, mfu=tflops * 1e12 / self.device.flops(spec.training.precision), hidden=hide.T.copy(),
-            extra={"kernel_compute_s": m * at_s(t_f + t_b)},  # compute without the host: < compute when host-bound
+            extra={"kernel_compute_s": m * kern_s},  # compute without the host: < compute when host-bound
         )
 
-    def _memory(self, index: np.ndarray, mbs: np.ndarray, real: np.ndarray,
-                per_stage: Callable[[_Stages, int], np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(GiB per stage, NaN past a plan's stages; peak GiB; the peak rank's MEMORY_PARTS GiB)."""
-        weights, grads, opt = per_stage(self.states, 4).transpose(1, 0, 2)
-        kept, one_block = per_stage(self.saved, 5).transpose(1, 0, 2)
+    def _slowest_stage(self, index: np.ndarray, depth: int) -> np.ndarray:
+        """Of plans with `depth` pipeline stages, the slowest stage's forward, backward, tp, cp, ep, attention and
+        kernel seconds per micro-batch, and the other stages' seconds per micro-batch (rows)."""
+        t_f, t_b, host_f, host_b, sync_f, sync_b, attention = self.compute.gather(index[0], depth)
+        (tp,), (cp,), (ep,) = (rows.gather(index[r], depth) for r, rows in ((1, self.tp), (2, self.cp), (3, self.ep)))
+        if self.device.measured:  # synchronous: the host's work adds to the kernels'
+            fwd, bwd = t_f + host_f, t_b + host_b
+        else:  # asynchronous GPU: a host-bound micro-batch stretches its compute to the host's pace
+            stretch = np.maximum(1.0, (host_f + host_b - tp) / np.maximum(t_f + t_b, 1e-30))
+            fwd, bwd = t_f * stretch + sync_f, t_b * stretch + sync_b
+        per_mb = fwd + bwd + tp + cp + ep
+        s = np.argmax(per_mb, axis=1)[:, None]
+
+        def at_s(x: np.ndarray) -> np.ndarray:
+            return np.take_along_axis(x, s, axis=1)[:, 0]
+
+        return np.stack([at_s(fwd), at_s(bwd), at_s(tp), at_s(cp), at_s(ep), at_s(attention), at_s(t_f + t_b),
+                         _row_sums(per_mb) - at_s(per_mb)])
+
+    def _peak_memory(self, index: np.ndarray, mbs: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Of plans with `depth` pipeline stages: GiB per stage, the peak GiB and the peak rank's MEMORY_PARTS GiB."""
+        weights, grads, opt = self.states.gather(index[4], depth)
+        kept, one_block = self.saved.gather(index[5], depth)
         b = mbs[:, None]
-        acts = kept * b * per_stage(self.flight, 6)[:, 0] + one_block * b
-        buffers = per_stage(self.buffers, 7)[:, 0]
+        acts = kept * b * self.flight.gather(index[6], depth)[0] + one_block * b
+        buffers = self.buffers.gather(index[7], depth)[0]
         total = weights + grads + opt + acts + buffers
-        top = np.argmax(np.where(real, total, -np.inf), axis=1)[:, None]
+        top = np.argmax(total, axis=1)[:, None]
         parts = np.stack([np.take_along_axis(x, top, axis=1)[:, 0] for x in (weights, grads, opt, acts, buffers)]
                          + [np.zeros(len(top))], axis=1) / GIB
-        return np.where(real, total / GIB, np.nan), np.take_along_axis(total, top, axis=1)[:, 0] / GIB, parts
+        return total / GIB, np.take_along_axis(total, top, axis=1)[:, 0] / GIB, parts
 
 
 def _row_sums(x: np.ndarray) -> np.ndarray:
