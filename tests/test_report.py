@@ -185,3 +185,18 @@ def test_explanation_names_context_parallelism_and_what_the_framework_hides() ->
     text = explain(result, np.array([0]), spec, 1e9)
     assert "cp=2 splits every sequence over 2 ranks" in text and "over dp*cp = 8 ranks" in text
     assert "Megatron-Core hides" in text and "gradient reduction" in text
+
+
+def test_plot_points_read_as_tuples_with_their_labels() -> None:
+    """The plots get (x, y, label) points whose labels are formatted when read, as the eager tuples were."""
+    report, evs = report_for()
+    fastest = min((e for e in evs if e.infeasible), key=lambda e: e.prediction.iter_time_s)
+    x, y, label = report["_points"]["infeasible"][0]
+    p = fastest.prediction
+    assert (x, y) == (p.peak_memory_gib, p.iter_time_s)
+    assert label == (f"{fastest.plan}<br>{fastest.plan.gpus} GPUs: {p.iter_time_s:.3f} s, {p.peak_memory_gib:.1f} GiB"
+                     f"<br>{fastest.infeasible}")
+    (name, points), = report["_points"]["by_size"].items()
+    top = report["ranked"][0]
+    assert name == f"{top['nodes']} nodes" and tuple(points[0])[:2] == (top["iter_time_s"], top["iter_time_s"] * 16 / 3600)
+    assert points[0][2].startswith(f"{top['plan']}<br>2 nodes (16 GPUs): {top['iter_time_s']:.3f} s/iteration")
