@@ -44,7 +44,7 @@ SEARCHERS = ("auto", "exhaustive", "optuna", "random")
 HEADROOM = 0.10
 EXHAUSTIVE_LIMIT = 200_000
 MAX_BATCH = 131_072
-STORE_FORMAT = "plan-indices-table"  # stored batches: plans by their index in the enumeration, answers as columns
+STORE_FORMAT = "plan-indices-table-2"  # stored batches: plans by their index in the enumeration, answers as columns (2: stage memories end to end)
 EXPERIMENT = "search"
 
 

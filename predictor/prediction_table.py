@@ -22,7 +22,8 @@ HIDDEN_KINDS: tuple[str, ...] = ("tp_comm", "cp_comm", "ep_comm", "dp_grad", "dp
 class PredictionTable:
     """Column arrays, one row per plan (P plans), each meaning what the `Prediction` field of its name means.
 
-    memory_per_stage_gib: (P, the largest pp) padded with NaN past each plan's stages.
+    stage_memory_gib, stage_offsets: every plan's per-stage peaks (`memory_per_stage_gib`) end to end, plan i's
+        at stage_offsets[i]:stage_offsets[i + 1] (a table of 155k plans of pipelines up to 128 deep stays small).
     extra: per-plan columns of `Prediction.extra`: 1-D arrays (one number per plan), 2-D arrays named
         by `extra_names[key]` (a dict per plan), or lists (one value per plan; None leaves it out).
     shared_extra: entries of `Prediction.extra` every plan has alike.
@@ -31,7 +32,8 @@ class PredictionTable:
     iter_time_s: np.ndarray
     breakdown: np.ndarray  # (P, len(TIME_PARTS))
     peak_memory_gib: np.ndarray
-    memory_per_stage_gib: np.ndarray
+    stage_memory_gib: np.ndarray
+    stage_offsets: np.ndarray  # (P + 1,)
     memory_breakdown: np.ndarray  # (P, len(MEMORY_PARTS))
     tflops_per_gpu: np.ndarray
     mfu: np.ndarray
@@ -51,10 +53,11 @@ class PredictionTable:
     def take(self, index: Sequence[int] | np.ndarray) -> "PredictionTable":
         """The rows `index` as a table of their own (what a search keeps of a batch)."""
         idx = np.asarray(index, dtype=int)
+        at, offsets = _segments(self.stage_offsets, idx)
         extra = {k: [c[i] for i in idx.tolist()] if isinstance(c, list) else c[idx] for k, c in self.extra.items()}
         return PredictionTable(
             iter_time_s=self.iter_time_s[idx], breakdown=self.breakdown[idx], peak_memory_gib=self.peak_memory_gib[idx],
-            memory_per_stage_gib=self.memory_per_stage_gib[idx],
+            stage_memory_gib=self.stage_memory_gib[at], stage_offsets=offsets,
             memory_breakdown=self.memory_breakdown[idx], tflops_per_gpu=self.tflops_per_gpu[idx], mfu=self.mfu[idx],
             hidden=self.hidden[idx], extra=extra, extra_names=dict(self.extra_names), shared_extra=dict(self.shared_extra),
             source=None if self.source is None else [self.source[i] for i in idx.tolist()])
@@ -63,16 +66,15 @@ class PredictionTable:
     def concatenate(cls, tables: Sequence["PredictionTable"]) -> "PredictionTable":
         """One table of the rows of `tables` in order (tables of one predictor: the same extra columns)."""
         first = tables[0]
-        width = max(t.memory_per_stage_gib.shape[1] for t in tables)
-        stages = [np.pad(t.memory_per_stage_gib, ((0, 0), (0, width - t.memory_per_stage_gib.shape[1])),
-                         constant_values=np.nan) for t in tables]
+        bases = np.cumsum([0] + [len(t.stage_memory_gib) for t in tables[:-1]])
         extra = {k: (sum((list(t.extra[k]) for t in tables), []) if isinstance(c, list)
                      else np.concatenate([t.extra[k] for t in tables])) for k, c in first.extra.items()}
         return cls(
             iter_time_s=np.concatenate([t.iter_time_s for t in tables]),
             breakdown=np.concatenate([t.breakdown for t in tables]),
             peak_memory_gib=np.concatenate([t.peak_memory_gib for t in tables]),
-            memory_per_stage_gib=np.concatenate(stages),
+            stage_memory_gib=np.concatenate([t.stage_memory_gib for t in tables]),
+            stage_offsets=np.concatenate([[0], *(t.stage_offsets[1:] + b for t, b in zip(tables, bases))]),
             memory_breakdown=np.concatenate([t.memory_breakdown for t in tables]),
             tflops_per_gpu=np.concatenate([t.tflops_per_gpu for t in tables]),
             mfu=np.concatenate([t.mfu for t in tables]), hidden=np.concatenate([t.hidden for t in tables]),
@@ -89,15 +91,15 @@ class PredictionTable:
             return [self.source[i] for i in idx.tolist()]
         if not len(idx):
             return []
-        stages = self.memory_per_stage_gib[idx]
-        counts = (~np.isnan(stages)).sum(axis=1).tolist()
+        at, offsets = _segments(self.stage_offsets, idx)
+        stages = [s.tolist() for s in np.split(self.stage_memory_gib[at], offsets[1:-1])]
         return [Prediction(iter_time_s=t, breakdown=dict(zip(TIME_PARTS, b)), peak_memory_gib=peak,
-                           memory_per_stage_gib=s[:n], memory_breakdown=dict(zip(MEMORY_PARTS, mem)),
+                           memory_per_stage_gib=s, memory_breakdown=dict(zip(MEMORY_PARTS, mem)),
                            tflops_per_gpu=tf, mfu=mfu, hidden_comm={k: x for k, x in zip(HIDDEN_KINDS, h) if x > 0},
                            extra=e)
-                for t, b, peak, s, n, mem, tf, mfu, h, e in zip(
+                for t, b, peak, s, mem, tf, mfu, h, e in zip(
                     self.iter_time_s[idx].tolist(), self.breakdown[idx].tolist(), self.peak_memory_gib[idx].tolist(),
-                    stages.tolist(), counts, self.memory_breakdown[idx].tolist(),
+                    stages, self.memory_breakdown[idx].tolist(),
                     self.tflops_per_gpu[idx].tolist(), self.mfu[idx].tolist(), self.hidden[idx].tolist(),
                     self._extras(idx))]
 
@@ -124,13 +126,20 @@ class PredictionTable:
         def parts(get, names: tuple[str, ...]) -> np.ndarray:
             return np.array([[get(p).get(k, 0.0) for k in names] for p in predictions], dtype=float).reshape(-1, len(names))
 
-        per_stage = np.full((len(predictions), max((len(p.memory_per_stage_gib) for p in predictions), default=1)), np.nan)
-        for i, p in enumerate(predictions):
-            per_stage[i, : len(p.memory_per_stage_gib)] = p.memory_per_stage_gib
+        lengths = [len(p.memory_per_stage_gib) for p in predictions]
         return cls(
             iter_time_s=column(lambda p: p.iter_time_s), breakdown=parts(lambda p: p.breakdown, TIME_PARTS),
-            peak_memory_gib=column(lambda p: p.peak_memory_gib), memory_per_stage_gib=per_stage,
+            peak_memory_gib=column(lambda p: p.peak_memory_gib),
+            stage_memory_gib=np.array([m for p in predictions for m in p.memory_per_stage_gib], dtype=float),
+            stage_offsets=np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64),
             memory_breakdown=parts(lambda p: p.memory_breakdown, MEMORY_PARTS),
             tflops_per_gpu=column(lambda p: p.tflops_per_gpu), mfu=column(lambda p: p.mfu),
             hidden=parts(lambda p: p.hidden_comm, HIDDEN_KINDS), source=list(predictions),
         )
+
+
+def _segments(offsets: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions of rows `index`'s segments end to end, their offsets) in a flat array cut at `offsets`."""
+    lengths = offsets[index + 1] - offsets[index]
+    new = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return np.repeat(offsets[index] - new[:-1], lengths) + np.arange(new[-1]), new

@@ -46,12 +46,13 @@ def test_what_the_residual_adds_is_runtime_memory_on_every_rank():
     from predictor.prediction import MEMORY_PARTS
 
     parts = {"weights": 0.2, "gradients": 0.2, "optimizer": 0.4, "activations": 0.1, "buffers": 0.1, "runtime": 0.0}
-    peak, stages_in, parts_in = np.array([1.0, 1.0]), np.array([[1.0, 0.6], [1.0, 0.6]]), np.array([list(parts.values())] * 2)
-    stages, corrected = corrected_memory(peak, stages_in, parts_in, np.array([1.5, 0.5]))
+    peak, parts_in = np.array([1.0, 1.0]), np.array([list(parts.values())] * 2)
+    stages, corrected = corrected_memory(peak, np.array([1.0, 0.6, 1.0, 0.6]), np.array([0, 2, 4]), parts_in,
+                                         np.array([1.5, 0.5]))
     grown, shrunk = dict(zip(MEMORY_PARTS, corrected[0])), dict(zip(MEMORY_PARTS, corrected[1]))
     # +0.5 GiB the model does not count
-    assert stages[0] == pytest.approx([1.5, 1.1]) and grown["runtime"] == pytest.approx(0.5)
+    assert stages[:2] == pytest.approx([1.5, 1.1]) and grown["runtime"] == pytest.approx(0.5)
     assert {k: grown[k] for k in MEMORY_PARTS if k != "runtime"} == {k: v for k, v in parts.items() if k != "runtime"}
     assert sum(grown.values()) == pytest.approx(1.5)
     # the model over-counts: every part scales down
-    assert stages[1] == pytest.approx([0.5, 0.3]) and sum(shrunk.values()) == pytest.approx(0.5)
+    assert stages[2:] == pytest.approx([0.5, 0.3]) and sum(shrunk.values()) == pytest.approx(0.5)

@@ -118,24 +118,26 @@ def corrected(comp: Composed, factors: np.ndarray, mem_ratio: np.ndarray) -> Pre
     for j in range(1, len(TIME_PARTS)):
         total += bd[:, j]
     speedup = np.where(total > 0, ana.iter_time_s / np.where(total > 0, total, 1.0), 1.0)
-    per_stage, parts = corrected_memory(ana.peak_memory_gib, ana.memory_per_stage_gib, ana.memory_breakdown, mem_ratio)
+    per_stage, parts = corrected_memory(ana.peak_memory_gib, ana.stage_memory_gib, ana.stage_offsets, ana.memory_breakdown,
+                                        mem_ratio)
     return PredictionTable(
         iter_time_s=total, breakdown=bd, peak_memory_gib=ana.peak_memory_gib * mem_ratio,
-        memory_per_stage_gib=per_stage, memory_breakdown=parts,
+        stage_memory_gib=per_stage, stage_offsets=ana.stage_offsets, memory_breakdown=parts,
         tflops_per_gpu=ana.tflops_per_gpu * speedup, mfu=ana.mfu * speedup, hidden=np.zeros_like(ana.hidden),
         extra={**ana.extra, "factors": factors, "compute_at_peak_bound": bounded},
         extra_names={**ana.extra_names, "factors": TERMS}, shared_extra={**ana.shared_extra, "predictor": "scaledl"},
     )
 
 
-def corrected_memory(peak: np.ndarray, per_stage: np.ndarray, parts: np.ndarray,
+def corrected_memory(peak: np.ndarray, stage_gib: np.ndarray, stage_offsets: np.ndarray, parts: np.ndarray,
                      mem_ratio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-stage peaks (P, stages) and the peak rank's MEMORY_PARTS (P, parts) after the memory residual.
-    What it adds is memory no part models (the runtime's own, the same on every rank): it goes to
-    "runtime", on every stage. What it takes away scales every part down alike."""
+    """Per-stage peaks (end to end, cut at `stage_offsets`) and the peak rank's MEMORY_PARTS (P, parts) after the
+    memory residual. What it adds is memory no part models (the runtime's own, the same on every rank): it goes
+    to "runtime", on every stage. What it takes away scales every part down alike."""
     extra = peak * (mem_ratio - 1.0)
-    adds = (extra >= 0)[:, None]
+    adds = extra >= 0
     runtime = np.zeros_like(parts)
     runtime[:, MEMORY_PARTS.index("runtime")] = extra
-    return (np.where(adds, per_stage + extra[:, None], per_stage * mem_ratio[:, None]),
-            np.where(adds, parts + runtime, parts * mem_ratio[:, None]))
+    stages = np.diff(stage_offsets)
+    per_stage = np.where(np.repeat(adds, stages), stage_gib + np.repeat(extra, stages), stage_gib * np.repeat(mem_ratio, stages))
+    return per_stage, np.where(adds[:, None], parts + runtime, parts * mem_ratio[:, None])

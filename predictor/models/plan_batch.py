@@ -249,11 +249,13 @@ class PlanPieces:
         n = len(m)
         stage = np.empty((8, n))
         peak_gib, memory_parts = np.empty(n), np.empty((n, len(MEMORY_PARTS)))
-        per_stage_gib = np.full((n, int(pp.max(initial=1))), np.nan)
+        offsets = np.concatenate([[0], np.cumsum(pp, dtype=np.int64)]).astype(np.int64)
+        stage_gib = np.empty(offsets[-1])
         for depth in np.unique(pp).astype(int).tolist():
             sel = np.flatnonzero(pp == depth)
             stage[:, sel] = self._slowest_stage(index[:, sel], depth)
-            per_stage_gib[sel, :depth], peak_gib[sel], memory_parts[sel] = self._peak_memory(index[:, sel], mbs[sel], depth)
+            at = offsets[sel][:, None] + np.arange(depth)
+            stage_gib[at], peak_gib[sel], memory_parts[sel] = self._peak_memory(index[:, sel], mbs[sel], depth)
         f_s, b_s, tp_s, cp_s, ep_s, att_s, kern_s, others = stage
         # Fill and drain: the other stages' micro-batch time before the slowest stage starts and after it ends,
         # (Σ t − max t)/v; (p-1)/v of the slowest stage's time when the stages are balanced (Narayanan et al. 2021).
@@ -284,7 +286,7 @@ class PlanPieces:
         tflops = model_flops / iter_time / gpus / 1e12
         return PredictionTable(
             iter_time_s=iter_time, breakdown=np.stack([parts[k] for k in TIME_PARTS], axis=1),
-            peak_memory_gib=peak_gib, memory_per_stage_gib=per_stage_gib, memory_breakdown=memory_parts,
+            peak_memory_gib=peak_gib, stage_memory_gib=stage_gib, stage_offsets=offsets, memory_breakdown=memory_parts,
             tflops_per_gpu=tflops, mfu=tflops * 1e12 / self.device.flops(spec.training.precision), hidden=hide.T.copy(),
             extra={"kernel_compute_s": m * kern_s},  # compute without the host: < compute when host-bound
         )
