@@ -42,7 +42,7 @@ from search_spaces import GROUP_AXES, TuneSpace
 
 SEARCHERS = ("auto", "exhaustive", "optuna", "random")
 HEADROOM = 0.10
-EXHAUSTIVE_LIMIT = 200_000
+EXHAUSTIVE_LIMIT = 2_000_000  # predicting every plan beats sampling while the driver holds their columns (~1.5 kB a plan)
 MAX_BATCH = 131_072
 STORE_FORMAT = "plan-indices-table-2"  # stored batches: plans by their index in the enumeration, answers as columns (2: stage memories end to end)
 EXPERIMENT = "search"

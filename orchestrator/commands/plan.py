@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser, spec_option: bool = False) ->
     parser.add_argument("--out", required=True, metavar="DIR", help="report directory (report.json/md/html, launch/)")
     parser.add_argument("--top-k", type=int, default=10, metavar="N", help="plans shown and plotted (default 10)")
     parser.add_argument("--searcher", default="auto", choices=("auto", "exhaustive", "optuna", "random"),
-                        help="auto: exhaustive up to 200,000 valid plans, else Optuna TPE")
+                        help="auto: exhaustive up to 2,000,000 valid plans, else Optuna TPE")
     parser.add_argument("--budget-s", type=float, metavar="S", help="stop the search after S seconds (best so far is kept)")
     parser.add_argument("--max-trials", type=int, metavar="N", help="optuna/random: plan groups to try")
     parser.add_argument("--space", metavar="NAME", help="named space (megatron-3d [default], zero-dp, full) or a YAML path")
