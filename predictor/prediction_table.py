@@ -67,7 +67,7 @@ class PredictionTable:
         """One table of the rows of `tables` in order (tables of one predictor: the same extra columns)."""
         first = tables[0]
         bases = np.cumsum([0] + [len(t.stage_memory_gib) for t in tables[:-1]])
-        extra = {k: (sum((list(t.extra[k]) for t in tables), []) if isinstance(c, list)
+        extra = {k: ([x for t in tables for x in t.extra[k]] if isinstance(c, list)
                      else np.concatenate([t.extra[k] for t in tables])) for k, c in first.extra.items()}
         return cls(
             iter_time_s=np.concatenate([t.iter_time_s for t in tables]),
