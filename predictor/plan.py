@@ -154,6 +154,15 @@ class Plan:
         if self.cp_comm not in CP_COMM:
             raise PlanError(f"plan field 'cp_comm' must be one of {', '.join(CP_COMM)}, got {self.cp_comm!r}")
 
+    @classmethod
+    def trusted(cls, values: dict[str, Any]) -> "Plan":
+        """A plan of `values` (every field) without `__post_init__`'s checks, for the enumerator's millions of
+        candidates: its values come from a validated `SpaceConfig` and its degrees, micro-batch and virtual
+        stages from plans it built the checked way. Anything else builds plans with `Plan(...)`."""
+        plan = object.__new__(cls)
+        plan.__dict__.update(values)
+        return plan
+
     @cached_property
     def gpus(self) -> int:
         return prod(getattr(self, name) for name in GPU_AXES)

@@ -8,7 +8,9 @@ GPU count, is chosen apart among the divisors of dp·tp·cp and of the experts. 
 big clusters it checks one prototype per (degrees, mbs) first against the structural rules: each
 is monotone in the other fields (the prototype has v=1, zero=0, sp=false, 1F1B and tp innermost,
 the least constrained choice), so a failing prototype rejects all its variants with the same
-reasons. Framework rules are not monotone (torchtitan needs sp with tp) and are checked per plan.
+reasons. Framework rules are not monotone (torchtitan needs sp with tp) and are checked per variant, once
+for the variants that differ only in fields no rule reads (`RULE_BLIND`); the plans kept are built
+unchecked (`Plan.trusted`) from the space's validated values.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
+from itertools import product
 from typing import Iterable, Iterator
 
 from predictor.axes import AXES
@@ -102,8 +105,29 @@ def runnable_space(space: SpaceConfig, framework: Framework) -> SpaceConfig:
     return space.model_copy(update=changes)
 
 
-def _variants(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int], mbs: int) -> Iterator[Plan]:
-    """All plans of the space with these degrees; placements that map ranks identically are kept once."""
+# Plan fields that neither `plan_errors` nor any framework's rules read: candidates that differ only in them
+# have the same errors, so `enumerate_plans` checks one of each such group (tests/test_search_space.py fails
+# if a rule starts reading one).
+RULE_BLIND: tuple[str, ...] = ("recompute", "cp_comm")
+
+
+@dataclass(frozen=True)
+class _Options:
+    """The option values of the space at one set of degrees, in the candidates' loop order: zero, recompute,
+    then `read` (sp, schedule, v, placement, overlap), cp_comm innermost."""
+
+    zero: list[int]
+    recompute: list[str]
+    read: list[tuple[bool, str, int, str, str]]
+    cp_comm: list[str]
+
+    @property
+    def count(self) -> int:
+        return len(self.zero) * len(self.recompute) * len(self.read) * len(self.cp_comm)
+
+
+def _options(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int]) -> _Options:
+    """The options of the space at these degrees; placements that map ranks identically are kept once."""
     placements: list[str] = []
     seen: set[tuple[int, ...]] = set()
     for placement in space.placement:
@@ -117,22 +141,27 @@ def _variants(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int], m
     # parallelism only splits along a tensor-parallel group (plan_errors refuses sp=true with tp=1).
     cp_comms = space.cp_comm if degrees.get("cp", 1) > 1 else ["ring"]
     sps = space.sp if degrees["tp"] > 1 else [sp for sp in space.sp if not sp]
-    for zero in space.zero:
-        for recompute in space.recompute:
-            for sp in sps:
-                for schedule in space.schedule:
-                    if schedule == "interleaved":
-                        if pp == 1:
-                            continue  # Plan itself refuses interleaving without a pipeline
-                        vs = _virtual_stages(spec, space, pp)
-                    else:
-                        vs = [1]
-                    for v in vs:
-                        for placement in placements:
-                            for overlap in space.overlap:
-                                for cp_comm in cp_comms:
-                                    yield Plan(mbs=mbs, zero=zero, recompute=recompute, sp=sp, schedule=schedule, v=v,
-                                               placement=placement, overlap=overlap, cp_comm=cp_comm, **degrees)
+    timings: list[tuple[str, int]] = []
+    for schedule in space.schedule:
+        if schedule != "interleaved":
+            timings.append((schedule, 1))
+        elif pp > 1:  # Plan itself refuses interleaving without a pipeline
+            # checked once here, so that the enumerator may build its candidates unchecked (`Plan.trusted`)
+            timings += [(schedule, Plan(pp=pp, schedule=schedule, v=v).v) for v in _virtual_stages(spec, space, pp)]
+    read = [(sp, schedule, v, placement, overlap)
+            for sp, (schedule, v), placement, overlap in product(sps, timings, placements, space.overlap)]
+    return _Options(list(space.zero), list(space.recompute), read, list(cp_comms))
+
+
+def _variants(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int], mbs: int) -> Iterator[Plan]:
+    """All plans of the space with these degrees and micro-batch size."""
+    options = _options(spec, space, degrees)
+    for zero in options.zero:
+        for recompute in options.recompute:
+            for sp, schedule, v, placement, overlap in options.read:
+                for cp_comm in options.cp_comm:
+                    yield Plan(mbs=mbs, zero=zero, recompute=recompute, sp=sp, schedule=schedule, v=v,
+                               placement=placement, overlap=overlap, cp_comm=cp_comm, **degrees)
 
 
 def all_errors(plan: Plan, spec: WorkloadSpec, space: SpaceConfig) -> list[str]:
@@ -148,27 +177,47 @@ def candidates(spec: WorkloadSpec, space: SpaceConfig) -> Iterator[Plan]:
         yield from _variants(spec, space, degrees, mbs)
 
 
+def _add_variants(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, options: _Options,
+                  fixed: dict[str, int]) -> None:
+    """Check the candidates of `_variants` at the `fixed` degrees and micro-batch, one per RULE_BLIND group,
+    and add them to `result` in `_variants`' order: a group's errors count once per member, each in the order
+    its first member would have met it."""
+    if not options.recompute or not options.cp_comm:
+        return
+    framework = framework_of(spec)
+    repeats = len(options.recompute) * len(options.cp_comm)
+    blind = {"recompute": options.recompute[0], "cp_comm": options.cp_comm[0]}
+    for zero in options.zero:
+        valid: list[dict[str, object]] = []
+        for sp, schedule, v, placement, overlap in options.read:
+            values = {**fixed, "zero": zero, "sp": sp, "schedule": schedule, "v": v, "placement": placement,
+                      "overlap": overlap}
+            plan = Plan.trusted({**values, **blind})
+            errors = plan_errors(plan, spec, space.allow_cross_node_tp) + framework.errors(plan, spec)
+            if errors:
+                for reason in errors:
+                    result.rejected[reason] += repeats
+            else:
+                valid.append(values)
+        result.checked += repeats * len(options.read)
+        result.plans += [Plan.trusted({**values, "recompute": recompute, "cp_comm": cp_comm})
+                         for recompute in options.recompute for values in valid for cp_comm in options.cp_comm]
+
+
 def enumerate_plans(spec: WorkloadSpec, space: SpaceConfig) -> Enumeration:
     """The valid plans of `space` for `spec` that its framework runs, with rejection counts per reason."""
     result = Enumeration(plans=[], checked=0)
-    framework = framework_of(spec)
-    space = runnable_space(space, framework)
+    space = runnable_space(space, framework_of(spec))
     for degrees, mbs in _degrees(spec, space):
+        options = _options(spec, space, degrees)
         proto_errors = plan_errors(Plan(mbs=mbs, **degrees), spec, space.allow_cross_node_tp)
-        variants = _variants(spec, space, degrees, mbs)
         if proto_errors:
-            n = sum(1 for _ in variants)
+            n = options.count
             result.checked += n
             for reason in proto_errors:
                 result.rejected[reason] += n
             continue
-        for plan in variants:
-            result.checked += 1
-            errors = plan_errors(plan, spec, space.allow_cross_node_tp) + framework.errors(plan, spec)
-            if errors:
-                result.rejected.update(errors)
-            else:
-                result.plans.append(plan)
+        _add_variants(result, spec, space, options, {**degrees, "mbs": mbs})
     return result
 
 

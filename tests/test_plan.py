@@ -27,6 +27,13 @@ def test_parse_round_trip():
     assert Plan.parse("dp=2") == Plan(dp=2)
 
 
+def test_trusted_plan_is_the_checked_plan():
+    plan = Plan.parse("dp=16,tp=8,pp=8,mbs=2,zero=1,recompute=full,sp=true,schedule=interleaved,v=3,cp=2,ep=2")
+    trusted = Plan.trusted(dict(vars(plan)))
+    assert trusted == plan and hash(trusted) == hash(plan) and str(trusted) == str(plan)
+    assert trusted.gpus == plan.gpus and trusted.with_(v=2) == plan.with_(v=2)
+
+
 @pytest.mark.parametrize("text, message", [
     ("dp=two", "'dp' must be an integer"),
     ("dq=2", "unknown plan field 'dq'"),

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from predictor.plan import Plan
-from predictor.workload import SpecError, load_spec
+from predictor.frameworks import FRAMEWORKS
+from predictor.plan import Plan, plan_errors
+from predictor.workload import SpecError, load_spec, parse_spec
 from search_spaces import (
     TuneSpace, enumerate_plans, explain, load_space, narrow, preset_names, rejected, resolve_space,
 )
-from search_spaces.enumerate import all_errors, candidates
+from search_spaces.enumerate import RULE_BLIND, all_errors, candidates
 
 ROOT = Path(__file__).resolve().parents[1]
 GPT3 = load_spec(ROOT / "examples/gpt3-175b-a100x1024.yaml")
@@ -34,6 +37,8 @@ def test_enumeration_is_exactly_the_valid_candidates(spec, name) -> None:
     # The prototype pruning must not change the answer of checking every candidate one by one.
     brute = [p for p in candidates(spec, space) if not all_errors(p, spec, space)]
     assert result.plans == brute
+    names = {f.name for f in fields(Plan)}
+    assert all(names <= vars(p).keys() for p in result.plans)  # `Plan.trusted` got every field, none by default
     assert len(set(result.plans)) == len(result.plans) > 0
     assert result.checked == sum(1 for _ in candidates(spec, space))
     assert result.rejected_count == sum(1 for _ in rejected(spec, space))
@@ -44,6 +49,42 @@ def test_enumeration_is_exactly_the_valid_candidates(spec, name) -> None:
         assert m.num_blocks % (p.pp * p.v) == 0 or (m.num_blocks + 2) % (p.pp * p.v) == 0
         assert spec.training.global_batch % (p.dp * p.mbs) == 0
         assert p.group_span("tp") <= spec.cluster.gpus_per_node
+
+
+_READ: set[str] = set()
+_FIELDS = frozenset(f.name for f in fields(Plan))
+
+
+class _Watched(Plan):
+    """A plan that notes in _READ each of its fields something reads."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in _FIELDS:
+            _READ.add(name)
+        return super().__getattribute__(name)
+
+
+MIXTRAL = parse_spec({"model": {"preset": "mixtral-8x7b"}, "training": {"global_batch": 32, "precision": "bf16"},
+                      "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8}})
+
+
+@pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
+@pytest.mark.parametrize("spec", [BERT, MIXTRAL], ids=["bert", "mixtral"])
+def test_no_rule_reads_the_fields_the_enumerator_checks_once(spec, framework) -> None:
+    # enumerate_plans checks one candidate of those that differ only in RULE_BLIND fields: no rule may read them.
+    spec = spec.model_copy(update={"training": spec.training.model_copy(update={"framework": framework})})
+    space = narrow(load_space("full"), {"mbs": [1, 2]}, "full")
+    checked = 0
+    for plan in candidates(spec, space):
+        watched = _Watched(**{name: getattr(plan, name) for name in _FIELDS})
+        _READ.clear()
+        plan_errors(watched, spec, True)
+        plan_errors(watched, spec, False)
+        FRAMEWORKS[framework].errors(watched, spec)
+        assert not _READ & set(RULE_BLIND), f"a rule reads {_READ & set(RULE_BLIND)} of {plan}"
+        assert {"mbs", "sp", "overlap"} <= _READ  # the watch sees what the rules read
+        checked += 1
+    assert checked > 100
 
 
 def test_megatron_space_contains_the_paper_plan_and_only_its_axes() -> None:
