@@ -5,7 +5,7 @@ Ray Tune search, report files), sampling the memory of its whole process tree, t
 every valid plan of the same space in this process without Ray and checks that the top plan is
 the same. Prints one table row per run.
 
-    .venv/bin/python bench/plan_speed.py [SPEC] [--space NAME] [--runs N] [--predictor NAME]
+    .venv/bin/python bench/plan_speed.py [SPEC] [--space NAME] [--nodes LIST] [--runs N] [--predictor NAME]
 """
 
 from __future__ import annotations
@@ -37,10 +37,12 @@ def _sample(proc: psutil.Process, cpu: dict[int, float]) -> int:
     return total
 
 
-def run_once(spec: str, space: str | None, predictor: str, out: Path) -> dict:
+def run_once(spec: str, space: str | None, nodes: str | None, predictor: str, out: Path) -> dict:
     cmd = [str(ROOT / ".venv/bin/scaledl"), "plan", spec, "--out", str(out), "--predictor", predictor]
     if space:
         cmd += ["--space", space]
+    if nodes:
+        cmd += ["--nodes", nodes]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     ps, peak, cpu = psutil.Process(proc.pid), 0, {}
@@ -56,22 +58,33 @@ def run_once(spec: str, space: str | None, predictor: str, out: Path) -> dict:
     return {"wall_s": wall, "peak_rss_gib": peak / 2**30, "cpu_s": sum(cpu.values()), "report": report}
 
 
-def exhaustive_best(spec_path: str, space_name: str | None, predictor: str, limit_gib: float) -> tuple[str, int, float]:
-    """(best plan, plans, seconds) predicting every valid plan here as one table, without Ray or Tune."""
+def exhaustive_best(spec_path: str, space_name: str | None, nodes: str | None, predictor: str,
+                    limit_gib: float) -> tuple[str, int, float]:
+    """(best plan, plans, seconds) predicting every valid plan of every cluster size here, one table per size,
+    without Ray or Tune."""
     import numpy as np
 
+    from orchestrator.commands.plan import parse_nodes
+    from orchestrator.planning import sized_spec
     from predictor.graph_cache import graph_for
     from predictor.models.registry import load_predictor
+    from predictor.prediction_table import PredictionTable
     from predictor.workload import load_spec
     from search_spaces import enumerate_plans, resolve_space
 
     spec = load_spec(spec_path)
-    plans = enumerate_plans(spec, resolve_space(spec.search, space_name)[1]).plans
+    space = resolve_space(spec.search, space_name)[1]
     model, _ = load_predictor(predictor, spec.cluster.device)
     graph = graph_for(spec.model)
-    start = time.perf_counter()
-    table = model.predict_table(spec, graph, plans)
-    seconds = time.perf_counter() - start
+    plans, tables, seconds = [], [], 0.0
+    for size in parse_nodes(nodes) if nodes else [spec.cluster.nodes]:
+        sized = sized_spec(spec, size)
+        valid = enumerate_plans(sized, space).plans
+        start = time.perf_counter()
+        tables.append(model.predict_table(sized, graph, valid))
+        seconds += time.perf_counter() - start
+        plans += valid
+    table = PredictionTable.concatenate(tables)
     ok = np.flatnonzero(~(table.peak_memory_gib > limit_gib))
     fastest = ok[table.iter_time_s[ok] == table.iter_time_s[ok].min()]  # ties: less memory, then the plan's text
     return min((table.peak_memory_gib[i], str(plans[i])) for i in fastest)[1], len(plans), seconds
@@ -81,20 +94,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("spec", nargs="?", default="examples/gpt3-175b-a100x1024.yaml")
     parser.add_argument("--space")
+    parser.add_argument("--nodes", help="cluster sizes searched together, as `scaledl plan --nodes` takes them")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--predictor", default="auto")
     args = parser.parse_args()
     print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
-    print(f"{'run':>3} {'wall s':>7} {'cpu s':>6} {'ray+graph s':>11} {'search s':>8} {'plans':>6} {'plans/s':>8} "
+    print(f"{'run':>3} {'wall s':>7} {'cpu s':>6} {'ray+graph s':>11} {'search s':>8} {'plans':>7} {'plans/s':>8} "
           f"{'peak GiB':>8}  top plan")
     last = None
     for i in range(args.runs):
         with tempfile.TemporaryDirectory() as tmp:
-            r = run_once(args.spec, args.space, args.predictor, Path(tmp) / "out")
+            r = run_once(args.spec, args.space, args.nodes, args.predictor, Path(tmp) / "out")
         s = r["report"]["search"]
         top = r["report"]["ranked"][0]["plan"] if r["report"]["ranked"] else "-"
         print(f"{i + 1:>3} {r['wall_s']:>7.2f} {r['cpu_s']:>6.1f} {s['timings']['ray_init_s'] + s['timings']['graph_wait_s']:>11.2f} {s['search_s']:>8.2f} "
-              f"{s['evaluated_plans']:>6} {s['plans_per_s']:>8.0f} {r['peak_rss_gib']:>8.2f}  {top}")
+              f"{s['evaluated_plans']:>7} {s['plans_per_s']:>8.0f} {r['peak_rss_gib']:>8.2f}  {top}")
         # replicas_ready overlaps the search (Tune starts while the replicas load): not in the sum.
         sequential = sum(v for k, v in s["timings"].items() if k != "replicas_ready_s")
         print("     phases (s): " + ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in s["timings"].items())
@@ -105,9 +119,9 @@ def main() -> None:
               f"{s['plans_per_s_predicting']:.0f} plans/s")
         last = r["report"]
     assert last is not None
-    best, n, seconds = exhaustive_best(args.spec, args.space, args.predictor, last["device"]["memory_limit_gib"])
+    best, n, seconds = exhaustive_best(args.spec, args.space, args.nodes, args.predictor, last["device"]["memory_limit_gib"])
     same = last["ranked"] and last["ranked"][0]["plan"] == best
-    print(f"exhaustive in-process: {n} plans in {seconds:.2f} s ({n / seconds:.0f} plans/s, one predict_table call, no Ray); "
+    print(f"exhaustive in-process: {n} plans in {seconds:.2f} s ({n / seconds:.0f} plans/s, one predict_table call per cluster size, no Ray); "
           f"top plan {best}; scaledl plan agrees: {'yes' if same else 'NO'}")
     print(f"load average {os.getloadavg()[0]:.1f} at end")
     sys.exit(0 if same else 1)
