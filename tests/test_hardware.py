@@ -40,9 +40,10 @@ def test_cpu_is_measured_once_and_cached(tmp_path, monkeypatch):
     assert record["fingerprint"] == measure_device.fingerprint()
     ops = {op for op, *_ in record["collectives"]}
     assert ops == {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}
-    # in-step costs: a collective between computing ranks costs more than the idle link's α-β time
+    # in-step costs: a collective between computing ranks costs more than the idle link's α-β time; a send/recv's
+    # excess over the computation alone is a difference of two noisy means, 0 where it hides (seen on 2 cores)
     steps = record["step_costs"]
-    assert steps["collective_s"] > cpu.intra_node.latency and steps["p2p_s"] > 0 and steps["tp_linear_s"] > 0
+    assert steps["collective_s"] > cpu.intra_node.latency and steps["p2p_s"] >= 0 and steps["tp_linear_s"] > 0
     assert set(cpu.extra) == {"collective_call_s", "p2p_call_s", "tp_linear_s"}
     assert all(0 <= v < 0.1 for v in cpu.extra.values())
     # a fresh process (empty memo) reads the cache instead of measuring again: identical floats
