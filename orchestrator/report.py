@@ -94,12 +94,11 @@ def plan_metrics(iter_time_s: float, gpus: int, spec: WorkloadSpec, price: float
     with a price per GPU-hour, days and cost to train only with the run's tokens)."""
     t = iter_time_s
     tokens = tokens_per_iteration(spec)
-    days = goal.train_tokens / tokens * t / 86400 if goal.train_tokens else None
+    days, cost = _days_and_cost(t, gpus, spec, price, goal)
     return {"nodes": gpus // spec.cluster.gpus_per_node, "gpus": gpus, "tokens_per_s": tokens / t,
             "tokens_per_s_per_gpu": tokens / t / gpus, "days_per_1t_tokens": 1e12 / (tokens / t) / 86400,
             "cost_usd_per_iteration": price * gpus * t / 3600 if price is not None else None,
-            "days_to_train": days,
-            "cost_usd_to_train": price * gpus * days * 24 if price is not None and days is not None else None}
+            "days_to_train": days, "cost_usd_to_train": cost}
 
 
 def _measure(result: SearchResult, by: str) -> np.ndarray:
@@ -130,9 +129,9 @@ def rank(result: SearchResult, by: str = "time", price: float | None = None) -> 
     return order
 
 
-def _days_and_cost(t: np.ndarray, gpus: np.ndarray, spec: WorkloadSpec, price: float | None,
-                   goal: TrainingGoal) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Days and cost to train of plans taking `t` on `gpus` (as `plan_metrics` has them), or None where unknown."""
+def _days_and_cost(t: float | np.ndarray, gpus: int | np.ndarray, spec: WorkloadSpec, price: float | None,
+                   goal: TrainingGoal) -> tuple[Any, Any]:
+    """Days and cost to train of a plan (numbers) or plans (arrays) taking `t` on `gpus`, or None where unknown."""
     days = goal.train_tokens / tokens_per_iteration(spec) * t / 86400 if goal.train_tokens else None
     return days, price * gpus * days * 24 if price is not None and days is not None else None
 
