@@ -27,6 +27,15 @@ from predictor.prediction_table import PredictionTable
 from predictor.workload import WorkloadSpec
 
 
+def join_tables(tables: Sequence[PredictionTable]) -> PredictionTable:
+    """The rows of `tables` in order, as one table. Empty tables are left out (one made of no Predictions lacks a
+    vectorised predictor's extra columns, which `PredictionTable.concatenate` takes from the first)."""
+    rows = [t for t in tables if len(t)] or list(tables[:1])
+    if not rows:
+        return PredictionTable.from_predictions([])
+    return rows[0] if len(rows) == 1 else PredictionTable.concatenate(rows)
+
+
 @dataclass
 class Answers:
     """A batch of plans answered: `table` row k predicts the plan at position `rows[k]` of the batch (ascending),
@@ -42,8 +51,7 @@ class Answers:
         """One answer of (offset in the whole batch, answer of the positions from there) parts, positions ascending."""
         rows = np.concatenate([a.rows + offset for offset, a in parts])
         errors = dict(sorted((offset + i, e) for offset, a in parts for i, e in a.errors.items()))
-        tables = [a.table for _, a in parts if len(a.table)] or [parts[0][1].table]
-        table = tables[0] if len(tables) == 1 else PredictionTable.concatenate(tables)
+        table = join_tables([a.table for _, a in parts])
         order = np.argsort(rows, kind="stable")
         if np.any(order != np.arange(len(order))):
             table, rows = table.take(order), rows[order]
@@ -103,8 +111,7 @@ class PredictorReplica:
                     rows.append(i)
                 except Exception as err:  # noqa: BLE001 - recorded per plan, never crashes the search
                     errors[i] = f"prediction failed: {type(err).__name__}: {err}"
-            table = PredictionTable.concatenate(tables) if tables else PredictionTable.from_predictions([])
-            return Answers(table, np.asarray(rows, dtype=int), errors)
+            return Answers(join_tables(tables), np.asarray(rows, dtype=int), errors)
 
 
 # The most plans in one replica call: a vectorised predictor's arrays of a bigger batch outgrow the CPU's caches

@@ -33,7 +33,7 @@ import ray
 from ray import tune
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from orchestrator.replicas import ReplicaPool
+from orchestrator.replicas import ReplicaPool, join_tables
 from orchestrator.store import Batch, ResultStore, SearchError, memory_reason, prepare_store
 from predictor.plan import Plan
 from predictor.prediction import Prediction
@@ -296,20 +296,17 @@ def _collect(batches: dict[str, Batch], plans: list[Plan], limit_gib: float, cap
     if not stored:
         return SearchResult([], PredictionTable.from_predictions([]), limit_gib, capacity_gib, [], stats)
     members = np.concatenate([m for m, _ in stored])
+    offsets = np.cumsum([0] + [len(m) for m, _ in stored])  # of each batch in `members`
     predicted = np.zeros(len(members), dtype=bool)
-    offset = 0
-    for m, answers in stored:
-        predicted[offset + answers.rows] = True
-        offset += len(m)
+    for o, (_, answers) in zip(offsets, stored):
+        predicted[o + answers.rows] = True
     first = np.zeros(len(members), dtype=bool)
     first[np.unique(members, return_index=True)[1]] = True
-    tables = [a.table for _, a in stored if len(a.table)] or [stored[0][1].table]
-    table = PredictionTable.concatenate(tables) if len(tables) > 1 else tables[0]
+    table = join_tables([a.table for _, a in stored])
     keep = first[predicted]  # of the table's rows
     if not keep.all():
         table = table.take(np.flatnonzero(keep))
     index = members[predicted & first].tolist()
-    offsets = np.cumsum([0] + [len(m) for m, _ in stored])
     failed = [(plans[int(members[o + i])], error) for o, (_, a) in zip(offsets, stored) for i, error in a.errors.items()
               if first[o + i]]
     return SearchResult([plans[i] for i in index], table, limit_gib, capacity_gib, failed, stats)
