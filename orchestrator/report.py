@@ -295,6 +295,7 @@ def build_report(*, spec: WorkloadSpec, spec_path: str, device: Device, predicto
     explanation = explain(result, ranked, spec, limit_gib, by)
     infeasible = np.flatnonzero(result.infeasible)
     infeasible = infeasible[np.argsort(t[infeasible], kind="stable")]
+    fits = np.flatnonzero(~result.infeasible)
     winner = result.table.row(int(ranked[0])) if len(ranked) else None
     valid = Counter(p.gpus for p in enumeration.plans)
     prec = spec.training.precision
@@ -332,7 +333,8 @@ def build_report(*, spec: WorkloadSpec, spec_path: str, device: Device, predicto
         "caution": caution(winner),
         "launch": launch_settings(result.plans[ranked[0]], by_gpus.get(result.plans[ranked[0]].gpus, spec)) if len(ranked) else None,
         "_points": {  # for the plots only; dropped from report.json
-            "feasible": _memory_points(result, np.flatnonzero(~result.infeasible)),
+            "feasible": _memory_points(result, fits),
+            "front": _memory_points(result, fits[_front(result.table.peak_memory_gib[fits], t[fits])]),
             "infeasible": _memory_points(result, infeasible),
             "by_size": _cost_points(result, ranked, spec, goal, price),
         },
@@ -426,7 +428,8 @@ def _figures(report: dict[str, Any]) -> str:
     top = report["ranked"][: report["top_k"]]
     points = report["_points"]
     best = (top[0]["peak_memory_gib"], top[0]["iter_time_s"], f"best: {top[0]['plan']}") if top else None
-    parts = [plots.time_vs_memory(points["feasible"], points["infeasible"], report["device"]["memory_limit_gib"], best)]
+    parts = [plots.time_vs_memory(points["feasible"], points["infeasible"], points["front"],
+                                  report["device"]["memory_limit_gib"], best)]
     if top:
         ranking = report["ranking"]
         x, y, xlabel, ylabel = cost_axes(TrainingGoal(ranking["train_tokens"]), ranking["price_per_gpu_hour"])

@@ -188,7 +188,8 @@ def test_explanation_names_context_parallelism_and_what_the_framework_hides() ->
 
 
 def test_plot_points_read_as_tuples_with_their_labels() -> None:
-    """The plots get (x, y, label) points whose labels are formatted when read, as the eager tuples were."""
+    """The plots get (x, y, label) points whose labels are formatted when read, as the eager tuples were, and the
+    memory-time front found on the columns is the one `plots.pareto_front` finds on the points."""
     report, evs = report_for()
     fastest = min((e for e in evs if e.infeasible), key=lambda e: e.prediction.iter_time_s)
     x, y, label = report["_points"]["infeasible"][0]
@@ -200,3 +201,5 @@ def test_plot_points_read_as_tuples_with_their_labels() -> None:
     top = report["ranked"][0]
     assert name == f"{top['nodes']} nodes" and tuple(points[0])[:2] == (top["iter_time_s"], top["iter_time_s"] * 16 / 3600)
     assert points[0][2].startswith(f"{top['plan']}<br>2 nodes (16 GPUs): {top['iter_time_s']:.3f} s/iteration")
+    feasible = report["_points"]["feasible"]
+    assert [tuple(p) for p in report["_points"]["front"]] == [tuple(feasible[i]) for i in pareto_front(feasible)]
