@@ -236,7 +236,7 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
     batches, (predicted, predict_s), first_call = ray.get(store.all.remote())
     # The Tune run less its one-off start (the first trial's process boots Ray and imports Tune: ~1 s).
     running = ended - first_call if first_call is not None else None
-    result = _collect(batches, plans, limit_gib, capacity_gib, {})
+    result = _collect(batches, plans, limit_gib, capacity_gib)
     ray.kill(store)
     errors = [str(e).splitlines()[0] for e in grid.errors] if grid is not None and grid.num_errors else []
     evaluated = len(result.plans) + len(result.failed)
@@ -288,13 +288,12 @@ def _tune_config(space: TuneSpace, searcher: str, options: SearchOptions) -> tun
     return tune.TuneConfig(search_alg=algo, num_samples=trials, **common)
 
 
-def _collect(batches: dict[str, Batch], plans: list[Plan], limit_gib: float, capacity_gib: float,
-             stats: dict[str, Any]) -> SearchResult:
+def _collect(batches: dict[str, Batch], plans: list[Plan], limit_gib: float, capacity_gib: float) -> SearchResult:
     """Stored answers (by index into the search's valid plans) as one result, each plan once (Optuna may revisit a
     group), in the order stored."""
     stored = list(batches.values())
     if not stored:
-        return SearchResult([], PredictionTable.from_predictions([]), limit_gib, capacity_gib, [], stats)
+        return SearchResult([], PredictionTable.from_predictions([]), limit_gib, capacity_gib)
     members = np.concatenate([m for m, _ in stored])
     offsets = np.cumsum([0] + [len(m) for m, _ in stored])  # of each batch in `members`
     predicted = np.zeros(len(members), dtype=bool)
@@ -309,4 +308,4 @@ def _collect(batches: dict[str, Batch], plans: list[Plan], limit_gib: float, cap
     index = members[predicted & first].tolist()
     failed = [(plans[int(members[o + i])], error) for o, (_, a) in zip(offsets, stored) for i, error in a.errors.items()
               if first[o + i]]
-    return SearchResult([plans[i] for i in index], table, limit_gib, capacity_gib, failed, stats)
+    return SearchResult([plans[i] for i in index], table, limit_gib, capacity_gib, failed)

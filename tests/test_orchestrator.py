@@ -181,7 +181,7 @@ def test_a_failing_plan_costs_only_its_own_answer_and_answers_stay_in_order() ->
     head = answers.rows < 10  # the same first ten plans again (Optuna revisiting them): their first answers are kept
     again = Answers(answers.table.take(np.flatnonzero(head)), answers.rows[head], {i: e for i, e in answers.errors.items() if i < 10})
     batches = {"b": (np.arange(len(plans)), answers), "again": (np.arange(10), again)}
-    result = _collect(batches, plans, 1e9, 1e9, {})
+    result = _collect(batches, plans, 1e9, 1e9)
     assert [str(p) for p in result.plans] == [str(plans[i]) for i in answers.rows.tolist()]
     assert [str(p) for p, _ in result.failed] == [str(plans[i]) for i in bad]
     assert len(result.table) == len(result.plans) and result.evaluated[0].prediction == answers.table.row(0)
