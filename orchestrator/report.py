@@ -404,11 +404,16 @@ def _cost_points(result: SearchResult, ranked: np.ndarray, spec: WorkloadSpec, g
     return out
 
 
-def _point_text(r: dict[str, Any]) -> str:
-    """A plan's size, time and cost in a hover label."""
+def _train_text(r: dict[str, Any]) -> str:
+    """`, N days, $C` of a plan's days and cost to train, each left out where unknown."""
     days = f", {r['days_to_train']:.1f} days" if r["days_to_train"] is not None else ""
     cost = f", ${r['cost_usd_to_train']:,.0f}" if r["cost_usd_to_train"] is not None else ""
-    return f"{r['nodes']} nodes ({r['gpus']} GPUs): {r['iter_time_s']:.3f} s/iteration{days}{cost}"
+    return days + cost
+
+
+def _point_text(r: dict[str, Any]) -> str:
+    """A plan's size, time and cost in a hover label."""
+    return f"{r['nodes']} nodes ({r['gpus']} GPUs): {r['iter_time_s']:.3f} s/iteration{_train_text(r)}"
 
 
 def _atomic(path: Path, data: bytes | str) -> None:
@@ -537,10 +542,8 @@ def pareto_intro(report: dict[str, Any]) -> str:
 
 def front_line(r: dict[str, Any]) -> str:
     """One Pareto plan in words."""
-    days = f", {r['days_to_train']:.1f} days" if r["days_to_train"] is not None else ""
-    cost = f", ${r['cost_usd_to_train']:,.0f}" if r["cost_usd_to_train"] is not None else ""
     return (f"{r['nodes']} nodes ({r['gpus']} GPUs): `{r['plan']}`, {r['iter_time_s']:.3f} s/iteration, "
-            f"{r['gpu_hours_per_iteration']:.2f} GPU-h/iteration{days}{cost}")
+            f"{r['gpu_hours_per_iteration']:.2f} GPU-h/iteration{_train_text(r)}")
 
 
 def _html_table(header: list[str], rows: list[list[str]], table_id: str = "") -> str:
