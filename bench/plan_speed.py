@@ -66,9 +66,9 @@ def exhaustive_best(spec_path: str, space_name: str | None, nodes: str | None, p
 
     from orchestrator.commands.plan import parse_nodes
     from orchestrator.planning import sized_spec
+    from orchestrator.replicas import join_tables
     from predictor.graph_cache import graph_for
     from predictor.models.registry import load_predictor
-    from predictor.prediction_table import PredictionTable
     from predictor.workload import load_spec
     from search_spaces import enumerate_plans, resolve_space
 
@@ -84,7 +84,7 @@ def exhaustive_best(spec_path: str, space_name: str | None, nodes: str | None, p
         tables.append(model.predict_table(sized, graph, valid))
         seconds += time.perf_counter() - start
         plans += valid
-    table = PredictionTable.concatenate(tables)
+    table = join_tables(tables)  # a size with no valid plan answers an empty table, which may lack the extra columns
     ok = np.flatnonzero(~(table.peak_memory_gib > limit_gib))
     fastest = ok[table.iter_time_s[ok] == table.iter_time_s[ok].min()]  # ties: less memory, then the plan's text
     return min((table.peak_memory_gib[i], str(plans[i])) for i in fastest)[1], len(plans), seconds
