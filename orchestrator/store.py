@@ -52,17 +52,19 @@ class ResultStore:
             self.first_call = time.time()
         return self.summaries.get(key)
 
-    def add(self, key: str, plans: np.ndarray, answers: Answers, seconds: float) -> dict[str, Any]:
-        self.predicted = (self.predicted[0] + len(plans), self.predicted[1] + seconds)
-        _atomic_write(self.dir / f"{key}.pkl", pickle.dumps((plans, answers), protocol=pickle.HIGHEST_PROTOCOL))
-        self.batches[key] = (plans, answers)
-        self.summaries[key] = self._summary(plans, answers)
+    def add(self, key: str, members: np.ndarray, answers: Answers, seconds: float) -> dict[str, Any]:
+        """Keep and persist (one atomic file) a trial's batch: `members`, the indices of its plans in the search's
+        valid plans, and their answers, predicted in `seconds`; its summary."""
+        self.predicted = (self.predicted[0] + len(members), self.predicted[1] + seconds)
+        _atomic_write(self.dir / f"{key}.pkl", pickle.dumps((members, answers), protocol=pickle.HIGHEST_PROTOCOL))
+        self.batches[key] = (members, answers)
+        self.summaries[key] = self._summary(members, answers)
         return self.summaries[key]
 
     def all(self) -> tuple[dict[str, Batch], tuple[int, float], float | None]:
         return self.batches, self.predicted, self.first_call
 
-    def _summary(self, plans: np.ndarray, answers: Answers) -> dict[str, Any]:
+    def _summary(self, members: np.ndarray, answers: Answers) -> dict[str, Any]:
         """The trial's metric: best feasible time; without one, a penalty growing with the memory overflow."""
         peak = answers.table.peak_memory_gib
         feasible = ~(peak > self.limit_gib)
@@ -72,7 +74,7 @@ class ResultStore:
             score = 1e6 * float(peak.min()) / self.limit_gib
         else:
             score = 1e12
-        return {"score": score, "plans": len(plans), "feasible": int(feasible.sum()), "errors": len(answers.errors)}
+        return {"score": score, "plans": len(members), "feasible": int(feasible.sum()), "errors": len(answers.errors)}
 
 
 def prepare_store(directory: Path, fingerprint: str, resume: bool) -> None:
