@@ -86,6 +86,8 @@ def exhaustive_best(spec_path: str, space_name: str | None, nodes: str | None, p
         plans += valid
     table = join_tables(tables)  # a size with no valid plan answers an empty table, which may lack the extra columns
     ok = np.flatnonzero(~(table.peak_memory_gib > limit_gib))
+    if not len(ok):
+        return "-", len(plans), seconds  # nothing fits: as the report's ranking shows it
     fastest = ok[table.iter_time_s[ok] == table.iter_time_s[ok].min()]  # ties: less memory, then the plan's text
     return min((table.peak_memory_gib[i], str(plans[i])) for i in fastest)[1], len(plans), seconds
 
@@ -120,7 +122,7 @@ def main() -> None:
         last = r["report"]
     assert last is not None
     best, n, seconds = exhaustive_best(args.spec, args.space, args.nodes, args.predictor, last["device"]["memory_limit_gib"])
-    same = last["ranked"] and last["ranked"][0]["plan"] == best
+    same = (last["ranked"][0]["plan"] if last["ranked"] else "-") == best
     print(f"exhaustive in-process: {n} plans in {seconds:.2f} s ({n / seconds:.0f} plans/s, one predict_table call per cluster size, no Ray); "
           f"top plan {best}; scaledl plan agrees: {'yes' if same else 'NO'}")
     print(f"load average {os.getloadavg()[0]:.1f} at end")
