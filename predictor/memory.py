@@ -103,18 +103,6 @@ def stage_params(layout: Layout) -> tuple[np.ndarray, np.ndarray]:
     return counts @ nodes.params, counts @ (nodes.params * nodes.experts)
 
 
-def memory_per_stage(spec: WorkloadSpec, layout: Layout, fused_attention: bool = False,
-                     imbalance: float = 1.0) -> dict[str, np.ndarray]:
-    """Bytes per MEMORY_PARTS entry for one rank of each pipeline stage (`imbalance`: the busiest expert
-    rank's tokens over the balanced share, which sizes the dispatch buffers)."""
-    weights, grads, opt = model_state_bytes(spec, layout)
-    psi = stage_params(layout)[0]
-    return {"weights": weights, "gradients": grads, "optimizer": opt,
-            "activations": activation_bytes(layout, fused_attention=fused_attention, kv_share=kv_share(spec)),
-            "buffers": buffer_bytes(layout, psi, imbalance),
-            "runtime": np.zeros_like(psi, dtype=float)}  # not modelled: learned where peaks are measured
-
-
 def kv_share(spec: WorkloadSpec) -> float:
     """K and V heads over query heads (grouped-query attention saves K and V at that share of Q's size)."""
     m = spec.model
@@ -162,9 +150,3 @@ def _buffers(layout: Layout, psi: np.ndarray) -> np.ndarray:
     tp_buf = 2 * full_act if plan.tp > 1 else 0.0
     pp_buf = 2 * layout.p2p_elems * layout.act_bytes if plan.pp > 1 else 0.0
     return dp_buf + tp_buf + pp_buf
-
-
-def peak(parts: dict[str, np.ndarray]) -> tuple[np.ndarray, int]:
-    """Total bytes per stage and the index of the stage with the peak."""
-    total = sum(parts.values())
-    return total, int(np.argmax(total))

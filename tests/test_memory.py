@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from predictor.device_resolver import get_device
-from predictor.memory import activation_bytes, in_flight, memory_per_stage
+from predictor.memory import activation_bytes, in_flight, model_state_bytes
 from predictor.parallel import apply_plan
 from predictor.plan import Plan
 from predictor.workload import parse_spec
@@ -73,8 +73,8 @@ def test_micro_batches_in_flight_per_schedule():
 def _states(plan: Plan, optimizer="adam", precision="bf16"):
     spec = _spec(4, optimizer=optimizer, precision=precision)
     g = gpt_graph(H, A, S, 4, V)
-    parts = memory_per_stage(spec, apply_plan(spec, g, plan, A100))
-    return g.params, {k: float(parts[k][0]) for k in ("weights", "gradients", "optimizer")}
+    parts = model_state_bytes(spec, apply_plan(spec, g, plan, A100))
+    return g.params, dict(zip(("weights", "gradients", "optimizer"), (float(x[0]) for x in parts)))
 
 
 @pytest.mark.parametrize("zero, expect", [
@@ -97,8 +97,8 @@ def test_optimizer_state_sgd_and_fp32():
 
 def test_tp_and_pp_divide_model_states():
     spec, g = _spec(4), gpt_graph(H, A, S, 4, V)
-    whole = memory_per_stage(spec, apply_plan(spec, g, Plan(dp=8), A100))["weights"][0]
-    tp = memory_per_stage(spec, apply_plan(spec, g, Plan(dp=2, tp=4), A100))["weights"][0]
+    whole = model_state_bytes(spec, apply_plan(spec, g, Plan(dp=8), A100))[0][0]
+    tp = model_state_bytes(spec, apply_plan(spec, g, Plan(dp=2, tp=4), A100))[0][0]
     assert tp == pytest.approx(whole / 4, rel=0.02)  # layernorm and position embedding stay replicated
-    pp = memory_per_stage(spec, apply_plan(spec, g, Plan(dp=4, pp=2), A100))["weights"]
+    pp = model_state_bytes(spec, apply_plan(spec, g, Plan(dp=4, pp=2), A100))[0]
     assert np.sum(pp) == pytest.approx(whole)
