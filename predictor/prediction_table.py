@@ -143,3 +143,12 @@ def _segments(offsets: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.nd
     lengths = offsets[index + 1] - offsets[index]
     new = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     return np.repeat(offsets[index] - new[:-1], lengths) + np.arange(new[-1]), new
+
+
+def row_sums(x: np.ndarray) -> np.ndarray:
+    """Each row's sum, added left to right as `sum()` adds one Prediction's parts (numpy's pairwise sum rounds
+    otherwise), so a plan's total does not depend on the batch around it."""
+    total = x[:, 0].copy()
+    for j in range(1, x.shape[1]):
+        total += x[:, j]
+    return total

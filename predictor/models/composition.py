@@ -21,7 +21,7 @@ from predictor.models.layerwise import LayerwiseModel
 from predictor.models.records import LayerKey, layer_key
 from predictor.plan import Plan
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
-from predictor.prediction_table import PredictionTable
+from predictor.prediction_table import PredictionTable, row_sums
 from predictor.workload import WorkloadSpec
 
 COMM_PARTS = ("dp_comm", "tp_comm", "cp_comm", "pp_p2p")
@@ -114,9 +114,7 @@ def corrected(comp: Composed, factors: np.ndarray, mem_ratio: np.ndarray) -> Pre
     at_peak = ana.mfu * ana.iter_time_s
     bounded = bd[:, _COMPUTE] < at_peak
     bd[:, _COMPUTE] = np.where(bounded, at_peak, bd[:, _COMPUTE])
-    total = bd[:, 0].copy()
-    for j in range(1, len(TIME_PARTS)):
-        total += bd[:, j]
+    total = row_sums(bd)
     speedup = np.where(total > 0, ana.iter_time_s / np.where(total > 0, total, 1.0), 1.0)
     per_stage, parts = corrected_memory(ana.peak_memory_gib, ana.stage_memory_gib, ana.stage_offsets, ana.memory_breakdown,
                                         mem_ratio)

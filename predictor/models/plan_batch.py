@@ -27,7 +27,7 @@ from predictor.models.stage_costs import (compute_parts, cp_stage_time, dp_time,
 from predictor.parallel import Layout, apply_plan, expert_groups, group_of
 from predictor.plan import Plan, nvlink_domain
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
-from predictor.prediction_table import PredictionTable
+from predictor.prediction_table import PredictionTable, row_sums
 from predictor.workload import WorkloadSpec
 
 _OVERLAP_KINDS: tuple[str, ...] = ("tp", "ep", "dp", "param", "pp")
@@ -279,13 +279,12 @@ class PlanPieces:
                  "tp_comm": tp_comm - h_tp, "cp_comm": cp_comm - h_cp, "ep_comm": ep_comm - h_ep,
                  "dp_comm": grad_sync + param_gather - h_grad - h_param, "pp_bubble": bubble, "pp_p2p": pp_p2p - h_pp,
                  "optimizer": optimizer}
-        iter_time = parts[TIME_PARTS[0]].copy()
-        for k in TIME_PARTS[1:]:
-            iter_time += parts[k]
+        breakdown = np.stack([parts[k] for k in TIME_PARTS], axis=1)
+        iter_time = row_sums(breakdown)
         model_flops = (graph.fwd_flops + graph.bwd_flops) * spec.training.global_batch
         tflops = model_flops / iter_time / gpus / 1e12
         return PredictionTable(
-            iter_time_s=iter_time, breakdown=np.stack([parts[k] for k in TIME_PARTS], axis=1),
+            iter_time_s=iter_time, breakdown=breakdown,
             peak_memory_gib=peak_gib, stage_memory_gib=stage_gib, stage_offsets=offsets, memory_breakdown=memory_parts,
             tflops_per_gpu=tflops, mfu=tflops * 1e12 / self.device.flops(spec.training.precision), hidden=hide.T.copy(),
             extra={"kernel_compute_s": m * kern_s},  # compute without the host: < compute when host-bound
@@ -308,7 +307,7 @@ class PlanPieces:
             return np.take_along_axis(x, s, axis=1)[:, 0]
 
         return np.stack([at_s(fwd), at_s(bwd), at_s(tp), at_s(cp), at_s(ep), at_s(attention), at_s(t_f + t_b),
-                         _row_sums(per_mb) - at_s(per_mb)])
+                         row_sums(per_mb) - at_s(per_mb)])
 
     def _peak_memory(self, index: np.ndarray, mbs: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Of plans with `depth` pipeline stages: GiB per stage, the peak GiB and the peak rank's MEMORY_PARTS GiB."""
@@ -323,10 +322,3 @@ class PlanPieces:
                          + [np.zeros(len(top))], axis=1) / GIB
         return total / GIB, np.take_along_axis(total, top, axis=1)[:, 0] / GIB, parts
 
-
-def _row_sums(x: np.ndarray) -> np.ndarray:
-    """Each row's sum, added left to right (a plan's sum does not depend on the batch's widest pipeline)."""
-    total = x[:, 0].copy()
-    for j in range(1, x.shape[1]):
-        total += x[:, j]
-    return total
