@@ -273,24 +273,40 @@ def group_of(plan: Plan, axes: str | tuple[str, ...], domain: int, device: Devic
     return Group(n_intra, n_inter, device.intra_node, device.inter_node, ops)
 
 
+@dataclass(frozen=True)
+class PlanGroups:
+    """The communication groups of a plan's rank order on NVLink domains, and whether pipeline neighbours sit
+    in different domains: what depends on the degrees and the placement alone."""
+
+    tp: Group
+    dp: Group  # the gradient-sync group: dp·cp ranks
+    cp: Group
+    ep: Group
+    edp: Group
+    pp_link_inter: bool
+
+
+def plan_groups(plan: Plan, domain: int, device: Device) -> PlanGroups:
+    """The groups of `plan` on NVLink domains of `domain` GPUs."""
+    ep, edp = expert_groups(plan, domain, device)
+    return PlanGroups(tp=group_of(plan, "tp", domain, device), dp=group_of(plan, ("dp", "cp"), domain, device),
+                      cp=group_of(plan, "cp", domain, device), ep=ep, edp=edp,
+                      pp_link_inter=plan.pp > 1 and plan.group_span("pp") > domain)
+
+
 def apply_plan(spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device) -> Layout:
     """Everything a predictor needs about `plan` on `graph` (assumes plan_errors(plan, spec) is empty)."""
     m = spec.model
     nodes = shard_nodes(graph, plan.tp, plan.sp, m.heads, plan.cp, plan.ep)
     counts, blocks = stage_counts(graph, plan.pp, plan.v)
-    domain = nvlink_domain(spec)
     prec = spec.training.precision
     hidden = m.hidden or 0
     p2p = graph.tokens * hidden * plan.mbs / (plan.tp if plan.sp else 1) / plan.cp
-    ep_group, edp_group = expert_groups(plan, domain, device)
+    groups = plan_groups(plan, nvlink_domain(spec), device)
     return Layout(
         plan=plan, nodes=nodes, stage_counts=counts, blocks_per_stage=blocks,
         microbatches=plan.microbatches(spec.training.global_batch), tokens=graph.tokens,
-        tp_group=group_of(plan, "tp", domain, device),
-        dp_group=group_of(plan, ("dp", "cp"), domain, device),
-        cp_group=group_of(plan, "cp", domain, device),
-        ep_group=ep_group, edp_group=edp_group,
-        pp_link_inter=plan.pp > 1 and plan.group_span("pp") > domain,
-        p2p_elems=p2p,
+        tp_group=groups.tp, dp_group=groups.dp, cp_group=groups.cp, ep_group=groups.ep, edp_group=groups.edp,
+        pp_link_inter=groups.pp_link_inter, p2p_elems=p2p,
         act_bytes=BYTES[prec], param_bytes=BYTES[prec], grad_bytes=BYTES[prec],
     )

@@ -24,7 +24,7 @@ from predictor.memory import GIB, buffer_bytes, in_flight, kv_share, model_state
 from predictor.models.roofline import AnalyticalConfig, call_costs, fused_attention
 from predictor.models.stage_costs import (compute_parts, cp_stage_time, dp_time, ep_stage_time, optimizer_time,
                                           p2p_time, tp_stage_time)
-from predictor.parallel import Layout, apply_plan, expert_groups, group_of
+from predictor.parallel import Layout, apply_plan, plan_groups
 from predictor.plan import Plan, nvlink_domain
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
 from predictor.prediction_table import PredictionTable, row_sums
@@ -126,11 +126,9 @@ class PlanPieces:
 
     def _groups(self, plan: Plan, key: tuple) -> tuple[int, int, int, int, int, bool]:
         """(tp, cp, dp·cp, expert-dp, ep group ids, whether pipeline neighbours sit in different NVLink domains)."""
-        d, dev = self.domain, self.device
-        ep, edp = expert_groups(plan, d, dev)
-        ids = (self._group_id(group_of(plan, "tp", d, dev)), self._group_id(group_of(plan, "cp", d, dev)),
-               self._group_id(group_of(plan, ("dp", "cp"), d, dev)), self._group_id(edp), self._group_id(ep),
-               plan.pp > 1 and plan.group_span("pp") > d)
+        g = plan_groups(plan, self.domain, self.device)
+        ids = (self._group_id(g.tp), self._group_id(g.cp), self._group_id(g.dp), self._group_id(g.edp),
+               self._group_id(g.ep), g.pp_link_inter)
         self.groups[key] = ids
         return ids
 
