@@ -1,0 +1,231 @@
+"""Per-rank memory of each pipeline stage as a framework allocates it: allocated peak, reserved, runtime, fit.
+
+`rank_memory` composes, per pipeline stage, from `MemoryFacts` (the framework), `Levers` (what the run recomputes,
+offloads or shrinks) and the plan's layout:
+- weights, gradients, optimizer state: the framework's buffers under the plan's ZeRO stage (dense parameters over
+  dp·cp, routed experts over the expert-data-parallel group);
+- activations: the saved tensors of `predictor.memory.saved` for each layer the stage holds, times the micro-batches
+  in flight under the schedule, with the last stage's loss tensors;
+- working set: what exists only while one layer (or the loss, or a recomputed layer) runs backward;
+- buffers: pipeline send/recv, MoE dispatch, GEMM workspaces, a gradient bucket;
+- allocated = the sum at the peak; reserved = allocated · (1 + fragmentation); runtime = CUDA context + NCCL
+  communicators, outside the allocator. A plan fits when reserved + runtime <= capacity - headroom.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from predictor.layer_graph import LayerGraph
+from predictor.memory import in_flight, saved_per_sample, kv_share, stage_params
+from predictor.memory.facts import GIB, MemoryFacts
+from predictor.memory.levers import Levers
+from predictor.memory.saved import (A, Dims, Saved, backward_working, kept, layer_tensors, loss_tensors, loss_working)
+from predictor.parallel import Layout
+from predictor.workload import WorkloadSpec
+
+PARTS: tuple[str, ...] = ("weights", "grads", "optimizer", "activations", "working", "buffers")
+# Bytes per linear parameter of the FP8 weight copies Transformer Engine keeps beside a BF16 weight (weight and
+# transpose; MXFP8: row- and column-wise with E8M0 scales per 32), and of NVFP4's (4-bit with E4M3 per 16).
+FP8_COPY_BYTES: dict[str, float] = {"cs": 2.0, "mx": 2 * (1 + 1 / 32), "fp4": 2 * (0.5 + 1 / 16)}
+
+
+@dataclass
+class RankMemory:
+    """Bytes per pipeline stage (arrays of length pp) of each part, and the run's fit on its device."""
+
+    parts: dict[str, np.ndarray]
+    activations_by_module: list[dict[str, float]]  # per stage: bytes of the saved tensors each lever could act on
+    runtime: float
+    fragmentation: float
+    capacity: float
+    headroom: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def allocated(self) -> np.ndarray:
+        return sum(self.parts[p] for p in PARTS)
+
+    @property
+    def reserved(self) -> np.ndarray:
+        return self.allocated * (1 + self.fragmentation)
+
+    @property
+    def peak_stage(self) -> int:
+        return int(np.argmax(self.reserved))
+
+    @property
+    def peak_allocated(self) -> float:
+        return float(self.allocated.max())
+
+    @property
+    def peak_reserved(self) -> float:
+        return float(self.reserved.max())
+
+    @property
+    def used(self) -> float:
+        """What the device holds at the peak: reserved memory plus the runtime's."""
+        return self.peak_reserved + self.runtime
+
+    @property
+    def fits(self) -> bool:
+        return self.used <= self.capacity - self.headroom
+
+    def gib(self, stage: int | None = None) -> dict[str, float]:
+        """The parts of one stage (default: the peak's) in GiB, with allocated, reserved and runtime."""
+        s = self.peak_stage if stage is None else stage
+        out = {p: float(self.parts[p][s]) / GIB for p in PARTS}
+        out.update(allocated=float(self.allocated[s]) / GIB, reserved=float(self.reserved[s]) / GIB,
+                   runtime=self.runtime / GIB)
+        return out
+
+
+def _layers_per_stage(graph: LayerGraph, layout: Layout, moe_model: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(dense layers, MoE layers) each pipeline rank holds: its attention nodes, a MoE model's 'dense:' ones dense."""
+    att = np.array([n.kind == "attention" and n.group != "post" for n in graph.nodes])
+    dense_named = np.array([n.name.startswith("dense:") for n in graph.nodes])
+    counts = layout.stage_counts
+    if not moe_model:
+        return counts[:, att].sum(axis=1), np.zeros(len(counts))
+    return counts[:, att & dense_named].sum(axis=1), counts[:, att & ~dense_named].sum(axis=1)
+
+
+def _bytes(tensors: list[Saved]) -> float:
+    return float(sum(s.per_token for s in tensors))
+
+
+def _by_module(tensors: list[Saved], scale: float, into: dict[str, float]) -> None:
+    for s in tensors:
+        for module in filter(None, s.recompute.split("+") + [s.offload]):
+            into[module] = into.get(module, 0.0) + s.per_token * scale
+
+
+def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: MemoryFacts,
+                 levers: Levers) -> tuple[np.ndarray, np.ndarray, list[dict[str, float]]]:
+    """(saved activation bytes, backward working bytes, bytes per lever module) per pipeline stage."""
+    plan = layout.plan
+    tokens = layout.tokens / plan.cp * plan.mbs  # tokens of one micro-batch on one rank (before tp's sequence split)
+    flight = in_flight(layout)
+    if facts.saved == "graph":  # eager modules: the layer graph's per-node saved elements
+        keep, one_block = saved_per_sample(layout, "full" if levers.full else ("selective" if levers.recompute
+                                           else "none"), facts.saved != "graph", kv_share(spec))
+        acts = keep * plan.mbs * flight
+        return acts, np.full_like(acts, one_block * plan.mbs), [{} for _ in acts]
+    d = Dims.of(spec.model, plan.tp, plan.sp, spec.training.precision, levers.fp8_format)
+    dense, moe = _layers_per_stage(graph, layout, spec.model.is_moe)
+    acts, working, modules = np.zeros(plan.pp), np.zeros(plan.pp), []
+    chunks = plan.v  # Megatron counts recompute_layers per model chunk
+    for s in range(plan.pp):
+        per_module: dict[str, float] = {}
+        remaining = {"full": int(levers.recompute_layers if levers.recompute_layers is not None else 10**9) * chunks,
+                     "offload": levers.offload_layers}
+        peak_working = 0.0
+        for is_moe, n_layers in ((False, dense[s]), (True, moe[s])):
+            n = float(n_layers)
+            if n <= 0:
+                continue
+            full = layer_tensors(d, facts, is_moe)
+            left = kept(full, levers.recompute, levers.offload)
+            recomputed = min(n, remaining["full"]) if levers.full else 0.0
+            remaining["full"] -= recomputed
+            offloaded = min(n - recomputed, remaining["offload"])
+            remaining["offload"] -= offloaded
+            normal = n - recomputed - offloaded
+            layer_in = full[0].per_token  # a recomputed layer keeps its input
+            per_layer = normal * _bytes(left) + recomputed * layer_in
+            acts[s] += per_layer * tokens * flight[s]
+            _by_module(left, normal * tokens * flight[s], per_module)
+            one = backward_working(d, is_moe) + (_bytes(full) if recomputed else 0.0)
+            if offloaded:  # double-buffered host copies: one layer's tensors in flight to or from the host
+                one += _bytes(left)
+            peak_working = max(peak_working, one * tokens)
+        if s == plan.pp - 1:
+            loss = loss_tensors(d, facts, levers.te_cross_entropy) * max(1, spec.model.mtp_layers + 1)
+            acts[s] += _bytes(loss) * tokens * flight[s]
+            peak_working = max(peak_working, loss_working(d, facts, levers.te_cross_entropy) * tokens)
+        working[s] = peak_working
+        modules.append(per_module)
+    return acts, working, modules
+
+
+def _largest_layer_params(layout: Layout) -> float:
+    counts = layout.stage_counts
+    blocks = np.maximum(layout.blocks_per_stage, 1.0)
+    per_block = (counts * layout.nodes.params)[:, layout.nodes.repeated].sum(axis=1) / blocks
+    return float(per_block.max(initial=0.0))
+
+
+def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Levers
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(weights, gradients, optimizer) bytes per pipeline stage."""
+    plan, t = layout.plan, spec.training
+    psi, psi_exp = stage_params(layout)
+    dense_dp, exp_dp = layout.dp_group.size, layout.edp_group.size
+
+    def shard(stage: int) -> np.ndarray:
+        """Parameters per rank once ZeRO `stage` shards them (dense over dp·cp, experts over expert-dp)."""
+        return psi if plan.zero < stage else (psi - psi_exp) / dense_dp + psi_exp / exp_dp
+
+    gemm = (layout.nodes.kind == "linear") & (layout.nodes.group != "post") & (layout.nodes.group != "pre")
+    gemm_params = layout.stage_counts @ (layout.nodes.params * (gemm | layout.nodes.experts))
+    low = t.precision in ("fp8", "fp4")
+    copy = FP8_COPY_BYTES["fp4" if t.precision == "fp4" else levers.fp8_format] if low else 0.0
+    largest = _largest_layer_params(layout)
+    param_bytes = 4.0 if t.precision == "fp32" else 2.0
+    grad_bytes = 2.0 if levers.bf16_grads else facts.grad_bytes
+    if facts.framework == "torchtitan":
+        # FSDP2: the sharded parameter is the fp32 master; zero=2 keeps the gathered bf16 parameters after forward,
+        # and a pipeline defers the reduce-scatter, accumulating unsharded fp32 gradients over the micro-batches.
+        if plan.zero == 0:
+            return psi * 4.0 + gemm_params * copy, psi * grad_bytes, psi * 2 * facts.moment_bytes
+        sharded = shard(2)
+        unsharded_p = psi * param_bytes if plan.zero == 2 else 2 * largest * param_bytes
+        unsharded_g = psi * grad_bytes if plan.pp > 1 else largest * grad_bytes
+        moments = (2.0 if levers.bf16_moments else facts.moment_bytes) * 2
+        return (sharded * 4.0 + unsharded_p + gemm_params * copy, sharded * grad_bytes + unsharded_g,
+                sharded * moments * (1 - levers.optimizer_offload))
+    if low and levers.fp8_param_gather:  # the param buffer holds FP8 weights (and their transposes), no BF16 copy
+        weights = (psi - gemm_params) * param_bytes + gemm_params * copy
+    else:
+        weights = psi * param_bytes + gemm_params * copy
+    if plan.zero >= 3:
+        weights = weights * shard(3) / np.maximum(psi, 1.0) + (2 * largest + facts.prefetch_params) * param_bytes
+    grads = shard(facts.grads_sharded_from) * grad_bytes
+    if plan.zero >= facts.grads_sharded_from and plan.dp * plan.cp > 1:  # the unsharded gradients being reduced
+        grads = grads + largest * grad_bytes
+    if facts.framework == "deepspeed" and plan.zero in (1, 2):  # the fp32 gradient partition the step reads
+        grads = grads + shard(1) * 4.0
+    moments = 2.0 if levers.bf16_moments else facts.moment_bytes
+    optimizer = shard(1) * (facts.master_bytes + 2 * moments) * (1 - levers.optimizer_offload)
+    return weights, grads, optimizer
+
+
+def _buffers(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts) -> np.ndarray:
+    plan = layout.plan
+    tokens = layout.tokens / plan.cp * plan.mbs
+    h = spec.model.hidden or 0
+    pp = 2 * tokens * h / (plan.tp if plan.sp else 1) * A if plan.pp > 1 else 0.0
+    ep = 2 * tokens * (spec.model.top_k or 0) * h / plan.tp * A if plan.ep > 1 else 0.0
+    bucket = facts.grad_bucket_bytes if plan.dp * plan.cp > 1 else 0.0
+    return np.full(plan.pp, pp + ep + bucket + facts.workspace_bytes)
+
+
+def runtime_bytes(layout: Layout, facts: MemoryFacts) -> float:
+    """Memory outside the caching allocator: the CUDA context and the buffers of each NCCL communicator a rank
+    joins (tp, cp, dp·cp, pp, ep, expert-dp groups of more than one rank)."""
+    plan = layout.plan
+    groups = sum(g > 1 for g in (plan.tp, plan.cp, layout.dp_group.size, plan.pp, plan.ep, layout.edp_group.size))
+    return facts.cuda_context_bytes + groups * facts.nccl_bytes_per_group
+
+
+def rank_memory(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: MemoryFacts, levers: Levers,
+                capacity: float, headroom: float = 0.0, fragmentation: float | None = None) -> RankMemory:
+    """Each pipeline stage's memory parts for `layout` under `facts` and `levers` on a device of `capacity` bytes."""
+    weights, grads, optimizer = _states(spec, layout, facts, levers)
+    acts, working, modules = _activations(spec, graph, layout, facts, levers)
+    parts = {"weights": weights, "grads": grads, "optimizer": optimizer, "activations": acts, "working": working,
+             "buffers": _buffers(spec, layout, facts)}
+    return RankMemory(parts, modules, runtime_bytes(layout, facts),
+                      facts.fragmentation if fragmentation is None else fragmentation, capacity, headroom)

@@ -1,0 +1,104 @@
+"""The memory levers a training run can pull, and what each costs in time.
+
+A plan that does not fit is made to fit by recomputing modules in backward (Megatron-Core's `--recompute-modules`,
+or whole layers with `--recompute-granularity full --recompute-num-layers N`), by moving activations to host memory
+(`--cpu-offloading-num-layers N`, or fine-grained offloading by module), by moving part of the optimizer to the host
+(`--optimizer-cpu-offload --optimizer-offload-fraction f`), by keeping Adam's moments in BF16 (the precision-aware
+optimizer, `--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16`) and by gathering FP8
+parameters (`--fp8-param-gather`: the param buffer holds FP8 weights, no BF16 copy). `Levers` carries them as plain
+values so the accounting (`predictor.memory.accounting`) can be called before a plan has fields for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+# Megatron-Core's recompute modules (megatron/core/transformer/transformer_config.py `recompute_modules`).
+RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts",
+                                      "mla_up_proj")
+# Megatron-Core's fine-grained activation offloading modules (transformer_config.py `offload_modules`).
+OFFLOAD_MODULES: tuple[str, ...] = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1",
+                                    "moe_act")
+Fp8Format = Literal["cs", "mx"]
+
+
+class LeverError(ValueError):
+    """A lever value that cannot be used; the message names the field and the values it takes."""
+
+
+@dataclass(frozen=True)
+class Levers:
+    """The memory levers of one run.
+
+    recompute: Megatron-Core module names recomputed in backward, or {"full"} for whole layers.
+    recompute_layers: with full recomputation, layers per pipeline stage (virtual chunk) recomputed; None: all.
+    offload: fine-grained activation offloading modules (OFFLOAD_MODULES).
+    offload_layers: whole transformer layers whose activations go to host memory (cpu_offloading_num_layers).
+    optimizer_offload: fraction of the optimizer state (master and moments) kept in host memory.
+    bf16_moments: Adam's two moments in BF16 (precision-aware optimizer).
+    bf16_grads: gradients accumulated and reduced in BF16 (`grad_reduce_in_fp32=False`, the precision-aware
+        optimizer's `main_grads_dtype=bf16`), not the fp32 main-grad buffer.
+    te_cross_entropy: Transformer Engine's fused cross-entropy (`cross_entropy_fusion_impl="te"`), which writes the
+        logits' gradient into the BF16 logits in forward: 2 bytes per logit, no fp32 copy.
+    fp8_param_gather: FP8 training keeps FP8 parameters in the param buffer instead of BF16 ones.
+    fp8_format: 'cs' (per-tensor current or delayed scaling: weight and transpose) or 'mx' (MXFP8: row- and
+        column-wise copies with one E8M0 scale per 32 values).
+    """
+
+    recompute: frozenset[str] = frozenset()
+    recompute_layers: int | None = None
+    offload: frozenset[str] = frozenset()
+    offload_layers: int = 0
+    optimizer_offload: float = 0.0
+    bf16_moments: bool = False
+    bf16_grads: bool = False
+    te_cross_entropy: bool = False
+    fp8_param_gather: bool = False
+    fp8_format: Fp8Format = "cs"
+
+    def __post_init__(self) -> None:
+        unknown = set(self.recompute) - set(RECOMPUTE_MODULES) - {"full"}
+        if unknown or ("full" in self.recompute and len(self.recompute) > 1):
+            raise LeverError(f"recompute must be none, selective, full, or modules joined by '+' from "
+                             f"{', '.join(RECOMPUTE_MODULES)}; got {'+'.join(sorted(self.recompute))!r}")
+        if self.recompute_layers is not None and (self.recompute_layers < 0 or "full" not in self.recompute):
+            raise LeverError(f"recompute_layers={self.recompute_layers} needs recompute=full and a count >= 0")
+        if set(self.offload) - set(OFFLOAD_MODULES):
+            raise LeverError(f"offload modules must come from {', '.join(OFFLOAD_MODULES)}; got "
+                             f"{'+'.join(sorted(set(self.offload) - set(OFFLOAD_MODULES)))!r}")
+        if self.offload_layers < 0:
+            raise LeverError(f"offload_layers must be >= 0, got {self.offload_layers}")
+        if not 0.0 <= self.optimizer_offload <= 1.0:
+            raise LeverError(f"optimizer_offload is a fraction in [0, 1], got {self.optimizer_offload}")
+        if self.fp8_format not in ("cs", "mx"):
+            raise LeverError(f"fp8_format must be cs or mx, got {self.fp8_format!r}")
+
+    @property
+    def full(self) -> bool:
+        return "full" in self.recompute
+
+
+def parse_recompute(value: str) -> frozenset[str]:
+    """A plan's `recompute` value as module names: none, selective (= core_attn), full, or modules joined by '+'."""
+    if value == "none":
+        return frozenset()
+    if value == "selective":
+        return frozenset({"core_attn"})
+    names = frozenset(value.split("+"))
+    Levers(recompute=names)  # validates
+    return names
+
+
+def parse_offload(value: str) -> tuple[frozenset[str], int]:
+    """An `offload` value: none, layers:N (whole layers), or modules joined by '+'."""
+    if value == "none":
+        return frozenset(), 0
+    if value.startswith("layers:"):
+        count = value.partition(":")[2]
+        if not count.isdigit():
+            raise LeverError(f"offload=layers:N needs a layer count, got {value!r}")
+        return frozenset(), int(count)
+    names = frozenset(value.split("+"))
+    Levers(offload=names)
+    return names, 0

@@ -1,0 +1,166 @@
+"""The tensors one transformer layer keeps from forward to backward, as its framework's modules save them.
+
+Megatron-Core with Transformer Engine (`megatron-te`), per layer and token of a rank's sequence share, from
+TE's `module/layernorm_linear.py` / `linear.py` (`ctx.save_for_backward`: the norm input, mu/rsigma and the
+norm output, the sequence-parallel shard that backward all-gathers again), Megatron-Core's fused `bias_swiglu`
+(its 2·ffn input) and FC2's input, TE's fused attention (`attention/dot_product_attention`: Q, K, V, the output
+and one fp32 softmax statistic per head and token; no s² scores), MoE's permuted expert inputs, grouped-GEMM
+activations and the unpermute input (`moe/token_dispatcher.py`, `moe/experts.py`), and MLA's low-rank
+projections (`multi_latent_attention.py`). An FP8 linear saves its own FP8 copy of its input (1 byte, MXFP8 1 +
+1/32 for the scales); a BF16 linear shares its input with the producer's output. torchtitan (`torchtitan`) is the
+same list with eager SwiGLU (silu's output kept too). Each tensor names the Megatron-Core recompute module that
+drops it and the fine-grained offload module that moves it to the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from predictor.memory.facts import MemoryFacts
+from predictor.workload import ModelSpec
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One saved tensor: bytes per token of the rank's sequence share (seq_len / cp), the recompute module that
+    drops it ('' when nothing short of full recomputation does) and the offload module that moves it."""
+
+    name: str
+    per_token: float
+    recompute: str = ""
+    offload: str = ""
+
+
+@dataclass(frozen=True)
+class Dims:
+    """One rank's view of a layer: the model's dimensions and how tp, sequence parallelism and precision split them."""
+
+    hidden: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    experts: int
+    top_k: int
+    expert_ffn: int
+    shared_ffn: int
+    mla: tuple[int, int, int, int, int] | None  # q_lora, kv_lora, rope, nope, v head dims
+    tp: int
+    seq_shard: int  # tp with sequence parallelism, else 1
+    linear_input_bytes: float  # bytes per element a linear keeps of its input (2 in BF16, 1 in FP8)
+    fp8: bool
+
+    @classmethod
+    def of(cls, model: ModelSpec, tp: int, sp: bool, precision: str, fp8_format: str = "cs") -> "Dims":
+        heads = model.heads or 1
+        head_dim = model.head_dim or model.hidden // heads
+        mla = None
+        if model.kv_lora_rank:
+            mla = (model.q_lora_rank or 0, model.kv_lora_rank, model.qk_rope_head_dim or 0,
+                   model.qk_nope_head_dim or head_dim, model.v_head_dim or head_dim)
+        lin = {"fp8": 1.0 + (1 / 32 if fp8_format == "mx" else 0.0), "fp4": 0.5 + 1 / 16}.get(precision, 2.0)
+        expert_ffn = model.expert_ffn or model.ffn_hidden or 4 * model.hidden
+        return cls(model.hidden, model.ffn_hidden or 4 * model.hidden, heads, model.kv_heads or heads, head_dim,
+                   model.vocab or 0, model.experts or 0, model.top_k or 0, expert_ffn,
+                   model.shared_experts * expert_ffn, mla, tp, tp if sp else 1, lin, precision in ("fp8", "fp4"))
+
+
+A = 2.0  # bytes per BF16 activation element
+
+
+def attention_tensors(d: Dims) -> list[Saved]:
+    """The attention half of a layer: norm, QKV (or MLA's projections), the fused attention, the output projection."""
+    t, r, lin = d.tp, d.seq_shard, d.linear_input_bytes
+    out: list[Saved] = [Saved("attn_norm input", d.hidden / r * A, offload="attn_norm"),
+                        # TE keeps the norm output for the GEMM's weight gradient: a BF16 tensor the layernorm module
+                        # drops, or in FP8 the linear's own copy, which stays
+                        Saved("qkv input (norm output)", d.hidden / r * lin, "" if d.fp8 else "layernorm", "qkv_linear")]
+    if d.mla is None:
+        q, kv = d.heads * d.head_dim, d.kv_heads * d.head_dim
+        out.append(Saved("Q, K, V", (q + 2 * kv) / t * A, offload="core_attn"))
+        o = q
+    else:
+        q_lora, kv_lora, rope, nope, v = d.mla
+        if d.fp8:
+            out.append(Saved("kv down input (FP8 copy)", d.hidden / r * lin, offload="qkv_linear"))
+        out += [Saved("q norm input", q_lora / r * A), Saved("q up input", q_lora / r * lin),
+                Saved("kv norm input", kv_lora / r * A), Saved("kv up input", kv_lora / r * lin),
+                Saved("Q, K, V", d.heads * (2 * (nope + rope) + v) / t * A, "mla_up_proj", "core_attn")]
+        o = d.heads * v
+    # The attention output is the projection's input: one BF16 tensor (kept when attention is recomputed, since
+    # the projection saves it), or in FP8 a BF16 one attention saves plus the projection's FP8 copy.
+    out.append(Saved("attention output", o / t * A, "core_attn" if d.fp8 else "", "core_attn"))
+    out.append(Saved("softmax statistics (fp32)", d.heads / t * 4.0, "core_attn", "core_attn"))
+    if d.fp8:
+        out.append(Saved("proj input (FP8 copy)", o / t * lin, offload="attn_proj"))
+    return out
+
+
+def dense_mlp_tensors(d: Dims, facts: MemoryFacts) -> list[Saved]:
+    t, r, lin = d.tp, d.seq_shard, d.linear_input_bytes
+    out = [Saved("mlp_norm input", d.hidden / r * A, offload="mlp_norm"),
+           Saved("fc1 input (norm output)", d.hidden / r * lin, "mlp" if d.fp8 else "layernorm+mlp", "mlp_norm"),
+           Saved("swiglu input", 2 * d.ffn / t * A, "mlp"),
+           Saved("fc2 input", d.ffn / t * (lin if d.fp8 else A), "mlp")]
+    if facts.swiglu_saved > 3:
+        out.append(Saved("silu output", (facts.swiglu_saved - 3) * d.ffn / t * A, "mlp"))
+    return out
+
+
+def moe_mlp_tensors(d: Dims) -> list[Saved]:
+    """A MoE layer's MLP half (dropless, balanced routing: each rank's experts receive top_k pairs per local token;
+    with tp the layer runs sequence parallel, so tokens are split over tp)."""
+    t, r, lin, k = d.tp, d.seq_shard, d.linear_input_bytes, d.top_k
+    out = [Saved("mlp_norm input", d.hidden / r * A, offload="mlp_norm"),
+           Saved("router input (norm output)", d.hidden / r * A, "layernorm+moe", "mlp_norm"),
+           Saved("router scores (fp32)", d.experts / t * 4.0, "moe"),
+           Saved("expert fc1 input (permuted tokens)", k * d.hidden / t * lin, "moe", "expert_fc1"),
+           Saved("expert activation input", k * 2 * d.expert_ffn / t * A, "moe", "moe_act"),
+           Saved("expert fc2 input", k * d.expert_ffn / t * (lin if d.fp8 else A), "moe_act+moe", "moe_act"),
+           Saved("unpermute input (expert output)", k * d.hidden / t * A, "moe")]
+    if d.shared_ffn:
+        if d.fp8:
+            out.append(Saved("shared fc1 input (FP8 copy)", d.hidden / r * lin, "shared_experts+moe"))
+        out += [Saved("shared activation input", 2 * d.shared_ffn / t * A, "shared_experts+moe"),
+                Saved("shared fc2 input", d.shared_ffn / t * (lin if d.fp8 else A), "shared_experts+moe")]
+    return out
+
+
+def layer_tensors(d: Dims, facts: MemoryFacts, moe: bool) -> list[Saved]:
+    """Every tensor one layer saves with nothing recomputed or offloaded."""
+    return attention_tensors(d) + (moe_mlp_tensors(d) if moe else dense_mlp_tensors(d, facts))
+
+
+def kept(tensors: list[Saved], recompute: frozenset[str], offload: frozenset[str]) -> list[Saved]:
+    """The tensors left on the GPU once `recompute` modules drop theirs and `offload` modules move theirs."""
+    return [s for s in tensors if not (set(s.recompute.split("+")) & recompute)
+            and not (s.offload and s.offload in offload)]
+
+
+def backward_working(d: Dims, moe: bool) -> float:
+    """Bytes per token alive only while one layer runs backward: the MLP's activation gradients, and with sequence
+    parallelism the all-gathered norm output and the unreduced input gradient (full sequence, BF16)."""
+    gathered = 2 * d.hidden * A if d.seq_shard > 1 else 0.0
+    if moe:
+        return d.top_k * (3 * d.expert_ffn + 2 * d.hidden) / d.tp * A + gathered
+    return 3 * d.ffn / d.tp * A + gathered
+
+
+# Transformer Engine's fused cross-entropy keeps the BF16 logits, overwritten by their gradient in forward.
+TE_LOSS_BYTES = 2.0
+
+
+def loss_tensors(d: Dims, facts: MemoryFacts, te_cross_entropy: bool = False) -> list[Saved]:
+    """What the last stage keeps for its loss: the final norm's input, the output layer's input, the logits."""
+    return [Saved("final norm input", d.hidden / d.seq_shard * A),
+            Saved("output layer input", d.hidden / d.seq_shard * A),
+            Saved("logits (loss)", d.vocab / d.tp * (TE_LOSS_BYTES if te_cross_entropy else facts.loss_saved_bytes))]
+
+
+def loss_working(d: Dims, facts: MemoryFacts, te_cross_entropy: bool = False) -> float:
+    """Bytes per token alive at the start of the loss's backward beyond what it saved: the logits' gradients, the
+    output layer's gathered input and unreduced input gradient."""
+    gathered = 2 * d.hidden * A if d.seq_shard > 1 else 0.0
+    extra = 0.0 if te_cross_entropy else facts.loss_peak_bytes - facts.loss_saved_bytes
+    return d.vocab / d.tp * extra + gathered
