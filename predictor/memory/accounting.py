@@ -202,12 +202,14 @@ def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Leve
     return weights, grads, optimizer
 
 
-def _buffers(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts) -> np.ndarray:
+def _buffers(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, imbalance: float = 1.0) -> np.ndarray:
+    """Pipeline send/recv, the MoE dispatch send and receive buffers (sized, dropless, to the tokens the busiest rank
+    receives: `imbalance` times the balanced share), a gradient bucket and the GEMM workspaces."""
     plan = layout.plan
     tokens = layout.tokens / plan.cp * plan.mbs
     h = spec.model.hidden or 0
     pp = 2 * tokens * h / (plan.tp if plan.sp else 1) * A if plan.pp > 1 else 0.0
-    ep = 2 * tokens * (spec.model.top_k or 0) * h / plan.tp * A if plan.ep > 1 else 0.0
+    ep = 2 * tokens * (spec.model.top_k or 0) * h / plan.tp * A * imbalance if plan.ep > 1 else 0.0
     bucket = facts.grad_bucket_bytes if plan.dp * plan.cp > 1 else 0.0
     return np.full(plan.pp, pp + ep + bucket + facts.workspace_bytes)
 
@@ -221,11 +223,25 @@ def runtime_bytes(layout: Layout, facts: MemoryFacts) -> float:
 
 
 def rank_memory(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: MemoryFacts, levers: Levers,
-                capacity: float, headroom: float = 0.0, fragmentation: float | None = None) -> RankMemory:
+                capacity: float, headroom: float = 0.0, fragmentation: float | None = None,
+                imbalance: float = 1.0) -> RankMemory:
     """Each pipeline stage's memory parts for `layout` under `facts` and `levers` on a device of `capacity` bytes."""
     weights, grads, optimizer = _states(spec, layout, facts, levers)
     acts, working, modules = _activations(spec, graph, layout, facts, levers)
     parts = {"weights": weights, "grads": grads, "optimizer": optimizer, "activations": acts, "working": working,
-             "buffers": _buffers(spec, layout, facts)}
+             "buffers": _buffers(spec, layout, facts, imbalance)}
     return RankMemory(parts, modules, runtime_bytes(layout, facts),
                       facts.fragmentation if fragmentation is None else fragmentation, capacity, headroom)
+
+
+def memory_parts_by_stage(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: MemoryFacts,
+                          levers: Levers, imbalance: float = 1.0) -> np.ndarray:
+    """(len(MEMORY_PARTS), pp) bytes a device holds per pipeline stage, in `predictor.prediction.MEMORY_PARTS`'s
+    order: the states, the activations with the backward working set, the buffers, and as `runtime` what the
+    allocator reserves beyond its allocations plus the CUDA context and NCCL's buffers. They sum to the
+    reserved + runtime memory that decides whether a plan fits."""
+    mem = rank_memory(spec, graph, layout, facts, levers, capacity=0.0, imbalance=imbalance)
+    p = mem.parts
+    slack = mem.reserved - mem.allocated
+    return np.stack([p["weights"], p["grads"], p["optimizer"], p["activations"] + p["working"], p["buffers"],
+                     slack + mem.runtime])

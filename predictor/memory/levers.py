@@ -102,3 +102,8 @@ def parse_offload(value: str) -> tuple[frozenset[str], int]:
     names = frozenset(value.split("+"))
     Levers(offload=names)
     return names, 0
+
+
+def levers_of(plan: object) -> Levers:
+    """The levers a plan's fields name (today its recomputation; the rest keep their defaults)."""
+    return Levers(recompute=parse_recompute(getattr(plan, "recompute")))

@@ -21,6 +21,9 @@ from predictor.frameworks import Framework
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import GIB, buffer_bytes, in_flight, kv_share, model_state_bytes, saved_per_sample, stage_params
+from predictor.memory.accounting import memory_parts_by_stage
+from predictor.memory.facts import FACTS
+from predictor.memory.levers import levers_of
 from predictor.models.roofline import AnalyticalConfig, call_costs, fused_attention
 from predictor.models.stage_costs import (compute_parts, cp_stage_time, dp_time, ep_stage_time, optimizer_time,
                                           p2p_time, tp_stage_time)
@@ -100,16 +103,13 @@ class PlanPieces:
         # forward, backward, attention (`stage_costs.compute_parts`); tp, cp, ep communication; memory parts
         self.compute = _Stages(7)
         self.tp, self.cp, self.ep = _Stages(1), _Stages(1), _Stages(1)
-        self.states = _Stages(3)  # weights, gradients, optimizer state bytes
-        self.saved = _Stages(2)  # activation bytes per sample: per micro-batch in flight, and of the recomputed block
-        self.flight = _Stages(1)  # micro-batches in flight
-        self.buffers = _Stages(1)
+        self.memory = _Stages(len(MEMORY_PARTS))  # bytes of each MEMORY_PARTS entry
         # per plan: gradient sync and parameter gather, one p2p send, the optimizer step, overlapped kinds
         self.dp = _Scalars(2)
         self.p2p = _Scalars(1)
         self.optimizer = _Scalars(1)
         self.overlap = _Scalars(len(_OVERLAP_KINDS))
-        # a plan's four stage pieces' rows and its four memory pieces' rows, under one key each
+        # a plan's four stage pieces' rows and its memory row, under one key each
         self.stage_rows: dict[tuple, tuple[int, ...]] = {}
         self.memory_rows: dict[tuple, tuple[int, ...]] = {}
         for rows in (self.tp, self.cp, self.ep):  # no tp / cp / ep: nothing per stage; no pipeline: no send
@@ -163,9 +163,17 @@ class PlanPieces:
         kinds = self.framework.overlap(plan)
         return tuple(float(k in kinds) for k in _OVERLAP_KINDS)
 
-    def _saved_row(self, lay: Layout) -> np.ndarray:
+    def _memory_row(self, graph: LayerGraph, lay: Layout, sharding: tuple) -> np.ndarray:
+        """MEMORY_PARTS bytes per pipeline stage: on a GPU as the framework allocates them
+        (`predictor.memory.accounting`); on a measured device (ScaleDL's eager runner, no CUDA runtime) from the layer
+        graph's saved elements and the ZeRO model states."""
+        if not self.device.measured:
+            return memory_parts_by_stage(self.spec, graph, lay, FACTS[self.framework.name], levers_of(lay.plan),
+                                         self.cfg.moe_imbalance)
         kept, one_block = saved_per_sample(lay, fused_attention=self.fused, kv_share=kv_share(self.spec))
-        return np.stack([kept, np.full_like(kept, one_block)])
+        acts = kept * lay.plan.mbs * in_flight(lay) + one_block * lay.plan.mbs
+        buffers = buffer_bytes(lay, self._psi(sharding, lay)[0], self.cfg.moe_imbalance)
+        return np.stack([*model_state_bytes(self.spec, lay), acts, buffers + np.zeros_like(acts), np.zeros_like(acts)])
 
     def _pieces(self) -> tuple[tuple[Any, Callable[[LayerGraph, Layout, tuple, int], Any]], ...]:
         """Each piece's table and how to compute a row of it (from a plan's layout, sharding and micro-batches),
@@ -176,10 +184,7 @@ class PlanPieces:
             (self.tp, lambda g, lay, sh, m: tp_stage_time(lay, cfg, device)),
             (self.cp, lambda g, lay, sh, m: cp_stage_time(spec, lay)),
             (self.ep, lambda g, lay, sh, m: ep_stage_time(lay, cfg)),
-            (self.states, lambda g, lay, sh, m: np.stack(model_state_bytes(spec, lay))),
-            (self.saved, lambda g, lay, sh, m: self._saved_row(lay)),
-            (self.flight, lambda g, lay, sh, m: in_flight(lay)),
-            (self.buffers, lambda g, lay, sh, m: buffer_bytes(lay, self._psi(sh, lay)[0], cfg.moe_imbalance)),
+            (self.memory, lambda g, lay, sh, m: self._memory_row(g, lay, sh)),
             (self.dp, lambda g, lay, sh, m: self._dp_row(sh, lay, m)),
             (self.p2p, lambda g, lay, sh, m: self._p2p_row(lay)),
             (self.optimizer, lambda g, lay, sh, m: self._optimizer_row(sh, lay)),
@@ -189,13 +194,12 @@ class PlanPieces:
     def table(self, graph: LayerGraph, plans: Sequence[Plan]) -> PredictionTable:
         """Every plan's prediction (plans must be valid for the spec: see plan_errors).
 
-        A plan's stage pieces (computation, tp, cp, ep) are found together under one key, its memory pieces
-        (model states, saved activations, micro-batches in flight, buffers) under another: a plan like an
-        earlier one in both costs six lookups."""
+        A plan's stage pieces (computation, tp, cp, ep) are found together under one key, its memory parts under
+        another: a plan like an earlier one in both costs six lookups."""
         batch = self.spec.training.global_batch
         pieces = self._pieces()
         stage_rows, memory_rows = self.stage_rows, self.memory_rows
-        rest = [rows.index for rows, _ in pieces[8:]]
+        rest = [rows.index for rows, _ in pieces[5:]]
         found: list[tuple[int, ...]] = []
         scalars: list[tuple[float, ...]] = []
         for plan in plans:
@@ -221,10 +225,9 @@ class PlanPieces:
                         work, (work, tp_g) if tp > 1 else None, (sharding, mbs, cp_comm, cp_g) if cp > 1 else None,
                         (work, ep_g) if ep > 1 else None), graph, lay, sharding, m)
                 if memory is None:
-                    memory = memory_rows[memory_key] = self._found(pieces[4:8], (
-                        (sharding, zero, d), (sharding, rc), (pp, v, plan.schedule, m),
-                        (sharding, zero, d * cp == 1, mbs)), graph, lay, sharding, m)
-                got = list(self._found(pieces[8:], keys, graph, lay, sharding, m))
+                    memory = memory_rows[memory_key] = self._found(pieces[4:5], (memory_key,), graph, lay,
+                                                                   sharding, m)
+                got = list(self._found(pieces[5:], keys, graph, lay, sharding, m))
             found.append((*stage, *memory, *got))
             scalars.append((m, mbs, v, pp, plan.gpus, zero >= 3, cp_comm == "ring"))
         return self._combine(graph, np.array(found, dtype=np.int64).T.reshape(len(pieces), -1),
@@ -253,17 +256,17 @@ class PlanPieces:
             sel = np.flatnonzero(pp == depth)
             stage[:, sel] = self._slowest_stage(index[:, sel], depth)
             at = offsets[sel][:, None] + np.arange(depth)
-            stage_gib[at], peak_gib[sel], memory_parts[sel] = self._peak_memory(index[:, sel], mbs[sel], depth)
+            stage_gib[at], peak_gib[sel], memory_parts[sel] = self._peak_memory(index[:, sel], depth)
         f_s, b_s, tp_s, cp_s, ep_s, att_s, kern_s, others = stage
         # Fill and drain: the other stages' micro-batch time before the slowest stage starts and after it ends,
         # (Σ t − max t)/v; (p-1)/v of the slowest stage's time when the stages are balanced (Narayanan et al. 2021).
         bubble = others / v
         compute = m * (f_s + b_s)
         tp_comm, cp_comm, ep_comm = m * tp_s, m * cp_s, m * ep_s
-        grad_sync, param_gather = self.dp.array()[index[8]].T
-        pp_p2p = np.where(pp > 1, 2 * (m * v + pp - 1) * self.p2p.array()[index[9], 0], 0.0)
-        optimizer = self.optimizer.array()[index[10], 0]
-        on_tp, on_ep, on_dp, on_param, on_pp = self.overlap.array()[index[11]].T.astype(bool)
+        grad_sync, param_gather = self.dp.array()[index[5]].T
+        pp_p2p = np.where(pp > 1, 2 * (m * v + pp - 1) * self.p2p.array()[index[6], 0], 0.0)
+        optimizer = self.optimizer.array()[index[7], 0]
+        on_tp, on_ep, on_dp, on_param, on_pp = self.overlap.array()[index[8]].T.astype(bool)
 
         def hidden(comm_s: np.ndarray, window: np.ndarray, on: np.ndarray) -> np.ndarray:
             return np.where(on, np.minimum(comm_s, cfg.overlap_eff * window), 0.0)
@@ -307,16 +310,10 @@ class PlanPieces:
         return np.stack([at_s(fwd), at_s(bwd), at_s(tp), at_s(cp), at_s(ep), at_s(attention), at_s(t_f + t_b),
                          row_sums(per_mb) - at_s(per_mb)])
 
-    def _peak_memory(self, index: np.ndarray, mbs: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _peak_memory(self, index: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Of plans with `depth` pipeline stages: GiB per stage, the peak GiB and the peak rank's MEMORY_PARTS GiB."""
-        weights, grads, opt = self.states.gather(index[4], depth)
-        kept, one_block = self.saved.gather(index[5], depth)
-        b = mbs[:, None]
-        acts = kept * b * self.flight.gather(index[6], depth)[0] + one_block * b
-        buffers = self.buffers.gather(index[7], depth)[0]
-        total = weights + grads + opt + acts + buffers
+        parts = self.memory.gather(index[4], depth)  # (parts, plans, stages)
+        total = parts.sum(axis=0)
         top = np.argmax(total, axis=1)[:, None]
-        parts = np.stack([np.take_along_axis(x, top, axis=1)[:, 0] for x in (weights, grads, opt, acts, buffers)]
-                         + [np.zeros(len(top))], axis=1) / GIB
-        return total / GIB, np.take_along_axis(total, top, axis=1)[:, 0] / GIB, parts
-
+        at_top = np.stack([np.take_along_axis(x, top, axis=1)[:, 0] for x in parts], axis=1) / GIB
+        return total / GIB, np.take_along_axis(total, top, axis=1)[:, 0] / GIB, at_top
