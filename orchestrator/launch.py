@@ -44,6 +44,27 @@ DS_ARGS_KEY = "megatron_deepspeed_args"
 _RECOMPUTE_ARGS = {"none": [], "selective": ["--recompute-granularity", "selective"],
                    "full": ["--recompute-granularity", "full", "--recompute-method", "uniform",
                             "--recompute-num-layers", "1"]}
+
+
+def _recompute_args(plan: Plan) -> list[str]:
+    """Megatron-LM's recomputation flags: a mode, Megatron-Core's modules (`--recompute-modules`, selective
+    granularity), or full recomputation of the first N layers of each chunk (`--recompute-method block`)."""
+    if plan.recompute == "full" and plan.recompute_layers:
+        return ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers",
+                str(plan.recompute_layers)]
+    if plan.recompute in _RECOMPUTE_ARGS:
+        return _RECOMPUTE_ARGS[plan.recompute]
+    return ["--recompute-granularity", "selective", "--recompute-modules", *plan.recompute.split("+")]
+
+
+def _read_recompute(args: dict[str, list[str]]) -> dict[str, Any]:
+    """The plan fields `_recompute_args` wrote."""
+    granularity = args.get("--recompute-granularity", ["none"])[0]
+    if granularity == "full" and args.get("--recompute-method", ["uniform"])[0] == "block":
+        return {"recompute": "full", "recompute_layers": int(args["--recompute-num-layers"][0])}
+    if granularity == "selective" and "--recompute-modules" in args:
+        return {"recompute": "+".join(args["--recompute-modules"])}
+    return {"recompute": granularity}
 # LLaMA's architecture (SwiGLU, RMSNorm, RoPE, untied embeddings, no biases) in each code base's spelling.
 _LLAMA_ARGS = {
     "megatron": ["--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
@@ -154,7 +175,7 @@ def _common_args(plan: Plan, spec: WorkloadSpec, framework: str) -> list[str]:
             "--global-batch-size", str(spec.training.global_batch), *_model_args(spec, framework)]
     if plan.sp:
         args.append("--sequence-parallel")
-    args += _RECOMPUTE_ARGS[plan.recompute]
+    args += _recompute_args(plan)
     if spec.training.precision != "fp32":
         args.append("--fp16" if spec.training.precision == "fp16" else "--bf16")  # fp8/fp4 GEMMs run in a bf16 model
     return args
@@ -342,7 +363,7 @@ def launch_files(plan: Plan, spec: WorkloadSpec) -> dict[str, str]:
     Raises LaunchError naming every field the framework cannot run.
     """
     framework = framework_of(spec)
-    errors = plan_errors(plan, spec, allow_cross_node_tp=True) + framework.errors(plan, spec)
+    errors = plan_errors(plan, spec, allow_cross_node_tp=True) + framework.errors(plan, spec) + framework.lever_errors(plan)
     if framework.name not in _WRITERS:
         errors.append(f"{framework.title} has no launch file: `scaledl plan --validate` runs plans in it")
     if spec.model.module is not None:
@@ -376,9 +397,8 @@ def _parse_args(tokens: list[str]) -> dict[str, list[str]]:
 def _common_fields(args: dict[str, list[str]], framework: str, spec: WorkloadSpec) -> dict[str, Any]:
     """The fields `_common_args` writes, read back."""
     degrees = _read_degrees(lambda flag: args.get(flag, ["1"])[0], framework, spec)
-    recompute = args.get("--recompute-granularity", ["none"])[0]
     return {**degrees, "mbs": int(args["--micro-batch-size"][0]), "sp": "--sequence-parallel" in args,
-            "recompute": recompute}
+            **_read_recompute(args)}
 
 
 def _read_megatron(text: str, spec: WorkloadSpec) -> Plan:

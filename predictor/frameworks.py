@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from predictor.axes import DEFAULT_ORDER, complete_order
 from predictor.hardware import DEVICES
-from predictor.plan import OVERLAP_KINDS, Plan, overlap_kinds
+from predictor.plan import OVERLAP_KINDS, RECOMPUTE_MODES, Plan, overlap_kinds
 
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.workload import WorkloadSpec
@@ -80,12 +80,30 @@ class Framework:
     # Values of plan options it never runs, whatever the other fields ('orders': rank orders, innermost first):
     # the search leaves them out before generating plans; `rules` refuses them too.
     never: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Whether it recomputes named modules and a count of full layers (Megatron-Core's --recompute-modules and
+    # --recompute-method block --recompute-num-layers); the others recompute none, selective or full only.
+    recompute_modules: bool = False
 
     def runs_value(self, option: str, value: Any) -> bool:
         """False when the framework never runs `option`=`value` (a placement: its completed rank order)."""
         if option == "placement":
             return complete_order(value) not in self.never.get("orders", ())
+        if option == "recompute" and not self.recompute_modules and value not in RECOMPUTE_MODES:
+            return False
         return value not in self.never.get(option, ())
+
+    def lever_errors(self, plan: Plan) -> list[str]:
+        """Why the framework cannot pull the plan's memory levers (a search's space leaves such values out before
+        enumerating: `runs_value`)."""
+        if self.recompute_modules:
+            return []
+        errors = []
+        if not self.runs_value("recompute", plan.recompute):
+            errors.append(f"{self.title} recomputes none, selective or full, not the modules {plan.recompute} "
+                          f"(Megatron-Core's --recompute-modules)")
+        if plan.recompute_layers:
+            errors.append(f"{self.title} recomputes every layer under recompute=full: use recompute_layers=0")
+        return errors
 
     def errors(self, plan: Plan, spec: "WorkloadSpec") -> list[str]:
         """Every reason this framework cannot run `plan` for `spec` (empty: it can)."""
@@ -242,7 +260,8 @@ FRAMEWORKS: dict[str, Framework] = {
     "megatron": Framework("megatron", "Megatron-Core", _megatron_rules, _megatron_overlap,
                           frozenset(OVERLAP_KINDS), fused_attention=True,
                           precisions=("fp32", "fp16", "bf16", "fp8", "fp4"),
-                          never={"schedule": ("gpipe",), "orders": _other_orders(MEGATRON_ORDERS)}),
+                          never={"schedule": ("gpipe",), "orders": _other_orders(MEGATRON_ORDERS)},
+                          recompute_modules=True),
     "torchtitan": Framework("torchtitan", "torchtitan", _torchtitan_rules, _torchtitan_overlap,
                             frozenset(OVERLAP_KINDS) - {"ep"}, fused_attention=True, precisions=("fp32", "bf16", "fp8"),
                             never={"zero": (1,), "orders": _other_orders(TORCHTITAN_ORDERS)}),

@@ -23,10 +23,12 @@ from predictor.axes import AXES, AXIS_NAMES, DEFAULT_ORDER, complete_order, plac
 if TYPE_CHECKING:  # pragma: no cover - import only for type checkers
     from predictor.workload import WorkloadSpec
 
-Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["gpipe", "1f1b", "interleaved"]
 
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+# Megatron-Core's recompute modules (`--recompute-modules`, megatron/core/transformer/transformer_config.py): a plan's
+# `recompute` may name several joined by '+'; `selective` is Megatron's name for core_attn alone.
+RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj")
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
 # Rank orders of the axes every plan string names (cp and later axes go to their default position).
 PLACEMENTS: tuple[str, ...] = placements()
@@ -35,6 +37,31 @@ GPU_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
 # Communication a framework can hide behind computation; `overlap` switches each kind on or off.
 OVERLAP_KINDS: tuple[str, ...] = ("dp", "param", "tp", "pp", "ep")
 CP_COMM: tuple[str, ...] = ("ring", "allgather")
+
+
+@cache
+def recompute_modules(value: str) -> frozenset[str]:
+    """The Megatron-Core modules a `recompute` value recomputes (none: empty; full: {'full'}; selective: core_attn)."""
+    if value in ("none", "full"):
+        return frozenset() if value == "none" else frozenset({"full"})
+    names = value.split("+") if value != "selective" else ["core_attn"]
+    unknown = [n for n in names if n not in RECOMPUTE_MODULES]
+    if unknown or not all(names) or len(set(names)) != len(names):
+        raise PlanError(f"plan field 'recompute' must be none, selective, full, or module names joined by '+' from "
+                        f"{', '.join(RECOMPUTE_MODULES)} (e.g. recompute=layernorm+moe_act); got {value!r}")
+    return frozenset(names)
+
+
+def canonical_recompute(value: str) -> str:
+    """One spelling per set of modules: registry order, and core_attn alone as `selective`."""
+    modules = recompute_modules(value)
+    if value in RECOMPUTE_MODES:
+        return value
+    if modules == {"core_attn"}:
+        return "selective"
+    return "+".join(m for m in RECOMPUTE_MODULES if m in modules)
+
+
 # Plan fields that count something (degrees, micro-batch, virtual stages): positive integers.
 _COUNTS: tuple[str, ...] = (*AXIS_NAMES, "mbs", "v")
 # Largest degree or micro-batch a plan may name: a million GPUs, far beyond any cluster, small enough that
@@ -70,7 +97,7 @@ def _parse_text(key: str, raw: str) -> str:
 _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "mbs": _parse_int, "zero": _parse_int, "v": _parse_int, "sp": _parse_bool,
     "recompute": _parse_text, "schedule": _parse_text, "placement": _parse_text, "overlap": _parse_text,
-    "cp_comm": _parse_text,
+    "cp_comm": _parse_text, "recompute_layers": _parse_int,
 }
 # Fields every plan string writes; the others (added with later axes and options) only when they differ
 # from their defaults, so a plan that could be written before keeps its string and its dataset ids.
@@ -101,7 +128,10 @@ class Plan:
     mbs: micro-batch size per data-parallel rank; the number of micro-batches per
          iteration is derived from the workload's global batch (`microbatches`).
     zero: ZeRO stage 0-3 (3 is FSDP full shard; 1 is Megatron's distributed optimizer).
-    recompute: activation recomputation: none, selective (attention core) or full.
+    recompute: activation recomputation: none, selective (attention core), full, or Megatron-Core's recompute
+         modules joined by '+' (core_attn, layernorm, mlp, moe, moe_act, shared_experts, mla_up_proj).
+    recompute_layers: with recompute=full, the layers of each model chunk recomputed (Megatron-Core's
+         --recompute-method block --recompute-num-layers N); 0 (the default): every layer.
     sp: Megatron sequence parallelism (only meaningful with tp > 1).
     schedule: pipeline schedule; v: virtual stages per pipeline rank (interleaved only).
     placement: rank order on the nodes, innermost axis first; axes it omits take their default place.
@@ -118,7 +148,7 @@ class Plan:
     pp: int = 1
     mbs: int = 1
     zero: int = 0
-    recompute: Recompute = "none"
+    recompute: str = "none"
     sp: bool = False
     schedule: Schedule = "1f1b"
     v: int = 1
@@ -127,6 +157,7 @@ class Plan:
     overlap: str = "auto"
     cp_comm: str = "ring"
     ep: int = 1
+    recompute_layers: int = 0
 
     def __post_init__(self) -> None:
         for name in _COUNTS:
@@ -139,8 +170,15 @@ class Plan:
                 raise PlanError(f"plan field '{name}' must be at most {MAX_DEGREE:,}, got {value:,}")
         if self.zero not in (0, 1, 2, 3):
             raise PlanError(f"plan field 'zero' must be 0, 1, 2 or 3, got {self.zero!r}")
+        if not isinstance(self.recompute, str):
+            raise PlanError(f"plan field 'recompute' must be a string, got {self.recompute!r}")
         if self.recompute not in RECOMPUTE_MODES:
-            raise PlanError(f"plan field 'recompute' must be one of {', '.join(RECOMPUTE_MODES)}, got {self.recompute!r}")
+            object.__setattr__(self, "recompute", canonical_recompute(self.recompute))
+        if not isinstance(self.recompute_layers, int) or isinstance(self.recompute_layers, bool) or self.recompute_layers < 0:
+            raise PlanError(f"plan field 'recompute_layers' must be a count >= 0, got {self.recompute_layers!r}")
+        if self.recompute_layers and self.recompute != "full":
+            raise PlanError(f"plan field 'recompute_layers' counts fully recomputed layers: it needs recompute=full, "
+                            f"got recompute={self.recompute}")
         if self.schedule not in SCHEDULES:
             raise PlanError(f"plan field 'schedule' must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         error = placement_error(self.placement)

@@ -22,7 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, create_model, field_validator
 
 from predictor.axes import AXES, AXIS_NAMES
-from predictor.plan import CP_COMM, PLACEMENTS, RECOMPUTE_MODES, PlanError, overlap_kinds
+from predictor.plan import CP_COMM, PLACEMENTS, RECOMPUTE_MODES, PlanError, canonical_recompute, overlap_kinds
 from predictor.workload import SpecError
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -56,6 +56,14 @@ class _Axes(BaseModel):
                 raise ValueError(f"unknown placement {p!r}; known: {', '.join(PLACEMENTS)}")
         return value
 
+    @field_validator("recompute", check_fields=False)
+    @classmethod
+    def _known_recomputes(cls, value: Any) -> Any:
+        try:
+            return None if value is None else [canonical_recompute(str(r).lower()) for r in value]
+        except PlanError as err:
+            raise ValueError(str(err)) from None
+
     @field_validator("overlap", check_fields=False)
     @classmethod
     def _known_overlaps(cls, value: Any) -> Any:
@@ -87,7 +95,7 @@ class _SpaceOptions(_Axes):
     mbs: Auto | list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4, 8])
     v: Auto | list[PositiveInt] = "auto"
     zero: list[Literal[0, 1, 2, 3]] = Field(default_factory=lambda: [0])
-    recompute: list[Literal["none", "selective", "full"]] = Field(default_factory=lambda: list(RECOMPUTE_MODES))
+    recompute: list[str] = Field(default_factory=lambda: list(RECOMPUTE_MODES))
     sp: list[bool] = Field(default_factory=lambda: [False, True])
     schedule: list[Literal["gpipe", "1f1b", "interleaved"]] = Field(default_factory=lambda: ["1f1b"])
     placement: list[str] = Field(default_factory=lambda: ["tp-dp-pp"])
@@ -103,7 +111,7 @@ class _NarrowingOptions(_Axes):
     mbs: list[PositiveInt] | None = None
     v: list[PositiveInt] | None = None
     zero: list[Literal[0, 1, 2, 3]] | None = None
-    recompute: list[Literal["none", "selective", "full"]] | None = None
+    recompute: list[str] | None = None
     sp: list[bool] | None = None
     schedule: list[Literal["gpipe", "1f1b", "interleaved"]] | None = None
     placement: list[str] | None = None

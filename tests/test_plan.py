@@ -39,7 +39,7 @@ def test_trusted_plan_is_the_checked_plan():
     ("dq=2", "unknown plan field 'dq'"),
     ("dp=2,dp=4", "given twice"),
     ("sp=maybe", "'sp' must be true or false"),
-    ("recompute=some", "'recompute' must be one of none, selective, full"),
+    ("recompute=some", "'recompute' must be none, selective, full, or module names"),
     ("dp=0", "'dp' must be a positive integer"),
     ("pp=2,v=2", "'v' must be 1 unless schedule=interleaved"),
     ("", "empty plan"),

@@ -54,7 +54,8 @@ def _checked(text: str, spec: WorkloadSpec) -> Plan | str:
         plan = Plan.parse(text)
     except PlanError as err:
         return str(err)
-    errors = plan_errors(plan, spec, allow_cross_node_tp=True) + framework_of(spec).errors(plan, spec)
+    framework = framework_of(spec)
+    errors = plan_errors(plan, spec, allow_cross_node_tp=True) + framework.errors(plan, spec) + framework.lever_errors(plan)
     return plan if not errors else f"invalid plan {text!r}: " + "; ".join(errors)
 
 

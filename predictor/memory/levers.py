@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-# Megatron-Core's recompute modules (megatron/core/transformer/transformer_config.py `recompute_modules`).
-RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts",
-                                      "mla_up_proj")
+import numpy as np
+
+from predictor.layer_graph import LayerGraph
+from predictor.plan import RECOMPUTE_MODULES, Plan, recompute_modules
 # Megatron-Core's fine-grained activation offloading modules (transformer_config.py `offload_modules`).
 OFFLOAD_MODULES: tuple[str, ...] = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1",
                                     "moe_act")
@@ -79,17 +80,6 @@ class Levers:
         return "full" in self.recompute
 
 
-def parse_recompute(value: str) -> frozenset[str]:
-    """A plan's `recompute` value as module names: none, selective (= core_attn), full, or modules joined by '+'."""
-    if value == "none":
-        return frozenset()
-    if value == "selective":
-        return frozenset({"core_attn"})
-    names = frozenset(value.split("+"))
-    Levers(recompute=names)  # validates
-    return names
-
-
 def parse_offload(value: str) -> tuple[frozenset[str], int]:
     """An `offload` value: none, layers:N (whole layers), or modules joined by '+'."""
     if value == "none":
@@ -104,6 +94,32 @@ def parse_offload(value: str) -> tuple[frozenset[str], int]:
     return names, 0
 
 
-def levers_of(plan: object) -> Levers:
-    """The levers a plan's fields name (today its recomputation; the rest keep their defaults)."""
-    return Levers(recompute=parse_recompute(getattr(plan, "recompute")))
+
+def levers_of(plan: Plan) -> Levers:
+    """The levers a plan's fields name: its recomputation (modules, or full with a layer count)."""
+    return Levers(recompute=recompute_modules(plan.recompute), recompute_layers=plan.recompute_layers or None)
+
+
+def _module_of(name: str, kind: str) -> set[str]:
+    """The recompute modules that recompute a layer-graph node (by its module path in the transformers model)."""
+    if kind == "attention":
+        return {"core_attn"}
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm"):
+        return {"layernorm"}
+    if leaf in ("q_b_proj", "kv_b_proj"):
+        return {"mla_up_proj"}
+    if ".mlp." not in f"{name}." and ".block_sparse_moe." not in f"{name}.":
+        return set()
+    if ".shared_expert" in name:
+        return {"moe", "shared_experts"}
+    if kind == "activation" and ".experts" in name:
+        return {"moe", "moe_act"}
+    if kind in ("experts", "router") or ".experts" in name:
+        return {"moe"}
+    return {"mlp"}
+
+
+def recomputed_nodes(graph: LayerGraph, modules: frozenset[str]) -> np.ndarray:
+    """Bool per graph node: recomputed in backward under `modules` (Megatron-Core recompute module names)."""
+    return np.array([bool(_module_of(n.name, n.kind) & modules) for n in graph.nodes], dtype=bool)

@@ -204,7 +204,7 @@ class PlanPieces:
         scalars: list[tuple[float, ...]] = []
         for plan in plans:
             tp, pp, cp, ep, v, sp, mbs, zero, rc, d = (plan.tp, plan.pp, plan.cp, plan.ep, plan.v, plan.sp, plan.mbs,
-                                                      plan.zero, plan.recompute, plan.dp)
+                                                      plan.zero, (plan.recompute, plan.recompute_layers), plan.dp)
             gkey = (d, tp, pp, cp, ep, plan.placement)
             tp_g, cp_g, dp_g, edp_g, ep_g, inter = self.groups.get(gkey) or self._groups(plan, gkey)
             m = batch // (d * mbs)

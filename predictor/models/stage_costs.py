@@ -15,8 +15,10 @@ from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import optimizer_bytes_per_param
 from predictor.models.roofline import HOST_OPS, AnalyticalConfig, call_costs, layer_times
+from predictor.memory.levers import recomputed_nodes
 from predictor.moe import alltoall
 from predictor.parallel import Layout
+from predictor.plan import recompute_modules
 from predictor.workload import WorkloadSpec
 
 # PyTorch DDP's gradient bucket (bucket_cap_mb=25): one all-reduce per bucket. Megatron's buckets are of the
@@ -37,24 +39,35 @@ def compute_parts(spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: De
     plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
     fwd, bwd = layer_times(spec, graph, plan.tp, plan.sp, plan.mbs, device, config, plan.cp, plan.ep)
     cfg = config.for_device(device)
+    again = recomputed_forward(graph, lay)  # (pp, nodes): forwards each backward repeats
     t_f = counts @ fwd
-    t_b = counts @ bwd
-    rep = nodes.repeated
-    if plan.recompute == "full":
-        t_b = t_b + counts[:, rep] @ fwd[rep]
-    elif plan.recompute == "selective":
-        t_b = t_b + counts[:, nodes.attention] @ fwd[nodes.attention]
+    t_b = counts @ bwd + again @ fwd
     attention = counts[:, nodes.attention] @ (fwd + bwd)[nodes.attention]
     ops = np.array([HOST_OPS.get(k, 1) for k in nodes.kind], dtype=float) * cfg.host_op_s
     host_f = counts @ ops
-    host_b = 2 * host_f
-    if plan.recompute == "full":
-        host_b = host_b + counts[:, rep] @ ops[rep]
-    elif plan.recompute == "selective":
-        host_b = host_b + counts[:, nodes.attention] @ ops[nodes.attention]
+    host_b = 2 * host_f + again @ ops
     sync_f = counts @ (nodes.experts * nodes.gemm_batch) * cfg.expert_host_s
-    sync_b = sync_f * (3 if plan.recompute == "full" else 2)
+    sync_b = sync_f * 2 + again @ (nodes.experts * nodes.gemm_batch) * cfg.expert_host_s
     return np.stack([t_f, t_b, host_f, host_b, sync_f, sync_b, attention])
+
+
+def recomputed_forward(graph: LayerGraph, lay: Layout) -> np.ndarray:
+    """(pp, nodes): occurrences of each node whose forward each pipeline rank runs again in backward: every
+    repeated block's nodes under full recomputation (the first `recompute_layers` blocks of each model chunk when
+    set), the nodes of the named modules otherwise (`predictor.memory.levers.recomputed_nodes`)."""
+    plan, counts = lay.plan, lay.stage_counts
+    if plan.recompute == "full":
+        return np.where(lay.nodes.repeated, counts, 0.0) * full_share(lay)[:, None]
+    return np.where(recomputed_nodes(graph, recompute_modules(plan.recompute)), counts, 0.0)
+
+
+def full_share(lay: Layout) -> np.ndarray:
+    """Per pipeline rank, the share of its blocks a full recomputation recomputes (recompute_layers per chunk)."""
+    plan = lay.plan
+    if not plan.recompute_layers:
+        return np.ones(len(lay.stage_counts))
+    blocks = np.maximum(lay.blocks_per_stage, 1.0)
+    return np.minimum(plan.recompute_layers * plan.v, blocks) / blocks
 
 
 def cp_stage_time(spec: WorkloadSpec, lay: Layout) -> np.ndarray:
@@ -82,7 +95,7 @@ def ep_stage_time(lay: Layout, cfg: AnalyticalConfig) -> np.ndarray:
     (their gradients) in backward: 4 all-to-alls over the ep group, 6 with full recomputation
     (Megatron-Core's alltoall token dispatcher; `predictor.moe.alltoall`)."""
     plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
-    calls = 6 if plan.recompute == "full" else 4
+    calls = 6 if plan.recompute == "full" or "moe" in recompute_modules(plan.recompute) else 4
     size = nodes.dispatch * plan.mbs * lay.act_bytes * cfg.moe_imbalance
     one = np.array([alltoall(x, lay.ep_group, cfg.a2a_eff) for x in size])
     return calls * (counts @ one)
@@ -110,8 +123,9 @@ def tp_stage_time(lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndar
     fwd_elems = counts @ (nodes.tp_fwd_ar * nodes.tp_payload) * plan.mbs
     bwd_elems = counts @ (nodes.tp_bwd_ar * nodes.tp_payload) * plan.mbs
     if plan.recompute == "full":  # the recomputed forward repeats the blocks' forward all-reduces
-        fwd_calls = fwd_calls + counts[:, rep] @ nodes.tp_fwd_ar[rep]
-        fwd_elems = fwd_elems + counts[:, rep] @ (nodes.tp_fwd_ar * nodes.tp_payload)[rep] * plan.mbs
+        share = full_share(lay)
+        fwd_calls = fwd_calls + share * (counts[:, rep] @ nodes.tp_fwd_ar[rep])
+        fwd_elems = fwd_elems + share * (counts[:, rep] @ (nodes.tp_fwd_ar * nodes.tp_payload)[rep]) * plan.mbs
     collectives = _tp_time(lay, fwd_calls, fwd_elems, call_s) + _tp_time(lay, bwd_calls, bwd_elems, call_s)
     return collectives + framework
 
