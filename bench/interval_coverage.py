@@ -3,7 +3,7 @@ the public measurements, coverage counted on the other.
 
 `scaledl plan` gives each plan [t (1 + low), t (1 + high)], with low and high the 10th and 90th percentiles of the
 signed relative residuals (measured / predicted - 1) recorded per device by bench/vtrain_eval.py --record and
-bench/modern_eval.py --record (`predictor.models.registry.residual_quantiles`). This checks that such an
+bench/modern_eval.py --record (`predictor.models.intervals.residual_quantiles`). This checks that such an
 interval holds about 80 % of runs it was not placed from:
 
 - vTrain's 109 multi-node A100 runs: random halves (intervals from one half, coverage on the other; mean and
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import modern_eval  # noqa: E402
 import vtrain_eval  # noqa: E402
-from predictor.models.registry import INTERVAL_COVERAGE, residual_quantiles  # noqa: E402
+from predictor.models.intervals import INTERVAL_COVERAGE, residual_quantiles  # noqa: E402
 
 
 def covered(q: dict, measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:

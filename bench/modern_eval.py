@@ -45,7 +45,8 @@ from predictor.graph_cache import graph_for  # noqa: E402
 from predictor.models.analytical import AnalyticalPredictor  # noqa: E402
 from predictor.models.roofline import (  # noqa: E402
     CALIBRATED_FIELDS, FRAMEWORK_CONSTANTS, MOE_CALIBRATED_FIELDS, AnalyticalConfig)
-from predictor.models.registry import ANALYTICAL_ACCURACY, residual_quantiles  # noqa: E402
+from predictor.models.intervals import residual_quantiles  # noqa: E402
+from predictor.models.registry import ANALYTICAL_ACCURACY  # noqa: E402
 
 FILE = "megatron_bridge_2511.csv"
 # The constants calibrated, each over a range its docstring in AnalyticalConfig argues for.

@@ -33,7 +33,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from predictor.evaluate import load_vtrain, predict_samples  # noqa: E402
-from predictor.models.registry import ANALYTICAL_ACCURACY, load_predictor, residual_quantiles  # noqa: E402
+from predictor.models.intervals import residual_quantiles  # noqa: E402
+from predictor.models.registry import ANALYTICAL_ACCURACY, load_predictor  # noqa: E402
 
 DEVICE = "a100-80gb"
 MODEL_COLS = ["hidden size", "attention heads", "# layers", "sequence length"]

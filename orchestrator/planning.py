@@ -18,7 +18,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -28,6 +28,9 @@ from predictor.models.registry import check_predictor_name
 from predictor.workload import SpecError, load_spec
 from predictor.workload import WorkloadSpec
 from search_spaces import Enumeration, SpaceConfig, enumerate_plans, resolve_space
+
+if TYPE_CHECKING:
+    from orchestrator.report import Report
 
 
 @dataclass
@@ -121,7 +124,7 @@ def _root_cause(err: Exception) -> str:
     return errors[-1] if errors else lines[-1] if lines else type(err).__name__
 
 
-def run_plan(req: PlanRequest) -> dict[str, Any]:
+def run_plan(req: PlanRequest) -> "Report":
     """Search the plans of `req.spec`, write the report into `req.out`; returns the report."""
     t0 = time.perf_counter()
     import ray
@@ -177,6 +180,7 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
     lap("graph_wait_s")
     from orchestrator.replicas import ReplicaPool
     from orchestrator.report import TrainingGoal, build_report, print_report, write_report
+    from orchestrator.report.levers import Repredictor
     from orchestrator.search import SearchError, SearchOptions, run_search
 
     console = Console(quiet=not req.show)
@@ -223,13 +227,14 @@ def run_plan(req: PlanRequest) -> dict[str, Any]:
                               predictor={"name": infos[0]["predictor"], "accuracy": infos[0].get("accuracy")},
                               space_name=space_name, space=space, enumeration=enumeration, result=result,
                               by=req.rank_by, price=req.price_per_gpu_hour, top_k=req.top_k, sizes=specs,
-                              goal=TrainingGoal(req.train_tokens, req.deadline_days, req.budget_usd))
-        if req.validate and report["ranked"]:
+                              goal=TrainingGoal(req.train_tokens, req.deadline_days, req.budget_usd),
+                              repredictor=Repredictor(req.predictor, graph, sized_spec))
+        if req.validate and report.fits:
             from orchestrator.validate import validate_top
 
             pool.shutdown()  # the replicas' CPUs go to the validation runs
             pool = None
-            report["validation"] = validate_top(report, req.validate, dataset_dir=req.dataset)
+            report.validation = validate_top(report, req.validate, dataset_dir=req.dataset)
         if req.history:
             from orchestrator.validate import record_top
 

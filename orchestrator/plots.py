@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from typing import Any, Sequence
 
+from predictor.plan import Plan
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
 
 
@@ -122,8 +123,14 @@ def stacked(labels: list[str], parts: list[dict[str, float]], keys: Sequence[str
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=7, ncol=3)
+    # Beside the bars, not over them: a legend inside the axes hides the tallest stacks.
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _png(fig)
+
+
+def bar_label(plan: Plan) -> str:
+    """A plan under its bar: degrees on the first line, micro-batch, ZeRO and recomputation on the second."""
+    return f"d{plan.dp} t{plan.tp} p{plan.pp}\nm{plan.mbs} z{plan.zero} {plan.recompute[:3]}{' v' + str(plan.v) if plan.v > 1 else ''}"
 
 
 def time_breakdown(labels: list[str], parts: list[dict[str, float]]) -> bytes:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import ray
 from ray import tune
@@ -28,6 +28,9 @@ from orchestrator.validation.rows import append_to_dataset
 from orchestrator.validation.run import on_gpu, run_job, tail
 from orchestrator.validation_report import winner_note
 from predictor.plan import Plan
+
+if TYPE_CHECKING:
+    from orchestrator.report import Report
 
 
 def _trial(config: dict[str, Any], jobs: Sequence[ValidationJob]) -> None:
@@ -101,15 +104,15 @@ def _run_trials(jobs: Sequence[ValidationJob], factories: dict[int, tune.Placeme
 # --- `scaledl plan --validate K` ----------------------------------------------------------------
 
 
-def validate_top(report: dict[str, Any], k: int, steps: int = 3, warmup: int = 2, timeout_s: float = 300.0,
+def validate_top(report: "Report", k: int, steps: int = 3, warmup: int = 2, timeout_s: float = 300.0,
                  dataset_dir: str | None = None) -> dict[str, Any]:
-    """Run the report's K best plans for real; the report's `validation` section (see `validation_lines`)."""
-    # The ranking's head: the plans the predictor cannot tell from the winner (report["intervals"]) come first. Each
+    """Run the report's K best plans for real; the report's `validation` section (orchestrator.validation_report)."""
+    # The ranking's head: the plans the predictor cannot tell from the winner (its interval) come first. Each
     # runs on its own cluster size (`scaledl plan --nodes`).
-    spec = report["spec"]
-    jobs = [ValidationJob({**spec, "cluster": {**spec["cluster"], "nodes": r["nodes"]}}, r["plan"], r["iter_time_s"],
-                          r["peak_memory_gib"], warmup, steps, timeout_s)
-            for r in report["ranked"][:k]]
+    spec = report.spec.model_dump(mode="json", exclude_none=True)
+    jobs = [ValidationJob({**spec, "cluster": {**spec["cluster"], "nodes": r.costs.nodes}}, str(r.plan), r.iter_time_s,
+                          r.peak_memory_gib, warmup, steps, timeout_s)
+            for r in report.ranked[:k]]
     results = validate(jobs)
     if dataset_dir:
         append_to_dataset(dataset_dir, jobs, results)
@@ -121,11 +124,12 @@ def validate_top(report: dict[str, Any], k: int, steps: int = 3, warmup: int = 2
     return {"k": k, "steps": steps, "warmup": warmup, "plans": plans, "note": winner_note(results)}
 
 
-def record_top(history_url: str, report: dict[str, Any], k: int) -> None:
+def record_top(history_url: str, report: "Report", k: int) -> None:
     """Store the report's K best predictions in the history database, for `scaledl revalidate` to re-measure."""
     from orchestrator.history import History
 
-    name = str(report["predictor"]["name"])
+    name = str(report.predictor["name"])
+    spec = report.spec.model_dump(mode="json", exclude_none=True)
     with History.open(history_url) as history:
-        history.record_predictions(report["spec"], report["spec"]["cluster"]["device"], name.split(" ")[0], name,
-                                   [(r["plan"], r["iter_time_s"], r["peak_memory_gib"]) for r in report["ranked"][:k]])
+        history.record_predictions(spec, report.spec.cluster.device, name.split(" ")[0], name,
+                                   [(str(r.plan), r.iter_time_s, r.peak_memory_gib) for r in report.ranked[:k]])

@@ -63,16 +63,6 @@ def validation_intro(section: dict[str, Any]) -> str:
     return text
 
 
-def validation_lines(section: dict[str, Any]) -> list[str]:
-    """The report.md section of a validation."""
-    lines = ["## Measured by real runs", "", validation_intro(section), "",
-             "| " + " | ".join(VALIDATION_HEADER) + " |", "|" + "---|" * len(VALIDATION_HEADER)]
-    lines += ["| " + " | ".join(row) + " |" for row in validation_rows(section)]
-    if section["note"]:
-        lines += ["", f"Note: {section['note']}."]
-    return lines + [""]
-
-
 def print_validation(section: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 

@@ -22,12 +22,11 @@ import pandas as pd
 
 from predictor import dataset
 from predictor.hardware import catalogue_name
-from predictor.models.analytical import AnalyticalPredictor
+from predictor.models import registry
 from predictor.models.base import Predictor
-from predictor.models.baselines import BiRNN, MLPAcc, RFHyperParams
 from predictor.models.features import Sample, TrainingData, by_workload, graph_of
+from predictor.models.intervals import residual_quantiles
 from predictor.models.records import LayerObs, layer_key
-from predictor.models.scaledl import ScaleDLPredictor
 from predictor.plan import Plan, plan_errors
 from predictor.workload import ModelSpec, WorkloadSpec, parse_spec
 
@@ -47,27 +46,11 @@ VTRAIN_GPUS_PER_NODE = 8
 GPT2_VOCAB = 50257
 
 Method = Callable[[int], Predictor]
-METHODS: dict[str, Method] = {
-    "scaledl": lambda seed: ScaleDLPredictor(seed=seed),
-    "rf": lambda seed: RFHyperParams(seed=seed),
-    "mlp-acc": lambda seed: MLPAcc(seed=seed),
-    "birnn": lambda seed: BiRNN(seed=seed),
-    "analytical": lambda seed: AnalyticalPredictor(),
-}
-ABLATIONS: dict[str, Method] = {
-    "scaledl-plainsum": lambda seed: ScaleDLPredictor(use_gnn=False, use_global=False, seed=seed),
-    "scaledl-nognn": lambda seed: ScaleDLPredictor(use_gnn=False, seed=seed),
-    "scaledl-nomlp": lambda seed: ScaleDLPredictor(use_global=False, seed=seed),
-    "scaledl-nocomm": lambda seed: ScaleDLPredictor(use_comm=False, seed=seed),
-}
-VARIANTS: dict[str, Method] = {  # asked for by name only
-    # GPU data: the framework's fixed costs fitted first (predictor.models.calibration); refused on a measured CPU
-    "scaledl-calibrated": lambda seed: ScaleDLPredictor(calibrate=True, seed=seed),
-    # the default's two parts alone, each for every family: one network (the composition routing replaced),
-    # and operator costs, which the default uses for unseen families (bench/results/ensemble_cv.txt, top)
-    "scaledl-one": lambda seed: ScaleDLPredictor(ensemble=1, unseen=None, seed=seed),
-    "scaledl-opcosts": lambda seed: ScaleDLPredictor(op_costs=True, ensemble=1, unseen=None, seed=seed),
-}
+# The predictors by name come from the one registry (predictor.models.registry): its default set, the ablations,
+# and the variants asked for by name only.
+METHODS: dict[str, Method] = registry.group("method")
+ABLATIONS: dict[str, Method] = registry.group("ablation")
+VARIANTS: dict[str, Method] = registry.group("variant")
 ALL_METHODS: dict[str, Method] = {**METHODS, **ABLATIONS, **VARIANTS}
 
 
@@ -284,8 +267,6 @@ def accuracy_of(model: Predictor, samples: Sequence[Sample], source: str) -> dic
     """The accuracy record a checkpoint carries (reports show it): errors of `model` on `samples`."""
     true = np.asarray([s.iter_time_s for s in samples])
     pred, _ = predict_samples(model, samples)
-    from predictor.models.registry import residual_quantiles  # lazy: the registry imports the predictors
-
     return {"mape_pct": round(mre(pred, true), 2), "rmse_ms": round(rmse_ms(pred, true), 3), "rows": len(samples),
             "source": source, "measured_by": "scaledl train", "residual_quantiles": residual_quantiles(true, pred)}
 

@@ -13,12 +13,14 @@ from pydantic import ValidationError
 
 from orchestrator.commands.plan import parse_nodes
 from orchestrator.planning import enumerate_sizes, sized_spec
-from orchestrator.report import TrainingGoal, build_report
+from orchestrator.report import Report, TrainingGoal, build_report
+from orchestrator.report.render_json import to_json
 from orchestrator.search import Evaluated, SearchResult, infeasibility
 from predictor.device_resolver import get_device
 from predictor.hardware import GIB
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.models.registry import interval_factors, measured_accuracy, residual_quantiles
+from predictor.models.intervals import Interval, residual_quantiles
+from predictor.models.registry import measured_accuracy
 from predictor.workload import parse_spec
 from search_spaces import load_space
 from tests.gpt_graph import gpt_graph
@@ -43,7 +45,7 @@ def _evaluated() -> tuple:
     return specs, enumeration, evs
 
 
-def sized_report(accuracy: dict | None = None, **kw) -> dict:
+def sized_build(accuracy: dict | None = None, **kw) -> Report:
     specs, enumeration, evs = _evaluated()
     space = load_space("megatron-3d")
     stats = {"memory_limit_gib": CAPACITY * 0.9, "headroom": 0.1, "searcher": "exhaustive", "evaluated_plans": len(evs),
@@ -51,6 +53,11 @@ def sized_report(accuracy: dict | None = None, **kw) -> dict:
     return build_report(spec=SPEC, spec_path="spec.yaml", device=DEVICE, predictor={"name": "analytical", "accuracy": accuracy},
                         space_name="megatron-3d", space=space, enumeration=enumeration, result=SearchResult.of(evs, stats, CAPACITY * 0.9, CAPACITY),
                         sizes=specs, price=2.0, **kw)
+
+
+def sized_report(accuracy: dict | None = None, **kw) -> dict:
+    """The report as report.json holds it."""
+    return to_json(sized_build(accuracy, **kw))
 
 
 def test_nodes_option_takes_a_list_or_the_powers_of_two_of_a_range() -> None:
@@ -118,11 +125,12 @@ def test_residual_quantiles_hold_the_stated_share_of_runs() -> None:
     assert q["coverage"] == 0.8 and inside.mean() == pytest.approx(0.8, abs=0.01)
     assert q["low"] < 0.05 < q["high"]
     # A record with a MAPE only: a normal error of that mean absolute size, said so.
-    fallback = interval_factors({"mape_pct": 10.0, "rows": 50, "source": "runs"})
-    assert fallback["high"] == pytest.approx(0.1606, abs=1e-3) == -fallback["low"] and "normal" in fallback["basis"]
-    assert interval_factors(None) is None
-    recorded = interval_factors(measured_accuracy(AnalyticalPredictor(), "a100-80gb"))
-    assert recorded["low"] < 0 < recorded["high"] and recorded["rows"] == 109
+    fallback = Interval.of({"mape_pct": 10.0, "rows": 50, "source": "runs"})
+    assert fallback.high == pytest.approx(0.1606, abs=1e-3) == -fallback.low and "normal" in fallback.basis
+    assert Interval.of(None) is None
+    recorded = Interval.of(measured_accuracy(AnalyticalPredictor(), "a100-80gb"))
+    assert recorded.low < 0 < recorded.high and recorded.rows == 109
+    assert recorded.contains(1.0, 1.0) and not recorded.contains(2.0, 1.0)
 
 
 def test_each_plan_carries_an_interval_and_the_indistinguishable_ones_are_marked() -> None:

@@ -11,7 +11,12 @@ import pytest
 
 from orchestrator.launch import launch_settings
 from orchestrator.plots import pareto_front
-from orchestrator.report import _front, build_report, explain, rank, write_report
+from orchestrator.planning import sized_spec
+from orchestrator.report import build_report, write_report
+from orchestrator.report.explain import explain
+from orchestrator.report.levers import Repredictor
+from orchestrator.report.ranking import front, rank
+from orchestrator.report.render_json import to_json
 from orchestrator.search import Evaluated, SearchResult, infeasibility
 from predictor.device_resolver import get_device
 from predictor.graph_cache import graph_for
@@ -78,11 +83,12 @@ def test_ranking_from_columns_orders_as_sorting_the_plans_would(by: str) -> None
     expected = sorted((e for e in evs if e.feasible), key=lambda e: (key(e), e.prediction.peak_memory_gib, str(e.plan)))
     assert [str(result.plans[i]) for i in rank(result, by, price=1.0)] == [str(e.plan) for e in expected]
     x, y = rng.integers(5, size=300).astype(float), rng.integers(5, size=300).astype(float)
-    assert _front(x, y).tolist() == pareto_front(list(zip(x.tolist(), y.tolist())))
+    assert front(x, y).tolist() == pareto_front(list(zip(x.tolist(), y.tolist())))
 
 
 def test_explanation_is_derived_from_the_breakdowns() -> None:
-    report, evs = report_for()
+    built, evs = report_for()
+    report = to_json(built)
     text = report["explanation"]
     win, runner = report["ranked"][0], report["ranked"][1]
     assert text.startswith(win["plan"])
@@ -93,7 +99,7 @@ def test_explanation_is_derived_from_the_breakdowns() -> None:
     assert f"{faster} plans would be faster but do not fit" in text
     # A different workload gives a different paragraph (nothing canned).
     other, _ = report_for(headroom=0.1)
-    assert other["explanation"] != text
+    assert other.explanation != text
 
 
 def test_report_files_follow_the_schema(tmp_path) -> None:
@@ -144,34 +150,34 @@ def test_validation_and_accuracy_appear_in_every_report_file(tmp_path) -> None:
     from orchestrator.validation.jobs import ValidationResult
 
     report, _ = report_for(top_k=3)
-    best = report["ranked"][0]
+    best = to_json(report)["ranked"][0]
     ok = ValidationResult(best["plan"], "ok", measured_time_s=1.25, predicted_time_s=1.0, peak_memory_gib=[2.0],
                           predicted_memory_gib=2.2)
-    oom = ValidationResult(report["ranked"][1]["plan"], "oom", detail="CUDA out of memory\nmore")
-    report["validation"] = {"k": 2, "steps": 3, "warmup": 1, "plans": [ok.to_dict(), oom.to_dict()],
+    oom = ValidationResult(str(report.ranked[1].plan), "oom", detail="CUDA out of memory\nmore")
+    report.validation = {"k": 2, "steps": 3, "warmup": 1, "plans": [ok.to_dict(), oom.to_dict()],
                             "note": "the measured winner differs"}
-    report["predictor"]["accuracy"] = {"mape_pct": 11.2, "rows": 109, "source": "vtrain multi"}
+    report.predictor["accuracy"] = {"mape_pct": 11.2, "rows": 109, "source": "vtrain multi"}
     write_report(report, tmp_path)
     html, md = (tmp_path / "report.html").read_text(), (tmp_path / "report.md").read_text()
     for text in (html, md):
         assert "Measured by real runs" in text and "-20.0%" in text and "oom: CUDA out of memory" in text
         assert "measured error 11.2% over 109 runs of vtrain multi" in text
-    report["predictor"]["accuracy"] = None
+    report.predictor["accuracy"] = None
     write_report(report, tmp_path)
     assert "accuracy never measured" in (tmp_path / "report.md").read_text()
 
 
 def test_a_winner_outside_the_predictors_training_data_carries_a_caution(tmp_path) -> None:
     report, evs = report_for()
-    assert report["caution"] == ""
-    evs[int(rank(result_of(evs, report["device"]["memory_limit_gib"]))[0])].prediction.extra["outside_training"] = [
+    assert report.caution == ""
+    evs[int(rank(result_of(evs, report.device.memory_limit_gib))[0])].prediction.extra["outside_training"] = [
         "vocab 51200 (trained 4096)"]
     flagged, _ = report_for(evs=evs)
-    assert "never trained on a workload or plan like the best one (vocab 51200 (trained 4096))" in flagged["caution"]
+    assert "never trained on a workload or plan like the best one (vocab 51200 (trained 4096))" in flagged.caution
     write_report(flagged, tmp_path)
     for name in ("report.md", "report.html"):
         assert "vocab 51200 (trained 4096)" in (tmp_path / name).read_text()
-    assert json.loads((tmp_path / "report.json").read_text())["caution"] == flagged["caution"]
+    assert json.loads((tmp_path / "report.json").read_text())["caution"] == flagged.caution
 
 
 def test_explanation_names_context_parallelism_and_what_the_framework_hides() -> None:
@@ -192,14 +198,73 @@ def test_plot_points_read_as_tuples_with_their_labels() -> None:
     memory-time front found on the columns is the one `plots.pareto_front` finds on the points."""
     report, evs = report_for()
     fastest = min((e for e in evs if e.infeasible), key=lambda e: e.prediction.iter_time_s)
-    x, y, label = report["_points"]["infeasible"][0]
+    x, y, label = report.points.infeasible[0]
     p = fastest.prediction
     assert (x, y) == (p.peak_memory_gib, p.iter_time_s)
     assert label == (f"{fastest.plan}<br>{fastest.plan.gpus} GPUs: {p.iter_time_s:.3f} s, {p.peak_memory_gib:.1f} GiB"
                      f"<br>{fastest.infeasible}")
-    (name, points), = report["_points"]["by_size"].items()
-    top = report["ranked"][0]
+    (name, points), = report.points.by_size.items()
+    top = to_json(report)["ranked"][0]
     assert name == f"{top['nodes']} nodes" and tuple(points[0])[:2] == (top["iter_time_s"], top["iter_time_s"] * 16 / 3600)
     assert points[0][2].startswith(f"{top['plan']}<br>2 nodes (16 GPUs): {top['iter_time_s']:.3f} s/iteration")
-    feasible = report["_points"]["feasible"]
-    assert [tuple(p) for p in report["_points"]["front"]] == [tuple(feasible[i]) for i in pareto_front(feasible)]
+    feasible = report.points.feasible
+    assert [tuple(p) for p in report.points.front] == [tuple(feasible[i]) for i in pareto_front(feasible)]
+
+
+def test_when_nothing_fits_the_closest_plans_come_with_re_predicted_levers(tmp_path) -> None:
+    """A limit no plan meets: the plans overflowing it least are listed, each with the single changes that make
+    it fit, their times predicted by the same predictor (not guessed)."""
+    evs, _ = evaluated(0.6)
+    least = min(e.prediction.peak_memory_gib for e in evs)
+    limit = least * 0.97
+    for e in evs:
+        e.infeasible = infeasibility(e.prediction, limit, CAPACITY)
+    stats = {"memory_limit_gib": limit, "headroom": 1 - limit / CAPACITY, "searcher": "exhaustive",
+             "evaluated_plans": len(evs), "trials": 1, "trials_failed": 0, "search_s": 1.0, "plans_per_s": 1.0}
+    space = load_space("megatron-3d")
+    report = build_report(spec=SPEC, spec_path="spec.yaml", device=DEVICE, predictor={"name": "analytical", "accuracy": None},
+                          space_name="megatron-3d", space=space, enumeration=enumerate_plans(SPEC, space),
+                          result=result_of(evs, limit, **stats),
+                          repredictor=Repredictor(AnalyticalPredictor(), GRAPH, sized_spec))
+    assert not report.fits and report.launch is None and report.closest
+    overflow = [c.overflow_gib for c in report.closest]
+    assert overflow == sorted(overflow) and overflow[0] == pytest.approx(least - limit)
+    levers = [lv for c in report.closest for lv in c.levers]
+    assert any(lv.fits for lv in levers)
+    for lv in levers[:5]:
+        (pred,) = AnalyticalPredictor().predict(sized_spec(SPEC, lv.gpus // 8), GRAPH, [lv.plan])
+        assert (lv.iter_time_s, lv.peak_memory_gib, lv.fits) == (pred.iter_time_s, pred.peak_memory_gib,
+                                                                  pred.peak_memory_gib <= limit)
+    write_report(report, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "## Nothing fits: the plans closest to fitting" in md and "it fits with" in md
+    assert json.loads((tmp_path / "report.json").read_text())["fits"] is False
+
+
+def test_html_has_every_markdown_section_rendered(tmp_path) -> None:
+    report, _ = report_for(top_k=5)
+    write_report(report, tmp_path)
+    md, page = (tmp_path / "report.md").read_text(), (tmp_path / "report.html").read_text()
+    titles = re.findall(r"^## (.+)$", md, re.M)
+    assert "Fastest plans that do not fit" in titles and "Why candidates were rejected" in titles
+    for title in titles:
+        assert f"<h2>{title}</h2>" in page
+    text = re.sub(r"<(script|style|pre)\b.*?</\1>", "", page, flags=re.S)
+    assert "`" not in re.sub(r"<[^>]+>", "", text) and "<code>" in page
+
+
+def test_the_terminal_table_fits_80_columns_without_cutting_plans() -> None:
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.report import print_report
+    from orchestrator.report.text import compact
+
+    report, _ = report_for(top_k=5)
+    buf = io.StringIO()
+    print_report(report, Console(file=buf, width=80))
+    out = buf.getvalue()
+    assert max(len(line) for line in out.splitlines()) <= 80 and "…" not in out
+    for r in report.shown:
+        assert compact(r.plan) in out

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.report import TrainingGoal, write_report
-from tests.test_cluster_sizes import TOKENS, sized_report
+from tests.test_cluster_sizes import TOKENS, sized_build
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine (apt-get install chromium)")
@@ -49,7 +49,7 @@ def browse(page: Path, *extra: str) -> subprocess.CompletedProcess:
 def test_the_report_renders_offline_and_its_table_sorts_and_filters(tmp_path) -> None:
     accuracy = {"mape_pct": 9.6, "rows": 109, "source": "vTrain",
                 "residual_quantiles": {"coverage": 0.8, "low": -0.07, "high": 0.24, "rows": 109}}
-    report = sized_report(accuracy=accuracy, by="cost", goal=TrainingGoal(train_tokens=TOKENS))
+    report = sized_build(accuracy=accuracy, by="cost", goal=TrainingGoal(train_tokens=TOKENS))
     write_report(report, tmp_path)
     page = (tmp_path / "report.html").read_text()
     probed = tmp_path / "probed.html"
@@ -61,7 +61,7 @@ def test_the_report_renders_offline_and_its_table_sorts_and_filters(tmp_path) ->
     out = json.loads(re.search(r'<pre id="probe">(.*?)</pre>', run.stdout, re.S).group(1).replace("&quot;", '"'))
     assert out["errors"] == [] and out["plots"] >= 2 and out["points"] > 100
     up = [float(v) for v in out["up"]]
-    assert len(up) == out["rows"] == len(report["ranked"]) and up == sorted(up) and [float(v) for v in out["down"]] == sorted(up, reverse=True)
+    assert len(up) == out["rows"] == len(report.ranked) and up == sorted(up) and [float(v) for v in out["down"]] == sorted(up, reverse=True)
     cost = [float(v.replace(",", "")) for v in out["cost"]]
     assert cost == sorted(cost)
     assert 0 < len(out["filtered"]) < out["rows"] and all("tp=4," in p and "zero=1" in p for p in out["filtered"])

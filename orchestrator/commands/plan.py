@@ -100,4 +100,4 @@ def run(args: argparse.Namespace) -> int:
     # The process ends next: freezing the heap spares the interpreter's final garbage collection of
     # torch's and Ray's objects, seconds on two cores (the report is already on disk).
     gc.freeze()
-    return 0 if report["ranked"] else 1
+    return 0 if report.fits else 1

@@ -1,20 +1,19 @@
-"""Which predictor a command uses: `analytical`, `auto` (the ScaleDL checkpoint of the device, else
-analytical with a warning) or the path of a ScaleDL checkpoint.
+"""Every predictor by name: what `scaledl predict`/`plan --predictor`, `scaledl evaluate` and the bench scripts choose
+from, and the loader of a checkpoint file (which names the predictor it holds).
 
-`auto` prefers the checkpoint `scaledl adapt` fine-tuned to this machine's hardware (kept in the
-user's cache, `$SCALEDL_CACHE`) over the shipped one: a measured device such as `cpu` is whatever
-machine runs the prediction, and a checkpoint trained on another CPU model is off by 20-30 % there
-(bench/results/transfer.txt)."""
+A command takes `analytical`, `auto` (the ScaleDL checkpoint of the device, else analytical with a warning) or the
+path of a checkpoint. `auto` prefers the checkpoint `scaledl adapt` fine-tuned to this machine's hardware (kept in the
+user's cache, `$SCALEDL_CACHE`) over the shipped one: a measured device such as `cpu` is whatever machine runs the
+prediction, and a checkpoint trained on another CPU model is off by 20-30 % there (bench/results/transfer.txt).
+`scaledl evaluate` trains the trainable entries (`PREDICTORS[name].make(seed)`) on a profile dataset."""
 
 from __future__ import annotations
 
 import json
-import math
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import Any, Callable, Literal
 
 from predictor.machine import hardware_slug
 from predictor.models.analytical import AnalyticalPredictor
@@ -23,9 +22,65 @@ from predictor.models.base import Predictor
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
 # The analytical model's accuracy per device where it was measured against real runs (bench/vtrain_eval.py --record).
 ANALYTICAL_ACCURACY = CHECKPOINT_DIR / "analytical-accuracy.json"
-INTERVAL_COVERAGE = 0.8  # the share of real runs a prediction interval is meant to hold
-# An 80 % normal interval is +-1.2816 sigma, and a normal error's mean absolute value is sigma * sqrt(2 / pi).
-_NORMAL_FROM_MAPE = 1.2816 * math.sqrt(math.pi / 2)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One predictor: `make(seed)` builds it unfitted; `restore(state)` rebuilds a fitted one from a checkpoint's
+    state (None: it has nothing to save); `ready`: it predicts without training (a command may use it by name)."""
+
+    make: Callable[[int], Predictor]
+    group: Literal["method", "ablation", "variant"] = "method"  # evaluate's default set, `ablations`, by name only
+    restore: Callable[[dict[str, Any]], Predictor] | None = None
+    ready: bool = False
+
+
+def _scaledl(**options: Any) -> Callable[[int], Predictor]:
+    def make(seed: int) -> Predictor:
+        from predictor.models.scaledl import ScaleDLPredictor  # lazy: pulls in torch-geometric
+
+        return ScaleDLPredictor(**options, seed=seed)
+
+    return make
+
+
+def _baseline(name: str) -> Callable[[int], Predictor]:
+    def make(seed: int) -> Predictor:
+        from predictor.models import baselines  # lazy: torch
+
+        return getattr(baselines, name)(seed=seed)
+
+    return make
+
+
+def _restore_scaledl(state: dict[str, Any]) -> Predictor:
+    from predictor.models.scaledl import ScaleDLPredictor
+
+    return ScaleDLPredictor.restore(state)
+
+
+PREDICTORS: dict[str, Entry] = {
+    "scaledl": Entry(_scaledl(), restore=_restore_scaledl),
+    "rf": Entry(_baseline("RFHyperParams")),
+    "mlp-acc": Entry(_baseline("MLPAcc")),
+    "birnn": Entry(_baseline("BiRNN")),
+    "analytical": Entry(lambda seed: AnalyticalPredictor(), ready=True),
+    "scaledl-plainsum": Entry(_scaledl(use_gnn=False, use_global=False), "ablation"),
+    "scaledl-nognn": Entry(_scaledl(use_gnn=False), "ablation"),
+    "scaledl-nomlp": Entry(_scaledl(use_global=False), "ablation"),
+    "scaledl-nocomm": Entry(_scaledl(use_comm=False), "ablation"),
+    # GPU data: the framework's fixed costs fitted first (predictor.models.calibration); refused on a measured CPU
+    "scaledl-calibrated": Entry(_scaledl(calibrate=True), "variant"),
+    # the default's two parts alone, each for every family: one network (the composition routing replaced),
+    # and operator costs, which the default uses for unseen families (bench/results/ensemble_cv.txt, top)
+    "scaledl-one": Entry(_scaledl(ensemble=1, unseen=None), "variant"),
+    "scaledl-opcosts": Entry(_scaledl(op_costs=True, ensemble=1, unseen=None), "variant"),
+}
+
+
+def group(name: str) -> dict[str, Callable[[int], Predictor]]:
+    """{predictor name: its factory} of one group ("method", "ablation" or "variant")."""
+    return {n: e.make for n, e in PREDICTORS.items() if e.group == name}
 
 
 def checkpoint_path(device_name: str) -> Path:
@@ -40,35 +95,48 @@ def adapted_checkpoint_path(device_name: str, hardware: str) -> Path:
     return cache_dir() / "checkpoints" / f"scaledl-{device_name}-{hardware_slug(hardware)}.pt"
 
 
-def _load_scaledl(path: Path) -> Predictor:
-    from predictor.models.scaledl import ScaleDLPredictor  # lazy: pulls in torch-geometric
+def load_checkpoint(path: Path) -> Predictor:
+    """The fitted predictor a checkpoint file holds, of the class its `predictor` entry names (files written before
+    it was recorded hold a ScaleDL predictor)."""
+    from predictor.models import checkpoint  # lazy: imports torch
 
-    return ScaleDLPredictor.load(path)
+    state, _ = checkpoint.read(path)
+    kind = state.get("predictor", "scaledl")
+    entry = PREDICTORS.get(kind)
+    if entry is None or entry.restore is None:
+        raise ValueError(f"{path} holds a {kind!r} predictor, which this version of ScaleDL cannot load")
+    return entry.restore(state)
 
 
 def load_predictor(name_or_path: str, device_name: str, hardware: str = "") -> tuple[Predictor, str]:
     """(predictor, label for reports). `hardware`: the measured device's CPU model, whose adapted
     checkpoint `auto` takes first. Raises FileNotFoundError for a path that does not exist."""
-    if name_or_path == "analytical":
-        return AnalyticalPredictor(), "analytical"
+    entry = PREDICTORS.get(name_or_path)
+    if entry is not None and entry.ready:
+        return entry.make(0), name_or_path
     if name_or_path == "auto":
         adapted = adapted_checkpoint_path(device_name, hardware) if hardware else None
         if adapted is not None and adapted.is_file():
-            return _load_scaledl(adapted), f"scaledl ({adapted.name}, adapted to this hardware)"
+            return load_checkpoint(adapted), f"scaledl ({adapted.name}, adapted to this hardware)"
         path = checkpoint_path(device_name)
         if path.is_file():
-            return _load_scaledl(path), f"scaledl ({path.name})"
+            return load_checkpoint(path), f"scaledl ({path.name})"
         warnings.warn(f"no ScaleDL checkpoint for device {device_name!r} (looked for {path}); "
                       "using the analytical predictor", stacklevel=2)
         return AnalyticalPredictor(), "analytical"
     check_predictor_name(name_or_path)
-    return _load_scaledl(Path(name_or_path)), f"scaledl ({name_or_path})"
+    predictor = load_checkpoint(Path(name_or_path))
+    return predictor, f"{predictor.name} ({name_or_path})"
 
 
 def check_predictor_name(name_or_path: str) -> None:
     """Fail fast (before replicas start) on a predictor that is neither a known name nor a checkpoint file."""
-    if name_or_path not in ("analytical", "auto") and not Path(name_or_path).is_file():
-        raise FileNotFoundError(f"predictor {name_or_path!r} is neither 'analytical', 'auto' nor an existing checkpoint file")
+    ready = [n for n, e in PREDICTORS.items() if e.ready]
+    if name_or_path in ready or name_or_path == "auto" or Path(name_or_path).is_file():
+        return
+    trained = " (it must be trained first: `scaledl train`, then pass the checkpoint)" if name_or_path in PREDICTORS else ""
+    raise FileNotFoundError(f"predictor {name_or_path!r} is neither {', '.join(repr(n) for n in ready)}, 'auto' nor "
+                            f"an existing checkpoint file{trained}")
 
 
 def measured_accuracy(predictor: Predictor, device_name: str) -> dict[str, Any] | None:
@@ -79,26 +147,3 @@ def measured_accuracy(predictor: Predictor, device_name: str) -> dict[str, Any] 
             return None
         return json.loads(ANALYTICAL_ACCURACY.read_text()).get(device_name)
     return predictor.accuracy
-
-
-def residual_quantiles(measured: np.ndarray, predicted: np.ndarray, coverage: float = INTERVAL_COVERAGE) -> dict[str, Any]:
-    """The tails of the signed relative residuals r = measured / predicted - 1 that leave (1 - coverage) / 2 out on
-    each side: an iteration predicted at t lies in [t (1 + low), t (1 + high)] as often as these held-out runs did."""
-    r = np.asarray(measured, float) / np.asarray(predicted, float) - 1
-    low, high = np.quantile(r, [(1 - coverage) / 2, (1 + coverage) / 2])
-    return {"coverage": coverage, "low": round(float(low), 4), "high": round(float(high), 4), "rows": len(r),
-            "residual": "measured / predicted - 1"}
-
-
-def interval_factors(accuracy: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The prediction interval of this accuracy record, relative to the prediction: its recorded residual quantiles,
-    else (a record with only a MAPE) a normal error of that mean absolute size; None when never measured."""
-    if not accuracy:
-        return None
-    if "residual_quantiles" in accuracy:
-        q = accuracy["residual_quantiles"]
-        return {**q, "basis": f"quantiles of {q['rows']} held-out residuals, {accuracy['source']}"}
-    half = _NORMAL_FROM_MAPE * accuracy["mape_pct"] / 100
-    return {"coverage": INTERVAL_COVERAGE, "low": -half, "high": half, "rows": accuracy["rows"],
-            "basis": f"a normal error with the measured {accuracy['mape_pct']:.1f} % mean absolute error "
-                     f"({accuracy['source']}; no residuals recorded)"}

@@ -264,8 +264,10 @@ class ScaleDLPredictor(Predictor):
         checkpoint.write(Path(path), self._state())
 
     def _state(self) -> dict[str, Any]:
-        """Everything `_restore` needs, in the current checkpoint format, the companion's state nested in it."""
-        return {"config": self.config, "net": None if self.net is None else self.net.state_dict(),
+        """Everything `restore` needs, in the current checkpoint format, the companion's state nested in it, and the
+        registry name of its class (`predictor.models.registry.load_checkpoint`)."""
+        return {"predictor": "scaledl", "config": self.config,
+                "net": None if self.net is None else self.net.state_dict(),
                 "z_mean": self.z_mean, "z_std": self.z_std, "z_min": self.z_min, "z_max": self.z_max,
                 "learned": {"layer_models": self.layerwise.models, "attr_keys": self.layerwise.attr_keys,
                             "op_costs": self.layerwise.op_costs_by_device, "memory_model": self.memory_model},
@@ -277,10 +279,10 @@ class ScaleDLPredictor(Predictor):
     def load(cls, path: str | Path) -> "ScaleDLPredictor":
         """The predictor of a checkpoint file of any format this version reads (older ones are upgraded)."""
         state, _ = checkpoint.read(Path(path))
-        return cls._restore(state)
+        return cls.restore(state)
 
     @classmethod
-    def _restore(cls, state: dict[str, Any]) -> "ScaleDLPredictor":
+    def restore(cls, state: dict[str, Any]) -> "ScaleDLPredictor":
         """The predictor `_state` describes."""
         self = cls(**state["config"])
         self.analytical = AnalyticalPredictor(AnalyticalConfig(**state["analytical"]))
@@ -296,6 +298,6 @@ class ScaleDLPredictor(Predictor):
             self.net.eval()
         self.provenance = state["provenance"]
         self.domain = TrainingDomain.from_dict(state["domain"])
-        self.companion = cls._restore(state["companion"]) if state["companion"] else None
+        self.companion = cls.restore(state["companion"]) if state["companion"] else None
         self._fitted = True
         return self
