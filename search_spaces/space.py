@@ -14,6 +14,7 @@ upper bound on what a search may try:
 
 from __future__ import annotations
 
+import difflib
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -129,11 +130,15 @@ Narrowing = create_model("Narrowing", __base__=_NarrowingOptions, __doc__="A spe
                          "optional; given fields must lie inside the base space.", **_degree_fields(optional=True))
 
 
-def _errors(err: ValidationError, where: str) -> str:
+def _errors(err: ValidationError, where: str, known: list[str]) -> str:
+    """Pydantic's errors as `where.field: message` lines; an unknown field gets the closest of `known`."""
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(str(e["loc"][-1]), known, n=1)
+            msg = "unknown field" + (f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}")
         given = e.get("input")
         shown = "" if isinstance(given, dict) or given is None else f" (got {given!r})"
         lines.append(f"{where}.{loc}: {msg}{shown}")
@@ -161,7 +166,7 @@ def load_space(name_or_path: str) -> SpaceConfig:
     try:
         return SpaceConfig.model_validate(data)
     except ValidationError as err:
-        raise SpecError(f"invalid search space {path}:\n  {_errors(err, 'space')}") from None
+        raise SpecError(f"invalid search space {path}:\n  {_errors(err, 'space', list(SpaceConfig.model_fields))}") from None
 
 
 def narrow(space: SpaceConfig, section: dict[str, Any] | None, base_name: str = "") -> SpaceConfig:
@@ -171,7 +176,7 @@ def narrow(space: SpaceConfig, section: dict[str, Any] | None, base_name: str = 
     try:
         n = Narrowing.model_validate(section)
     except ValidationError as err:
-        raise SpecError(f"invalid search section:\n  {_errors(err, 'search')}") from None
+        raise SpecError(f"invalid search section:\n  {_errors(err, 'search', list(Narrowing.model_fields))}") from None
     changes: dict[str, Any] = {}
     for axis in INT_AXES + CHOICE_AXES:
         wanted = getattr(n, axis)

@@ -139,3 +139,23 @@ def test_a_plan_typed_without_plan_is_refused_by_predict_with_the_fix(spec_path,
         main(["predict", spec_path, "--plan", "dp=8", "--bogus"])
     err = capsys.readouterr().err
     assert "scaledl predict: error: unrecognized arguments: --bogus" in err and "--plan, e.g." not in err
+
+
+def test_json_says_whether_the_plan_fits_the_device(spec_path, capsys):
+    code, out, _ = _run(capsys, spec_path, "--plan", "dp=8", "--json", "--predictor", "analytical")
+    obj = json.loads(out)
+    assert code == 0 and obj["capacity_gib"] == pytest.approx(80.0, rel=0.01)
+    assert obj["fits"] == (obj["peak_memory_gib"] <= obj["capacity_gib"]) and obj["fits"]
+
+
+def test_a_bad_search_section_is_refused_with_a_did_you_mean(spec_path, tmp_path, capsys):
+    bad = tmp_path / "bad-search.yaml"
+    bad.write_text(Path(spec_path).read_text() + "search:\n  max_ppp: 4\n")
+    code, out, err = _run(capsys, str(bad), "--plan", "dp=8", "--predictor", "analytical")
+    assert code == 2 and "search.max_ppp: unknown field; did you mean 'max_pp'?" in err
+    assert "Extra inputs" not in err and out == ""
+
+
+def test_no_empty_table_before_the_errors(spec_path, capsys):
+    code, out, err = _run(capsys, spec_path, "--plan", "dp=3", "--predictor", "analytical")
+    assert code == 2 and out == "" and "invalid plan 'dp=3'" in err

@@ -17,6 +17,7 @@ from predictor.frameworks import framework_of
 from predictor.plan import Plan, PlanError, placement_warnings, plan_errors
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS, Prediction
 from predictor.workload import WorkloadSpec, load_spec, read_text
+from search_spaces import resolve_space
 
 HELP = "predict iteration time and per-GPU memory of parallel plans"
 
@@ -75,10 +76,13 @@ def predict_texts(spec: WorkloadSpec, texts: list[str], predictor_name: str) -> 
 
         predictions = predictor.predict(spec, graph_for(spec.model), plans)
     it = iter(predictions)
+    capacity = spec_device(spec).mem_capacity / 1024**3
     out = []
     for text, c in zip(texts, checked):
         if isinstance(c, Plan):
-            out.append({**next(it).to_dict(), "predictor": label, "plan": str(c), "device": spec.cluster.device,
+            pred = next(it)
+            out.append({**pred.to_dict(), "predictor": label, "plan": str(c), "device": spec.cluster.device,
+                        "capacity_gib": capacity, "fits": pred.peak_memory_gib <= capacity,
                         "warnings": placement_warnings(c, spec)})
         else:
             out.append({"plan": text, "error": c, "predictor": label, "device": spec.cluster.device})
@@ -87,6 +91,7 @@ def predict_texts(spec: WorkloadSpec, texts: list[str], predictor_name: str) -> 
 
 def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
+    resolve_space(spec.search)  # a bad `search:` section is refused here too, as `scaledl plan` refuses it
     texts = _plan_texts(args)
     results, label = predict_texts(spec, texts, args.predictor)
     errors = [r for r in results if "error" in r]
@@ -133,6 +138,8 @@ def _print_tables(spec: WorkloadSpec, results: list[dict[str, Any]], label: str)
     device = spec_device(spec)
     capacity = device.mem_capacity / 1024**3
     ok = [r for r in results if "error" not in r]
+    if not ok:  # every plan was refused: the errors alone, no empty table
+        return
     unit = "ranks" if spec.cluster.device == "cpu" else "GPUs"
     priced = f" ({device.source})" if device.measured else ""  # which measurement: this machine or a profile file
     summary = Table(title=f"{spec.cluster.device}{priced} x {spec.cluster.gpus} {unit}, predictor: {label}")
