@@ -10,13 +10,20 @@ from predictor.plan import Plan
 
 
 def winner_note(results: Sequence[ValidationResult]) -> str:
-    """A sentence when the measured fastest plan is not the predicted fastest ('' otherwise)."""
+    """A sentence when the measured fastest plan is not the predicted fastest, by more than the measurement's noise
+    (the spread of its steps; '' otherwise)."""
     ok = [r for r in results if r.status == "ok" and r.predicted_time_s is not None]
     if len(ok) < 2:
         return ""
     predicted = min(ok, key=lambda r: r.predicted_time_s)  # type: ignore[arg-type, return-value]
     measured = min(ok, key=lambda r: r.measured_time_s)  # type: ignore[arg-type, return-value]
     if predicted is measured:
+        return ""
+    # A gap inside the steps' spread is noise: the measured winner's slowest step must beat the predicted best's
+    # fastest one.
+    slowest = measured.measured_time_max_s or measured.measured_time_s
+    fastest = predicted.measured_time_min_s or predicted.measured_time_s
+    if slowest >= fastest:  # type: ignore[operator]
         return ""
     return (f"measured winner differs from the predicted one: {measured.plan} ran in {measured.measured_time_s:.4g} s "
             f"(predicted {measured.predicted_time_s:.4g} s) while predicted-best {predicted.plan} ran in "

@@ -268,3 +268,17 @@ def test_the_terminal_table_fits_80_columns_without_cutting_plans() -> None:
     assert max(len(line) for line in out.splitlines()) <= 80 and "…" not in out
     for r in report.shown:
         assert compact(r.plan) in out
+
+
+def test_the_measured_winner_differs_only_beyond_the_steps_noise() -> None:
+    from orchestrator.validation.jobs import ValidationResult
+    from orchestrator.validation_report import winner_note
+
+    def run(plan: str, predicted: float, measured: float, spread: float) -> ValidationResult:
+        return ValidationResult(plan, "ok", measured_time_s=measured, measured_time_min_s=measured - spread,
+                                measured_time_max_s=measured + spread, predicted_time_s=predicted)
+
+    # 1.2 % apart with steps spread 2 %: noise, no note.
+    assert winner_note([run("dp=2", 1.0, 1.012, 0.02), run("dp=1,tp=2", 1.1, 1.0, 0.02)]) == ""
+    note = winner_note([run("dp=2", 1.0, 1.3, 0.01), run("dp=1,tp=2", 1.1, 1.0, 0.01)])
+    assert note.startswith("measured winner differs from the predicted one: dp=1,tp=2 ran in 1 s")
