@@ -38,10 +38,10 @@ from orchestrator.store import Batch, ResultStore, SearchError, memory_reason, p
 from predictor.plan import Plan
 from predictor.prediction import Prediction
 from predictor.prediction_table import PredictionTable
+from predictor.memory.facts import HEADROOM
 from search_spaces import GROUP_AXES, TuneSpace
 
 SEARCHERS = ("auto", "exhaustive", "optuna", "random")
-HEADROOM = 0.10
 EXHAUSTIVE_LIMIT = 2_000_000  # predicting every plan beats sampling while the driver holds their columns (~1.5 kB a plan)
 MAX_BATCH = 131_072
 STORE_FORMAT = "plan-indices-table-2"  # stored batches: plans by their index in the enumeration, answers as columns (2: stage memories end to end)

@@ -2,6 +2,7 @@
 
 import pytest
 
+from orchestrator.launch import launch_files
 from predictor.frameworks import FRAMEWORKS, framework_of
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
@@ -110,10 +111,10 @@ def test_fp8_runs_the_linears_on_the_fp8_peak_and_keeps_an_fp8_weight_copy():
     a = AnalyticalPredictor(cfg).predict(bf16, GRAPH, [Plan(dp=8, zero=1)])[0]
     b = AnalyticalPredictor(cfg).predict(fp8, GRAPH, [Plan(dp=8, zero=1)])[0]
     assert 0.5 < b.breakdown["compute"] / a.breakdown["compute"] < 0.8  # attention and the rest stay in bf16
-    # Transformer Engine keeps an FP8 weight and its transpose of every transformer-layer linear (the embedding and the
-    # output layer stay in BF16)
-    linear = sum(n.count * n.params for n in GRAPH.nodes if n.kind == "linear" and n.group not in ("pre", "post"))
-    assert (b.memory_breakdown["weights"] - a.memory_breakdown["weights"]) * 2**30 == pytest.approx(2 * linear, rel=1e-6)
+    # Megatron-Core with --fp8-param-gather (which its launch files write) keeps each transformer-layer linear's FP8
+    # weight and transpose in place of the BF16 weight: 2 bytes per parameter either way
+    assert b.memory_breakdown["weights"] == pytest.approx(a.memory_breakdown["weights"], rel=1e-9)
+    assert "--fp8-param-gather" in launch_files(Plan(dp=8, zero=1), fp8)["megatron_args.txt"]
     slower = AnalyticalPredictor(AnalyticalConfig(fp8_gemm_eff=0.5)).predict(fp8, GRAPH, [Plan(dp=8, zero=1)])[0]
     assert slower.breakdown["compute"] > b.breakdown["compute"]
     with pytest.raises(Exception, match="training.precision 'fp8' is not available on device 'a100-80gb'"):

@@ -6,6 +6,7 @@ import argparse
 import gc
 
 from orchestrator.cli import UsageError
+from predictor.memory.facts import HEADROOM
 
 HELP = "search the parallel plans of a workload (Ray Tune over predictor replicas) and report the best"
 
@@ -33,7 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser, spec_option: bool = False) ->
     parser.add_argument("--train-tokens", type=float, metavar="N", help="tokens of the whole run: adds days and cost to train")
     parser.add_argument("--deadline-days", type=float, metavar="D", help="keep plans that train in at most D days")
     parser.add_argument("--budget-usd", type=float, metavar="B", help="keep plans that train for at most B dollars")
-    parser.add_argument("--headroom", type=float, default=0.10, help="fraction of device memory kept free (default 0.10)")
+    parser.add_argument("--headroom", type=float, default=HEADROOM,
+                        help=f"fraction of device memory kept free beyond the predicted reserved + runtime memory "
+                             f"(default {HEADROOM})")
     parser.add_argument("--predictor", default="auto", metavar="analytical|auto|PATH",
                         help="analytical, auto (the device's ScaleDL checkpoint: the one `scaledl adapt` fitted to this "
                              "hardware, else the shipped one, else analytical) or a checkpoint")

@@ -14,6 +14,10 @@ from typing import Literal
 MIB = 1024**2
 GIB = 1024**3
 
+# Device memory a search keeps free beyond the predicted reserved + runtime memory: the reserved prediction's largest
+# leave-one-plan-out error on the measured B200 file is 4.3 % (bench/memory_eval.py).
+HEADROOM = 0.05
+
 SavedTensors = Literal["megatron-te", "torchtitan", "graph"]
 
 
@@ -49,6 +53,9 @@ class MemoryFacts:
     prefetch_params: float
     # Inside the caching allocator: cuBLAS and Transformer Engine GEMM workspaces.
     workspace_bytes: float
+    # FP8 training keeps FP8 parameters in the param buffer, no BF16 copy (Megatron-Core's --fp8-param-gather, which
+    # Megatron-Bridge's FP8 recipes set and ScaleDL's Megatron launch files write).
+    fp8_param_gather: bool = False
     # Outside the allocator (runtime memory): the CUDA context and NCCL's buffers per communicator.
     cuda_context_bytes: float = 600 * MIB
     nccl_bytes_per_group: float = 160 * MIB
@@ -64,7 +71,7 @@ FACTS: dict[str, MemoryFacts] = {
     "megatron": MemoryFacts("megatron", grad_bytes=4.0, master_bytes=4.0, moment_bytes=4.0, grads_sharded_from=2,
                             unsharded_params_under_pp=False, unsharded_grads_under_pp=False, saved="megatron-te",
                             swiglu_saved=3.0, loss_saved_bytes=4.0, loss_peak_bytes=6.0, grad_bucket_bytes=0.0,
-                            prefetch_params=0.0, workspace_bytes=64 * MIB),
+                            prefetch_params=0.0, workspace_bytes=64 * MIB, fp8_param_gather=True),
     # torchtitan FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the sharded parameter is the
     # fp32 master (no separate copy), gradients reduce-scatter to fp32 shards; F.cross_entropy on .float() logits keeps
     # the fp32 log-softmax (4 B) and its backward adds an fp32 gradient and its bf16 cast (6 B).

@@ -95,9 +95,11 @@ def parse_offload(value: str) -> tuple[frozenset[str], int]:
 
 
 
-def levers_of(plan: Plan) -> Levers:
-    """The levers a plan's fields name: its recomputation (modules, or full with a layer count)."""
-    return Levers(recompute=recompute_modules(plan.recompute), recompute_layers=plan.recompute_layers or None)
+def levers_of(plan: Plan, fp8_param_gather: bool = False, fp8_format: Fp8Format = "cs") -> Levers:
+    """The levers a plan's fields name (its recomputation: modules, or full with a layer count), with the FP8
+    parameter handling its framework runs (`MemoryFacts.fp8_param_gather`) in the device's FP8 format."""
+    return Levers(recompute=recompute_modules(plan.recompute), recompute_layers=plan.recompute_layers or None,
+                  fp8_param_gather=fp8_param_gather, fp8_format=fp8_format)
 
 
 def _module_of(name: str, kind: str) -> set[str]:

@@ -168,8 +168,9 @@ class PlanPieces:
         (`predictor.memory.accounting`); on a measured device (ScaleDL's eager runner, no CUDA runtime) from the layer
         graph's saved elements and the ZeRO model states."""
         if not self.device.measured:
-            return memory_parts_by_stage(self.spec, graph, lay, FACTS[self.framework.name], levers_of(lay.plan),
-                                         self.cfg.moe_imbalance)
+            facts = FACTS[self.framework.name]
+            levers = levers_of(lay.plan, facts.fp8_param_gather, "mx" if "fp4" in self.device.peak_flops else "cs")
+            return memory_parts_by_stage(self.spec, graph, lay, facts, levers, self.cfg.moe_imbalance)
         kept, one_block = saved_per_sample(lay, fused_attention=self.fused, kv_share=kv_share(self.spec))
         acts = kept * lay.plan.mbs * in_flight(lay) + one_block * lay.plan.mbs
         buffers = buffer_bytes(lay, self._psi(sharding, lay)[0], self.cfg.moe_imbalance)
