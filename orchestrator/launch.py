@@ -12,7 +12,7 @@ fields the framework cannot run (`Framework.errors`, `plan_errors`):
   `runtime/zero/config.py`) that also carries, under "megatron_deepspeed_args", the microsoft/Megatron-DeepSpeed
   `pretrain_gpt.py` arguments (`megatron/arguments.py`, `examples_deepspeed/`) that go with it (DeepSpeed
   reads only the keys it knows).
-Degree flags and keys come from the axis registry (`predictor.axes.Axis.launch`). `read_back(path, spec)`
+Degree flags and keys come from the axis registry (`predictor.plan.axes.Axis.launch`). `read_back(path, spec)`
 parses a launch file into the plan it runs, which equals `as_run(plan, framework)`: the plan with its
 overlap resolved to the kinds of communication the plan has and the framework hides, its placement as the
 full rank order, and the fields a degree of 1 leaves without effect at their defaults.
@@ -27,7 +27,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable
 
-from predictor.axes import AXES, AXIS, embedding_and_loss_in_split
+from predictor.plan import AXES, AXIS, embedding_and_loss_in_split
 from predictor.frameworks import FRAMEWORKS, Framework, framework_of
 from predictor.hardware import DEVICES
 from predictor.plan import OVERLAP_KINDS, Plan, overlap_kinds, plan_errors

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from itertools import permutations
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from predictor.axes import DEFAULT_ORDER, complete_order
+from predictor.plan import DEFAULT_ORDER, complete_order
 from predictor.hardware import DEVICES
 from predictor.plan import OVERLAP_KINDS, RECOMPUTE_MODES, Plan, overlap_kinds
 

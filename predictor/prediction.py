@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-TIME_PARTS: tuple[str, ...] = ("compute", "tp_comm", "cp_comm", "ep_comm", "dp_comm", "pp_bubble", "pp_p2p", "optimizer")
+from predictor.plan.axes import TIME_PARTS
+
+__all__ = ["MEMORY_PARTS", "TIME_PARTS", "Prediction"]
 MEMORY_PARTS: tuple[str, ...] = ("weights", "gradients", "optimizer", "activations", "buffers", "runtime")
 # "runtime": what a rank holds beyond the model's parts (the framework, the CUDA context, allocator slack);
 # the analytical model counts none, a learned memory residual puts what it adds there.

@@ -12,10 +12,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from predictor.plan.axes import HIDDEN_KINDS
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS, Prediction
 
-# Kinds of hidden communication (`Prediction.hidden_comm`), in the order of `PredictionTable.hidden`.
-HIDDEN_KINDS: tuple[str, ...] = ("tp_comm", "cp_comm", "ep_comm", "dp_grad", "dp_param", "pp_p2p")
 
 
 @dataclass

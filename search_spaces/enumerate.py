@@ -2,7 +2,7 @@
 
 The structural rules live in `predictor.plan.plan_errors`, the framework's in
 `predictor.frameworks`; this module only generates the candidates of a space and keeps the ones
-with no error. The degrees of the registered axes (`predictor.axes`) are chosen in registry order
+with no error. The degrees of the registered axes (`predictor.plan.axes`) are chosen in registry order
 with dp derived (GPUs / the others), so they always multiply to the GPU count; ep, which multiplies into no
 GPU count, is chosen apart among the divisors of dp·tp·cp and of the experts. To stay fast on
 big clusters it checks one prototype per (degrees, mbs) first against the structural rules: each
@@ -21,7 +21,7 @@ from functools import cache
 from itertools import product
 from typing import Iterable, Iterator
 
-from predictor.axes import AXES
+from predictor.plan import AXES
 from predictor.frameworks import Framework, framework_of
 from predictor.plan import Plan, plan_errors
 from predictor.workload import WorkloadSpec

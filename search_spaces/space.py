@@ -22,7 +22,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, create_model, field_validator
 
-from predictor.axes import AXES, AXIS_NAMES
+from predictor.plan import AXES, AXIS_NAMES
 from predictor.plan import CP_COMM, PLACEMENTS, RECOMPUTE_MODES, PlanError, canonical_recompute, overlap_kinds
 from predictor.workload import SpecError
 
@@ -30,7 +30,7 @@ PRESET_DIR = Path(__file__).parent / "presets"
 DEFAULT_SPACE = "megatron-3d"
 
 Auto = Literal["auto"]
-# One value list per registered parallel axis (predictor.axes), then the options.
+# One value list per registered parallel axis (predictor.plan.axes), then the options.
 INT_AXES: tuple[str, ...] = (*AXIS_NAMES, "mbs", "v")
 CHOICE_AXES: tuple[str, ...] = ("zero", "recompute", "sp", "schedule", "placement", "overlap", "cp_comm")
 CAPS: tuple[str, ...] = tuple(f"max_{a}" for a in INT_AXES)

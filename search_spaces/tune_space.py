@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from predictor.axes import AXES
+from predictor.plan import AXES
 from predictor.plan import Plan
 
 # The axes a model-based searcher chooses, in order (the cluster size, when several are searched: a plan's GPU

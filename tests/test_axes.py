@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from predictor.axes import AXES, AXIS_NAMES, complete_order, placements
+from predictor.plan import AXES, AXIS_NAMES, complete_order, placements
 from predictor.design import ProfileConfig
 from predictor.device_resolver import get_device
 from predictor.parallel import apply_plan, group_of

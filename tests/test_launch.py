@@ -74,7 +74,7 @@ def test_each_launch_file_reads_back_as_the_winner(spec: WorkloadSpec, text: str
 
 def test_as_run_resolves_auto_overlap_to_the_frameworks_kinds() -> None:
     plan = Plan.parse("dp=64,tp=4,pp=4,mbs=2,zero=1,recompute=full,sp=true,schedule=interleaved,v=8")
-    assert as_run(plan, FRAMEWORKS["megatron"]).overlap == "dp+param+tp+pp"
+    assert as_run(plan, FRAMEWORKS["megatron"]).overlap == "tp+dp+param+pp"
     assert as_run(plan.with_(tp=1, sp=False, dp=256), FRAMEWORKS["megatron"]).overlap == "dp+param+pp"
     assert as_run(Plan(dp=16, mbs=4, zero=3), FRAMEWORKS["deepspeed"]).overlap == "dp+param"
     assert as_run(Plan(dp=16, mbs=4, zero=1), FRAMEWORKS["deepspeed"]).overlap == "none"

@@ -8,21 +8,10 @@ from dataclasses import asdict
 import numpy as np
 
 from orchestrator.search import SearchResult
-from predictor.axes import AXIS
 from predictor.frameworks import framework_of
-from predictor.plan import Plan, nvlink_domain
+from predictor.plan import HIDDEN_WORDS, PART_WORDS, PRICING_ORDER, Plan, nvlink_domain
 from predictor.prediction import TIME_PARTS, Prediction
 from predictor.workload import WorkloadSpec
-
-_HIDDEN_WORDS = {"tp_comm": "tensor-parallel", "cp_comm": "context-parallel", "ep_comm": "expert all-to-all", "dp_grad": "gradient reduction",
-                 "dp_param": "parameter all-gather", "pp_p2p": "pipeline send/recv"}
-_PART_WORDS = {
-    "compute": "compute", "tp_comm": "tensor-parallel communication", "cp_comm": "context-parallel K/V exchange",
-    "ep_comm": "expert-parallel token all-to-all",
-    "dp_comm": "data-parallel gradient sync",
-    "pp_bubble": "pipeline bubble", "pp_p2p": "pipeline send/recv", "optimizer": "optimizer step",
-}
-
 
 def _degrees(p: Plan) -> tuple[int, ...]:
     return tuple(p.degrees().values())
@@ -36,8 +25,8 @@ def _compare(wp: Prediction, op: Prediction, name: str) -> str:
     """How much faster the winner (predicted `wp`) is than `op` (called `name`), and which breakdown parts make it so."""
     deltas = sorted(((op.breakdown.get(k, 0.0) - wp.breakdown.get(k, 0.0), k) for k in TIME_PARTS), reverse=True)
     small = 0.005 * wp.iter_time_s  # differences under 0.5 % of the iteration are noise in the sentence
-    gains = [f"{d:.2f} s less {_PART_WORDS[k]}" for d, k in deltas if d > small][:2]
-    losses = [f"{-d:.2f} s more {_PART_WORDS[k]}" for d, k in deltas[::-1] if -d > small][:1]
+    gains = [f"{d:.2f} s less {PART_WORDS[k]}" for d, k in deltas if d > small][:2]
+    losses = [f"{-d:.2f} s more {PART_WORDS[k]}" for d, k in deltas[::-1] if -d > small][:1]
     total = op.iter_time_s - wp.iter_time_s
     why = " and ".join(gains) if gains else "small savings spread over every part"
     cost = f", for {losses[0]}" if losses else ""
@@ -59,26 +48,18 @@ def explain(result: SearchResult, ranked: np.ndarray, spec: WorkloadSpec, limit_
     best = "predicted fastest" if by == "time" else f"the cheapest per token (on {p.gpus} GPUs)"
     facts = [f"{p} is {best} at {pred.iter_time_s:.2f} s per iteration ({pred.mfu * 100:.0f} % MFU), "
              f"{share['compute'] * 100:.0f} % of it compute"]
-    if p.tp > 1:
-        where = "inside an NVLink domain" if p.group_span("tp") <= nvlink_domain(spec) else "across nodes"
-        facts.append(f"tp={p.tp} keeps its all-reduces {where} ({share['tp_comm'] * 100:.0f} % of the time)")
-    if p.cp > 1:
-        facts.append(f"cp={p.cp} splits every sequence over {p.cp} ranks ({AXIS['cp'].shards}); its K/V exchange "
-                     f"({p.cp_comm}) costs {share['cp_comm'] * 100:.0f} % of the time")
-    if p.ep > 1:
-        facts.append(f"ep={p.ep} holds {spec.model.experts // p.ep} of the {spec.model.experts} experts of each MoE "
-                     f"layer per rank; its token all-to-all costs {share['ep_comm'] * 100:.0f} % of the time exposed")
-    if p.pp > 1:
-        bubble = (p.pp - 1) / (p.v * m)
-        facts.append(f"pp={p.pp} with {m} micro-batches{f' and v={p.v} virtual stages' if p.v > 1 else ''} "
-                     f"leaves a {bubble * 100:.1f} % bubble ({share['pp_bubble'] * 100:.0f} % of the time)")
-    if p.dp * p.cp > 1:
-        over = f" over dp*cp = {p.dp * p.cp} ranks" if p.cp > 1 else ""
-        facts.append(f"dp={p.dp} spends {share['dp_comm'] * 100:.0f} % in gradient sync{over}")
+    context = {"where": "inside an NVLink domain" if p.group_span("tp") <= nvlink_domain(spec) else "across nodes",
+               "cp_comm": p.cp_comm, "experts": spec.model.experts, "experts_per_rank": (spec.model.experts or 0) // p.ep,
+               "microbatches": m, "virtual": f" and v={p.v} virtual stages" if p.v > 1 else "",
+               "bubble": 100 * (p.pp - 1) / (p.v * m), "over": f" over dp*cp = {p.dp * p.cp} ranks" if p.cp > 1 else ""}
+    for axis in PRICING_ORDER:
+        if axis.degree(p) > 1:
+            percent = 100 * sum(share.get(part.name, 0.0) for part in axis.parts)
+            facts.append(axis.explain.format(degree=axis.degree(p), share=percent, **context))
     hidden = sum(pred.hidden_comm.values())
     if hidden > 0:
         facts.append(f"{framework_of(spec).title} hides {hidden:.2f} s of communication behind computation "
-                     f"({', '.join(_HIDDEN_WORDS.get(k, k) for k in pred.hidden_comm)})")
+                     f"({', '.join(HIDDEN_WORDS.get(k, k) for k in pred.hidden_comm)})")
     text = "; ".join(facts) + ". "
     if len(ranked) > 1:
         runner = result.plans[int(ranked[1])]

@@ -16,15 +16,14 @@ import numpy as np
 from predictor.device_resolver import spec_device
 from predictor.layer_graph import LayerGraph
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.models.features import TERM_OF_PART, TERMS, global_matrix, overhead_seconds
+from predictor.models.features import TERMS, global_matrix, overhead_seconds
 from predictor.models.layerwise import LayerwiseModel
 from predictor.models.records import LayerKey, layer_key
-from predictor.plan import Plan
+from predictor.plan import COMM_PARTS, TERM_OF_PART, Plan
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
 from predictor.prediction_table import PredictionTable, row_sums
 from predictor.workload import WorkloadSpec
 
-COMM_PARTS = ("dp_comm", "tp_comm", "cp_comm", "pp_p2p")
 _OVERHEAD = TERMS.index("overhead")
 _COMPUTE, _BUBBLE = TIME_PARTS.index("compute"), TIME_PARTS.index("pp_bubble")
 

@@ -22,8 +22,7 @@ from predictor.hardware import Device
 from predictor.layer_graph import LAYER_KINDS, LayerGraph
 from predictor.models.records import LayerKey, LayerObs
 from predictor.parallel import BYTES, shard_nodes
-from predictor.plan import RECOMPUTE_MODES, SCHEDULES, Plan
-from predictor.prediction import TIME_PARTS
+from predictor.plan import RECOMPUTE_MODES, SCHEDULES, TERM_OF_PART, Plan
 from predictor.workload import WorkloadSpec
 
 GROUPS = ("pre", "block", "enc", "dec", "post")
@@ -36,10 +35,7 @@ DISPATCH_S = 20e-6  # reference cost of one eager operator call (the factor lear
 # On GPUs the host enqueues kernels asynchronously ahead of the device; what is left of launch
 # cost is in the analytical per-kernel launch term.
 SYNCHRONOUS_DEVICES = ("cpu",)
-# Context-parallel exchange is model-parallel communication inside a layer, as tensor-parallel's is.
-TERM_OF_PART = {"compute": "compute", "dp_comm": "dp_comm", "tp_comm": "tp_comm", "cp_comm": "tp_comm", "ep_comm": "tp_comm",
-                 "pp_bubble": "pp", "pp_p2p": "pp", "optimizer": "optimizer"}
-assert set(TERM_OF_PART) == set(TIME_PARTS), "every time part must map to a correction term"
+assert set(TERM_OF_PART.values()) <= set(TERMS), "every time part's correction term must be a term"
 
 
 _GRAPHS: dict[str, LayerGraph] = {}

@@ -28,13 +28,10 @@ from predictor.models.roofline import AnalyticalConfig, call_costs, fused_attent
 from predictor.models.stage_costs import (compute_parts, cp_stage_time, dp_time, ep_stage_time, optimizer_time,
                                           p2p_time, tp_stage_time)
 from predictor.parallel import Layout, apply_plan, plan_groups
-from predictor.plan import Plan, nvlink_domain
+from predictor.plan import OVERLAP_KINDS, Plan, nvlink_domain
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
 from predictor.prediction_table import PredictionTable, row_sums
 from predictor.workload import WorkloadSpec
-
-_OVERLAP_KINDS: tuple[str, ...] = ("tp", "ep", "dp", "param", "pp")
-
 
 class _Scalars:
     """A growing table of fixed-width float rows, found by key."""
@@ -108,7 +105,7 @@ class PlanPieces:
         self.dp = _Scalars(2)
         self.p2p = _Scalars(1)
         self.optimizer = _Scalars(1)
-        self.overlap = _Scalars(len(_OVERLAP_KINDS))
+        self.overlap = _Scalars(len(OVERLAP_KINDS))
         # a plan's four stage pieces' rows and its memory row, under one key each
         self.stage_rows: dict[tuple, tuple[int, ...]] = {}
         self.memory_rows: dict[tuple, tuple[int, ...]] = {}
@@ -161,7 +158,7 @@ class PlanPieces:
 
     def _overlap_row(self, plan: Plan) -> tuple[float, ...]:
         kinds = self.framework.overlap(plan)
-        return tuple(float(k in kinds) for k in _OVERLAP_KINDS)
+        return tuple(float(k in kinds) for k in OVERLAP_KINDS)
 
     def _memory_row(self, graph: LayerGraph, lay: Layout, sharding: tuple) -> np.ndarray:
         """MEMORY_PARTS bytes per pipeline stage: on a GPU as the framework allocates them

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor.axes import DECODER_FAMILIES
+from predictor.plan import DECODER_FAMILIES
 from predictor.frameworks import framework_of
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph

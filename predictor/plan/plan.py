@@ -5,10 +5,7 @@ command line, in reports and in datasets:
 
     dp=16,tp=8,pp=8,mbs=1,zero=1,recompute=full,sp=true,schedule=interleaved,v=3,placement=tp-dp-pp
 
-Structural validity against a workload (degrees multiply to the GPU count, each axis's rules in
-`predictor.axes`, divisibility of the batch, tensor parallel inside an NVLink domain) is
-checked by `plan_errors`, which returns every reason a plan is rejected so that
-callers (the CLI, the search space) can explain themselves.
+Parsing and the value's own checks are here; validity against a workload is `predictor.plan.rules`.
 """
 
 from __future__ import annotations
@@ -16,12 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from functools import cache, cached_property
 from math import prod
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import Any, Callable, Literal
 
-from predictor.axes import AXES, AXIS_NAMES, DEFAULT_ORDER, complete_order, placement_error, placements
-
-if TYPE_CHECKING:  # pragma: no cover - import only for type checkers
-    from predictor.workload import WorkloadSpec
+from predictor.plan.axes import AXES, AXIS_NAMES, DEFAULT_ORDER, OVERLAP_KINDS
+from predictor.plan.placement import complete_order, placement_error, placements
 
 Schedule = Literal["gpipe", "1f1b", "interleaved"]
 
@@ -34,8 +29,6 @@ SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
 PLACEMENTS: tuple[str, ...] = placements()
 # Axes whose degrees multiply into the GPU count.
 GPU_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
-# Communication a framework can hide behind computation; `overlap` switches each kind on or off.
-OVERLAP_KINDS: tuple[str, ...] = ("dp", "param", "tp", "pp", "ep")
 CP_COMM: tuple[str, ...] = ("ring", "allgather")
 
 
@@ -123,7 +116,7 @@ def overlap_kinds(value: str) -> frozenset[str] | None:
 class Plan:
     """One parallel configuration of a training iteration.
 
-    Degrees, one field per axis of `predictor.axes.AXES`: dp (data), tp (tensor), pp (pipeline),
+    Degrees, one field per axis of `predictor.plan.axes.AXES`: dp (data), tp (tensor), pp (pipeline),
     cp (context) parallel.
     mbs: micro-batch size per data-parallel rank; the number of micro-batches per
          iteration is derived from the workload's global batch (`microbatches`).
@@ -188,7 +181,9 @@ class Plan:
             raise PlanError(f"plan field 'v' must be 1 unless schedule=interleaved, got v={self.v} with schedule={self.schedule}")
         if self.schedule == "interleaved" and self.pp == 1:
             raise PlanError("schedule=interleaved needs pp > 1; use schedule=1f1b for pp=1")
-        overlap_kinds(self.overlap)
+        kinds = overlap_kinds(self.overlap)
+        if kinds:
+            object.__setattr__(self, "overlap", "+".join(k for k in OVERLAP_KINDS if k in kinds))
         if self.cp_comm not in CP_COMM:
             raise PlanError(f"plan field 'cp_comm' must be one of {', '.join(CP_COMM)}, got {self.cp_comm!r}")
 
@@ -285,66 +280,3 @@ class Plan:
 
 assert set(AXIS_NAMES) <= {f.name for f in fields(Plan)}, "every registered axis needs a Plan field"
 assert set(DEFAULT_ORDER) == set(GPU_AXES)
-
-
-def nvlink_domain(spec: "WorkloadSpec") -> int:
-    """GPUs that share one NVLink domain (a node, or an NVL72 rack): where tp, cp and ep groups stay fast."""
-    c = spec.cluster
-    return int(getattr(c, "nvlink_domain_gpus", None) or c.gpus_per_node)
-
-
-# Axes whose per-layer collectives sit between dependent GEMMs, so leaving NVLink costs every layer. Context
-# parallelism is not among them: its ring runs beside attention and crosses nodes in the frameworks' own
-# recipes (Llama 3.1 405B: tp=8 fills a node, cp=2 spans two).
-NVLINK_AXES: tuple[str, ...] = ("tp",)
-
-
-def cross_domain_axes(plan: Plan, spec: "WorkloadSpec") -> list[str]:
-    """Axes of NVLINK_AXES whose groups span more consecutive GPUs than one NVLink domain holds."""
-    domain = nvlink_domain(spec)
-    return [a for a in NVLINK_AXES if getattr(plan, a) > 1 and plan.group_span(a) > domain]
-
-
-def plan_errors(plan: Plan, spec: "WorkloadSpec", allow_cross_node_tp: bool = False) -> list[str]:
-    """Every reason `plan` cannot run `spec`; an empty list means structurally valid.
-
-    Each axis of `predictor.axes.AXES` checks its own rules; the rest are the options'. Tensor and
-    context parallelism outside an NVLink domain run, slowly: `allow_cross_node_tp` accepts them
-    (`placement_warnings` says what they cost). Memory capacity is not checked here: that needs a
-    prediction (see the search space).
-    """
-    c = spec.cluster
-    gb = spec.training.global_batch
-    errors: list[str] = []
-    if plan.gpus != c.gpus:
-        product = "*".join(a.name for a in AXES if a.multiplies_gpus)
-        values = "*".join(str(a.degree(plan)) for a in AXES if a.multiplies_gpus)
-        errors.append(f"{product} = {values} = {plan.gpus} but the cluster has {c.gpus} GPUs")
-    for axis in AXES:
-        errors += axis.rules(plan, spec)
-    if gb % (plan.dp * plan.mbs):
-        errors.append(f"dp*mbs = {plan.dp}*{plan.mbs} does not divide global_batch={gb}")
-    elif plan.schedule == "interleaved" and plan.microbatches(gb) % plan.pp:
-        errors.append(f"interleaved schedule needs micro-batches ({plan.microbatches(gb)}) to be a multiple of pp={plan.pp}")
-    if plan.sp and plan.tp == 1:
-        errors.append("sp=true needs tp > 1 (sequence parallelism splits along the tensor-parallel group)")
-    if plan.zero > 0 and plan.dp * plan.cp == 1:
-        errors.append(f"zero={plan.zero} shards over data parallel ranks but dp=1; use zero=0")
-    if not allow_cross_node_tp and plan.tp > 1:
-        domain = nvlink_domain(spec)
-        errors += [f"{_spans(plan, axis, domain)}; put {axis} innermost with {axis} <= {domain} (or "
-                   f"search.allow_cross_node_tp: true with --space full; `scaledl predict` predicts such plans)"
-                   for axis in cross_domain_axes(plan, spec)]
-    return errors
-
-
-def _spans(plan: Plan, axis: str, domain: int) -> str:
-    return (f"{axis}={getattr(plan, axis)} with placement={plan.placement} spans {plan.group_span(axis)} consecutive "
-            f"GPUs, more than an NVLink domain's {domain}")
-
-
-def placement_warnings(plan: Plan, spec: "WorkloadSpec") -> list[str]:
-    """What a runnable but slow placement costs: tp groups whose collectives leave NVLink."""
-    domain = nvlink_domain(spec)
-    return [f"{_spans(plan, axis, domain)}: its per-layer collectives run over the inter-node network, typically "
-            f"~10x slower than NVLink (the prediction prices them so)" for axis in cross_domain_axes(plan, spec)]

@@ -1,0 +1,133 @@
+"""The parallel axes a plan is made of, one definition each (the model is torchtitan's `ParallelDims`): pure data.
+
+An `Axis` declares everything the rest of ScaleDL asks of a parallel dimension:
+- where it sits: whether its degree multiplies into the GPU count, its place in the default rank order, the rank
+  group its collectives run over (a `predictor.parallel.PlanGroups` field);
+- what it costs: the time parts it adds to a prediction (each with the correction term the learned predictor
+  scales it by, and whether it is communication), the kinds of hidden communication it reports, the `overlap`
+  kinds that hide it, its per-stage cost function (a dotted path the pricing layer resolves, so this module
+  imports nothing of it) and the plan fields that cost reads (the pricing layer's memo keys);
+- what it means: words for reports and docs and the sentence the report explains a plan's degree with;
+- how it is launched: its flag or key in each framework's launch file.
+
+Its validity rules against a workload are in `predictor.plan.rules`, by axis name. Every list of time parts,
+hidden kinds, overlap kinds and correction terms is generated here from `AXES` (in `PRICING_ORDER`), so adding an
+axis is one entry here, a `Plan` field of the same name, its rules and its cost function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class TimePart:
+    """One entry of a prediction's time breakdown.
+
+    term: the learned predictor's correction term that scales it (`predictor.models.features.TERMS`);
+    comm: whether it is exposed communication (what the no-communication ablation drops)."""
+
+    name: str
+    words: str  # what the report calls it
+    term: str
+    comm: bool = True
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One parallel dimension of a plan."""
+
+    name: str
+    title: str
+    shards: str
+    collectives: str
+    memory: str
+    order: int
+    explain: str  # a sentence of the report; fields: degree, share (% of the time in its parts) and explain.py's
+    group: str = ""  # the PlanGroups field its collectives run over ("" when it has no group of its own)
+    parts: tuple[TimePart, ...] = ()
+    hidden: Mapping[str, str] = field(default_factory=dict)  # kinds of `Prediction.hidden_comm` it reports: words
+    overlap: tuple[str, ...] = ()  # kinds of a plan's `overlap` that hide its communication
+    stage_cost: str = ""  # "module:function" pricing its communication per pipeline stage and micro-batch
+    cost_fields: tuple[str, ...] = ()  # the plan fields `stage_cost` reads, beyond its group
+    launch: Mapping[str, str] = field(default_factory=dict)
+    multiplies_gpus: bool = True
+    space_default: str | tuple[int, ...] = "auto"  # a search space's values when it names none ('auto': divisors)
+
+    def degree(self, plan: object) -> int:
+        return int(getattr(plan, self.name))
+
+
+# What a stage's per-layer computation reads: the work of its layers, under any axis's cost.
+_WORK_FIELDS: tuple[str, ...] = ("pp", "v", "tp", "sp", "cp", "ep", "mbs", "recompute", "recompute_layers")
+
+AXES: tuple[Axis, ...] = (
+    Axis("tp", "tensor parallel", "attention heads, MLP columns and the vocabulary of each layer",
+         "all-reduce (reduce-scatter + all-gather with sp) per layer, forward and backward",
+         "weights, gradients, optimizer state and most activations divided by tp", order=0,
+         explain="tp={degree} keeps its all-reduces {where} ({share:.0f} % of the time)",
+         group="tp", parts=(TimePart("tp_comm", "tensor-parallel communication", "tp_comm"),), hidden={"tp_comm": "tensor-parallel"}, overlap=("tp",),
+         stage_cost="predictor.models.stage_costs:tp_stage_time", cost_fields=_WORK_FIELDS,
+         launch={"megatron": "--tensor-model-parallel-size", "torchtitan": "parallelism.tensor_parallel_degree",
+                 "deepspeed": "--tensor-model-parallel-size"}),
+    Axis("cp", "context parallel", "the sequence of every layer (2·cp load-balanced chunks)",
+         "K/V passed round a ring of cp ranks per attention layer (or all-gathered), overlapped with attention",
+         "activations divided by cp", order=1,
+         explain="cp={degree} splits every sequence over {degree} ranks (the sequence of every layer in 2·cp "
+                 "load-balanced chunks); its K/V exchange ({cp_comm}) costs {share:.0f} % of the time",
+         group="cp", parts=(TimePart("cp_comm", "context-parallel K/V exchange", "tp_comm"),), hidden={"cp_comm": "context-parallel"},
+         stage_cost="predictor.models.stage_costs:cp_stage_time",
+         cost_fields=("pp", "v", "tp", "sp", "cp", "ep", "mbs", "cp_comm"), space_default=(1,),
+         launch={"megatron": "--context-parallel-size", "torchtitan": "parallelism.context_parallel_degree"}),
+    Axis("dp", "data parallel", "the global batch",
+         "gradient all-reduce or reduce-scatter (over dp·cp ranks), weight all-gather with ZeRO/FSDP",
+         "optimizer state, gradients and weights divided by dp·cp with ZeRO 1/2/3", order=2,
+         explain="dp={degree} spends {share:.0f} % in gradient sync{over}",
+         group="dp", parts=(TimePart("dp_comm", "data-parallel gradient sync", "dp_comm"),), hidden={"dp_grad": "gradient reduction", "dp_param": "parameter all-gather"},
+         overlap=("dp", "param"), launch={"torchtitan": "parallelism.data_parallel_shard_degree"}),
+    Axis("pp", "pipeline parallel", "the layers into pp stages (pp·v chunks interleaved)",
+         "activation send/recv between neighbouring stages", "each rank holds 1/pp of the layers", order=3,
+         explain="pp={degree} with {microbatches} micro-batches{virtual} leaves a {bubble:.1f} % bubble "
+                 "({share:.0f} % of the time)",
+         parts=(TimePart("pp_bubble", "pipeline bubble", "pp", comm=False),
+                TimePart("pp_p2p", "pipeline send/recv", "pp")), hidden={"pp_p2p": "pipeline send/recv"},
+         overlap=("pp",),
+         launch={"megatron": "--pipeline-model-parallel-size", "torchtitan": "parallelism.pipeline_parallel_degree",
+                 "deepspeed": "--pipeline-model-parallel-size"}),
+    Axis("ep", "expert parallel", "the routed experts of each MoE layer (E/ep per rank)",
+         "token dispatch and combine all-to-all per MoE layer, forward and backward; expert gradients over dp·tp·cp/ep",
+         "expert weights, gradients and optimizer state divided by ep", order=1,
+         explain="ep={degree} holds {experts_per_rank} of the {experts} experts of each MoE layer per rank; its "
+                 "token all-to-all costs {share:.0f} % of the time exposed",
+         group="ep", parts=(TimePart("ep_comm", "expert-parallel token all-to-all", "tp_comm"),), hidden={"ep_comm": "expert all-to-all"}, overlap=("ep",),
+         stage_cost="predictor.models.stage_costs:ep_stage_time", cost_fields=_WORK_FIELDS,
+         multiplies_gpus=False, space_default=(1,),
+         launch={"megatron": "--expert-model-parallel-size", "torchtitan": "parallelism.expert_parallel_degree"}),
+)
+AXIS: dict[str, Axis] = {a.name: a for a in AXES}
+AXIS_NAMES: tuple[str, ...] = tuple(a.name for a in AXES)
+# The order axes are priced, explained and listed in a breakdown: by rank order position, then registry order.
+PRICING_ORDER: tuple[Axis, ...] = tuple(sorted(AXES, key=lambda a: a.order))
+# The rank order a placement that names no axis gets (Megatron-Core's tp-cp-dp-pp). Only axes that multiply the
+# GPU count order ranks: ep regroups the ranks of a stage for its expert layers (`predictor.parallel.expert_groups`).
+DEFAULT_ORDER: tuple[str, ...] = tuple(a.name for a in PRICING_ORDER if a.multiplies_gpus)
+RANK_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
+# Placements written before context parallelism: permutations of these three.
+LEGACY_AXES: tuple[str, ...] = ("tp", "dp", "pp")
+
+# A prediction's time breakdown: the layers' computation, each axis's parts, the optimizer step.
+_PARTS: tuple[TimePart, ...] = (TimePart("compute", "compute", "compute", comm=False),
+                                *(p for a in PRICING_ORDER for p in a.parts),
+                                TimePart("optimizer", "optimizer step", "optimizer", comm=False))
+TIME_PARTS: tuple[str, ...] = tuple(p.name for p in _PARTS)
+TERM_OF_PART: dict[str, str] = {p.name: p.term for p in _PARTS}
+PART_WORDS: dict[str, str] = {p.name: p.words for p in _PARTS}
+COMM_PARTS: tuple[str, ...] = tuple(p.name for p in _PARTS if p.comm)
+# Kinds of hidden communication (`Prediction.hidden_comm`), in the order of `PredictionTable.hidden`.
+HIDDEN_KINDS: tuple[str, ...] = tuple(k for a in PRICING_ORDER for k in a.hidden)
+HIDDEN_WORDS: dict[str, str] = {k: w for a in PRICING_ORDER for k, w in a.hidden.items()}
+# Communication a framework can hide behind computation; a plan's `overlap` switches each kind on or off.
+OVERLAP_KINDS: tuple[str, ...] = tuple(k for a in PRICING_ORDER for k in a.overlap)
+# Axes priced per pipeline stage by their own cost function.
+STAGE_AXES: tuple[Axis, ...] = tuple(a for a in PRICING_ORDER if a.stage_cost)

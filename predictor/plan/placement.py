@@ -1,0 +1,80 @@
+"""Where a plan's ranks sit: rank orders (placements), NVLink domains, and the groups that leave them.
+
+Rank order: a placement names axes innermost first ('tp-cp-dp-pp': tp ranks are adjacent GPUs). Axes a
+placement leaves out are inserted at their `order` position, so the placements written before an axis existed
+keep meaning what they meant.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from itertools import permutations
+from typing import TYPE_CHECKING
+
+from predictor.plan.axes import DEFAULT_ORDER, LEGACY_AXES, RANK_AXES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from predictor.plan.plan import Plan
+    from predictor.workload import WorkloadSpec
+
+
+@lru_cache(maxsize=1024)
+def complete_order(placement: str) -> tuple[str, ...]:
+    """The full rank order of `placement`: its axes in its order, the axes it leaves out at their default
+    position (e.g. 'tp-dp-pp' -> tp, cp, dp, pp; 'dp-tp-pp' -> dp, tp, cp, pp)."""
+    named = [a for a in placement.split("-") if a]
+    order = list(named)
+    for axis in DEFAULT_ORDER:
+        if axis in order:
+            continue
+        before = [a for a in DEFAULT_ORDER[: DEFAULT_ORDER.index(axis)] if a in order]
+        order.insert(order.index(before[-1]) + 1 if before else 0, axis)
+    return tuple(order)
+
+
+@lru_cache(maxsize=1024)
+def placement_error(placement: str) -> str | None:
+    """Why `placement` is not a rank order of registered axes (None when it is)."""
+    named = placement.split("-")
+    unknown = [a for a in named if a not in RANK_AXES]
+    if unknown or not placement:
+        return (f"plan field 'placement' must name axes innermost first, joined by '-', from "
+                f"{', '.join(RANK_AXES)} (e.g. {'-'.join(LEGACY_AXES)}); got {placement!r}")
+    if len(set(named)) != len(named):
+        return f"plan field 'placement' names an axis twice: {placement!r}"
+    return None
+
+
+def placements(axes: tuple[str, ...] = LEGACY_AXES) -> tuple[str, ...]:
+    """Every rank order of `axes` (the space of placements a search may try), in a stable order."""
+    return tuple("-".join(p) for p in permutations(axes))
+
+
+def nvlink_domain(spec: "WorkloadSpec") -> int:
+    """GPUs that share one NVLink domain (a node, or an NVL72 rack): where tp, cp and ep groups stay fast."""
+    c = spec.cluster
+    return int(getattr(c, "nvlink_domain_gpus", None) or c.gpus_per_node)
+
+
+# Axes whose per-layer collectives sit between dependent GEMMs, so leaving NVLink costs every layer. Context
+# parallelism is not among them: its ring runs beside attention and crosses nodes in the frameworks' own
+# recipes (Llama 3.1 405B: tp=8 fills a node, cp=2 spans two).
+NVLINK_AXES: tuple[str, ...] = ("tp",)
+
+
+def cross_domain_axes(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
+    """Axes of NVLINK_AXES whose groups span more consecutive GPUs than one NVLink domain holds."""
+    domain = nvlink_domain(spec)
+    return [a for a in NVLINK_AXES if getattr(plan, a) > 1 and plan.group_span(a) > domain]
+
+
+def spans_text(plan: "Plan", axis: str, domain: int) -> str:
+    return (f"{axis}={getattr(plan, axis)} with placement={plan.placement} spans {plan.group_span(axis)} consecutive "
+            f"GPUs, more than an NVLink domain's {domain}")
+
+
+def placement_warnings(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
+    """What a runnable but slow placement costs: tp groups whose collectives leave NVLink."""
+    domain = nvlink_domain(spec)
+    return [f"{spans_text(plan, axis, domain)}: its per-layer collectives run over the inter-node network, typically "
+            f"~10x slower than NVLink (the prediction prices them so)" for axis in cross_domain_axes(plan, spec)]

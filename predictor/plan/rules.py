@@ -1,0 +1,149 @@
+"""Whether a plan can run a workload: each axis's validity rules (by axis name) and `plan_errors`.
+
+`plan_errors` returns every reason a plan is rejected (degrees that do not multiply to the GPU count, each axis's
+rules, divisibility of the batch, tensor parallel inside an NVLink domain) so that callers (the CLI, the search
+space) can explain themselves. Memory capacity is not checked here: that needs a prediction.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from predictor.plan.axes import AXES, AXIS_NAMES
+from predictor.plan.placement import cross_domain_axes, nvlink_domain, spans_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from predictor.plan.plan import Plan
+    from predictor.workload import WorkloadSpec
+
+# Families whose attention is causal self-attention over one sequence: what context parallelism splits.
+DECODER_FAMILIES: tuple[str, ...] = ("gpt", "gpt2", "llama", "mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss")
+
+
+def _dims_missing(spec: "WorkloadSpec", *names: str) -> list[str]:
+    m = spec.model
+    return [n for n in names if getattr(m, n) is None]
+
+
+def _tp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
+    """Megatron's tensor parallelism splits attention heads, query groups, hidden and FFN columns."""
+    if plan.tp == 1:
+        return []
+    m = spec.model
+    missing = _dims_missing(spec, "heads", "hidden")
+    if missing:
+        return [f"tp={plan.tp} splits attention heads and hidden columns, but the model does not declare "
+                f"{' or '.join(missing)} (a module: model: give model.{missing[0]}, or use tp=1)"]
+    errors = []
+    if m.heads % plan.tp:
+        errors.append(f"tp={plan.tp} does not divide heads={m.heads}")
+    if m.kv_heads is not None and m.kv_heads % plan.tp:
+        errors.append(f"tp={plan.tp} does not divide kv_heads={m.kv_heads}")
+    if m.hidden % plan.tp:
+        errors.append(f"tp={plan.tp} does not divide hidden={m.hidden}")
+    if m.ffn_hidden_size % plan.tp:
+        errors.append(f"tp={plan.tp} does not divide ffn_hidden={m.ffn_hidden_size}")
+    return errors
+
+
+def embedding_and_loss_in_split(plan: "Plan", blocks: int) -> bool:
+    """Whether the pp·v chunks split the blocks evenly only when the embedding and the loss count as one layer
+    each (Megatron-Core's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split,
+    how the Llama 3.1 405B recipes put 126 layers on 64 chunks)."""
+    chunks = plan.pp * plan.v
+    return plan.pp > 1 and blocks % chunks != 0 and (blocks + 2) % chunks == 0
+
+
+def _pp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
+    """A pipeline splits the repeated blocks evenly over pp·v chunks (the embedding and the loss may count
+    as a layer each, see `embedding_and_loss_in_split`); a mixture of experts over any pp·v chunks up to its
+    layers, as Megatron-Core's pipeline layout does (the prediction spreads the layers evenly)."""
+    if plan.pp == 1:
+        return []
+    blocks = spec.model.num_blocks
+    if not blocks:
+        return [f"pp={plan.pp} splits the transformer layers, but the model does not declare them "
+                f"(a module: model: give model.layers, or use pp=1)"]
+    if spec.model.is_moe and plan.pp * plan.v <= blocks:
+        return []  # Megatron-Core's --pipeline-model-parallel-layout places MoE layers unevenly (DeepSeek-V3 recipes)
+    if blocks % (plan.pp * plan.v) and not embedding_and_loss_in_split(plan, blocks):
+        return [f"pp*v = {plan.pp}*{plan.v} divides neither the {blocks} transformer layers nor {blocks + 2} "
+                f"(embedding and loss counted as layers)"]
+    return []
+
+
+def _cp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
+    """Megatron-Core and torchtitan split a causal sequence into 2·cp chunks (rank i holds chunks i and
+    2cp-1-i, which balances the causal mask's work), so 2·cp must divide the sequence length."""
+    if plan.cp == 1:
+        return []
+    m = spec.model
+    if m.family not in DECODER_FAMILIES:
+        return [f"cp={plan.cp} splits the sequence of causal self-attention; the model family "
+                f"{m.family or 'of a module: model'} is not a decoder ({', '.join(DECODER_FAMILIES)})"]
+    if m.tokens % (2 * plan.cp):
+        return [f"cp={plan.cp} splits the sequence into 2*cp = {2 * plan.cp} chunks, which does not divide "
+                f"seq_len={m.tokens}"]
+    return []
+
+
+def _ep_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
+    """Megatron-Core (`validate_args`, `parallel_state.initialize_model_parallel`) and torchtitan: expert
+    parallelism regroups a stage's dp·tp·cp ranks for the expert layers (expert tensor parallelism 1), so ep
+    must divide dp·tp·cp and the experts; Megatron-Core runs MoE beside tp only with sequence parallelism."""
+    m = spec.model
+    if plan.ep == 1:
+        return []
+    if not m.is_moe:
+        return [f"ep={plan.ep} shards experts, but the model has none (ep=1 for a dense model)"]
+    errors = []
+    if m.experts % plan.ep:
+        errors.append(f"ep={plan.ep} does not divide experts={m.experts}")
+    ranks = plan.dp * plan.tp * plan.cp
+    if ranks % plan.ep:
+        errors.append(f"ep={plan.ep} does not divide dp*tp*cp = {plan.dp}*{plan.tp}*{plan.cp} = {ranks}, the ranks of a "
+                      f"pipeline stage that the expert layers regroup")
+    return errors
+
+
+# Each axis's rules, by name: why a degree cannot run a workload (every reason).
+AXIS_RULES: dict[str, Callable[["Plan", "WorkloadSpec"], list[str]]] = {
+    "tp": _tp_rules, "cp": _cp_rules, "pp": _pp_rules, "ep": _ep_rules,
+}
+assert set(AXIS_RULES) <= set(AXIS_NAMES), "rules for an axis the registry does not have"
+
+
+def plan_errors(plan: "Plan", spec: "WorkloadSpec", allow_cross_node_tp: bool = False) -> list[str]:
+    """Every reason `plan` cannot run `spec`; an empty list means structurally valid.
+
+    Each axis checks its own rules (`AXIS_RULES`); the rest are the options'. Tensor and
+    context parallelism outside an NVLink domain run, slowly: `allow_cross_node_tp` accepts them
+    (`placement_warnings` says what they cost). Memory capacity is not checked here: that needs a
+    prediction (see the search space).
+    """
+    c = spec.cluster
+    gb = spec.training.global_batch
+    errors: list[str] = []
+    if plan.gpus != c.gpus:
+        product = "*".join(a.name for a in AXES if a.multiplies_gpus)
+        values = "*".join(str(a.degree(plan)) for a in AXES if a.multiplies_gpus)
+        errors.append(f"{product} = {values} = {plan.gpus} but the cluster has {c.gpus} GPUs")
+    for axis in AXES:
+        rules = AXIS_RULES.get(axis.name)
+        errors += rules(plan, spec) if rules else []
+    if gb % (plan.dp * plan.mbs):
+        errors.append(f"dp*mbs = {plan.dp}*{plan.mbs} does not divide global_batch={gb}")
+    elif plan.schedule == "interleaved" and plan.microbatches(gb) % plan.pp:
+        errors.append(f"interleaved schedule needs micro-batches ({plan.microbatches(gb)}) to be a multiple of pp={plan.pp}")
+    if plan.sp and plan.tp == 1:
+        errors.append("sp=true needs tp > 1 (sequence parallelism splits along the tensor-parallel group)")
+    if plan.zero > 0 and plan.dp * plan.cp == 1:
+        errors.append(f"zero={plan.zero} shards over data parallel ranks but dp=1; use zero=0")
+    if not allow_cross_node_tp and plan.tp > 1:
+        domain = nvlink_domain(spec)
+        errors += [f"{spans_text(plan, axis, domain)}; put {axis} innermost with {axis} <= {domain} (or "
+                   f"search.allow_cross_node_tp: true with --space full; `scaledl predict` predicts such plans)"
+                   for axis in cross_domain_axes(plan, spec)]
+    return errors
+
+
