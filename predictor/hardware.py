@@ -45,6 +45,8 @@ class Device:
     extra: dict[str, float] = field(default_factory=dict)
     op_links: dict[str, Link] = field(default_factory=dict)  # measured: each collective's own intra-node α-β
     model: str = ""  # measured: the hardware its profile was taken on (CPU model); a catalogue name says it already
+    host_link: Link | None = None  # GPU <-> host memory (PCIe or NVLink-C2C): what offloading moves data over
+    host_memory_bandwidth: float = 0.0  # bytes/s of host DRAM per GPU (the node's sockets shared by its GPUs)
 
     def flops(self, precision: str) -> float:
         """Dense peak FLOP/s at `precision`; one the device has no peak for is refused, never priced at another."""
@@ -70,6 +72,22 @@ _CX8 = Link(100 * GB, 10e-6, "ConnectX-8 800 Gb/s, one per GPU: HGX B300 spec (1
                              "NVIDIA GB300 NVL72 enterprise RA (4x ConnectX-8 per 4-GPU compute tray)")
 
 
+# Host links, achievable one-direction bandwidth of one GPU's pinned host copies (nvbandwidth host_to_device /
+# device_to_host): PCIe x16 reaches ~80 % of its line rate (Gen3 16, Gen4 32, Gen5 64 GB/s); NVLink-C2C is 900 GB/s
+# bidirectional per Grace, shared by the superchip's two Blackwell GPUs (GB200 / GB300 NVL72 data sheets).
+_PCIE3 = Link(12.5 * GB, 10e-6, "PCIe Gen3 x16 (DGX-1): 16 GB/s line rate, ~80 % achievable")
+_PCIE4 = Link(25 * GB, 10e-6, "PCIe Gen4 x16 (DGX A100): 32 GB/s line rate, ~80 % achievable")
+_PCIE5 = Link(50 * GB, 10e-6, "PCIe Gen5 x16 (DGX H100 / H200 / B200 / HGX B300): 64 GB/s line rate, ~80 % achievable")
+_C2C = Link(225 * GB, 5e-6, "NVLink-C2C 900 GB/s bidirectional per Grace, two GPUs per Grace (GB200 / GB300 NVL72 "
+                            "data sheets): 225 GB/s per GPU and direction")
+# Host DRAM per GPU: the node's memory bandwidth over its GPUs. DGX-1: 2x Xeon E5-2698 v4, 4x DDR4-2400 (77 GB/s
+# each); DGX A100: 2x EPYC 7742, 8x DDR4-3200 (205 GB/s each); DGX H100: 2x Xeon 8480C, 8x DDR5-4800 (307 GB/s
+# each); DGX B200: 2x Xeon 8570, 8x DDR5-5600 (358 GB/s each); all over 8 GPUs. Grace: LPDDR5X up to 512 GB/s
+# (GB200 superchip data sheet), over its two GPUs.
+_HOST_DRAM: dict[str, float] = {"dgx1": 2 * 77 * GB / 8, "dgx-a100": 2 * 205 * GB / 8, "dgx-h100": 2 * 307 * GB / 8,
+                                "dgx-b200": 2 * 358 * GB / 8, "grace": 512 * GB / 2}
+
+
 def _fp(bf16_tflops: float, tf32_tflops: float, fp32_tflops: float, fp8_tflops: float | None = None,
         fp4_tflops: float | None = None) -> dict[str, float]:
     # Mixed-precision training in fp32 mode uses TF32 tensor cores where the device has them.
@@ -84,36 +102,46 @@ def _fp(bf16_tflops: float, tf32_tflops: float, fp32_tflops: float, fp8_tflops: 
 
 DEVICES: dict[str, Device | None] = {
     "v100-32gb": Device("v100-32gb", {"fp16": 125 * TFLOPS, "bf16": 125 * TFLOPS, "fp32": 15.7 * TFLOPS},
-                        900 * GB, 32 * GIB, _NVLINK2, _EDR, "NVIDIA V100 SXM2 data sheet", extra={"sms": 80}),
+                        900 * GB, 32 * GIB, _NVLINK2, _EDR, "NVIDIA V100 SXM2 data sheet", extra={"sms": 80},
+                   host_link=_PCIE3, host_memory_bandwidth=_HOST_DRAM["dgx1"]),
     "a100-40gb": Device("a100-40gb", _fp(312, 156, 19.5), 1555 * GB, 40 * GIB, _NVLINK3, _HDR,
-                        "NVIDIA A100 SXM data sheet", extra={"sms": 108}),
+                        "NVIDIA A100 SXM data sheet", extra={"sms": 108},
+                   host_link=_PCIE4, host_memory_bandwidth=_HOST_DRAM["dgx-a100"]),
     "a100-80gb": Device("a100-80gb", _fp(312, 156, 19.5), 2039 * GB, 80 * GIB, _NVLINK3, _HDR,
-                        "NVIDIA A100 SXM data sheet", extra={"sms": 108}),
+                        "NVIDIA A100 SXM data sheet", extra={"sms": 108},
+                   host_link=_PCIE4, host_memory_bandwidth=_HOST_DRAM["dgx-a100"]),
     "h100": Device("h100", _fp(989, 495, 67, fp8_tflops=1979), 3350 * GB, 80 * GIB, _NVLINK4, _NDR,
-                   "NVIDIA H100 SXM data sheet (FP8 3,958 TFLOPS with sparsity: 1,979 dense)", extra={"sms": 132}),
+                   "NVIDIA H100 SXM data sheet (FP8 3,958 TFLOPS with sparsity: 1,979 dense)", extra={"sms": 132},
+                   host_link=_PCIE5, host_memory_bandwidth=_HOST_DRAM["dgx-h100"]),
     "h200": Device("h200", _fp(989, 495, 67, fp8_tflops=1979), 4800 * GB, 141 * GB, _NVLINK4, _NDR,
-                   "NVIDIA H200 SXM data sheet (FP8 3,958 TFLOPS with sparsity: 1,979 dense)", extra={"sms": 132}),
+                   "NVIDIA H200 SXM data sheet (FP8 3,958 TFLOPS with sparsity: 1,979 dense)", extra={"sms": 132},
+                   host_link=_PCIE5, host_memory_bandwidth=_HOST_DRAM["dgx-h100"]),
     "h20": Device("h20", _fp(148, 74, 44, fp8_tflops=296), 4000 * GB, 96 * GB, _NVLINK4, _NDR,
-                  "NVIDIA H20 product brief (dense: FP8 296, BF16 148 TFLOPS)", extra={"sms": 78}),
+                  "NVIDIA H20 product brief (dense: FP8 296, BF16 148 TFLOPS)", extra={"sms": 78},
+                   host_link=_PCIE5, host_memory_bandwidth=_HOST_DRAM["dgx-h100"]),
     # Blackwell data sheets give tensor-core figures with 2:4 sparsity (and FP4 dense only for some): dense is
     # half the sparse figure; a rack or 8-GPU board figure is divided by its GPUs. TF32 dense is the fp32 key.
     "b200": Device("b200", _fp(2250, 1100, 75, fp8_tflops=4500, fp4_tflops=9000), 8000 * GB, 180 * GB, _NVLINK5, _CX7,
                    "NVIDIA DGX B200 data sheet (8 GPUs: FP4 144 / FP8 72 PFLOPS sparse, 1,440 GB HBM3e at 64 TB/s) and "
                    "HGX B200 spec (per GPU, sparse: FP16/BF16 4.5, TF32 2.2 PFLOPS; FP32 75 TFLOPS); dense = half",
-                   extra={"sms": 148}),
+                   extra={"sms": 148},
+                   host_link=_PCIE5, host_memory_bandwidth=_HOST_DRAM["dgx-b200"]),
     "gb200": Device("gb200", _fp(2500, 1250, 80, fp8_tflops=5000, fp4_tflops=10000), 8000 * GB, 186 * GB, _NVLINK5,
                     _CX7, "NVIDIA GB200 NVL72 data sheet (per GPU, sparse: FP4 20, FP8 10, FP16/BF16 5, TF32 2.5 "
                           "PFLOPS; FP32 80 TFLOPS; 186 GB HBM3e at 8 TB/s; rack: 72 GPUs in one NVLink domain); "
-                          "dense = half", extra={"sms": 152, "nvlink_domain": 72}),
+                          "dense = half", extra={"sms": 152, "nvlink_domain": 72},
+                   host_link=_C2C, host_memory_bandwidth=_HOST_DRAM["grace"]),
     "b300": Device("b300", _fp(2250, 1125, 75, fp8_tflops=4500, fp4_tflops=13125), 8000 * GB, 288 * GB, _NVLINK5,
                    _CX8, "NVIDIA HGX B300 spec (8 GPUs: FP4 144 sparse | 105 dense, FP8 72, FP16/BF16 36, TF32 18 "
                          "PFLOPS sparse, FP32 600 TFLOPS) / 8 GPUs, sparse halved; Blackwell Ultra architecture "
-                         "(NVIDIA technical blog): 288 GB HBM3e at 8 TB/s per GPU", extra={"sms": 148}),
+                         "(NVIDIA technical blog): 288 GB HBM3e at 8 TB/s per GPU", extra={"sms": 148},
+                   host_link=_PCIE5, host_memory_bandwidth=_HOST_DRAM["dgx-b200"]),
     "gb300": Device("gb300", _fp(2500, 1250, 6000 / 72, fp8_tflops=5000, fp4_tflops=15000), 8000 * GB, 288 * GB,
                     _NVLINK5, _CX8, "NVIDIA GB300 NVL72 data sheet (72 GPUs: FP4 1,440 sparse | 1,080 dense, "
                                     "FP8/FP6 720, FP16/BF16 360, TF32 180 PFLOPS sparse, FP32 6 PFLOPS; HBM3e at "
                                     "576 TB/s) / 72 GPUs, sparse halved; 288 GB HBM3e per GPU (Blackwell Ultra "
-                                    "technical blog)", extra={"sms": 152, "nvlink_domain": 72}),
+                                    "technical blog)", extra={"sms": 152, "nvlink_domain": 72},
+                   host_link=_C2C, host_memory_bandwidth=_HOST_DRAM["grace"]),
     "cpu": None,  # measured on first use: see predictor.device_resolver.get_device("cpu")
 }
 # Streaming multiprocessors ("sms" in Device.extra), used for GEMM wave quantisation: NVIDIA

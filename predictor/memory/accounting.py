@@ -103,8 +103,9 @@ def _by_module(tensors: list[Saved], scale: float, into: dict[str, float]) -> No
 
 
 def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: MemoryFacts,
-                 levers: Levers) -> tuple[np.ndarray, np.ndarray, list[dict[str, float]]]:
-    """(saved activation bytes, backward working bytes, bytes per lever module) per pipeline stage."""
+                 levers: Levers) -> tuple[np.ndarray, np.ndarray, list[dict[str, float]], np.ndarray]:
+    """(saved activation bytes, backward working bytes, bytes per lever module, bytes one micro-batch offloads to
+    the host) per pipeline stage."""
     plan = layout.plan
     tokens = layout.tokens / plan.cp * plan.mbs  # tokens of one micro-batch on one rank (before tp's sequence split)
     flight = in_flight(layout)
@@ -112,10 +113,10 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
         keep, one_block = saved_per_sample(layout, "full" if levers.full else ("selective" if levers.recompute
                                            else "none"), facts.saved != "graph", kv_share(spec))
         acts = keep * plan.mbs * flight
-        return acts, np.full_like(acts, one_block * plan.mbs), [{} for _ in acts]
+        return acts, np.full_like(acts, one_block * plan.mbs), [{} for _ in acts], np.zeros_like(acts)
     d = Dims.of(spec.model, plan.tp, plan.sp, spec.training.precision, levers.fp8_format)
     dense, moe = _layers_per_stage(graph, layout, spec.model.is_moe)
-    acts, working, modules = np.zeros(plan.pp), np.zeros(plan.pp), []
+    acts, working, modules, to_host = np.zeros(plan.pp), np.zeros(plan.pp), [], np.zeros(plan.pp)
     chunks = plan.v  # Megatron counts recompute_layers per model chunk
     for s in range(plan.pp):
         per_module: dict[str, float] = {}
@@ -128,6 +129,7 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
                 continue
             full = layer_tensors(d, facts, is_moe)
             left = kept(full, levers.recompute, levers.offload)
+            on_device = kept(full, levers.recompute, frozenset())
             recomputed = min(n, remaining["full"]) if levers.full else 0.0
             remaining["full"] -= recomputed
             offloaded = min(n - recomputed, remaining["offload"])
@@ -135,6 +137,7 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
             normal = n - recomputed - offloaded
             layer_in = full[0].per_token  # a recomputed layer keeps its input
             per_layer = normal * _bytes(left) + recomputed * layer_in
+            to_host[s] += (normal * (_bytes(on_device) - _bytes(left)) + offloaded * _bytes(left)) * tokens
             acts[s] += per_layer * tokens * flight[s]
             _by_module(left, normal * tokens * flight[s], per_module)
             one = backward_working(d, is_moe) + (_bytes(full) if recomputed else 0.0)
@@ -147,7 +150,7 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
             peak_working = max(peak_working, loss_working(d, facts, levers.te_cross_entropy) * tokens)
         working[s] = peak_working
         modules.append(per_module)
-    return acts, working, modules
+    return acts, working, modules, to_host
 
 
 def _largest_layer_params(layout: Layout) -> float:
@@ -227,11 +230,18 @@ def rank_memory(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: Me
                 imbalance: float = 1.0) -> RankMemory:
     """Each pipeline stage's memory parts for `layout` under `facts` and `levers` on a device of `capacity` bytes."""
     weights, grads, optimizer = _states(spec, layout, facts, levers)
-    acts, working, modules = _activations(spec, graph, layout, facts, levers)
+    acts, working, modules, _ = _activations(spec, graph, layout, facts, levers)
     parts = {"weights": weights, "grads": grads, "optimizer": optimizer, "activations": acts, "working": working,
              "buffers": _buffers(spec, layout, facts, imbalance)}
     return RankMemory(parts, modules, runtime_bytes(layout, facts),
                       facts.fragmentation if fragmentation is None else fragmentation, capacity, headroom)
+
+
+def offloaded_bytes(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: MemoryFacts,
+                    levers: Levers) -> np.ndarray:
+    """Per pipeline stage, the activation bytes one micro-batch moves to host memory in forward (and back in
+    backward) under the levers' offloading: its offloaded modules' tensors and its offloaded layers' kept ones."""
+    return _activations(spec, graph, layout, facts, levers)[3]
 
 
 def memory_parts_by_stage(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: MemoryFacts,

@@ -6,7 +6,8 @@ or whole layers with `--recompute-granularity full --recompute-num-layers N`), b
 (`--optimizer-cpu-offload --optimizer-offload-fraction f`), by keeping Adam's moments in BF16 (the precision-aware
 optimizer, `--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16`) and by gathering FP8
 parameters (`--fp8-param-gather`: the param buffer holds FP8 weights, no BF16 copy). `Levers` carries them as plain
-values so the accounting (`predictor.memory.accounting`) can be called before a plan has fields for them.
+values: a plan's fields name them (`levers_of`), and a framework's recipes set some of them beside the plan (BF16
+gradients, Transformer Engine's cross-entropy), which `bench/memory_eval.py` passes directly.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ from typing import Literal
 import numpy as np
 
 from predictor.layer_graph import LayerGraph
-from predictor.plan import RECOMPUTE_MODULES, Plan, recompute_modules
-# Megatron-Core's fine-grained activation offloading modules (transformer_config.py `offload_modules`).
-OFFLOAD_MODULES: tuple[str, ...] = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1",
-                                    "moe_act")
+from predictor.plan import OFFLOAD_MODULES, RECOMPUTE_MODULES, Plan, offloaded, recompute_modules
+
 Fp8Format = Literal["cs", "mx"]
 
 
@@ -80,26 +79,13 @@ class Levers:
         return "full" in self.recompute
 
 
-def parse_offload(value: str) -> tuple[frozenset[str], int]:
-    """An `offload` value: none, layers:N (whole layers), or modules joined by '+'."""
-    if value == "none":
-        return frozenset(), 0
-    if value.startswith("layers:"):
-        count = value.partition(":")[2]
-        if not count.isdigit():
-            raise LeverError(f"offload=layers:N needs a layer count, got {value!r}")
-        return frozenset(), int(count)
-    names = frozenset(value.split("+"))
-    Levers(offload=names)
-    return names, 0
-
-
-
 def levers_of(plan: Plan, fp8_param_gather: bool = False, fp8_format: Fp8Format = "cs") -> Levers:
-    """The levers a plan's fields name (its recomputation: modules, or full with a layer count), with the FP8
-    parameter handling its framework runs (`MemoryFacts.fp8_param_gather`) in the device's FP8 format."""
+    """The levers a plan's fields name (recomputation, activation and optimizer offloading, the moments' dtype), with
+    the FP8 parameter handling its framework runs (`MemoryFacts.fp8_param_gather`) in the device's FP8 format."""
+    modules, layers = offloaded(plan.offload)
     return Levers(recompute=recompute_modules(plan.recompute), recompute_layers=plan.recompute_layers or None,
-                  fp8_param_gather=fp8_param_gather, fp8_format=fp8_format)
+                  offload=modules, offload_layers=layers, optimizer_offload=plan.optimizer_offload,
+                  bf16_moments=plan.moments == "bf16", fp8_param_gather=fp8_param_gather, fp8_format=fp8_format)
 
 
 def _module_of(name: str, kind: str) -> set[str]:

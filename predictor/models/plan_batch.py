@@ -21,12 +21,12 @@ from predictor.frameworks import Framework
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import GIB, buffer_bytes, in_flight, kv_share, model_state_bytes, saved_per_sample, stage_params
-from predictor.memory.accounting import memory_parts_by_stage
+from predictor.memory.accounting import memory_parts_by_stage, offloaded_bytes
 from predictor.memory.facts import FACTS
-from predictor.memory.levers import levers_of
+from predictor.memory.levers import Levers, levers_of
 from predictor.models.roofline import AnalyticalConfig, call_costs, fused_attention
 from predictor.models.stage_costs import (compute_parts, cp_stage_time, dp_time, ep_stage_time, optimizer_time,
-                                          p2p_time, tp_stage_time)
+                                          offload_waits, p2p_time, tp_stage_time)
 from predictor.parallel import Layout, apply_plan, plan_groups
 from predictor.plan import OVERLAP_KINDS, Plan, nvlink_domain
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
@@ -160,14 +160,26 @@ class PlanPieces:
         kinds = self.framework.overlap(plan)
         return tuple(float(k in kinds) for k in OVERLAP_KINDS)
 
+    def _levers(self, plan: Plan) -> Levers:
+        facts = FACTS[self.framework.name]
+        return levers_of(plan, facts.fp8_param_gather, "mx" if "fp4" in self.device.peak_flops else "cs")
+
+    def _compute_row(self, graph: LayerGraph, lay: Layout) -> np.ndarray:
+        """`compute_parts`, with the GPU's stalls on activation offloading added to the MoE waits (both are device
+        time that the host's pace does not stretch)."""
+        parts = compute_parts(self.spec, graph, lay, self.device, self.config)
+        if lay.plan.offload != "none" and not self.device.measured:
+            to_host = offloaded_bytes(self.spec, graph, lay, FACTS[self.framework.name], self._levers(lay.plan))
+            parts[4:6] += offload_waits(parts[0], parts[1], to_host, self.device)
+        return parts
+
     def _memory_row(self, graph: LayerGraph, lay: Layout, sharding: tuple) -> np.ndarray:
         """MEMORY_PARTS bytes per pipeline stage: on a GPU as the framework allocates them
         (`predictor.memory.accounting`); on a measured device (ScaleDL's eager runner, no CUDA runtime) from the layer
         graph's saved elements and the ZeRO model states."""
         if not self.device.measured:
-            facts = FACTS[self.framework.name]
-            levers = levers_of(lay.plan, facts.fp8_param_gather, "mx" if "fp4" in self.device.peak_flops else "cs")
-            return memory_parts_by_stage(self.spec, graph, lay, facts, levers, self.cfg.moe_imbalance)
+            return memory_parts_by_stage(self.spec, graph, lay, FACTS[self.framework.name], self._levers(lay.plan),
+                                         self.cfg.moe_imbalance)
         kept, one_block = saved_per_sample(lay, fused_attention=self.fused, kv_share=kv_share(self.spec))
         acts = kept * lay.plan.mbs * in_flight(lay) + one_block * lay.plan.mbs
         buffers = buffer_bytes(lay, self._psi(sharding, lay)[0], self.cfg.moe_imbalance)
@@ -178,7 +190,7 @@ class PlanPieces:
         in the order of the rows of `table`'s index: stage pieces, memory pieces, then the others."""
         spec, device, config, cfg = self.spec, self.device, self.config, self.cfg
         return (
-            (self.compute, lambda g, lay, sh, m: compute_parts(spec, g, lay, device, config)),
+            (self.compute, lambda g, lay, sh, m: self._compute_row(g, lay)),
             (self.tp, lambda g, lay, sh, m: tp_stage_time(lay, cfg, device)),
             (self.cp, lambda g, lay, sh, m: cp_stage_time(spec, lay)),
             (self.ep, lambda g, lay, sh, m: ep_stage_time(lay, cfg)),
@@ -202,16 +214,16 @@ class PlanPieces:
         scalars: list[tuple[float, ...]] = []
         for plan in plans:
             tp, pp, cp, ep, v, sp, mbs, zero, rc, d = (plan.tp, plan.pp, plan.cp, plan.ep, plan.v, plan.sp, plan.mbs,
-                                                      plan.zero, (plan.recompute, plan.recompute_layers), plan.dp)
+                                                      plan.zero, (plan.recompute, plan.recompute_layers, plan.offload), plan.dp)
             gkey = (d, tp, pp, cp, ep, plan.placement)
             tp_g, cp_g, dp_g, edp_g, ep_g, inter = self.groups.get(gkey) or self._groups(plan, gkey)
             m = batch // (d * mbs)
             sharding = (pp, v, tp, sp, cp, ep)
             cp_comm = plan.cp_comm if cp > 1 else ""
             stage_key = (sharding, mbs, rc, tp_g, cp_comm, cp_g, ep_g)
-            memory_key = (sharding, d, zero, mbs, rc, plan.schedule, m)
+            memory_key = (sharding, d, zero, mbs, rc, plan.schedule, m, plan.optimizer_offload, plan.moments)
             keys = ((sharding, d, zero, m if zero >= 3 else 0, dp_g, edp_g),
-                    (inter, mbs, tp if sp else 1, cp) if pp > 1 else None, (sharding, zero >= 1, d),
+                    (inter, mbs, tp if sp else 1, cp) if pp > 1 else None, (sharding, zero >= 1, d, plan.optimizer_offload, plan.moments),
                     (plan.overlap, ep, pp, plan.schedule, zero, tp, sp))  # what the frameworks' overlap reads
             stage, memory = stage_rows.get(stage_key), memory_rows.get(memory_key)
             got = [index.get(key) for index, key in zip(rest, keys)]

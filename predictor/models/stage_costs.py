@@ -51,6 +51,17 @@ def compute_parts(spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: De
     return np.stack([t_f, t_b, host_f, host_b, sync_f, sync_b, attention])
 
 
+def offload_waits(t_f: np.ndarray, t_b: np.ndarray, to_host: np.ndarray, device: Device) -> np.ndarray:
+    """(forward, backward) seconds per pipeline rank and micro-batch that activation offloading stalls the GPU: the
+    copies of `to_host` bytes each way run on copy engines beside the layers' kernels (Megatron-Core offloads on
+    its own streams), so only what outlasts the pass's computation is exposed."""
+    link = device.host_link
+    if link is None or not to_host.any():
+        return np.zeros((2, len(to_host)))
+    copy = to_host / link.bandwidth + np.where(to_host > 0, link.latency, 0.0)
+    return np.stack([np.maximum(0.0, copy - t_f), np.maximum(0.0, copy - t_b)])
+
+
 def recomputed_forward(graph: LayerGraph, lay: Layout) -> np.ndarray:
     """(pp, nodes): occurrences of each node whose forward each pipeline rank runs again in backward: every
     repeated block's nodes under full recomputation (the first `recompute_layers` blocks of each model chunk when
@@ -164,13 +175,23 @@ def optimizer_time(spec: WorkloadSpec, lay: Layout, psi: np.ndarray, psi_exp: np
                    cfg: AnalyticalConfig) -> float:
     """Seconds of the optimizer step: memory-bound over the fullest rank's local optimizer state (`psi`: its
     parameters per pipeline rank, `psi_exp` the routed experts' among them), read and written with the
-    gradients and weights."""
+    gradients and weights. BF16 moments read and write half their bytes. The `optimizer_offload` fraction steps
+    on the host (Megatron-Core's HybridDeviceOptimizer, DeepSpeed's CPU Adam), memory-bound over host DRAM,
+    after its gradients cross the host link and before its updated weights cross back."""
     plan = lay.plan
-    opt_bytes = (2 * optimizer_bytes_per_param(spec.training.optimizer, spec.training.precision)
-                 + lay.grad_bytes + lay.param_bytes)
+    state = optimizer_bytes_per_param(spec.training.optimizer, spec.training.precision)
+    if plan.moments == "bf16":
+        state -= 4.0 if spec.training.optimizer == "adam" else 2.0
+    opt_bytes = 2 * state + lay.grad_bytes + lay.param_bytes
     shard, expert_shard = (plan.dp * plan.cp, lay.edp_group.size) if plan.zero >= 1 else (1, 1)
-    local = (psi - psi_exp) / shard + psi_exp / expert_shard
-    return float(local.max()) * opt_bytes / (device.mem_bandwidth * cfg.bw_eff)
+    local = float(((psi - psi_exp) / shard + psi_exp / expert_shard).max())
+    host = plan.optimizer_offload
+    on_device = (1 - host) * local * opt_bytes / (device.mem_bandwidth * cfg.bw_eff)
+    if not host or device.host_link is None:
+        return on_device
+    on_host = host * local * opt_bytes / device.host_memory_bandwidth
+    crossing = host * local * (lay.grad_bytes + lay.param_bytes) / device.host_link.bandwidth
+    return on_device + on_host + crossing
 
 
 def p2p_time(lay: Layout, device: Device, call_s: float) -> float:

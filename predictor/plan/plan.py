@@ -24,6 +24,12 @@ RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
 # Megatron-Core's recompute modules (`--recompute-modules`, megatron/core/transformer/transformer_config.py): a plan's
 # `recompute` may name several joined by '+'; `selective` is Megatron's name for core_attn alone.
 RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj")
+# Megatron-Core's fine-grained activation offloading modules (transformer_config.py `offload_modules`): a plan's
+# `offload` may name several joined by '+', or whole layers as layers:N (`--cpu-offloading-num-layers`).
+OFFLOAD_MODULES: tuple[str, ...] = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1",
+                                    "moe_act")
+# Adam's moments: fp32, or bf16 (Megatron-Core's precision-aware optimizer, --exp-avg-dtype/--exp-avg-sq-dtype bf16).
+MOMENTS: tuple[str, ...] = ("fp32", "bf16")
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
 # Rank orders of the axes every plan string names (cp and later axes go to their default position).
 PLACEMENTS: tuple[str, ...] = placements()
@@ -53,6 +59,29 @@ def canonical_recompute(value: str) -> str:
     if modules == {"core_attn"}:
         return "selective"
     return "+".join(m for m in RECOMPUTE_MODULES if m in modules)
+
+
+@cache
+def offloaded(value: str) -> tuple[frozenset[str], int]:
+    """The activation offloading an `offload` value names: (modules, whole layers per pipeline rank)."""
+    if value == "none":
+        return frozenset(), 0
+    if value.startswith("layers:"):
+        count = value.partition(":")[2]
+        if count.isascii() and count.isdigit() and int(count) > 0:
+            return frozenset(), int(count)
+    else:
+        names = value.split("+")
+        if all(n in OFFLOAD_MODULES for n in names) and len(set(names)) == len(names):
+            return frozenset(names), 0
+    raise PlanError(f"plan field 'offload' must be none, layers:N (N > 0 whole layers) or module names joined by '+' "
+                    f"from {', '.join(OFFLOAD_MODULES)} (e.g. offload=core_attn+moe_act); got {value!r}")
+
+
+def canonical_offload(value: str) -> str:
+    """One spelling per set of offloaded modules: registry order."""
+    modules, _ = offloaded(value)
+    return "+".join(m for m in OFFLOAD_MODULES if m in modules) if modules else value
 
 
 # Plan fields that count something (degrees, micro-batch, virtual stages): positive integers.
@@ -86,11 +115,20 @@ def _parse_text(key: str, raw: str) -> str:
     return raw.lower()
 
 
+def _parse_fraction(key: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise PlanError(f"plan field {key!r} must be a fraction between 0 and 1, got {raw!r}") from None
+    return value
+
+
 # How each non-degree field is read from a plan string.
 _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "mbs": _parse_int, "zero": _parse_int, "v": _parse_int, "sp": _parse_bool,
     "recompute": _parse_text, "schedule": _parse_text, "placement": _parse_text, "overlap": _parse_text,
-    "cp_comm": _parse_text, "recompute_layers": _parse_int,
+    "cp_comm": _parse_text, "recompute_layers": _parse_int, "offload": _parse_text,
+    "optimizer_offload": _parse_fraction, "moments": _parse_text,
 }
 # Fields every plan string writes; the others (added with later axes and options) only when they differ
 # from their defaults, so a plan that could be written before keeps its string and its dataset ids.
@@ -132,6 +170,12 @@ class Plan:
          kinds joined by '+' (dp: gradient reduction, param: parameter all-gather, tp, pp, ep: the MoE all-to-alls).
     cp_comm: how context parallelism exchanges K/V: ring (send/recv overlapped with attention) or
          allgather (gathered before attention).
+    offload: activations kept in host memory between forward and backward: none, layers:N (the first N layers
+         of each pipeline rank, Megatron-Core's --cpu-offloading-num-layers) or fine-grained offloading modules
+         joined by '+' (attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act).
+    optimizer_offload: the fraction of the optimizer state (fp32 master and moments) kept and stepped on the host
+         (Megatron-Core's --optimizer-cpu-offload --optimizer-offload-fraction; DeepSpeed's ZeRO-Offload: 1).
+    moments: Adam's moments in fp32 or bf16 (the precision-aware optimizer).
     ep: expert parallel degree (Megatron-Core's convention: it does not multiply into the GPU count; the
          dp·tp·cp ranks of a stage are regrouped into ep groups for the expert layers).
     """
@@ -151,6 +195,9 @@ class Plan:
     cp_comm: str = "ring"
     ep: int = 1
     recompute_layers: int = 0
+    offload: str = "none"
+    optimizer_offload: float = 0.0
+    moments: str = "fp32"
 
     def __post_init__(self) -> None:
         for name in _COUNTS:
@@ -184,6 +231,16 @@ class Plan:
         kinds = overlap_kinds(self.overlap)
         if kinds:
             object.__setattr__(self, "overlap", "+".join(k for k in OVERLAP_KINDS if k in kinds))
+        if not isinstance(self.offload, str):
+            raise PlanError(f"plan field 'offload' must be a string, got {self.offload!r}")
+        if self.offload != "none":
+            object.__setattr__(self, "offload", canonical_offload(self.offload))
+        fraction = self.optimizer_offload
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
+            raise PlanError(f"plan field 'optimizer_offload' must be a fraction between 0 and 1, got {fraction!r}")
+        object.__setattr__(self, "optimizer_offload", float(fraction))
+        if self.moments not in MOMENTS:
+            raise PlanError(f"plan field 'moments' must be one of {', '.join(MOMENTS)}, got {self.moments!r}")
         if self.cp_comm not in CP_COMM:
             raise PlanError(f"plan field 'cp_comm' must be one of {', '.join(CP_COMM)}, got {self.cp_comm!r}")
 
