@@ -191,7 +191,7 @@ def _hf_config(model: ModelSpec) -> Any:
         cfg = _moe_config(model, extra)
     elif fam == "llama":
         cfg = tf.LlamaConfig(vocab_size=model.vocab, hidden_size=h, intermediate_size=ffn, num_hidden_layers=l,
-                             num_attention_heads=a, num_key_value_heads=model.kv_heads or a,
+                             num_attention_heads=a, num_key_value_heads=model.kv_heads or a, head_dim=model.head_dim,
                              max_position_embeddings=model.seq_len, **extra)
     else:
         raise ValueError(f"no HuggingFace config for family {fam!r}")

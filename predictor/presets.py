@@ -8,6 +8,16 @@ ViT: Dosovitskiy et al. 2021, Table 1. DeiT: Touvron et al. 2021, Table 1.
 LLaMA-2: Touvron et al. 2023 (70B uses GQA with 8 kv heads). LLaMA-3: Meta model card.
 LLaMA-3.1 405B: Meta's HF config (meta-llama/Llama-3.1-405B), as Megatron-Bridge's Llama31ModelProvider405B;
 seq_len 8192 as its pretraining recipe (the model's 131,072-token context is for long-context extension).
+Llama 3.1 8B/70B and 3.3 70B share Llama 3's dims (HF configs); Llama 3.2 1B/3B tie their embeddings (HF
+config.json `tie_word_embeddings: true`); all at 8,192 tokens, their pretraining context.
+Dense Qwen and Mistral as Llama-architecture decoders, from Megatron-Bridge's model providers and the HF configs:
+Qwen2.5 7B/72B (Qwen25ModelProvider7B/72B: QKV bias, untied, vocab 152,064; LlamaConfig's attention_bias also
+gives the output projection a bias, hidden weights a layer more), Qwen3 8B/32B (Qwen3ModelProvider8B/32B:
+kv channels 128, 8 query groups, vocab 151,936; its per-head q/k RMSNorms, 256 weights a layer, are left out),
+Mistral 7B v0.1 (HF: vocab 32,000, 4,096-token sliding window) and Mistral NeMo 12B (MistralNeMoConfig12B,
+HF Mistral-Nemo-Base-2407: kv channels 128, vocab 131,072); seq_len 4,096 as Megatron-Bridge's Qwen3 pretraining
+recipe (and Mistral 7B's window, so its full causal attention is the sliding one). Gemma 2/3 are not presets: their
+sandwich norms, logit soft-capping and local-global attention are no Llama config.
 Mixtures of experts, from each model's HF config.json (mistralai/Mixtral-8x7B-v0.1, mistralai/Mixtral-8x22B-v0.1,
 Qwen/Qwen3-30B-A3B, Qwen/Qwen3-235B-A22B, openai/gpt-oss-120b, deepseek-ai/DeepSeek-V3), cross-checked against
 Megatron-Bridge's model providers (Qwen3 235B: 94 layers, 64 heads, 4 query groups, kv channels 128, MoE FFN 1536,
@@ -44,9 +54,16 @@ def _vision(family: str, hidden: int, layers: int, heads: int, patch: int, image
     return {"family": family, "hidden": hidden, "layers": layers, "heads": heads, "patch_size": patch, "image_size": image}
 
 
-def _llama(hidden: int, layers: int, heads: int, kv: int, ffn: int, seq: int, vocab: int) -> dict[str, Any]:
-    return {"family": "llama", "hidden": hidden, "layers": layers, "heads": heads, "kv_heads": kv,
+def _llama(hidden: int, layers: int, heads: int, kv: int, ffn: int, seq: int, vocab: int, head_dim: int | None = None,
+           **config: Any) -> dict[str, Any]:
+    """A Llama-architecture decoder; `config`: LlamaConfig fields beyond the dims (tied embeddings, QKV bias)."""
+    spec = {"family": "llama", "hidden": hidden, "layers": layers, "heads": heads, "kv_heads": kv,
             "ffn_hidden": ffn, "seq_len": seq, "vocab": vocab}
+    if head_dim is not None:
+        spec["head_dim"] = head_dim
+    if config:
+        spec["kwargs"] = config
+    return spec
 
 
 def _moe(family: str, hidden: int, layers: int, heads: int, kv: int, ffn: int, vocab: int, experts: int, top_k: int,
@@ -89,7 +106,18 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "llama2-70b": _llama(8192, 80, 64, 8, 28672, 4096, 32000),
     "llama3-8b": _llama(4096, 32, 32, 8, 14336, 8192, 128256),
     "llama3-70b": _llama(8192, 80, 64, 8, 28672, 8192, 128256),
+    "llama3.1-8b": _llama(4096, 32, 32, 8, 14336, 8192, 128256),
+    "llama3.1-70b": _llama(8192, 80, 64, 8, 28672, 8192, 128256),
     "llama3.1-405b": _llama(16384, 126, 128, 8, 53248, 8192, 128256),
+    "llama3.2-1b": _llama(2048, 16, 32, 8, 8192, 8192, 128256, tie_word_embeddings=True),
+    "llama3.2-3b": _llama(3072, 28, 24, 8, 8192, 8192, 128256, tie_word_embeddings=True),
+    "llama3.3-70b": _llama(8192, 80, 64, 8, 28672, 8192, 128256),
+    "qwen2.5-7b": _llama(3584, 28, 28, 4, 18944, 4096, 152064, attention_bias=True),
+    "qwen2.5-72b": _llama(8192, 80, 64, 8, 29568, 4096, 152064, attention_bias=True),
+    "qwen3-8b": _llama(4096, 36, 32, 8, 12288, 4096, 151936, head_dim=128),
+    "qwen3-32b": _llama(5120, 64, 64, 8, 25600, 4096, 151936, head_dim=128),
+    "mistral-7b": _llama(4096, 32, 32, 8, 14336, 4096, 32000),
+    "mistral-nemo-12b": _llama(5120, 40, 32, 8, 14336, 4096, 131072, head_dim=128),
     "mixtral-8x7b": _moe("mixtral", 4096, 32, 32, 8, 14336, 32000, 8, 2),
     "mixtral-8x22b": _moe("mixtral", 6144, 56, 48, 8, 16384, 32768, 8, 2),
     "qwen3-30b-a3b": _moe("qwen3_moe", 2048, 48, 32, 4, 6144, 151936, 128, 8, 768, head_dim=128),
