@@ -18,6 +18,7 @@ record partial results and shut Ray down run, and leaves it as `Terminated`; `in
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import signal
@@ -33,6 +34,8 @@ import psutil
 
 POLL_S = 0.2  # how often the reaper looks at the driver's tree
 TOKEN = "SCALEDL_REAPER_TOKEN"  # the environment variable marking what the driver started
+# Where `ray.init` warns, on every start of a cluster with RAY_AUTH_MODE unset, that it turned token authentication on.
+AUTH_LOG = "ray._private.authentication.authentication_token_setup"
 
 _reaper: subprocess.Popen | None = None
 
@@ -73,13 +76,23 @@ def terminating() -> Iterator[None]:
 def init_ray(**init_kwargs: Any) -> None:
     """`ray.init(**init_kwargs)`, keeping the caller's SIGTERM handler if it has one, with a reaper
     watching when it may start a local Ray (no address, or "local"; should RAY_ADDRESS make it join
-    a running cluster instead, the reaper leaves that be)."""
+    a running cluster instead, the reaper leaves that be).
+
+    A Ray it starts keeps the token authentication `ray.init` turns on for a new cluster when RAY_AUTH_MODE is
+    unset, without the warning Ray prints each time that it did (its errors still show). Naming the mode instead
+    would not do: `import ray` has read the environment by then, and the driver would not send the token."""
     import ray
 
     if init_kwargs.get("address") in (None, "local"):
         start_reaper()
-    with _callers_sigterm():
-        ray.init(**init_kwargs)
+    auth_log = logging.getLogger(AUTH_LOG)
+    level = auth_log.level
+    auth_log.setLevel(logging.ERROR)
+    try:
+        with _callers_sigterm():
+            ray.init(**init_kwargs)
+    finally:
+        auth_log.setLevel(level)
 
 
 @contextmanager
