@@ -25,13 +25,13 @@ plan: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
-# The quick benchmarks (a few minutes); the accuracy tables (bench/paper_table.py, data_cost.py) take ~50 min.
+# The quick benchmarks (a few minutes); the accuracy tables (bench.paper_table, bench.data_cost) take ~50 min.
 bench: setup
-	$(BIN)/python bench/vtrain_eval.py
-	$(BIN)/python bench/modern_eval.py
-	$(BIN)/python bench/predict_speed.py
-	$(BIN)/python bench/plan_speed.py --runs 2
-	$(BIN)/python bench/validate_plans.py
+	$(BIN)/python -m bench.vtrain_eval
+	$(BIN)/python -m bench.modern_eval
+	$(BIN)/python -m bench.predict_speed
+	$(BIN)/python -m bench.plan_speed --runs 2
+	$(BIN)/python -m bench.validate_plans
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,6 +1,6 @@
 """ScaleDL on A100: train on vTrain's single-node measurements only, evaluate on the multi-node set.
 
-    .venv/bin/python bench/a100_eval.py [--save predictor/checkpoints/experimental/scaledl-a100-80gb-single-node.pt]
+    .venv/bin/python -m bench.a100_eval [--save predictor/checkpoints/experimental/scaledl-a100-80gb-single-node.pt]
 
 The single-node file (1,440 rows, 2-8 A100s) is the only training data; there are no per-layer
 timings for A100, so the layer-wise part is the analytical layer model and the GNN/global
@@ -17,7 +17,6 @@ Spearman rank correlation per model, and the regret of the predicted-best plan p
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -25,17 +24,15 @@ from typing import Callable
 
 import numpy as np
 import torch
-from scipy.stats import spearmanr
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import common, vtrain_eval
+from bench.common import ROOT
+from predictor.evaluate import load_vtrain, predict_samples
+from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.features import Sample, TrainingData
+from predictor.models.scaledl import ScaleDLPredictor
 
-from predictor.evaluate import load_vtrain, predict_samples  # noqa: E402
-from predictor.models.analytical import AnalyticalPredictor  # noqa: E402
-from predictor.models.features import Sample, TrainingData  # noqa: E402
-from predictor.models.scaledl import ScaleDLPredictor  # noqa: E402
-
-GROUND_TRUTH = Path(__file__).resolve().parents[2] / "shared" / "ground_truth"
-CHECKPOINT = Path(__file__).resolve().parents[1] / "predictor" / "checkpoints" / "experimental" / "scaledl-a100-80gb-single-node.pt"
+CHECKPOINT = ROOT / "predictor" / "checkpoints" / "experimental" / "scaledl-a100-80gb-single-node.pt"
 _CORRECTIONS = {  # one network, as when the candidates were fixed (30 Nov 2026; vTrain has no layer timings: no companion)
     "gnn+global": {"epochs": 200, "ensemble": 1},
     "global-only": {"epochs": 200, "use_gnn": False, "ensemble": 1},
@@ -50,7 +47,7 @@ CANDIDATES = {  # chosen between by cross-validation on the single-node file
 
 
 def mape(pred: np.ndarray, true: np.ndarray) -> float:
-    return float(np.mean(np.abs(pred - true) / true) * 100)
+    return float(common.ape(pred, true).mean())
 
 
 def extreme_folds(samples: list[Sample]) -> dict[str, Callable[[Sample], bool]]:
@@ -90,24 +87,22 @@ def score(name: str, pred: np.ndarray, samples: list[Sample]) -> list[str]:
     lines = [f"{name}: multi-node MAPE {mape(pred, true):.2f}%  (n={len(true)})"]
     for model in sorted({s.model for s in samples}, key=lambda m: float(m.rstrip("B"))):
         idx = np.asarray([i for i, s in enumerate(samples) if s.model == model])
-        rho = spearmanr(pred[idx], true[idx]).statistic if len(idx) > 2 else float("nan")
-        best = true[idx].min()
-        regret = (true[idx][np.argmin(pred[idx])] / best - 1) * 100
+        rho = common.spearman(pred[idx], true[idx])
         lines.append(f"  {model:>6s} n={len(idx):3d}  MAPE {mape(pred[idx], true[idx]):6.2f}%  Spearman {rho:5.2f}  "
-                     f"regret {regret:5.2f}%")
+                     f"regret {100 * common.regret(true[idx], pred[idx]):5.2f}%")
     return lines
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ground-truth", type=Path, default=GROUND_TRUTH)
+    ap = common.parser(__doc__, shared=True)
     ap.add_argument("--save", type=Path, default=CHECKPOINT, help="where to write the trained A100 checkpoint")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-cv", action="store_true", help="skip cross-validation and use the first candidate")
     args = ap.parse_args()
     torch.set_num_threads(1)  # small networks: threads only add contention on a shared machine
+    single_csv, multi_csv = common.ground_truth(args.shared, *vtrain_eval.FILES)
 
-    single = load_vtrain(args.ground_truth / "vtrain_ground_truth_single.csv")
+    single = load_vtrain(single_csv)
     print(f"training rows (single node): {len(single)}")
     t0 = time.time()
     if args.no_cv:
@@ -127,7 +122,7 @@ def main() -> int:
     print(f"saved {args.save} ({args.save.stat().st_size / 1024:.0f} KiB)")
 
     # ---- evaluation only from here: the multi-node file is read after the model is fixed.
-    multi = load_vtrain(args.ground_truth / "vtrain_ground_truth_multi.csv")
+    multi = load_vtrain(multi_csv)
     for name, predictor in (("ScaleDL", model), ("analytical", AnalyticalPredictor())):
         pred, _ = predict_samples(predictor, multi)
         print("\n".join(score(name, pred, multi)))

@@ -1,7 +1,7 @@
 """Write docs/accuracy.md from the recorded benchmark results in bench/results/.
 
-    python bench/accuracy_tables.py           # rewrite docs/accuracy.md
-    python bench/accuracy_tables.py --check   # exit 1 if docs/accuracy.md differs from what the results give
+    python -m bench.accuracy_tables           # rewrite docs/accuracy.md
+    python -m bench.accuracy_tables --check   # exit 1 if docs/accuracy.md differs from what the results give
 
 Each results file is a log: a rerun of a benchmark adds a section (separated by a `# ====` or
 `# ----` line) holding the command, the date, the tables the benchmark printed and notes, and the
@@ -19,7 +19,6 @@ silently showing the wrong table. A results file with no rule gets its first tab
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -27,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+from bench import common
+from bench.common import RESULTS, ROOT
+
 OUT = ROOT / "docs" / "accuracy.md"
 ANALYTICAL_ACCURACY = ROOT / "predictor" / "checkpoints" / "analytical-accuracy.json"
 
@@ -554,7 +554,7 @@ def _anchor(title: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__)
     parser.add_argument("--check", action="store_true", help="exit 1 if docs/accuracy.md is not what the results give")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--results", type=Path, default=RESULTS, help="folder of the results files")
@@ -565,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = args.out.read_text() if args.out.is_file() else ""
         if current != text:
-            print(f"{args.out} is stale: run python bench/accuracy_tables.py", file=sys.stderr)
+            print(f"{args.out} is stale: run python -m bench.accuracy_tables", file=sys.stderr)
             return 1
         return 0
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Which ScaleDL settings the shipped checkpoint should be trained with, chosen on its training split only.
 
-    nice -n 10 .venv/bin/python bench/checkpoint_cv.py [--data predictor/data/cpu] [--sizes 1,5]
+    nice -n 10 .venv/bin/python -m bench.checkpoint_cv [--data predictor/data/cpu] [--sizes 1,5]
 
 `scaledl train --designs all --holdout 0.2` holds out a seeded 20 % of each architecture's
 configurations to measure the checkpoint. This splits the other 80 % in two halves (per
@@ -11,7 +11,6 @@ the companion for unseen ones would never answer: it is not trained.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -19,14 +18,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from predictor import evaluate as ev  # noqa: E402
-from predictor.models.scaledl import ScaleDLPredictor  # noqa: E402
+from bench import common
+from predictor import evaluate as ev
+from predictor.models.scaledl import ScaleDLPredictor
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = common.parser(__doc__)
     ap.add_argument("--data", type=Path, default=ev.CPU_DATASET)
     ap.add_argument("--sizes", default="1,5", help="ensemble sizes to compare")
     ap.add_argument("--seed", type=int, default=0, help="the seed `scaledl train` holds out with")

@@ -1,6 +1,6 @@
 """What a collective costs inside a CPU training step, against the idle α-β link: the device profile's step costs.
 
-    .venv/bin/python bench/cpu_collective_cost.py [--runs 3]   # on an otherwise idle machine; ~15 s a run
+    .venv/bin/python -m bench.cpu_collective_cost [--runs 3]   # on an otherwise idle machine; ~15 s a run
 
 Measures the idle link (`predictor.measure.collectives`, best of five calls after a barrier) and the
 in-step costs (`predictor.measure.step_costs`, means over 400 calls between matmuls) `runs` times and
@@ -11,22 +11,18 @@ over runs is the measurement's noise on this host.
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from predictor.measure.collectives import benchmark_collectives, fit_link, fit_op_links  # noqa: E402
-from predictor.measure.step_costs import idle_seconds, measure_step_costs  # noqa: E402
+from bench import common
+from predictor.measure.collectives import benchmark_collectives, fit_link, fit_op_links
+from predictor.measure.step_costs import idle_seconds, measure_step_costs
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = common.parser(__doc__)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args(argv)
-    print(f"# .venv/bin/python bench/cpu_collective_cost.py --runs {args.runs}   ({time.strftime('%d %b %Y %H:%M UTC', time.gmtime())})")
+    print(f"# .venv/bin/python -m bench.cpu_collective_cost --runs {args.runs}   ({time.strftime('%d %b %Y %H:%M UTC', time.gmtime())})")
     print(f"{'run':>3} {'all-reduce idle':>16} {'in step':>8} {'send/recv idle':>15} {'in step':>8} {'DTensor linear':>15}   (ms)")
     for run in range(args.runs):
         points = benchmark_collectives()

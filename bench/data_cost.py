@@ -1,6 +1,6 @@
 """Data cost of ScaleDL (paper Fig. 6): test MRE against the number of measured training configurations.
 
-    nice -n 10 .venv/bin/python bench/data_cost.py [--family bert] [--png bench/results/data_cost.png]
+    nice -n 10 .venv/bin/python -m bench.data_cost [--family bert] [--png bench/results/data_cost.png]
 
 Pool: every measured configuration of one architecture (the full BERT grid, plus its D-optimal
 rows). A seeded 20 % of the pool is the fixed test set; from the rest, training sets of k
@@ -18,23 +18,21 @@ Prints a table and writes a PNG.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from predictor import evaluate as ev  # noqa: E402
-from predictor.design import ProfileConfig, choose, strata_proportions  # noqa: E402
-from predictor.models.scaledl import ScaleDLPredictor  # noqa: E402
-from predictor.workload import ModelSpec  # noqa: E402
+from bench import common
+from predictor import evaluate as ev
+from predictor.design import ProfileConfig, choose, strata_proportions
+from predictor.models.scaledl import ScaleDLPredictor
+from predictor.workload import ModelSpec
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = common.parser(__doc__)
     ap.add_argument("--data", type=Path, default=ev.CPU_DATASET)
     ap.add_argument("--family", default="bert")
     ap.add_argument("--sizes", default="10,20,40,80,160", help="training-set sizes to try (comma separated)")

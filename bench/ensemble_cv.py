@@ -1,11 +1,11 @@
 """Choices of ScaleDL's settings made on training data only: how many correction networks to average,
 or any other ScaleDLPredictor setting; and the other methods on the same folds.
 
-    nice -n 10 .venv/bin/python bench/ensemble_cv.py [--models t5,bert] [--sizes 1,5]
-    nice -n 10 .venv/bin/python bench/ensemble_cv.py --configs "use_comm=true use_comm=false"
-    nice -n 10 .venv/bin/python bench/ensemble_cv.py --methods birnn
-    nice -n 10 .venv/bin/python bench/ensemble_cv.py --protocol ood --configs "use_global=true use_global=false"
-    nice -n 10 .venv/bin/python bench/ensemble_cv.py --configs "step_p2p=true step_p2p=false" --seeds 0,1,2
+    nice -n 10 .venv/bin/python -m bench.ensemble_cv [--models t5,bert] [--sizes 1,5]
+    nice -n 10 .venv/bin/python -m bench.ensemble_cv --configs "use_comm=true use_comm=false"
+    nice -n 10 .venv/bin/python -m bench.ensemble_cv --methods birnn
+    nice -n 10 .venv/bin/python -m bench.ensemble_cv --protocol ood --configs "use_global=true use_global=false"
+    nice -n 10 .venv/bin/python -m bench.ensemble_cv --configs "step_p2p=true step_p2p=false" --seeds 0,1,2
 
 For each architecture's in-domain training split (the 160 configurations `bench/paper_table.py`
 trains on; its 40 test configurations are never read), 4-fold cross-validation: fit ScaleDL with
@@ -30,16 +30,15 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from predictor import evaluate as ev  # noqa: E402
-from predictor.models.base import Predictor  # noqa: E402
-from predictor.models.features import Sample, TrainingData  # noqa: E402
-from predictor.models.scaledl import ScaleDLPredictor  # noqa: E402
+from bench import common
+from predictor import evaluate as ev
+from predictor.models.base import Predictor
+from predictor.models.features import Sample, TrainingData
+from predictor.models.scaledl import ScaleDLPredictor
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = common.parser(__doc__)
     ap.add_argument("--data", type=Path, default=ev.CPU_DATASET)
     ap.add_argument("--models", default=",".join(ev.FAMILIES))
     ap.add_argument("--sizes", default="1,5", help="ensemble sizes to compare")

@@ -4,7 +4,7 @@ Each preset is built in a fresh process: `import` is the package start-up (torch
 predictor), `build` is `predictor.graph_build.build_graph` itself (it includes the lazy import of the
 family's transformers modeling module the first time; wall and CPU seconds: on a machine shared
 with other jobs the CPU time is the fair figure), `peak RSS` is the process's maximum
-resident memory (resource.getrusage). Usage: python bench/graph_build.py [preset ...]
+resident memory (resource.getrusage). Usage: python -m bench.graph_build [preset ...]
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench import common
+from bench.common import ROOT
+
 DEFAULT = ["gpt3-175b", "llama2-70b", "llama3-70b", "t5-11b", "gpt2-xl", "bert-large", "vit-h14"]
 
 _CHILD = """
@@ -32,7 +33,10 @@ print(json.dumps({"import_s": t1 - t0, "build_s": t2 - t1, "build_cpu_s": c2 - c
 """
 
 
-def main(presets: list[str]) -> int:
+def main() -> int:
+    parser = common.parser(__doc__)
+    parser.add_argument("presets", nargs="*", default=DEFAULT, help=f"presets to build (default: {' '.join(DEFAULT)})")
+    presets = parser.parse_args().presets
     print(f"{'preset':<12} {'import s':>9} {'build s':>8} {'build CPU s':>12} {'peak RSS GiB':>13} {'nodes':>6} {'blocks':>7} "
           f"{'params':>14} {'fwd TFLOP/sample':>17}")
     failed = 0
@@ -49,4 +53,4 @@ def main(presets: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:] or DEFAULT))
+    sys.exit(main())

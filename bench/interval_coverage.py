@@ -11,24 +11,18 @@ interval holds about 80 % of runs it was not placed from:
 - Megatron-Core's dense recipes (leave-one-system-out residuals, as recorded): leave-one-system-out intervals;
 - across data sets: the A100 intervals on the Megatron-Core rows, and the reverse.
 
-    nice .venv/bin/python bench/interval_coverage.py [--shared PATH] [--splits 500]
+    nice .venv/bin/python -m bench.interval_coverage [--shared PATH] [--splits 500]
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import modern_eval  # noqa: E402
-import vtrain_eval  # noqa: E402
-from predictor.models.intervals import INTERVAL_COVERAGE, residual_quantiles  # noqa: E402
+from bench import common, modern_eval, vtrain_eval
+from predictor.models.intervals import INTERVAL_COVERAGE, residual_quantiles
 
 
 def covered(q: dict, measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:
@@ -65,8 +59,7 @@ def bridge_rows(shared: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", default=str(ROOT.parent / "shared"), help="the shared/ folder (default: ../shared)")
+    parser = common.parser(__doc__, shared=True)
     parser.add_argument("--splits", type=int, default=500, help="random half splits of the vTrain rows")
     args = parser.parse_args()
     shared = Path(args.shared)

@@ -1,6 +1,6 @@
 """Choice of ScaleDL's memory residual on training data only: nested leave-one-architecture-out.
 
-    nice -n 5 .venv/bin/python bench/memory_cv.py > bench/results/memory_cv.txt
+    nice -n 5 .venv/bin/python -m bench.memory_cv > bench/results/memory_cv.txt
 
 For each out-of-domain split of `bench/paper_table.py` (its held-out architecture is never read),
 leave each of the four training architectures out in turn, learn the residual on the other three
@@ -11,20 +11,17 @@ base c + b·analytical, then the same forest on what it leaves).
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from predictor import evaluate as ev  # noqa: E402
-from predictor.models.features import by_workload  # noqa: E402
-from predictor.models.memory_residual import MemoryResidual, memory_features, residual_forest  # noqa: E402
-from predictor.models.scaledl import ScaleDLPredictor  # noqa: E402
+from bench import common
+from predictor import evaluate as ev
+from predictor.models.features import by_workload
+from predictor.models.memory_residual import MemoryResidual, memory_features, residual_forest
+from predictor.models.scaledl import ScaleDLPredictor
 
 
 def _ratio_forest(x: np.ndarray, measured: np.ndarray, analytical: np.ndarray, x_new: np.ndarray,
@@ -41,11 +38,11 @@ METHODS = {"analytical": lambda x, m, a, xn, an: an, "ratio-forest": _ratio_fore
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = common.parser(__doc__)
     ap.add_argument("--data", type=Path, default=ev.CPU_DATASET)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    print(f"# .venv/bin/python bench/memory_cv.py   ({time.strftime('%d %b %Y %H:%M UTC', time.gmtime())})")
+    print(f"# .venv/bin/python -m bench.memory_cv   ({time.strftime('%d %b %Y %H:%M UTC', time.gmtime())})")
     data = ev.load_profile_dataset(args.data)
     means: dict[str, list[float]] = {name: [] for name in METHODS}
     for split in ev.out_of_domain_splits(data):

@@ -10,12 +10,11 @@
    recipe sets (`scripts/performance/configs/*/*_workload_base_configs.py` and the mixed-precision and optimizer
    recipes; RECIPE_LEVERS below), against its GPU's capacity.
 
-    flock /tmp/scaledl-heavy.lock .venv/bin/python bench/memory_eval.py > bench/results/memory_eval.txt
+    flock /tmp/scaledl-heavy.lock .venv/bin/python -m bench.memory_eval > bench/results/memory_eval.txt
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -23,17 +22,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from predictor.device_resolver import get_device  # noqa: E402
-from predictor.evaluate import bridge_workload  # noqa: E402
-from predictor.graph_cache import graph_for  # noqa: E402
-from predictor.memory.accounting import PARTS, RankMemory, rank_memory  # noqa: E402
-from predictor.memory.facts import FACTS, GIB  # noqa: E402
-from predictor.memory.levers import Levers  # noqa: E402
-from predictor.parallel import apply_plan  # noqa: E402
-from predictor.plan import Plan  # noqa: E402
-from predictor.workload import parse_spec  # noqa: E402
+from bench import common
+from predictor.device_resolver import get_device
+from predictor.evaluate import bridge_workload
+from predictor.graph_cache import graph_for
+from predictor.memory.accounting import PARTS, RankMemory, rank_memory
+from predictor.frameworks import FRAMEWORKS
+from predictor.memory.facts import GIB
+from predictor.memory.levers import Levers
+from predictor.parallel import apply_plan
+from predictor.plan import Plan
+from predictor.workload import parse_spec
 
 SIMUMAX = "simumax_b200_llama70b.csv"
 BRIDGE = "megatron_bridge_2511.csv"
@@ -82,7 +81,7 @@ def _simumax_memory(row: dict, fragmentation: float) -> RankMemory:
                 zero=1, sp=int(row["tp"]) > 1)
     device = get_device("b200")
     graph = graph_for(spec.model)
-    return rank_memory(spec, graph, apply_plan(spec, graph, plan, device), FACTS["megatron"], Levers(),
+    return rank_memory(spec, graph, apply_plan(spec, graph, plan, device), FRAMEWORKS["megatron"].memory, Levers(),
                        device.mem_capacity, fragmentation=fragmentation)
 
 
@@ -144,7 +143,7 @@ def bridge_table(path: Path, headroom_gib: float) -> None:
         device = get_device(spec.cluster.device)
         graph = graph_for(spec.model)
         levers = recipe_levers(r)
-        m = rank_memory(spec, graph, apply_plan(spec, graph, plan, device), FACTS["megatron"], levers,
+        m = rank_memory(spec, graph, apply_plan(spec, graph, plan, device), FRAMEWORKS["megatron"].memory, levers,
                         device.mem_capacity, headroom=headroom_gib * GIB)
         g = m.gib()
         fit += m.fits
@@ -170,19 +169,13 @@ def _lever_text(levers: Levers) -> str:
 
 
 def main() -> int:
-    root = Path(__file__).resolve().parents[1]
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", default=str(root.parent / "shared"), help="the shared/ folder (default: ../shared)")
+    parser = common.parser(__doc__, shared=True)
     parser.add_argument("--headroom-gib", type=float, default=0.0, help="memory kept free on each GPU")
     args = parser.parse_args()
-    folder = Path(args.shared) / "ground_truth"
-    missing = [f for f in (SIMUMAX, BRIDGE) if not (folder / f).is_file()]
-    if missing:
-        print(f"missing {', '.join(str(folder / f) for f in missing)}: pass --shared", file=sys.stderr)
-        return 2
+    simumax, bridge = common.ground_truth(args.shared, SIMUMAX, BRIDGE)
     t0 = time.perf_counter()
-    simumax_table(folder / SIMUMAX)
-    bridge_table(folder / BRIDGE, args.headroom_gib)
+    simumax_table(simumax)
+    bridge_table(bridge, args.headroom_gib)
     print(f"({time.perf_counter() - t0:.1f} s)")
     return 0
 

@@ -1,6 +1,6 @@
 """Measurement noise of a profile dataset: re-measure configurations and print their coefficient of variation.
 
-    .venv/bin/python bench/noise.py --data predictor/data/cpu --configs 20 --repeats 2
+    .venv/bin/python -m bench.noise --data predictor/data/cpu --configs 20 --repeats 2
 
 Picks `--configs` measured configurations at random (seeded, spread over families), measures
 each again `--repeats` times with the dataset's own settings, appends the new measurements to
@@ -10,25 +10,23 @@ variation (std / mean) of the iteration time over the original and the repeated 
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from predictor import dataset  # noqa: E402
-from predictor.design import ProfileConfig  # noqa: E402
-from predictor.measure.iteration import WorkerPool  # noqa: E402
-from predictor.noise import cv, floor_of, remeasured  # noqa: E402
-from predictor.plan import Plan  # noqa: E402
-from predictor.profile import ProfileSettings, measure_config  # noqa: E402
-from predictor.workload import ModelSpec  # noqa: E402
+from bench import common
+from predictor import dataset
+from predictor.design import ProfileConfig
+from predictor.measure.iteration import WorkerPool
+from predictor.noise import cv, floor_of, remeasured
+from predictor.plan import Plan
+from predictor.profile import ProfileSettings, measure_config
+from predictor.workload import ModelSpec
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__)
     parser.add_argument("--data", required=True, help="profile dataset directory")
     parser.add_argument("--configs", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=2, help="new measurements per configuration")

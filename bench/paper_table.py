@@ -1,6 +1,6 @@
 """The ScaleDL paper's accuracy tables on the shipped CPU dataset: every method, ID + OOD, ablations.
 
-    nice -n 10 .venv/bin/python bench/paper_table.py [--data predictor/data/cpu] [--out results.json]
+    nice -n 10 .venv/bin/python -m bench.paper_table [--data predictor/data/cpu] [--out results.json]
 
 Prints Table I (in-domain, per model 160 train / 40 test, seeded), the out-of-domain table
 (leave one architecture out) and Fig. 5 (OOD averages), with ScaleDL, the paper's baselines
@@ -12,7 +12,6 @@ one seeded split moves the figures by a point or more.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -20,13 +19,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from predictor import evaluate as ev  # noqa: E402
+from bench import common
+from predictor import evaluate as ev
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = common.parser(__doc__)
     ap.add_argument("--data", type=Path, default=ev.CPU_DATASET)
     ap.add_argument("--protocols", default="id,ood")
     ap.add_argument("--no-ablations", action="store_true")

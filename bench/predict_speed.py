@@ -1,6 +1,6 @@
 """Prediction throughput on a GPT-3 175B workload: plans predicted per second, analytical vs ScaleDL.
 
-    nice -n 10 .venv/bin/python bench/predict_speed.py [--checkpoint predictor/checkpoints/experimental/scaledl-a100-80gb-single-node.pt]
+    nice -n 10 .venv/bin/python -m bench.predict_speed [--checkpoint predictor/checkpoints/experimental/scaledl-a100-80gb-single-node.pt]
 
 The plans are the valid plans of the `full` search space for examples/gpt3-175b-a100x1024.yaml (ZeRO,
 recomputation, sequence parallelism, schedules included), predicted in calls of --n plans as the search's
@@ -15,7 +15,6 @@ replica actors make them, each predictor fresh:
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -23,18 +22,17 @@ from typing import Callable, Sequence
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from predictor.graph_cache import graph_for  # noqa: E402
-from predictor.models.analytical import AnalyticalPredictor  # noqa: E402
-from predictor.models.base import Predictor  # noqa: E402
-from predictor.models.registry import checkpoint_path  # noqa: E402
-from predictor.models.scaledl import ScaleDLPredictor  # noqa: E402
-from predictor.plan import Plan  # noqa: E402
-from predictor.workload import load_spec  # noqa: E402
-from search_spaces.enumerate import enumerate_plans  # noqa: E402
-from search_spaces.space import load_space  # noqa: E402
+from bench import common
+from bench.common import ROOT
+from predictor.graph_cache import graph_for
+from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.base import Predictor
+from predictor.models.registry import checkpoint_path
+from predictor.models.scaledl import ScaleDLPredictor
+from predictor.plan import Plan
+from predictor.workload import load_spec
+from search_spaces.enumerate import enumerate_plans
+from search_spaces.space import load_space
 
 
 def rate(call: Callable[[Sequence[Plan]], object], plans: list[Plan], n: int) -> tuple[float, float]:
@@ -48,7 +46,7 @@ def rate(call: Callable[[Sequence[Plan]], object], plans: list[Plan], n: int) ->
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = common.parser(__doc__)
     ap.add_argument("--spec", type=Path, default=ROOT / "examples" / "gpt3-175b-a100x1024.yaml")
     ap.add_argument("--checkpoint", type=Path, default=checkpoint_path("a100-80gb").parent / "experimental" / "scaledl-a100-80gb-single-node.pt")
     ap.add_argument("--n", type=int, default=5000, help="plans per predict call")

@@ -1,6 +1,6 @@
 """Carrying the CPU checkpoint to another CPU model: its error there before and after fine-tuning on k runs.
 
-    .venv/bin/python bench/transfer.py [--data predictor/data/cpu-amd-epyc] [--sizes 10,20,40,80]
+    .venv/bin/python -m bench.transfer [--data predictor/data/cpu-amd-epyc] [--sizes 10,20,40,80]
 
 The shipped CPU checkpoint learned its layer ratios and corrections on an Intel Xeon's data; `cpu`
 is whatever machine runs a prediction, priced with that machine's profile. `--data` is a profile
@@ -14,7 +14,6 @@ machine's profile and the checkpoint before any fine-tuning.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -22,17 +21,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import common
+from bench.common import ROOT
+from predictor import evaluate as ev
+from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.base import Predictor
+from predictor.models.domain import HARDWARE
+from predictor.models.features import Sample
+from predictor.models.registry import checkpoint_path
+from predictor.models.scaledl import ScaleDLPredictor
 
-from predictor import evaluate as ev  # noqa: E402
-from predictor.models.analytical import AnalyticalPredictor  # noqa: E402
-from predictor.models.base import Predictor  # noqa: E402
-from predictor.models.domain import HARDWARE  # noqa: E402
-from predictor.models.features import Sample  # noqa: E402
-from predictor.models.registry import checkpoint_path  # noqa: E402
-from predictor.models.scaledl import ScaleDLPredictor  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 DRAWS = 3
 
 
@@ -42,7 +40,7 @@ def held_out_mape(model: Predictor, test: list[Sample]) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = common.parser(__doc__)
     ap.add_argument("--data", type=Path, default=ROOT / "predictor" / "data" / "cpu-amd-epyc")
     ap.add_argument("--checkpoint", type=Path, default=checkpoint_path("cpu"))
     ap.add_argument("--sizes", default="10,20,40,80", help="fine-tuning set sizes (at most the non-test rows)")

@@ -1,7 +1,7 @@
 """Every plan the search proposes is measurable: the top 10 of each example spec and of a small LLaMA on an
 8-rank CPU cluster, checked against the composed runner, and the LLaMA's top 10 run for real.
 
-    .venv/bin/python bench/validate_composed.py [--runs 10] [--steps 3]
+    .venv/bin/python -m bench.validate_composed [--runs 10] [--steps 3]
 
 For each spec, `scaledl plan --predictor analytical` searches its plans; each of the 10 best is either
 measurable or refused with the reason (`orchestrator.validation.measurable`). The LLaMA's best `--runs`
@@ -12,7 +12,6 @@ with its prediction times the ranks per core (`ValidationResult.compared_time_s`
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -22,12 +21,13 @@ from pathlib import Path
 
 import yaml
 
+from bench import common
+from bench.common import ROOT
 from orchestrator.cli import main as scaledl
 from orchestrator.validation.jobs import ValidationJob
 from orchestrator.validation.measurable import plan_problem
 from orchestrator.validation_report import short_plan
 
-ROOT = Path(__file__).resolve().parent.parent
 LLAMA_CPU8 = {"model": {"family": "llama", "hidden": 128, "layers": 8, "heads": 8, "kv_heads": 4, "ffn_hidden": 256,
                         "seq_len": 128, "vocab": 1024},
               "training": {"global_batch": 16, "precision": "fp32"},
@@ -82,7 +82,7 @@ def run_llama(report: dict, runs: int, steps: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()

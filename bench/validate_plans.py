@@ -1,7 +1,7 @@
 """Validated plans, predicted vs measured: dp=2, tp=2 and pp=2 runs of small real models on a local
 2-node Ray cluster (one CPU per node), each measured twice, against the CPU predictor.
 
-    .venv/bin/python bench/validate_plans.py [--predictor auto|analytical|PATH] [--steps 3]
+    .venv/bin/python -m bench.validate_plans [--predictor auto|analytical|PATH] [--steps 3]
 
 Prints one row per plan: predicted and measured seconds per iteration (two runs), their spread
 and the predictor's error. Runs go one at a time; times on a shared machine include the other
@@ -10,12 +10,12 @@ processes' load.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import ray
 from ray.cluster_utils import Cluster
 
+from bench import common
 from orchestrator.validate import validate
 from orchestrator.validation.jobs import jobs_for
 from orchestrator.validation_report import short_plan
@@ -40,7 +40,7 @@ CASES = [  # family, plan, model dims beyond DIMS
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__)
     parser.add_argument("--predictor", default="auto")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=2)

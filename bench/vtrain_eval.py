@@ -5,12 +5,12 @@ file is evaluation only) in the measurement setting their README documents: Mega
 GPT, A100, mixed precision (fp16), Adam, 1F1B, full recomputation, no sequence parallelism or
 ZeRO, vocabulary 50,257 padded to a multiple of 128·tp, 8 GPUs per node on the catalogue's NVLink
 (300 GB/s) and 800 Gb/s InfiniBand per node (12.5 GB/s per GPU): `predictor.evaluate.vtrain_workload`,
-the one translation that training on these files and bench/a100_eval.py use too. Prints MAPE, Spearman rank
-correlation within each group of comparable plans (same model, GPU count and global batch) and
-the regret of the predicted-best plan of each group (measured time of the predicted best /
-measured best - 1).
+the one translation that training on these files and bench/a100_eval.py use too. Prints MAPE and, per model,
+the Spearman rank correlation within each workload (same model, GPU count and global batch) of at least three
+plans and the regret of its predicted-best plan (measured time of the predicted best / measured best - 1),
+averaged over those workloads (`bench.common.ranking`).
 
-    .venv/bin/python bench/vtrain_eval.py [--shared PATH] [--predictor analytical|auto|PATH] [--record]
+    .venv/bin/python -m bench.vtrain_eval [--shared PATH] [--predictor analytical|auto|PATH] [--record]
 
 `--record` (analytical only) writes the multi-node figures into
 predictor/checkpoints/analytical-accuracy.json, which `scaledl plan` reports as the measured
@@ -19,10 +19,8 @@ accuracy of the analytical predictor on this device.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -30,14 +28,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from predictor.evaluate import load_vtrain, predict_samples  # noqa: E402
-from predictor.models.intervals import residual_quantiles  # noqa: E402
-from predictor.models.registry import ANALYTICAL_ACCURACY, load_predictor  # noqa: E402
+from bench import common
+from bench.common import ROOT
+from predictor.evaluate import load_vtrain, predict_samples
+from predictor.models.intervals import residual_quantiles
+from predictor.models.registry import ANALYTICAL_ACCURACY, load_predictor
 
 DEVICE = "a100-80gb"
 MODEL_COLS = ["hidden size", "attention heads", "# layers", "sequence length"]
+FILES = ("vtrain_ground_truth_single.csv", "vtrain_ground_truth_multi.csv")
 
 
 def predict_file(path: Path, predictor_name: str) -> pd.DataFrame:
@@ -52,13 +51,9 @@ def predict_file(path: Path, predictor_name: str) -> pd.DataFrame:
     return df
 
 
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    if len(a) < 3:
-        return float("nan")
-    ra, rb = pd.Series(a).rank().to_numpy(), pd.Series(b).rank().to_numpy()
-    if ra.std() == 0 or rb.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(ra, rb)[0, 1])
+def workloads(df: pd.DataFrame) -> np.ndarray:
+    """Each row's workload: its model, GPU count and global batch (the rows of one are plans compared)."""
+    return df[[*MODEL_COLS, "# GPUs", "global batch"]].astype(int).astype(str).agg("/".join, axis=1).to_numpy()
 
 
 def headline(df: pd.DataFrame) -> dict[str, float]:
@@ -77,35 +72,22 @@ def summarise(name: str, df: pd.DataFrame) -> list[str]:
              f"(median APE {h['median_ape_pct']:.1f}%, mean signed error {h['mean_signed_pct']:+.1f}%)"]
     lines.append(f"{'model (h, heads, layers, seq)':<30} {'rows':>5} {'groups':>6} {'MAPE':>7} {'Spearman':>9} {'regret':>8}")
     for model, mdf in ok.groupby(MODEL_COLS):
-        rhos, regrets = [], []
-        for _, g in mdf.groupby(["# GPUs", "global batch"]):
-            m, p = g["iteration time (ms)"].to_numpy(), g["predicted (ms)"].to_numpy()
-            rho = spearman(m, p)
-            if not math.isnan(rho):
-                rhos.append(rho)
-            regrets.append(m[np.argmin(p)] / m.min() - 1)
-        mape = np.mean(np.abs(mdf["predicted (ms)"] - mdf["iteration time (ms)"]) / mdf["iteration time (ms)"])
-        lines.append(f"{str(tuple(int(x) for x in model)):<30} {len(mdf):>5} {mdf.groupby(['# GPUs', 'global batch']).ngroups:>6} "
-                     f"{100 * mape:>6.1f}% {np.mean(rhos) if rhos else float('nan'):>9.3f} {100 * np.mean(regrets):>7.1f}%")
+        measured, predicted = mdf["iteration time (ms)"].to_numpy(), mdf["predicted (ms)"].to_numpy()
+        r = common.ranking(measured, predicted, workloads(mdf))
+        lines.append(f"{str(tuple(int(x) for x in model)):<30} {len(mdf):>5} {r.workloads:>6} "
+                     f"{common.ape(predicted, measured).mean():>6.1f}% {r.spearman:>9.3f} {100 * r.regret:>7.1f}%")
     return lines
 
 
 def main() -> int:
-    root = Path(__file__).resolve().parents[1]
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", default=str(root.parent / "shared"), help="the shared/ folder (default: ../shared)")
+    parser = common.parser(__doc__, shared=True)
     parser.add_argument("--predictor", default="analytical")
     parser.add_argument("--record", action="store_true",
-                        help=f"write the multi-node figures to {ANALYTICAL_ACCURACY.relative_to(root)} (analytical only)")
+                        help=f"write the multi-node figures to {ANALYTICAL_ACCURACY.relative_to(ROOT)} (analytical only)")
     args = parser.parse_args()
     if args.record and args.predictor != "analytical":
         parser.error("--record stores the analytical predictor's accuracy; run it with --predictor analytical")
-    gt = Path(args.shared) / "ground_truth"
-    for name in ("single", "multi"):
-        path = gt / f"vtrain_ground_truth_{name}.csv"
-        if not path.is_file():
-            print(f"missing {path}: pass --shared", file=sys.stderr)
-            return 2
+    for name, path in zip(("single", "multi"), common.ground_truth(args.shared, *FILES)):
         t0 = time.perf_counter()
         df = predict_file(path, args.predictor)
         print("\n".join(summarise(f"{path.name} ({args.predictor})", df)))

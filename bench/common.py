@@ -1,0 +1,89 @@
+"""What the bench scripts share: where the repository, its results and the public measurements are, how a script
+reads its command line, and the error and ranking measures every accuracy table reports.
+
+The scripts are modules of the `bench` package, run from the repository root (`.venv/bin/python -m bench.vtrain_eval`),
+so one imports another's functions (bench/accuracy.py runs the eval scripts' tables) and none edits `sys.path`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+SHARED = ROOT.parent / "shared"
+
+
+def parser(doc: str, shared: bool = False) -> argparse.ArgumentParser:
+    """A script's parser, described by the first line of its docstring; `shared` adds --shared, the folder holding
+    ground_truth/ (the public measurements, kept outside the repository)."""
+    out = argparse.ArgumentParser(description=doc.splitlines()[0])
+    if shared:
+        out.add_argument("--shared", type=Path, default=SHARED, help=f"the shared/ folder (default: {SHARED})")
+    return out
+
+
+def ground_truth(shared: Path, *names: str) -> list[Path]:
+    """The named files of `shared`/ground_truth; when any is missing, says which and exits with status 2."""
+    paths = [Path(shared) / "ground_truth" / name for name in names]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        print(f"missing {', '.join(missing)}: pass --shared", file=sys.stderr)
+        raise SystemExit(2)
+    return paths
+
+
+def ape(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """Absolute percentage error of each prediction."""
+    return 100 * np.abs(np.asarray(predicted) - np.asarray(measured)) / np.asarray(measured)
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman rank correlation (ties ranked by their mean); NaN under 3 values or when either side is constant."""
+    if len(a) < 3:
+        return float("nan")
+    ra, rb = pd.Series(a).rank().to_numpy(), pd.Series(b).rank().to_numpy()
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def regret(measured: np.ndarray, predicted: np.ndarray) -> float:
+    """How much slower the predicted-best plan ran than the measured best: measured[argmin predicted] / min - 1."""
+    return float(measured[np.argmin(predicted)] / measured.min() - 1)
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """How well predictions order the plans of each workload with at least MIN_PLANS measured plans: the mean
+    Spearman over those workloads (NaN where none has), the mean and worst regret, and how many there were."""
+
+    workloads: int
+    spearman: float
+    regret: float
+    worst_regret: float
+
+
+MIN_PLANS = 3
+
+
+def ranking(measured: np.ndarray, predicted: np.ndarray, workloads: np.ndarray) -> Ranking:
+    """The ranking quality of `predicted` over the rows' `workloads` (a key per row: rows of one key are plans of one
+    workload, ordered against each other)."""
+    rhos, regrets = [], []
+    for key in pd.unique(workloads):
+        mine = workloads == key
+        if mine.sum() >= MIN_PLANS:
+            rho = spearman(measured[mine], predicted[mine])
+            if not np.isnan(rho):
+                rhos.append(rho)
+            regrets.append(regret(measured[mine], predicted[mine]))
+    nan = float("nan")
+    return Ranking(len(regrets), float(np.mean(rhos)) if rhos else nan, float(np.mean(regrets)) if regrets else nan,
+                   float(np.max(regrets)) if regrets else nan)
