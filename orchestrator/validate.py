@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 import ray
@@ -23,7 +24,8 @@ from ray import tune
 
 from orchestrator.validation.jobs import ValidationJob, ValidationResult
 from orchestrator.validation.measurable import plan_problem
-from orchestrator.validation.placement import cluster_nodes, connect_ray, placement_strategy, rank_bundles, unplaceable
+from orchestrator.validation.placement import (cluster_nodes, connect_ray, placement_strategy, rank_bundles,
+                                               shared_cpus, unplaceable)
 from orchestrator.validation.rows import append_to_dataset
 from orchestrator.validation.run import on_gpu, run_job, tail
 from orchestrator.validation_report import winner_note
@@ -51,6 +53,7 @@ def validate(jobs: Sequence[ValidationJob], storage: str | None = None,
         return []
     connect_ray()
     nodes = cluster_nodes()
+    jobs = list(jobs)  # each with the CPUs its ranks get on this cluster
     results: dict[int, ValidationResult] = {}
     factories: dict[int, tune.PlacementGroupFactory] = {}
     placement: dict[int, tuple[str, str]] = {}
@@ -58,6 +61,7 @@ def validate(jobs: Sequence[ValidationJob], storage: str | None = None,
         why = plan_problem(job)
         if not why:
             plan = Plan.parse(job.plan)
+            job = jobs[i] = replace(job, cpus_per_rank=shared_cpus(plan.gpus, job.cpus_per_rank, nodes))
             bundles = rank_bundles(plan, job.cpus_per_rank, on_gpu(job))
             placement[i] = placement_strategy(plan, bundles[0], nodes)
             why = unplaceable(bundles, nodes)

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import ray
 
 from orchestrator.lifecycle import init_ray
 from predictor.plan import Plan
+
+
+def shared_cpus(ranks: int, wanted: float, nodes: Sequence[dict[str, float]]) -> float:
+    """CPUs each of `ranks` ranks asks for: `wanted`, or an equal share of the cluster's CPUs when it has fewer
+    than the ranks want (an embedded Ray declares one CPU per core). Ranks then time-share cores, which the
+    comparison with the prediction accounts for (`ValidationResult.core_sharing`); Ray counts resources in
+    units of 1/10,000, so the share is rounded down to that."""
+    total = sum(n.get("CPU", 0.0) for n in nodes)
+    if ranks * wanted <= total or total <= 0:
+        return wanted
+    return math.floor(total / ranks * 10_000) / 10_000
 
 
 def rank_bundles(plan: Plan, cpus_per_rank: float = 1.0, gpus: bool = False) -> list[dict[str, float]]:
