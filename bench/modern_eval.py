@@ -43,8 +43,8 @@ from predictor.device_resolver import get_device  # noqa: E402
 from predictor.evaluate import BRIDGE_DEVICES, bridge_measured_s, bridge_workload  # noqa: E402
 from predictor.graph_cache import graph_for  # noqa: E402
 from predictor.models.analytical import AnalyticalPredictor  # noqa: E402
-from predictor.models.roofline import (  # noqa: E402
-    CALIBRATED_FIELDS, FRAMEWORK_CONSTANTS, MOE_CALIBRATED_FIELDS, AnalyticalConfig)
+from predictor.frameworks.base import CONSTANTS_FILE  # noqa: E402
+from predictor.models.roofline import CALIBRATED_FIELDS, MOE_CALIBRATED_FIELDS, AnalyticalConfig  # noqa: E402
 from predictor.models.intervals import residual_quantiles  # noqa: E402
 from predictor.models.registry import ANALYTICAL_ACCURACY  # noqa: E402
 
@@ -168,7 +168,7 @@ def main() -> int:
     print(f"## {FILE}: {len(dense.rows)} dense and {len(moe.rows)} MoE rows predicted" + (f", {skipped} not modelled" if skipped else ""))
     table = {"first principles": predict_rows(dense.rows, AnalyticalConfig())}
     moe_table = {"first principles": predict_rows(moe.rows, AnalyticalConfig())}
-    if FRAMEWORK_CONSTANTS.is_file() and not args.record:
+    if CONSTANTS_FILE.is_file() and not args.record:
         table["recorded"] = predict_rows(dense.rows, None)
         moe_table["recorded"] = predict_rows(moe.rows, None)
     chosen: dict[str, AnalyticalConfig] = {}
@@ -216,13 +216,13 @@ def record(cfg: AnalyticalConfig, cv_by_system: dict[str, tuple[float, int]], ro
     quantiles of its prediction intervals: pooled over every dense row's leave-one-system-out residual (`measured`
     against `cv`), since two or three rows per system cannot place an 80 % interval's tails."""
     today = datetime.date.today().isoformat()
-    constants = json.loads(FRAMEWORK_CONSTANTS.read_text()) if FRAMEWORK_CONSTANTS.is_file() else {}
+    constants = json.loads(CONSTANTS_FILE.read_text()) if CONSTANTS_FILE.is_file() else {}
     constants["megatron"] = {"constants": {k: asdict(cfg)[k] for k in (*CALIBRATED_FIELDS, *MOE_CALIBRATED_FIELDS)},
                              "source": f"{FILE}: {rows} dense rows, chosen on all of them; leave-one-system-out "
                                        f"MAPE {100 * cv_all:.1f}%; MoE constants on its {moe_rows} MoE rows with the "
                                        f"dense ones fixed, leave-one-system-out MAPE {100 * moe_cv:.1f}%", "measured_by": "bench/modern_eval.py --record",
                              "date": today}
-    _write_json(FRAMEWORK_CONSTANTS, constants)
+    _write_json(CONSTANTS_FILE, constants)
     accuracy = json.loads(ANALYTICAL_ACCURACY.read_text()) if ANALYTICAL_ACCURACY.is_file() else {}
     quantiles = {**residual_quantiles(measured, cv), "pooled": f"the {rows} dense rows of every system, each held out with its system"}
     for system, (error, n) in cv_by_system.items():
@@ -231,7 +231,7 @@ def record(cfg: AnalyticalConfig, cv_by_system: dict[str, tuple[float, int]], ro
             "source": f"{FILE} (Megatron-Core recipes, dense rows; {system} held out while the framework constants "
                       f"were chosen)", "measured_by": "bench/modern_eval.py --record", "residual_quantiles": quantiles}
     _write_json(ANALYTICAL_ACCURACY, accuracy)
-    print(f"recorded in {FRAMEWORK_CONSTANTS} and {ANALYTICAL_ACCURACY}")
+    print(f"recorded in {CONSTANTS_FILE} and {ANALYTICAL_ACCURACY}")
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from predictor.frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, MEASURED_FRAMEWORK
 from predictor.hardware import DEVICES
 from predictor.presets import MODEL_PRESETS
 
@@ -231,9 +232,20 @@ class TrainingSpec(_Strict):
     global_batch: int = Field(strict=True, gt=0, le=_MAX_TOKENS, description="samples per iteration over all data-parallel ranks")
     precision: Literal["fp32", "fp16", "bf16", "fp8", "fp4"] = "bf16"
     optimizer: Literal["adam", "sgd"] = "adam"
-    framework: Literal["megatron", "torchtitan", "deepspeed", "pytorch"] | None = Field(
-        default=None, description="what trains it (predictor.frameworks): its runnable plans and overlap; default "
-                                  "megatron on a catalogue GPU, pytorch (ScaleDL's own runner) on a measured device")
+    framework: str | None = Field(
+        default=None, description=f"what trains it (predictor.frameworks: {', '.join(FRAMEWORK_NAMES)}): its runnable "
+                                  f"plans and overlap; default {DEFAULT_FRAMEWORK} on a catalogue GPU, "
+                                  f"{MEASURED_FRAMEWORK} (ScaleDL's own runner) on a measured device")
+
+    @field_validator("framework")
+    @classmethod
+    def _known_framework(cls, name: str | None) -> str | None:
+        """A name outside the registry (`predictor.frameworks`), with the closest one: usually a typo."""
+        if name is None or name in FRAMEWORK_NAMES:
+            return name
+        close = difflib.get_close_matches(name, FRAMEWORK_NAMES, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ValueError(f"unknown framework; {hint}frameworks: {', '.join(FRAMEWORK_NAMES)}")
 
 
 class LinkSpec(_Strict):
@@ -311,7 +323,7 @@ class WorkloadSpec(_Strict):
             raise ValueError(f"training.precision {precision!r} is not available on device {name!r}; its "
                              f"precisions: {', '.join(device.peak_flops)}")
         framework = self.training.framework
-        if framework not in (None, "pytorch") and (device is None or self.cluster.device_profile is not None):
+        if framework not in (None, MEASURED_FRAMEWORK) and (device is None or self.cluster.device_profile is not None):
             raise ValueError(f"training.framework {framework!r} runs on GPUs; a measured device ({name}) runs "
                              f"ScaleDL's own runner: use framework: pytorch or leave it out")
         return self

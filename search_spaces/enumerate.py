@@ -22,7 +22,7 @@ from itertools import product
 from typing import Iterable, Iterator
 
 from predictor.plan import AXES
-from predictor.frameworks import Framework, framework_of
+from predictor.frameworks import Framework, framework_for
 from predictor.plan import Plan, plan_errors
 from predictor.workload import WorkloadSpec
 from search_spaces.space import CHOICE_AXES, INT_AXES, SpaceConfig
@@ -166,13 +166,13 @@ def _variants(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int], m
 
 def all_errors(plan: Plan, spec: WorkloadSpec, space: SpaceConfig) -> list[str]:
     """Structural reasons and the framework's: why a search does not propose `plan`."""
-    return plan_errors(plan, spec, space.allow_cross_node_tp) + framework_of(spec).errors(plan, spec)
+    return plan_errors(plan, spec, space.allow_cross_node_tp) + framework_for(spec).errors(plan, spec)
 
 
 def candidates(spec: WorkloadSpec, space: SpaceConfig) -> Iterator[Plan]:
     """Every plan the space proposes for the workload, valid or not, less the option values its framework
     never runs (`runnable_space`)."""
-    space = runnable_space(space, framework_of(spec))
+    space = runnable_space(space, framework_for(spec))
     for degrees, mbs in _degrees(spec, space):
         yield from _variants(spec, space, degrees, mbs)
 
@@ -184,7 +184,7 @@ def _add_variants(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, o
     its first member would have met it."""
     if not options.recompute or not options.cp_comm:
         return
-    framework = framework_of(spec)
+    framework = framework_for(spec)
     repeats = len(options.recompute) * len(options.cp_comm)
     blind = {"recompute": options.recompute[0], "cp_comm": options.cp_comm[0]}
     for zero in options.zero:
@@ -208,7 +208,7 @@ def _add_variants(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, o
 def enumerate_plans(spec: WorkloadSpec, space: SpaceConfig) -> Enumeration:
     """The valid plans of `space` for `spec` that its framework runs, with rejection counts per reason."""
     result = Enumeration(plans=[], checked=0)
-    space = runnable_space(space, framework_of(spec))
+    space = runnable_space(space, framework_for(spec))
     for degrees, mbs in _degrees(spec, space):
         options = _options(spec, space, degrees)
         proto_errors = plan_errors(Plan(mbs=mbs, **degrees), spec, space.allow_cross_node_tp)

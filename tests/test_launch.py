@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.launch import LaunchError, as_run, launch_files, launch_settings, read_back
-from predictor.frameworks import FRAMEWORKS, framework_of
+from predictor.frameworks import FRAMEWORKS, LaunchError, as_run, framework_for, launch_files, launch_settings, read_back
 from predictor.plan import Plan
 from predictor.workload import WorkloadSpec, parse_spec
 
@@ -61,10 +60,10 @@ def _write(files: dict[str, str], out: Path) -> Path:
     return out / next(name for name in files if name != "torchrun.sh")
 
 
-@pytest.mark.parametrize("spec, text", WINNERS, ids=[f"{framework_of(s).name}:{t}" for s, t in WINNERS])
+@pytest.mark.parametrize("spec, text", WINNERS, ids=[f"{framework_for(s).name}:{t}" for s, t in WINNERS])
 def test_each_launch_file_reads_back_as_the_winner(spec: WorkloadSpec, text: str, tmp_path: Path) -> None:
     plan = Plan.parse(text)
-    framework = framework_of(spec)
+    framework = framework_for(spec)
     back = read_back(_write(launch_files(plan, spec), tmp_path), spec)
     want = as_run(plan, framework)
     assert asdict(back) == asdict(want)  # every field

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.launch import LaunchError, as_run, launch_files, read_back
-from predictor.frameworks import FRAMEWORKS
+from predictor.frameworks import FRAMEWORKS, LaunchError, as_run, launch_files, read_back
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan, PlanError

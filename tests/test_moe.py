@@ -15,7 +15,7 @@ import yaml
 from orchestrator.cli import main
 from predictor.comm import Group, Link
 from predictor.device_resolver import get_device
-from predictor.frameworks import framework_of
+from predictor.frameworks import framework_for
 from predictor.graph_cache import graph_for
 from predictor.modelzoo import build_model, param_count
 from predictor.models.analytical import AnalyticalPredictor
@@ -121,10 +121,10 @@ def test_ep_rules() -> None:
     assert any("does not divide dp*tp*cp" in e for e in plan_errors(Plan(dp=2, pp=4, ep=4), spec))
     dense = _spec({"preset": "llama3-8b"})
     assert any("the model has none" in e for e in plan_errors(Plan(dp=8, ep=2), dense))
-    assert any("sequence parallelism" in e for e in framework_of(spec).errors(Plan(dp=4, tp=2, ep=4), spec))
-    assert framework_of(spec).errors(Plan(dp=4, tp=2, sp=True, ep=8), spec) == []  # ep over dp·tp ranks
+    assert any("sequence parallelism" in e for e in framework_for(spec).errors(Plan(dp=4, tp=2, ep=4), spec))
+    assert framework_for(spec).errors(Plan(dp=4, tp=2, sp=True, ep=8), spec) == []  # ep over dp·tp ranks
     deepspeed = _spec(SMALL_MOE, framework="deepspeed")
-    assert any("ep must be 1" in e for e in framework_of(deepspeed).errors(Plan(dp=8, ep=2), deepspeed))
+    assert any("ep must be 1" in e for e in framework_for(deepspeed).errors(Plan(dp=8, ep=2), deepspeed))
 
 
 def test_plan_string_writes_ep_only_when_it_is_not_one() -> None:

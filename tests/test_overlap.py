@@ -2,8 +2,7 @@
 
 import pytest
 
-from orchestrator.launch import launch_files
-from predictor.frameworks import FRAMEWORKS, framework_of
+from predictor.frameworks import FRAMEWORKS, framework_for, launch_files
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.roofline import AnalyticalConfig
@@ -56,7 +55,7 @@ def test_each_framework_overlaps_what_its_recipes_do():
     assert FRAMEWORKS["deepspeed"].overlap(Plan(dp=8, zero=3)) == {"dp", "param"}
     assert FRAMEWORKS["deepspeed"].overlap(Plan(dp=8, zero=1)) == frozenset()
     assert FRAMEWORKS["pytorch"].overlap(plan) == frozenset()
-    assert framework_of(parse_spec({"model": {"preset": "gpt2"}, "training": {"global_batch": 8},
+    assert framework_for(parse_spec({"model": {"preset": "gpt2"}, "training": {"global_batch": 8},
                                     "cluster": {"device": "h100"}})).name == "megatron"
 
 

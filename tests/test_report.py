@@ -9,7 +9,6 @@ import re
 import numpy as np
 import pytest
 
-from orchestrator.launch import launch_settings
 from orchestrator.plots import pareto_front
 from orchestrator.planning import sized_spec
 from orchestrator.report import build_report, write_report
@@ -19,6 +18,7 @@ from orchestrator.report.ranking import front, rank
 from orchestrator.report.render_json import to_json
 from orchestrator.search import Evaluated, SearchResult, infeasibility
 from predictor.device_resolver import get_device
+from predictor.frameworks import launch_settings
 from predictor.graph_cache import graph_for
 from predictor.hardware import GIB
 from predictor.models.analytical import AnalyticalPredictor

@@ -13,7 +13,7 @@ from orchestrator.cli import UsageError
 from predictor.device_resolver import spec_device
 from predictor.models.domain import advice as domain_advice
 from predictor.models.registry import load_predictor
-from predictor.frameworks import framework_of
+from predictor.frameworks import framework_for
 from predictor.plan import Plan, PlanError, placement_warnings, plan_errors
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS, Prediction
 from predictor.workload import WorkloadSpec, load_spec, read_text
@@ -55,7 +55,7 @@ def _checked(text: str, spec: WorkloadSpec) -> Plan | str:
         plan = Plan.parse(text)
     except PlanError as err:
         return str(err)
-    framework = framework_of(spec)
+    framework = framework_for(spec)
     errors = plan_errors(plan, spec, allow_cross_node_tp=True) + framework.errors(plan, spec) + framework.lever_errors(plan)
     return plan if not errors else f"invalid plan {text!r}: " + "; ".join(errors)
 
@@ -165,6 +165,6 @@ def _print_tables(spec: WorkloadSpec, results: list[dict[str, Any]], label: str)
         console.print(parts)
         hidden = r.get("hidden_comm") or {}
         if hidden:
-            console.print(f"communication hidden behind computation ({framework_of(spec).title}): "
+            console.print(f"communication hidden behind computation ({framework_for(spec).title}): "
                           + ", ".join(f"{k} {v:.4f} s" for k, v in hidden.items()))
         console.print("memory per pipeline stage (GiB): " + ", ".join(f"{x:.1f}" for x in r["memory_per_stage_gib"]))

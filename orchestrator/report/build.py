@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.launch import launch_settings
+from predictor.frameworks import launch_settings
 from orchestrator.report import levers
 from orchestrator.report.explain import explain
 from orchestrator.report.model import (ClosePlan, DeviceInfo, FrontPlan, InfeasiblePlan, Launch, Ranking, RankedPlan,

@@ -8,7 +8,7 @@ from dataclasses import asdict
 import numpy as np
 
 from orchestrator.search import SearchResult
-from predictor.frameworks import framework_of
+from predictor.frameworks import framework_for
 from predictor.plan import HIDDEN_WORDS, PART_WORDS, PRICING_ORDER, Plan, nvlink_domain
 from predictor.prediction import TIME_PARTS, Prediction
 from predictor.workload import WorkloadSpec
@@ -58,7 +58,7 @@ def explain(result: SearchResult, ranked: np.ndarray, spec: WorkloadSpec, limit_
             facts.append(axis.explain.format(degree=axis.degree(p), share=percent, **context))
     hidden = sum(pred.hidden_comm.values())
     if hidden > 0:
-        facts.append(f"{framework_of(spec).title} hides {hidden:.2f} s of communication behind computation "
+        facts.append(f"{framework_for(spec).title} hides {hidden:.2f} s of communication behind computation "
                      f"({', '.join(HIDDEN_WORDS.get(k, k) for k in pred.hidden_comm)})")
     text = "; ".join(facts) + ". "
     if len(ranked) > 1:

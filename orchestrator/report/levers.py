@@ -16,7 +16,7 @@ import numpy as np
 
 from orchestrator.report.model import ClosePlan, Lever
 from orchestrator.search import SearchResult
-from predictor.frameworks import framework_of
+from predictor.frameworks import framework_for
 from predictor.plan import Plan, PlanError, plan_errors
 from predictor.prediction import Prediction
 from predictor.workload import WorkloadSpec
@@ -50,7 +50,7 @@ class Repredictor:
 
 
 def _valid(plan: Plan, spec: WorkloadSpec) -> bool:
-    return not plan_errors(plan, spec) and not framework_of(spec).errors(plan, spec)
+    return not plan_errors(plan, spec) and not framework_for(spec).errors(plan, spec)
 
 
 def candidates(plan: Plan, spec: WorkloadSpec, resize: Callable[[WorkloadSpec, int], WorkloadSpec]

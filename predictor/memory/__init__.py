@@ -19,10 +19,13 @@ scaled by the routing imbalance (dropless routing sizes them to the tokens that 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from predictor.parallel import Layout
-from predictor.workload import WorkloadSpec
+if TYPE_CHECKING:  # pragma: no cover (annotations only: predictor.frameworks imports memory.facts, below workload)
+    from predictor.parallel import Layout
+    from predictor.workload import WorkloadSpec
 
 # Bytes per parameter of the low-precision weight copies (weight + transpose) FP8 and FP4 training keep.
 LOW_PRECISION_COPY_BYTES: dict[str, float] = {"fp8": 2.0, "fp4": 2 * (0.5 + 1 / 16)}

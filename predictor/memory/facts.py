@@ -1,4 +1,5 @@
-"""What each training framework keeps on a GPU, as numbers its code sets: one `MemoryFacts` per framework.
+"""What a training framework keeps on a GPU, as numbers its code sets: `MemoryFacts` (each framework module of
+`predictor.frameworks` holds its own, `Framework.memory`).
 
 Every figure comes from the framework's source (file references in docs/modeling.md, "Memory as each framework
 allocates it"); `fragmentation` is the one constant chosen by leave-one-plan-out cross-validation on
@@ -56,38 +57,12 @@ class MemoryFacts:
     # FP8 training keeps FP8 parameters in the param buffer, no BF16 copy (Megatron-Core's --fp8-param-gather, which
     # Megatron-Bridge's FP8 recipes set and ScaleDL's Megatron launch files write).
     fp8_param_gather: bool = False
+    # Transformer Engine's fused cross-entropy (--cross-entropy-loss-fusion --cross-entropy-fusion-impl te, which
+    # Megatron-Bridge's recipes set and ScaleDL's Megatron launch files write): no fp32 logits copy.
+    te_cross_entropy: bool = False
     # Outside the allocator (runtime memory): the CUDA context and NCCL's buffers per communicator.
     cuda_context_bytes: float = 600 * MIB
     nccl_bytes_per_group: float = 160 * MIB
     # Reserved over allocated at the peak: the caching allocator's slack (leave-one-plan-out on the simumax file).
     fragmentation: float = 0.04
 
-
-FACTS: dict[str, MemoryFacts] = {
-    # Megatron-Core DDP with --use-distributed-optimizer and --accumulate-allreduce-grads-in-fp32 (the recipes'
-    # default): a contiguous bf16 param buffer, a contiguous fp32 grad buffer (reduce-scattered in place), fp32 master
-    # and Adam moments sharded over dp·cp; fused cross-entropy keeps the fp32 exp-logits (4 B) and casts the gradient
-    # back to bf16 (2 B) at the start of backward.
-    "megatron": MemoryFacts("megatron", grad_bytes=4.0, master_bytes=4.0, moment_bytes=4.0, grads_sharded_from=2,
-                            unsharded_params_under_pp=False, unsharded_grads_under_pp=False, saved="megatron-te",
-                            swiglu_saved=3.0, loss_saved_bytes=4.0, loss_peak_bytes=6.0, grad_bucket_bytes=0.0,
-                            prefetch_params=0.0, workspace_bytes=64 * MIB, fp8_param_gather=True),
-    # torchtitan FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the sharded parameter is the
-    # fp32 master (no separate copy), gradients reduce-scatter to fp32 shards; F.cross_entropy on .float() logits keeps
-    # the fp32 log-softmax (4 B) and its backward adds an fp32 gradient and its bf16 cast (6 B).
-    "torchtitan": MemoryFacts("torchtitan", grad_bytes=4.0, master_bytes=0.0, moment_bytes=4.0, grads_sharded_from=2,
-                              unsharded_params_under_pp=True, unsharded_grads_under_pp=True, saved="torchtitan",
-                              swiglu_saved=4.0, loss_saved_bytes=4.0, loss_peak_bytes=10.0,
-                              grad_bucket_bytes=0.0, prefetch_params=0.0, workspace_bytes=32 * MIB),
-    # DeepSpeed ZeRO (bf16): bf16 gradients (2 B), fp32 master + moments partitioned; contiguous_gradients with
-    # reduce_bucket_size 5e8 elements; ZeRO-3 prefetches stage3_prefetch_bucket_size 5e7 parameters.
-    "deepspeed": MemoryFacts("deepspeed", grad_bytes=2.0, master_bytes=4.0, moment_bytes=4.0, grads_sharded_from=2,
-                             unsharded_params_under_pp=False, unsharded_grads_under_pp=False, saved="graph",
-                             swiglu_saved=4.0, loss_saved_bytes=4.0, loss_peak_bytes=6.0,
-                             grad_bucket_bytes=5e8 * 2, prefetch_params=5e7, workspace_bytes=32 * MIB),
-    # ScaleDL's runner: torch DDP (bucket_cap_mb=25, two in flight), ZeroRedundancyOptimizer, FSDP; eager modules.
-    "pytorch": MemoryFacts("pytorch", grad_bytes=2.0, master_bytes=4.0, moment_bytes=4.0, grads_sharded_from=2,
-                           unsharded_params_under_pp=False, unsharded_grads_under_pp=False, saved="graph",
-                           swiglu_saved=4.0, loss_saved_bytes=4.0, loss_peak_bytes=6.0,
-                           grad_bucket_bytes=2 * 25 * MIB, prefetch_params=0.0, workspace_bytes=32 * MIB),
-}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from predictor.device_resolver import spec_device
-from predictor.frameworks import FRAMEWORKS, MEASURED_DEFAULT, framework_of
+from predictor.frameworks import framework_for
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.models.base import Predictor
@@ -65,8 +65,7 @@ class AnalyticalPredictor(Predictor):
     def pieces(self, spec: WorkloadSpec, graph: LayerGraph) -> PlanPieces:
         """The pieces of (spec, graph) under this predictor's device and constants, kept across calls."""
         device = self.device or spec_device(spec)
-        # A measured device runs ScaleDL's own runner, whatever the spec names.
-        framework = FRAMEWORKS[MEASURED_DEFAULT] if device.measured else framework_of(spec)
+        framework = framework_for(spec, device)
         config = self.given or framework_config(framework.name)
         pieces = self._pieces.get(id(spec))
         if pieces is None or not pieces.serves(spec, graph, device, framework, config):

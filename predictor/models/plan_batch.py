@@ -22,7 +22,6 @@ from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import GIB, buffer_bytes, in_flight, kv_share, model_state_bytes, saved_per_sample, stage_params
 from predictor.memory.accounting import memory_parts_by_stage, offloaded_bytes
-from predictor.memory.facts import FACTS
 from predictor.memory.levers import Levers, levers_of
 from predictor.models.roofline import AnalyticalConfig, call_costs, fused_attention
 from predictor.models.stage_costs import (compute_parts, cp_stage_time, dp_time, ep_stage_time, optimizer_time,
@@ -161,7 +160,7 @@ class PlanPieces:
         return tuple(float(k in kinds) for k in OVERLAP_KINDS)
 
     def _levers(self, plan: Plan) -> Levers:
-        facts = FACTS[self.framework.name]
+        facts = self.framework.memory
         return levers_of(plan, facts.fp8_param_gather, "mx" if "fp4" in self.device.peak_flops else "cs")
 
     def _compute_row(self, graph: LayerGraph, lay: Layout) -> np.ndarray:
@@ -169,7 +168,7 @@ class PlanPieces:
         time that the host's pace does not stretch)."""
         parts = compute_parts(self.spec, graph, lay, self.device, self.config)
         if lay.plan.offload != "none" and not self.device.measured:
-            to_host = offloaded_bytes(self.spec, graph, lay, FACTS[self.framework.name], self._levers(lay.plan))
+            to_host = offloaded_bytes(self.spec, graph, lay, self.framework.memory, self._levers(lay.plan))
             parts[4:6] += offload_waits(parts[0], parts[1], to_host, self.device)
         return parts
 
@@ -178,7 +177,7 @@ class PlanPieces:
         (`predictor.memory.accounting`); on a measured device (ScaleDL's eager runner, no CUDA runtime) from the layer
         graph's saved elements and the ZeRO model states."""
         if not self.device.measured:
-            return memory_parts_by_stage(self.spec, graph, lay, FACTS[self.framework.name], self._levers(lay.plan),
+            return memory_parts_by_stage(self.spec, graph, lay, self.framework.memory, self._levers(lay.plan),
                                          self.cfg.moe_imbalance)
         kept, one_block = saved_per_sample(lay, fused_attention=self.fused, kv_share=kv_share(self.spec))
         acts = kept * lay.plan.mbs * in_flight(lay) + one_block * lay.plan.mbs

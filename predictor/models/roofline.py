@@ -7,16 +7,14 @@ iterations except the framework constants `bench/modern_eval.py --record` writes
 
 from __future__ import annotations
 
-import json
 import weakref
 from dataclasses import dataclass, fields, replace
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 
 from predictor.plan import DECODER_FAMILIES
-from predictor.frameworks import framework_of
+from predictor.frameworks import FRAMEWORKS, framework_for
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.parallel import BYTES, shard_nodes
@@ -108,9 +106,7 @@ class AnalyticalConfig:
         return replace(self, gemm_eff_max=1.0, gemm_half_dim=32.0, tile=0, bw_eff=1.0, launch_s=0.0)
 
 
-# Constants calibrated per framework on public measurements of it (bench/modern_eval.py --record: chosen on the
-# whole file, its leave-one-system-out figure recorded beside them); a framework absent here keeps first principles.
-FRAMEWORK_CONSTANTS = Path(__file__).resolve().parent.parent / "checkpoints" / "framework-constants.json"
+# The constants bench/modern_eval.py calibrates per framework (`Framework.constants`, predictor.frameworks.base).
 CALIBRATED_FIELDS: tuple[str, ...] = ("fp8_gemm_eff", "overlap_eff", "overlap_slowdown", "gemm_eff_max")
 # Calibrated after them, on the MoE rows only, with the dense constants fixed: they act on MoE layers alone.
 MOE_CALIBRATED_FIELDS: tuple[str, ...] = ("grouped_gemm_eff", "a2a_eff", "expert_host_s")
@@ -119,9 +115,7 @@ MOE_CALIBRATED_FIELDS: tuple[str, ...] = ("grouped_gemm_eff", "a2a_eff", "expert
 @cache
 def framework_config(framework: str) -> AnalyticalConfig:
     """The analytical constants of `framework`: its recorded calibration over the first-principles defaults."""
-    if not FRAMEWORK_CONSTANTS.is_file():
-        return AnalyticalConfig()
-    recorded = json.loads(FRAMEWORK_CONSTANTS.read_text()).get(framework, {}).get("constants", {})
+    recorded = FRAMEWORKS[framework].constants
     known = {f.name for f in fields(AnalyticalConfig)}
     return replace(AnalyticalConfig(), **{k: v for k, v in recorded.items() if k in known})
 
@@ -180,7 +174,7 @@ def layer_times(spec: WorkloadSpec, graph: LayerGraph, tp: int, sp: bool, mbs: i
 
 def fused_attention(spec: WorkloadSpec, device: Device) -> bool:
     """Whether the spec's framework runs attention as one fused kernel (no s² scores through memory)."""
-    return framework_of(spec).fused_attention and not device.measured
+    return framework_for(spec, device).fused_attention
 
 
 def _layer_times(spec, graph, tp, sp, mbs, device, cfg, cp, fused, ep):

@@ -1,0 +1,81 @@
+"""Training frameworks, one module each (megatron, torchtitan, deepspeed, pytorch), and which one a spec trains with.
+
+Each module builds a `Framework` (`predictor.frameworks.base`) from that framework's own documentation and code: the
+plans it runs, its default overlap, its attention kernel, its calibrated constants, its memory accounting and its
+launch file. `framework_for` is the one place that decides which framework prices and launches a workload;
+`launch_files` / `read_back` write a plan's launch file and parse one back into the plan it runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from predictor.frameworks.base import Framework, LaunchError, as_run
+from predictor.frameworks.deepspeed import DEEPSPEED
+from predictor.frameworks.megatron import MEGATRON
+from predictor.frameworks.pytorch import PYTORCH
+from predictor.frameworks.torchtitan import TORCHTITAN
+from predictor.hardware import DEVICES
+from predictor.plan import Plan, plan_errors
+
+if TYPE_CHECKING:  # pragma: no cover
+    from predictor.hardware import Device
+    from predictor.workload import WorkloadSpec
+
+FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (MEGATRON, TORCHTITAN, DEEPSPEED, PYTORCH)}
+FRAMEWORK_NAMES: tuple[str, ...] = tuple(FRAMEWORKS)
+# What a spec that names no framework trains with on a catalogue GPU.
+DEFAULT_FRAMEWORK = MEGATRON.name
+# Measured devices (a CPU) cannot run Megatron-Core: they run ScaleDL's own runner, whatever the spec names.
+MEASURED_FRAMEWORK = PYTORCH.name
+
+
+def framework_for(spec: "WorkloadSpec", device: "Device | None" = None) -> Framework:
+    """The framework that trains `spec`: ScaleDL's runner on a measured device (`device` where given, else the spec's:
+    a catalogue-less device or one priced from a measured profile), else `training.framework`, else Megatron-Core."""
+    measured = device.measured if device is not None else (
+        DEVICES.get(spec.cluster.device) is None or spec.cluster.device_profile is not None)
+    if measured:
+        return FRAMEWORKS[MEASURED_FRAMEWORK]
+    return FRAMEWORKS[spec.training.framework or DEFAULT_FRAMEWORK]
+
+
+def launch_files(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
+    """{file name: text}: the spec's framework's launch file for `plan` (and Megatron's torchrun.sh).
+
+    Raises LaunchError naming every field the framework cannot run.
+    """
+    framework = framework_for(spec)
+    errors = plan_errors(plan, spec, allow_cross_node_tp=True) + framework.errors(plan, spec) + framework.lever_errors(plan)
+    if framework.launch is None:
+        errors.append(f"{framework.title} has no launch file: `scaledl plan --validate` runs plans in it")
+    if spec.model.module is not None:
+        errors.append(f"model.module {spec.model.module!r} is a PyTorch module: only ScaleDL's runner launches it")
+    if errors:
+        raise LaunchError(f"{framework.title} cannot run {plan}: " + "; ".join(errors))
+    assert framework.launch is not None
+    return framework.launch.write(as_run(plan, framework), spec)
+
+
+def launch_settings(plan: Plan, spec: "WorkloadSpec") -> dict[str, Any]:
+    """The report's launch section: {plan, framework, files, notes}; a refusal is a note and no files."""
+    try:
+        files, notes = launch_files(plan, spec), []
+    except LaunchError as err:
+        files, notes = {}, [str(err)]
+    return {"plan": str(plan), "framework": framework_for(spec).name, "files": files, "notes": notes}
+
+
+def read_back(path: str | Path, spec: "WorkloadSpec") -> Plan:
+    """The plan a launch file written by `launch_files` runs (as `as_run` gives it): the inverse of the writer.
+
+    The file is recognised by its name; the data-parallel degree Megatron and DeepSpeed derive from the
+    world size comes from the spec's cluster.
+    """
+    path = Path(path)
+    readers = {f.launch.file: (f, f.launch.read) for f in FRAMEWORKS.values() if f.launch is not None}
+    if path.name not in readers:
+        raise LaunchError(f"{path} is not a launch file ({', '.join(readers)})")
+    framework, read = readers[path.name]
+    return as_run(read(path.read_text(), spec), framework)

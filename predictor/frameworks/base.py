@@ -1,0 +1,194 @@
+"""What a training framework is to ScaleDL (`Framework`), and the pieces of launch files every framework shares.
+
+A plan is only worth predicting if a framework can launch it as predicted. Each framework module
+(`predictor.frameworks.megatron`, `torchtitan`, `deepspeed`, `pytorch`) builds one `Framework` from that framework's
+own documentation and code: the plans it runs, the communication it overlaps, its attention kernel, the
+calibrated constants of the analytical model, what it keeps in memory, and the launch file that runs a plan in it,
+with the reader that parses the file back into the plan it runs (`as_run`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from dataclasses import dataclass, field
+from itertools import permutations
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from predictor.memory.facts import MemoryFacts
+from predictor.plan import AXES, AXIS, DEFAULT_ORDER, OVERLAP_KINDS, RECOMPUTE_MODES, Plan, complete_order, overlap_kinds
+
+if TYPE_CHECKING:  # pragma: no cover
+    from predictor.workload import WorkloadSpec
+
+# Constants of the analytical model calibrated per framework on public measurements of it (bench/modern_eval.py
+# --record writes them: chosen on the whole file, its leave-one-system-out figure recorded beside them), one entry per
+# framework: {"constants": {AnalyticalConfig field: value}, "source": ...}; a framework absent keeps first principles.
+CONSTANTS_FILE = Path(__file__).resolve().parent.parent / "checkpoints" / "framework-constants.json"
+
+
+def recorded_constants(name: str) -> dict[str, float]:
+    """The calibrated constants `CONSTANTS_FILE` holds for framework `name` ({} where it holds none)."""
+    if not CONSTANTS_FILE.is_file():
+        return {}
+    return dict(json.loads(CONSTANTS_FILE.read_text()).get(name, {}).get("constants", {}))
+
+
+class LaunchError(ValueError):
+    """A plan its framework cannot run; the message names each field and why."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A framework's launch file: `write(plan, spec)` gives {file name: text} for a plan from `as_run`, the first
+    file being the one `read(text, spec)` parses back into that plan."""
+
+    file: str
+    write: Callable[[Plan, "WorkloadSpec"], dict[str, str]]
+    read: Callable[[str, "WorkloadSpec"], Plan]
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One training framework: the plans it runs, what it overlaps, its constants, memory and launch file.
+
+    - `rules`: why a plan is outside it (every reason, as `plan_errors` does);
+    - `default_overlap`: the communication its performance recipes hide behind computation;
+    - `overlappable`: what it can overlap at all (a plan's `overlap` may switch kinds off, or on where the framework
+      offers them; the rules refuse a switch the framework does not have);
+    - `fused_attention`: whether its attention is a fused (flash) kernel, which saves no s² scores and skips the
+      masked half of causal attention;
+    - `constants`: the analytical model's constants calibrated on measurements of it (`recorded_constants`);
+    - `memory`: what it keeps on a GPU (`predictor.memory.accounting` prices a rank with them);
+    - `launch`: its launch file, None where ScaleDL writes none (its own runner runs plans itself).
+    """
+
+    name: str
+    title: str
+    rules: Callable[[Plan, "WorkloadSpec"], list[str]]
+    default_overlap: Callable[[Plan], frozenset[str]]
+    overlappable: frozenset[str]
+    fused_attention: bool
+    precisions: tuple[str, ...]
+    memory: MemoryFacts
+    constants: Mapping[str, float] = field(default_factory=dict)
+    launch: Launch | None = None
+    # Values of plan options it never runs, whatever the other fields ('orders': rank orders, innermost first):
+    # the search leaves them out before generating plans; `rules` refuses them too.
+    never: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Whether it recomputes named modules and a count of full layers (Megatron-Core's --recompute-modules and
+    # --recompute-method block --recompute-num-layers); the others recompute none, selective or full only.
+    recompute_modules: bool = False
+
+    def runs_value(self, option: str, value: Any) -> bool:
+        """False when the framework never runs `option`=`value` (a placement: its completed rank order)."""
+        if option == "placement":
+            return complete_order(value) not in self.never.get("orders", ())
+        if option == "recompute" and not self.recompute_modules and value not in RECOMPUTE_MODES:
+            return False
+        return value not in self.never.get(option, ())
+
+    def lever_errors(self, plan: Plan) -> list[str]:
+        """Why the framework cannot pull the plan's memory levers (a search's space leaves such values out before
+        enumerating: `runs_value`)."""
+        if self.recompute_modules:
+            return []
+        errors = []
+        if not self.runs_value("recompute", plan.recompute):
+            errors.append(f"{self.title} recomputes none, selective or full, not the modules {plan.recompute} "
+                          f"(Megatron-Core's --recompute-modules)")
+        if plan.recompute_layers:
+            errors.append(f"{self.title} recomputes every layer under recompute=full: use recompute_layers=0")
+        return errors
+
+    def errors(self, plan: Plan, spec: "WorkloadSpec") -> list[str]:
+        """Every reason this framework cannot run `plan` for `spec` (empty: it can)."""
+        errors = [f"{self.title} {e}" for e in self.rules(plan, spec)]
+        precision = spec.training.precision
+        if precision not in self.precisions:
+            errors.append(f"{self.title} does not train in {precision} (it trains in {', '.join(self.precisions)})")
+        wanted = overlap_kinds(plan.overlap)
+        if wanted is not None and wanted - self.overlappable:
+            errors.append(f"{self.title} cannot overlap {'+'.join(sorted(wanted - self.overlappable))} communication "
+                          f"(it overlaps {', '.join(sorted(self.overlappable)) or 'nothing'})")
+        return errors
+
+    def overlap(self, plan: Plan) -> frozenset[str]:
+        """The kinds of communication the plan hides: its `overlap` field, or the framework's default."""
+        wanted = overlap_kinds(plan.overlap)
+        return (self.default_overlap(plan) if wanted is None else wanted) & self.overlappable
+
+
+def other_orders(runs: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...], ...]:
+    """The rank orders (innermost first) a framework whose process groups build only `runs` never runs."""
+    return tuple(o for o in permutations(DEFAULT_ORDER) if o not in runs)
+
+
+def overlap_value(kinds: set[str] | frozenset[str]) -> str:
+    """A plan's `overlap` naming exactly these kinds."""
+    return "+".join(k for k in OVERLAP_KINDS if k in kinds) or "none"
+
+
+def as_run(plan: Plan, framework: Framework) -> Plan:
+    """The plan as `framework` runs it, which is what its launch file reads back as.
+
+    overlap: the kinds it hides among the communication the plan has (gradients and parameters over dp·cp
+    ranks, tp, pp); cp_comm and schedule at their defaults where cp or pp is 1; placement as the rank order.
+    """
+    exchanged: set[str] = set()
+    if plan.dp * plan.cp > 1:
+        exchanged |= {"dp", "param"} if plan.zero >= 1 else {"dp"}
+    exchanged |= {kind for kind in ("tp", "pp", "ep") if getattr(plan, kind) > 1}
+    kinds = framework.overlap(plan) & exchanged
+    return plan.with_(overlap=overlap_value(kinds),
+                      placement="-".join(plan.rank_order), cp_comm=plan.cp_comm if plan.cp > 1 else "ring",
+                      schedule=plan.schedule if plan.pp > 1 else "1f1b")
+
+
+def hidden(plan: Plan) -> frozenset[str]:
+    """The overlapped kinds of a plan from `as_run` (its overlap is never 'auto')."""
+    return overlap_kinds(plan.overlap) or frozenset()
+
+
+def inverse(mapping: dict[Any, Any]) -> dict[Any, Any]:
+    return {v: k for k, v in mapping.items()}
+
+
+def degree_args(plan: Plan, framework: str) -> list[str]:
+    """The degree flags of every axis the framework's command line names (the registry's `launch`)."""
+    return [token for axis in AXES if framework in axis.launch
+            for token in (axis.launch[framework], str(axis.degree(plan)))]
+
+
+def read_degrees(value: Callable[[str], Any], framework: str, spec: "WorkloadSpec") -> dict[str, int]:
+    """Each axis's degree from the keys the framework names; where it names no data-parallel degree, dp is
+    what the others leave of the world size (as Megatron derives data_parallel_size)."""
+    degrees = {a.name: int(value(a.launch[framework])) if framework in a.launch else 1 for a in AXES}
+    if framework not in AXIS["dp"].launch:
+        degrees["dp"] = spec.cluster.gpus // math.prod(degrees[a.name] for a in AXES
+                                                       if a.multiplies_gpus and a.name != "dp")
+    return degrees
+
+
+def args_text(args: list[str]) -> str:
+    """A command line one option (a flag and its values) a line, each token shell-quoted."""
+    lines: list[list[str]] = []
+    for token in args:
+        if token.startswith("--") or not lines:
+            lines.append([])
+        lines[-1].append(shlex.quote(token))
+    return "\n".join(" ".join(line) for line in lines) + "\n"
+
+
+def parse_args(tokens: list[str]) -> dict[str, list[str]]:
+    """{flag: its values} of a command line (a flag without values maps to [])."""
+    parsed: dict[str, list[str]] = {}
+    values: list[str] = []
+    for token in tokens:
+        if token.startswith("--"):
+            values = parsed.setdefault(token, [])
+        else:
+            values.append(token)
+    return parsed

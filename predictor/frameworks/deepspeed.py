@@ -1,0 +1,118 @@
+"""DeepSpeed (microsoft/DeepSpeed) with microsoft/Megatron-DeepSpeed's GPT, as their code runs it.
+
+Plans it runs: `deepspeed/runtime/zero/config.py` (`overlap_comm` defaults to stage == 3; "overlap the reduction of the
+gradients with backward": the ZeRO optimizers' switch, ZeRO-3's parameter prefetch on the same stream),
+`deepspeed/runtime/pipe/engine.py` ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"; it schedules the
+gradient all-reduce after the pipeline flush), its 1F1B `TrainSchedule` only, `PipeModelDataParallelTopology` (pipe,
+data, model: tp-dp-pp); TP and SP through Megatron-DeepSpeed, no CP, no FP8; Megatron-DeepSpeed's GPT uses unfused
+attention (as vTrain's measurements ran).
+
+Launch file: `deepspeed_config.json`, a DeepSpeed config (`deepspeed/runtime/config.py`, `runtime/zero/config.py`) that
+also carries, under "megatron_deepspeed_args", the Megatron-DeepSpeed `pretrain_gpt.py` arguments
+(`megatron/arguments.py`, `examples_deepspeed/`) that go with it (DeepSpeed reads only the keys it knows).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from predictor.frameworks.base import Framework, Launch, hidden, other_orders, overlap_value, parse_args, recorded_constants
+from predictor.frameworks.megatron import Spelling, common_args, common_fields
+from predictor.memory.facts import MIB, MemoryFacts
+from predictor.plan import Plan, overlap_kinds
+
+if TYPE_CHECKING:  # pragma: no cover
+    from predictor.workload import WorkloadSpec
+
+NAME = "deepspeed"
+ORDERS: tuple[tuple[str, ...], ...] = (("tp", "cp", "dp", "pp"),)
+
+
+def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
+    errors = []
+    if plan.pp > 1 and plan.zero > 1:
+        errors.append(f"runs its pipeline engine only with ZeRO stage 0 or 1, not zero={plan.zero}")
+    if plan.schedule != "1f1b":
+        errors.append(f"has one pipeline schedule (1F1B), not {plan.schedule}")
+    if plan.cp > 1:
+        errors.append("has no context parallelism (cp must be 1)")
+    if plan.ep > 1:
+        errors.append("profile here has no expert parallelism (DeepSpeed-MoE is not modelled; ep must be 1)")
+    if plan.rank_order not in ORDERS:
+        errors.append(f"orders ranks tp-dp-pp only, not {'-'.join(plan.rank_order)}")
+    wanted = overlap_kinds(plan.overlap)
+    if wanted is None:
+        return errors
+    if "dp" in wanted and plan.dp > 1 and (plan.zero == 0 or plan.pp > 1):
+        errors.append("overlaps the gradient reduction only in its ZeRO optimizers without a pipeline "
+                      f"(overlap_comm), not with zero={plan.zero}, pp={plan.pp}")
+    if "param" in wanted and plan.zero in (1, 2):
+        errors.append(f"gathers zero={plan.zero} parameters after the optimizer step: it cannot overlap param")
+    if plan.zero == 3 and ("dp" in wanted) != ("param" in wanted):
+        errors.append("switches ZeRO-3's gradient reduce-scatter and parameter prefetch together (overlap_comm): "
+                      "overlap must include both dp and param or neither")
+    return errors
+
+
+def _default_overlap(plan: Plan) -> frozenset[str]:
+    return frozenset({"dp", "param"} if plan.zero == 3 else set())
+
+
+# DeepSpeed ZeRO (bf16): bf16 gradients (2 B), fp32 master + moments partitioned; contiguous_gradients with
+# reduce_bucket_size 5e8 elements; ZeRO-3 prefetches stage3_prefetch_bucket_size 5e7 parameters.
+MEMORY = MemoryFacts(NAME, grad_bytes=2.0, master_bytes=4.0, moment_bytes=4.0, grads_sharded_from=2,
+                     unsharded_params_under_pp=False, unsharded_grads_under_pp=False, saved="graph",
+                     swiglu_saved=4.0, loss_saved_bytes=4.0, loss_peak_bytes=6.0,
+                     grad_bucket_bytes=5e8 * 2, prefetch_params=5e7, workspace_bytes=32 * MIB)
+
+JSON_FILE = "deepspeed_config.json"
+# Megatron-DeepSpeed's arguments inside the DeepSpeed config.
+ARGS_KEY = "megatron_deepspeed_args"
+SPELLING = Spelling(llama=("--swiglu", "--normalization", "rmsnorm", "--use-rotary-position-embeddings",
+                           "--untie-embeddings-and-output-weights", "--disable-bias-linear"),
+                    gqa=("--num-key-value-heads",), moe=None)
+
+
+def deepspeed_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, Any]:
+    """A DeepSpeed config for a plan from `as_run`, with the Megatron-DeepSpeed arguments that go with it.
+
+    A plan without a pipeline runs DeepSpeed's plain engine (`--no-pipeline-parallel`), one with a pipeline its
+    PipelineEngine; overlap_comm is the overlap of the ZeRO optimizers.
+    """
+    t = spec.training
+    args = [*common_args(plan, spec, NAME, SPELLING), "--zero-stage", str(plan.zero)]
+    if plan.pp == 1:
+        args.append("--no-pipeline-parallel")
+    if plan.recompute != "none":
+        args.append("--deepspeed-activation-checkpointing")
+    config: dict[str, Any] = {
+        "train_batch_size": t.global_batch,
+        "train_micro_batch_size_per_gpu": plan.mbs,
+        "gradient_accumulation_steps": plan.microbatches(t.global_batch),
+        "zero_optimization": {"stage": plan.zero, "overlap_comm": "dp" in hidden(plan)},
+        "bf16": {"enabled": t.precision == "bf16"},
+        "fp16": {"enabled": t.precision == "fp16"},
+    }
+    if plan.recompute != "none":
+        config["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False}
+    config[ARGS_KEY] = [*args, "--deepspeed", "--deepspeed_config", JSON_FILE]
+    return config
+
+
+def _write(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
+    return {JSON_FILE: json.dumps(deepspeed_config(plan, spec), indent=2) + "\n"}
+
+
+def _read(text: str, spec: "WorkloadSpec") -> Plan:
+    config = json.loads(text)
+    fields = common_fields(parse_args(config[ARGS_KEY]), NAME, spec)
+    zero = config["zero_optimization"]["stage"]
+    kinds = ({"dp", "param"} if zero == 3 else {"dp"}) if config["zero_optimization"]["overlap_comm"] else set()
+    return Plan(**fields, zero=zero, schedule="1f1b", placement="tp-cp-dp-pp", overlap=overlap_value(kinds))
+
+
+DEEPSPEED = Framework(NAME, "DeepSpeed", _rules, _default_overlap, frozenset({"dp", "param"}), fused_attention=False,
+                      precisions=("fp32", "fp16", "bf16"), memory=MEMORY, constants=recorded_constants(NAME),
+                      launch=Launch(JSON_FILE, _write, _read),
+                      never={"schedule": ("gpipe", "interleaved"), "orders": other_orders(ORDERS)})

@@ -1,0 +1,284 @@
+"""Megatron-Core (NVIDIA/Megatron-LM), as its code and Megatron-Bridge's performance recipes run it.
+
+Plans it runs (`megatron/training/arguments.py`, `validate_args`): DDP or the distributed optimizer (ZeRO-1);
+Megatron-FSDP (`--use-megatron-fsdp`, `--data-parallel-sharding-strategy optim_grads` / `optim_grads_params`:
+ZeRO-2/3) turns `overlap_grad_reduce` on (and `overlap_param_gather` for optim_grads_params) by itself, and its guide
+(`docs/user-guide/features/megatron_fsdp.md`, `custom_fsdp.md`: "compatible with TP, EP and CP"; issue #1455 asks for
+PP) runs it without pipelines; `--overlap-param-gather` needs the distributed optimizer or Megatron-FSDP and
+`--overlap-grad-reduce`; `--tp-comm-overlap` needs `--sequence-parallel`; 1F1B and interleaved pipelines (no GPipe),
+the interleaved one only with more than one virtual stage (`virtual_pipeline_model_parallel_size` 1 is None), its p2p
+overlapped by default (`--no-overlap-p2p-communication`) and without that overlap only for pp > 2, the
+non-interleaved one never overlapping p2p; CP; rank order tp-cp-ep-dp-pp or tp-cp-ep-pp-dp (`--use-tp-pp-dp-mapping`);
+EP (`--expert-model-parallel-size`, expert tensor parallelism 1, MoE beside TP only with sequence parallelism), its
+all-to-all overlapped by the combined 1F1B schedule (`--overlap-moe-expert-parallel-comm`, without a pipeline or
+interleaved), which Megatron-Core's MoE performance guide (`docs/.../moe` "General Setup") turns on.
+Megatron-Bridge recipes overlap grad reduce, param gather (with the distributed optimizer), TP (with SP) and the
+interleaved p2p; Transformer Engine's fused attention.
+
+Launch file: `megatron_args.txt`, `pretrain_gpt.py` arguments one option a line, and `torchrun.sh`, the command
+that runs them on every node. The command line helpers here (`common_args`, `common_fields`) serve its fork
+Megatron-DeepSpeed too (`predictor.frameworks.deepspeed`), which spells most arguments alike.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from predictor.frameworks.base import (Framework, Launch, args_text, degree_args, hidden, inverse, other_orders,
+                                       overlap_value, parse_args, read_degrees, recorded_constants)
+from predictor.hardware import DEVICES
+from predictor.memory.facts import MIB, MemoryFacts
+from predictor.plan import OVERLAP_KINDS, Plan, embedding_and_loss_in_split, overlap_kinds
+
+if TYPE_CHECKING:  # pragma: no cover
+    from predictor.workload import WorkloadSpec
+
+NAME = "megatron"
+# The rank orders (innermost first) its process groups can build.
+ORDERS: tuple[tuple[str, ...], ...] = (("tp", "cp", "dp", "pp"), ("tp", "cp", "pp", "dp"))
+
+
+def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
+    errors = []
+    if plan.schedule == "gpipe":
+        errors.append("has no GPipe schedule (use schedule=1f1b or interleaved)")
+    if plan.schedule == "interleaved" and plan.v == 1:
+        errors.append("runs schedule=interleaved with v=1 as 1F1B (use v >= 2 or schedule=1f1b)")
+    if plan.rank_order not in ORDERS:
+        errors.append(f"orders ranks tp-cp-dp-pp or tp-cp-pp-dp only, not {'-'.join(plan.rank_order)} "
+                      f"(placement=tp-dp-pp or tp-pp-dp)")
+    if spec.model.is_moe and plan.tp > 1 and not plan.sp:
+        errors.append("runs a mixture of experts beside tensor parallelism only with sequence parallelism (sp=true)")
+    if plan.zero >= 2 and plan.pp > 1:
+        errors.append(f"runs zero={plan.zero} as Megatron-FSDP, which does not run beside pipeline parallelism "
+                      f"(use zero=0 or 1 with pp > 1)")
+    wanted = overlap_kinds(plan.overlap)
+    if wanted is None:
+        return errors
+    if "tp" in wanted and plan.tp > 1 and not plan.sp:
+        errors.append("overlaps tensor-parallel communication (--tp-comm-overlap) only with sp=true")
+    if "param" in wanted and plan.zero >= 1 and "dp" not in wanted:
+        errors.append("overlaps the parameter all-gather (--overlap-param-gather) only beside the gradient "
+                      "reduction (overlap=dp+param)")
+    if "ep" in wanted and plan.ep > 1 and plan.pp > 1 and plan.schedule != "interleaved":
+        errors.append("overlaps the expert all-to-all (--overlap-moe-expert-parallel-comm) only without a pipeline "
+                      "or in the interleaved schedule")
+    if plan.pp > 1 and plan.schedule != "interleaved" and "pp" in wanted:
+        errors.append(f"overlaps pipeline send/recv only in the interleaved schedule, not {plan.schedule}")
+    if plan.schedule == "interleaved" and plan.pp <= 2 and "pp" not in wanted:
+        errors.append(f"runs the interleaved schedule without p2p overlap only with pp > 2, not pp={plan.pp} "
+                      f"(overlap must include pp)")
+    forced = "+".join(sorted({2: {"dp"}, 3: {"dp", "param"}}.get(plan.zero, set()) - wanted))
+    if forced:
+        errors.append(f"always overlaps {forced} in Megatron-FSDP (zero={plan.zero}): overlap must include {forced}")
+    return errors
+
+
+def _default_overlap(plan: Plan) -> frozenset[str]:
+    kinds = {"dp"}
+    if plan.ep > 1 and (plan.pp == 1 or plan.schedule == "interleaved"):
+        kinds.add("ep")  # the MoE recipes' --overlap-moe-expert-parallel-comm (combined 1F1B: pp=1 or interleaved)
+    if plan.zero >= 1:
+        kinds.add("param")
+    if plan.tp > 1 and plan.sp:
+        kinds.add("tp")
+    if plan.schedule == "interleaved":
+        kinds.add("pp")
+    return frozenset(kinds)
+
+
+# Megatron-Core DDP with --use-distributed-optimizer and --accumulate-allreduce-grads-in-fp32 (the recipes' default):
+# a contiguous bf16 param buffer, a contiguous fp32 grad buffer (reduce-scattered in place), fp32 master and Adam
+# moments sharded over dp·cp; fused cross-entropy keeps the fp32 exp-logits (4 B) and casts the gradient back to bf16
+# (2 B) at the start of backward.
+MEMORY = MemoryFacts(NAME, grad_bytes=4.0, master_bytes=4.0, moment_bytes=4.0, grads_sharded_from=2,
+                     unsharded_params_under_pp=False, unsharded_grads_under_pp=False, saved="megatron-te",
+                     swiglu_saved=3.0, loss_saved_bytes=4.0, loss_peak_bytes=6.0, grad_bucket_bytes=0.0,
+                     prefetch_params=0.0, workspace_bytes=64 * MIB, fp8_param_gather=True)
+
+ARGS_FILE = "megatron_args.txt"
+_RECOMPUTE_ARGS = {"none": [], "selective": ["--recompute-granularity", "selective"],
+                   "full": ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                            "--recompute-num-layers", "1"]}
+_CP_COMM = {"ring": "p2p", "allgather": "all_gather"}
+_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+_OVERLAP_FLAGS = (("dp", "--overlap-grad-reduce"), ("param", "--overlap-param-gather"), ("tp", "--tp-comm-overlap"),
+                  ("ep", "--overlap-moe-expert-parallel-comm"))
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How a Megatron-LM code base spells LLaMA's architecture (SwiGLU, RMSNorm, RoPE, untied embeddings, no
+    biases), grouped-query attention (the flags before the group count) and a mixture of experts."""
+
+    llama: tuple[str, ...]
+    gqa: tuple[str, ...]
+    moe: Callable[["WorkloadSpec"], list[str]] | None
+
+
+def _recompute_args(plan: Plan) -> list[str]:
+    """Megatron-LM's recomputation flags: a mode, Megatron-Core's modules (`--recompute-modules`, selective
+    granularity), or full recomputation of the first N layers of each chunk (`--recompute-method block`)."""
+    if plan.recompute == "full" and plan.recompute_layers:
+        return ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers",
+                str(plan.recompute_layers)]
+    if plan.recompute in _RECOMPUTE_ARGS:
+        return _RECOMPUTE_ARGS[plan.recompute]
+    return ["--recompute-granularity", "selective", "--recompute-modules", *plan.recompute.split("+")]
+
+
+def _read_recompute(args: dict[str, list[str]]) -> dict[str, Any]:
+    """The plan fields `_recompute_args` wrote."""
+    granularity = args.get("--recompute-granularity", ["none"])[0]
+    if granularity == "full" and args.get("--recompute-method", ["uniform"])[0] == "block":
+        return {"recompute": "full", "recompute_layers": int(args["--recompute-num-layers"][0])}
+    if granularity == "selective" and "--recompute-modules" in args:
+        return {"recompute": "+".join(args["--recompute-modules"])}
+    return {"recompute": granularity}
+
+
+def _model_args(spec: "WorkloadSpec", spelling: Spelling) -> list[str]:
+    """The model's shape, so the launched model is the one predicted."""
+    m = spec.model
+    args = ["--num-layers", str(m.num_blocks), "--hidden-size", str(m.hidden), "--num-attention-heads", str(m.heads),
+            "--ffn-hidden-size", str(m.ffn_hidden_size), "--seq-length", str(m.tokens),
+            "--max-position-embeddings", str(m.tokens)]
+    if m.kv_heads is not None and m.kv_heads != m.heads:
+        args += [*spelling.gqa, str(m.kv_heads)]
+    if m.family == "llama" or m.is_moe:
+        args += spelling.llama
+    if m.is_moe and spelling.moe is not None:
+        args += spelling.moe(spec)
+    return args
+
+
+def common_args(plan: Plan, spec: "WorkloadSpec", framework: str, spelling: Spelling) -> list[str]:
+    """What Megatron-LM and its fork Megatron-DeepSpeed spell alike: degrees, batch, model, SP, recompute."""
+    args = [*degree_args(plan, framework), "--micro-batch-size", str(plan.mbs),
+            "--global-batch-size", str(spec.training.global_batch), *_model_args(spec, spelling)]
+    if plan.sp:
+        args.append("--sequence-parallel")
+    args += _recompute_args(plan)
+    if spec.training.precision != "fp32":
+        args.append("--fp16" if spec.training.precision == "fp16" else "--bf16")  # fp8/fp4 GEMMs run in a bf16 model
+    return args
+
+
+def common_fields(args: dict[str, list[str]], framework: str, spec: "WorkloadSpec") -> dict[str, Any]:
+    """The fields `common_args` writes, read back."""
+    degrees = read_degrees(lambda flag: args.get(flag, ["1"])[0], framework, spec)
+    return {**degrees, "mbs": int(args["--micro-batch-size"][0]), "sp": "--sequence-parallel" in args,
+            **_read_recompute(args)}
+
+
+def _moe_args(spec: "WorkloadSpec") -> list[str]:
+    """A mixture of experts in Megatron-LM's arguments: experts, router, grouped GEMM and the alltoall
+    dispatcher (as its MoE recipes run), leading dense layers, shared experts, MLA and MTP."""
+    m = spec.model
+    args = ["--num-experts", str(m.experts), "--moe-router-topk", str(m.top_k), "--moe-ffn-hidden-size",
+            str(m.expert_ffn_size), "--moe-router-score-function", m.router, "--moe-grouped-gemm",
+            "--moe-token-dispatcher-type", "alltoall", "--moe-router-dtype", "fp32"]
+    if m.head_dim is not None:
+        args += ["--kv-channels", str(m.head_dim)]
+    if m.dense_layers:
+        args += ["--moe-layer-freq", "([0]*{}+[1]*{})".format(m.dense_layers, m.layers - m.dense_layers)]
+    if m.shared_experts:
+        args += ["--moe-shared-expert-intermediate-size", str(m.shared_experts * m.expert_ffn_size)]
+    if m.kv_lora_rank is not None:
+        args += ["--multi-latent-attention", "--q-lora-rank", str(m.q_lora_rank), "--kv-lora-rank",
+                 str(m.kv_lora_rank), "--qk-head-dim", str(m.qk_nope_head_dim), "--qk-pos-emb-head-dim",
+                 str(m.qk_rope_head_dim), "--v-head-dim", str(m.v_head_dim)]
+    if m.mtp_layers:
+        args += ["--mtp-num-layers", str(m.mtp_layers)]
+    return args
+
+
+SPELLING = Spelling(llama=("--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
+                           "--untie-embeddings-and-output-weights", "--disable-bias-linear"),
+                    gqa=("--group-query-attention", "--num-query-groups"), moe=_moe_args)
+
+
+def _block_scaled(spec: "WorkloadSpec") -> bool:
+    """Whether the device has block-scaled tensor cores (MXFP8, NVFP4): Blackwell, the catalogue's fp4 devices."""
+    device = DEVICES[spec.cluster.device]
+    return device is not None and "fp4" in device.peak_flops
+
+
+def megatron_args(plan: Plan, spec: "WorkloadSpec") -> list[str]:
+    """Megatron-LM `pretrain_gpt.py` arguments for a plan from `as_run`.
+
+    ZeRO-1 is the distributed optimizer, ZeRO-2/3 Megatron-FSDP (which needs its own checkpoint format);
+    FP8 runs per-tensor current scaling on Hopper and MXFP8 on Blackwell, FP4 NVFP4.
+    """
+    kinds = hidden(plan)
+    args = common_args(plan, spec, NAME, SPELLING)
+    if plan.zero == 1:
+        args.append("--use-distributed-optimizer")
+    elif plan.zero >= 2:
+        args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", _SHARDING[plan.zero],
+                 "--use-distributed-optimizer", "--ckpt-format", "fsdp_dtensor"]
+    if plan.schedule == "interleaved":
+        args += ["--num-virtual-stages-per-pipeline-rank", str(plan.v)]
+        if "pp" not in kinds:
+            args.append("--no-overlap-p2p-communication")
+    if embedding_and_loss_in_split(plan, spec.model.num_blocks):
+        args += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+    if plan.cp > 1:
+        args += ["--cp-comm-type", _CP_COMM[plan.cp_comm]]
+    args += [flag for kind, flag in _OVERLAP_FLAGS if kind in kinds]
+    if plan.rank_order == ("tp", "cp", "pp", "dp"):
+        args.append("--use-tp-pp-dp-mapping")
+    precision = spec.training.precision
+    if precision == "fp8":
+        # FP8 parameters in the param buffer (no BF16 copy), as Megatron-Bridge's FP8 performance recipes run and
+        # the memory prediction assumes (MEMORY.fp8_param_gather)
+        args += ["--fp8-format", "hybrid", "--fp8-recipe", "mxfp8" if _block_scaled(spec) else "tensorwise",
+                 "--fp8-param-gather"]
+    elif precision == "fp4":
+        args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+    return args
+
+
+def torchrun_script(plan: Plan, spec: "WorkloadSpec", script: str = "pretrain_gpt.py") -> str:
+    """`torchrun.sh`: runs `megatron_args.txt` on every node (set NODE_RANK and MASTER_ADDR on each).
+
+    Megatron asserts CUDA_DEVICE_MAX_CONNECTIONS=1 for TP or CP (before Blackwell); Megatron-FSDP wants it unset.
+    """
+    c = spec.cluster
+    lines = ["#!/bin/sh", "# Megatron-LM on every node: set NODE_RANK and MASTER_ADDR"]
+    if plan.zero >= 2:
+        lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS")
+    elif plan.tp > 1 or plan.cp > 1:
+        lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1")
+    lines.append(f"torchrun --nnodes {c.nodes} --nproc-per-node {c.gpus_per_node} --node-rank $NODE_RANK "
+                 f"--rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500 {shlex.quote(script)} "
+                 f'$(cat "$(dirname "$0")/{ARGS_FILE}")')
+    return "\n".join(lines) + "\n"
+
+
+def _write(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
+    return {ARGS_FILE: args_text(megatron_args(plan, spec)), "torchrun.sh": torchrun_script(plan, spec)}
+
+
+def _read(text: str, spec: "WorkloadSpec") -> Plan:
+    args = parse_args(shlex.split(text))
+    fields = common_fields(args, NAME, spec)
+    strategy = args.get("--data-parallel-sharding-strategy", [None])[0]
+    zero = inverse(_SHARDING)[strategy] if "--use-megatron-fsdp" in args else int("--use-distributed-optimizer" in args)
+    v = int(args.get("--num-virtual-stages-per-pipeline-rank", ["1"])[0])
+    schedule = "interleaved" if v > 1 else "1f1b"
+    kinds = {kind for kind, flag in _OVERLAP_FLAGS if flag in args}
+    if schedule == "interleaved" and "--no-overlap-p2p-communication" not in args:
+        kinds.add("pp")
+    cp_comm = inverse(_CP_COMM)[args.get("--cp-comm-type", ["p2p"])[0]]
+    placement = "tp-cp-pp-dp" if "--use-tp-pp-dp-mapping" in args else "tp-cp-dp-pp"
+    return Plan(**fields, zero=zero, schedule=schedule, v=v, placement=placement,  # type: ignore[arg-type]
+                overlap=overlap_value(kinds), cp_comm=cp_comm)
+
+
+MEGATRON = Framework(NAME, "Megatron-Core", _rules, _default_overlap, frozenset(OVERLAP_KINDS), fused_attention=True,
+                     precisions=("fp32", "fp16", "bf16", "fp8", "fp4"), memory=MEMORY,
+                     constants=recorded_constants(NAME), launch=Launch(ARGS_FILE, _write, _read),
+                     never={"schedule": ("gpipe",), "orders": other_orders(ORDERS)}, recompute_modules=True)
