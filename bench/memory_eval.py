@@ -32,7 +32,7 @@ from predictor.memory.facts import GIB
 from predictor.memory.levers import Levers
 from predictor.parallel import apply_plan
 from predictor.plan import Plan
-from predictor.workload import parse_spec
+from predictor.workload import WorkloadSpec, parse_spec
 
 SIMUMAX = "simumax_b200_llama70b.csv"
 BRIDGE = "megatron_bridge_2511.csv"
@@ -72,14 +72,21 @@ def recipe_levers(row: dict) -> Levers:
     return Levers(**kwargs)
 
 
-def _simumax_memory(row: dict, fragmentation: float) -> RankMemory:
+def simumax_workload(row: dict) -> tuple[WorkloadSpec, Plan]:
+    """One SimuMax row as it ran: Llama 3 70B at the row's depth on one node of 8 B200, BF16 Megatron-Core with the
+    distributed optimizer, sequence parallelism under tp, and no communication overlapped (the file's header)."""
     spec = parse_spec({"model": {"preset": "llama3-70b", "layers": int(row["layers"]), "seq_len": int(row["seq_len"])},
                        "training": {"global_batch": int(row["global_batch"]), "precision": "bf16",
                                     "framework": "megatron"},
                        "cluster": {"device": "b200", "nodes": 1, "gpus_per_node": 8}})
     plan = Plan(dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), cp=int(row["cp"]), mbs=int(row["mbs"]),
-                zero=1, sp=int(row["tp"]) > 1)
-    device = get_device("b200")
+                zero=1, sp=int(row["tp"]) > 1, overlap="none")
+    return spec, plan
+
+
+def _simumax_memory(row: dict, fragmentation: float) -> RankMemory:
+    spec, plan = simumax_workload(row)
+    device = get_device(spec.cluster.device)
     graph = graph_for(spec.model)
     return rank_memory(spec, graph, apply_plan(spec, graph, plan, device), FRAMEWORKS["megatron"].memory, Levers(),
                        device.mem_capacity, fragmentation=fragmentation)

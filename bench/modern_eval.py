@@ -15,7 +15,7 @@ efficiency, MOE_GRID) the same way, leave-one-system-out over the MoE rows, so t
 Memory: every row ran, so each plan's predicted per-GPU peak should fit the device; rows predicted
 over its capacity are counted (the file gives no memory figures).
 
-    .venv/bin/python bench/modern_eval.py [--shared PATH] [--no-calibrate] [--record]
+    .venv/bin/python -m bench.modern_eval [--shared PATH] [--no-calibrate] [--record]
 
 `--record` writes the in-file constants (dense and MoE) to predictor/checkpoints/framework-constants.json (the
 Megatron-Core profile's constants every prediction of that framework then uses) and each system's
@@ -25,28 +25,26 @@ reports as the analytical model's measured accuracy on that device).
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import itertools
 import json
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from predictor.device_resolver import get_device  # noqa: E402
-from predictor.evaluate import BRIDGE_DEVICES, bridge_measured_s, bridge_workload  # noqa: E402
-from predictor.graph_cache import graph_for  # noqa: E402
-from predictor.models.analytical import AnalyticalPredictor  # noqa: E402
-from predictor.frameworks.base import CONSTANTS_FILE  # noqa: E402
-from predictor.models.roofline import CALIBRATED_FIELDS, MOE_CALIBRATED_FIELDS, AnalyticalConfig  # noqa: E402
-from predictor.models.intervals import residual_quantiles  # noqa: E402
-from predictor.models.registry import ANALYTICAL_ACCURACY  # noqa: E402
+from bench import common
+from predictor.device_resolver import get_device
+from predictor.evaluate import BRIDGE_DEVICES, bridge_measured_s, bridge_workload
+from predictor.frameworks.base import CONSTANTS_FILE
+from predictor.graph_cache import graph_for
+from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.intervals import residual_quantiles
+from predictor.models.registry import ANALYTICAL_ACCURACY
+from predictor.models.roofline import CALIBRATED_FIELDS, MOE_CALIBRATED_FIELDS, AnalyticalConfig
 
 FILE = "megatron_bridge_2511.csv"
 # The constants calibrated, each over a range its docstring in AnalyticalConfig argues for.
@@ -145,62 +143,84 @@ def print_rows(kind: str, rows: Rows, table: dict[str, np.ndarray]) -> int:
     return int((memory > capacity).sum())
 
 
+@dataclass
+class Evaluation:
+    """The file's rows predicted: dense and MoE rows apart, each with its predictions under every set of constants
+    (first principles; recorded; leave-one-system-out and in-file when calibrated) and the constants chosen."""
+
+    dense: Rows
+    moe: Rows
+    skipped: int
+    table: dict[str, np.ndarray]
+    moe_table: dict[str, np.ndarray]
+    chosen: dict[str, AnalyticalConfig] = field(default_factory=dict)
+    moe_chosen: dict[str, AnalyticalConfig] = field(default_factory=dict)
+    in_file: AnalyticalConfig | None = None
+    moe_in_file: AnalyticalConfig | None = None
+
+
+def evaluate(path: Path, calibrate_constants: bool = True, recorded: bool = True) -> Evaluation:
+    """Every row of the file predicted; `calibrate_constants` adds the leave-one-system-out and in-file columns,
+    `recorded` the column of the constants recorded in CONSTANTS_FILE (when that file exists)."""
+    df = load_rows(path)
+    built = [(i, *bridge_workload(r)) for i, r in enumerate(df.to_dict("records")) if bridge_workload(r) is not None]
+    dense = Rows(df, [(i, spec, plan) for i, spec, plan in built if not spec.model.is_moe])
+    moe = Rows(df, [(i, spec, plan) for i, spec, plan in built if spec.model.is_moe])
+    out = Evaluation(dense, moe, len(df) - len(built), {"first principles": predict_rows(dense.rows, AnalyticalConfig())},
+                     {"first principles": predict_rows(moe.rows, AnalyticalConfig())})
+    if CONSTANTS_FILE.is_file() and recorded:
+        out.table["recorded"] = predict_rows(dense.rows, None)
+        out.moe_table["recorded"] = predict_rows(moe.rows, None)
+    if calibrate_constants:
+        out.chosen, out.table["leave-one-system-out"], out.in_file = calibrate(dense, lambda held_out: configs())
+        out.table["in-file"] = predict_rows(dense.rows, out.in_file)
+        # MoE constants over the dense constants chosen without the held-out system (in-file: over all rows').
+        out.moe_chosen, out.moe_table["leave-one-system-out"], out.moe_in_file = calibrate(
+            moe, lambda held_out: configs(out.chosen.get(held_out, out.in_file), MOE_GRID))
+        out.moe_table["in-file"] = predict_rows(moe.rows, out.moe_in_file)
+    return out
+
+
+def workloads(rows: Rows) -> np.ndarray:
+    """Each row's workload (system, model, GPUs, global batch, sequence): the recipes run one plan each."""
+    return rows.frame[["system", "model", "gpus", "gbs", "seq_len"]].astype(str).agg("/".join, axis=1).to_numpy()
+
+
 def main() -> int:
-    root = Path(__file__).resolve().parents[1]
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", default=str(root.parent / "shared"), help="the shared/ folder (default: ../shared)")
+    parser = common.parser(__doc__, shared=True)
     parser.add_argument("--no-calibrate", action="store_true", help="first-principles constants only")
     parser.add_argument("--record", action="store_true", help="store the in-file constants and the cross-validated "
                         "accuracy per device (see the module docstring)")
     args = parser.parse_args()
     if args.record and args.no_calibrate:
         parser.error("--record stores calibrated constants; drop --no-calibrate")
-    path = Path(args.shared) / "ground_truth" / FILE
-    if not path.is_file():
-        print(f"missing {path}: pass --shared", file=sys.stderr)
-        return 2
+    (path,) = common.ground_truth(args.shared, FILE)
     t0 = time.perf_counter()
-    df = load_rows(path)
-    built = [(i, *bridge_workload(r)) for i, r in enumerate(df.to_dict("records")) if bridge_workload(r) is not None]
-    dense = Rows(df, [(i, spec, plan) for i, spec, plan in built if not spec.model.is_moe])
-    moe = Rows(df, [(i, spec, plan) for i, spec, plan in built if spec.model.is_moe])
-    skipped = len(df) - len(built)
-    print(f"## {FILE}: {len(dense.rows)} dense and {len(moe.rows)} MoE rows predicted" + (f", {skipped} not modelled" if skipped else ""))
-    table = {"first principles": predict_rows(dense.rows, AnalyticalConfig())}
-    moe_table = {"first principles": predict_rows(moe.rows, AnalyticalConfig())}
-    if CONSTANTS_FILE.is_file() and not args.record:
-        table["recorded"] = predict_rows(dense.rows, None)
-        moe_table["recorded"] = predict_rows(moe.rows, None)
-    chosen: dict[str, AnalyticalConfig] = {}
-    moe_chosen: dict[str, AnalyticalConfig] = {}
-    if not args.no_calibrate:
-        chosen, table["leave-one-system-out"], in_file_cfg = calibrate(dense, lambda held_out: configs())
-        table["in-file"] = predict_rows(dense.rows, in_file_cfg)
-        # MoE constants over the dense constants chosen without the held-out system (in-file: over all rows').
-        moe_chosen, moe_table["leave-one-system-out"], moe_in_file_cfg = calibrate(
-            moe, lambda held_out: configs(chosen.get(held_out, in_file_cfg), MOE_GRID))
-        moe_table["in-file"] = predict_rows(moe.rows, moe_in_file_cfg)
-    dense_over = print_rows("dense", dense, table)
-    moe_over = print_rows("MoE", moe, moe_table)
+    ev = evaluate(path, not args.no_calibrate, recorded=not args.record)
+    dense, moe = ev.dense, ev.moe
+    print(f"## {FILE}: {len(dense.rows)} dense and {len(moe.rows)} MoE rows predicted"
+          + (f", {ev.skipped} not modelled" if ev.skipped else ""))
+    dense_over = print_rows("dense", dense, ev.table)
+    moe_over = print_rows("MoE", moe, ev.moe_table)
     if not args.no_calibrate:
         keys = list(GRID)
-        for system, cfg in chosen.items():
+        for system, cfg in ev.chosen.items():
             print(f"constants chosen without {system}: " + ", ".join(f"{k}={asdict(cfg)[k]}" for k in keys))
-        print("constants chosen on every row (in-file): " + ", ".join(f"{k}={asdict(in_file_cfg)[k]}" for k in keys))
-        for system, cfg in moe_chosen.items():
+        print("constants chosen on every row (in-file): " + ", ".join(f"{k}={asdict(ev.in_file)[k]}" for k in keys))
+        for system, cfg in ev.moe_chosen.items():
             print(f"MoE constants chosen without {system}: " + ", ".join(f"{k}={asdict(cfg)[k]}" for k in MOE_GRID))
         print("MoE constants chosen on every MoE row (in-file): "
-              + ", ".join(f"{k}={asdict(moe_in_file_cfg)[k]}" for k in MOE_GRID))
+              + ", ".join(f"{k}={asdict(ev.moe_in_file)[k]}" for k in MOE_GRID))
     print(f"memory: {dense_over}/{len(dense.rows)} dense and {moe_over}/{len(moe.rows)} MoE rows that ran are predicted "
           f"over their GPU's capacity")
     print(f"({time.perf_counter() - t0:.1f} s)")
     if args.record:
-        cv = table["leave-one-system-out"]
+        cv = ev.table["leave-one-system-out"]
         systems = dense.systems
-        record(replace(in_file_cfg, **{k: asdict(moe_in_file_cfg)[k] for k in MOE_GRID}),
+        record(replace(ev.in_file, **{k: asdict(ev.moe_in_file)[k] for k in MOE_GRID}),
                {s: (mape(cv[systems == s], dense.measured[systems == s]), int((systems == s).sum()))
                 for s in sorted(set(systems))}, len(dense.rows), mape(cv, dense.measured),
-               len(moe.rows), mape(moe_table["leave-one-system-out"], moe.measured), dense.measured, cv)
+               len(moe.rows), mape(ev.moe_table["leave-one-system-out"], moe.measured), dense.measured, cv)
     return 0
 
 
