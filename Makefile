@@ -1,5 +1,4 @@
 # Two commands: `make plan` and `make test`. Both create .venv when missing (idempotent).
-# `make test-all` adds the slow tests (real multi-node Ray runs, killed nodes, training) to `make test`'s.
 PYTHON ?= python3.11
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
@@ -7,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXAMPLE ?= examples/gpt3-175b-a100x1024.yaml
 
-.PHONY: setup plan test test-all bench clean
+.PHONY: setup plan test bench clean
 
 setup: $(STAMP)
 
@@ -25,9 +24,6 @@ plan: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
-
-test-all: setup
-	$(BIN)/python -m pytest -q -m 'slow or not slow'
 
 # The quick benchmarks (a few minutes); the accuracy tables (bench.paper_table, bench.data_cost) take ~50 min.
 bench: setup

@@ -134,7 +134,7 @@ def run_plan(req: PlanRequest) -> "Report":
     spec = load_spec(req.spec)
     if isinstance(req.predictor, str):
         check_predictor_name(req.predictor)
-    space_name, space = resolve_space(spec.search, req.space)
+    space_name, space = resolve_space(spec, req.space)
     specs = []
     for n in req.nodes or [spec.cluster.nodes]:
         try:

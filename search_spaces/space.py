@@ -6,10 +6,14 @@ layers per stage for v). A spec narrows a space, never widens it, so a named spa
 upper bound on what a search may try:
 
     search:
-      space: megatron-3d      # the base space (default: megatron-3d; `scaledl plan --space` wins)
+      space: megatron-3d      # the base space (default: the framework's own; `scaledl plan --space` wins)
       tp: 8                   # fix a field (a scalar or a list)
       max_pp: 16              # cap a degree
       recompute: [none, selective]   # forbid full recomputation
+
+The default space is the spec's framework's own (`presets/<framework>.yaml`: what that framework runs, expert
+parallelism for a mixture of experts); a space's `cp_from_tokens` adds every context-parallel degree for
+sequences at least that long, so a space is read for a workload (`for_workload`) before it is narrowed.
 """
 
 from __future__ import annotations
@@ -22,12 +26,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, create_model, field_validator
 
+from predictor.frameworks import framework_for
 from predictor.plan import AXES, AXIS_NAMES
 from predictor.plan import CP_COMM, PLACEMENTS, RECOMPUTE_MODES, PlanError, canonical_recompute, overlap_kinds
-from predictor.workload import SpecError
+from predictor.workload import SpecError, WorkloadSpec
 
 PRESET_DIR = Path(__file__).parent / "presets"
-DEFAULT_SPACE = "megatron-3d"
 
 Auto = Literal["auto"]
 # One value list per registered parallel axis (predictor.plan.axes), then the options.
@@ -105,6 +109,9 @@ class _SpaceOptions(_Axes):
     allow_cross_node_tp: bool = False
     max_mbs: PositiveInt | None = 64
     max_v: PositiveInt | None = 8
+    # Sequences of at least this many tokens also try every context-parallel degree (cp: auto): below it the
+    # activations cp splits rarely decide whether a plan fits, and cp multiplies the plans to search.
+    cp_from_tokens: PositiveInt | None = None
 
 
 class _NarrowingOptions(_Axes):
@@ -151,7 +158,8 @@ def preset_names() -> list[str]:
 
 @cache
 def load_space(name_or_path: str) -> SpaceConfig:
-    """A named preset (`megatron-3d`, `zero-dp`, `full`) or a YAML file path; SpecError if unknown or invalid."""
+    """A named preset (a framework's own: `megatron`, `torchtitan`, `deepspeed`, `pytorch`; or `megatron-3d`,
+    `zero-dp`, `full`) or a YAML file path; SpecError if unknown or invalid."""
     path = Path(name_or_path)
     if not path.suffix:
         path = PRESET_DIR / f"{name_or_path}.yaml"
@@ -203,9 +211,22 @@ def narrow(space: SpaceConfig, section: dict[str, Any] | None, base_name: str = 
     return space.model_copy(update=changes)
 
 
-def resolve_space(spec_search: dict[str, Any] | None, cli_space: str | None = None) -> tuple[str, SpaceConfig]:
-    """The space a search uses: `--space`, else `search.space`, else the default; then narrowed by the spec."""
-    section = dict(spec_search or {})
-    name = cli_space or section.get("space") or DEFAULT_SPACE
+def default_space_name(spec: WorkloadSpec) -> str:
+    """The space a search of `spec` uses unless told otherwise: its framework's own (`presets/<framework>.yaml`)."""
+    return framework_for(spec).name
+
+
+def for_workload(space: SpaceConfig, spec: WorkloadSpec) -> SpaceConfig:
+    """`space` as it reads for `spec`: every context-parallel degree when its sequences reach `cp_from_tokens`."""
+    if space.cp_from_tokens is not None and space.cp != "auto" and spec.model.tokens >= space.cp_from_tokens:
+        return space.model_copy(update={"cp": "auto"})
+    return space
+
+
+def resolve_space(spec: WorkloadSpec, cli_space: str | None = None) -> tuple[str, SpaceConfig]:
+    """The space a search of `spec` uses: `--space`, else `search.space`, else its framework's own; read for the
+    workload, then narrowed by the spec's `search:` section."""
+    section = dict(spec.search or {})
+    name = cli_space or section.get("space") or default_space_name(spec)
     section.pop("space", None)
-    return name, narrow(load_space(name), section, name)
+    return name, narrow(for_workload(load_space(name), spec), section, name)

@@ -109,14 +109,76 @@ def test_empty_space_says_why() -> None:
     assert "does not divide global_batch=1536" in result.top_reasons(1)[0][0]
 
 
+def _searching(spec: Any, section: dict[str, Any]) -> Any:
+    return spec.model_copy(update={"search": section})
+
+
 def test_narrowing_fixes_caps_and_forbids() -> None:
-    name, space = resolve_space({"tp": 8, "max_pp": 8, "recompute": ["none", "selective"]})
-    assert name == "megatron-3d"
+    name, space = resolve_space(_searching(GPT3, {"tp": 8, "max_pp": 8, "recompute": ["none", "selective"]}))
+    assert name == "megatron"
     plans = enumerate_plans(GPT3, space).plans
     assert plans and {p.tp for p in plans} == {8}
     assert max(p.pp for p in plans) == 8
     assert "full" not in {p.recompute for p in plans}
-    assert resolve_space({"space": "full"}, cli_space="zero-dp")[0] == "zero-dp"  # the command line wins
+    assert resolve_space(_searching(GPT3, {"space": "full"}), cli_space="zero-dp")[0] == "zero-dp"  # the command line wins
+
+
+def _workload(model: dict[str, Any], framework: str, gpus: int = 64, global_batch: int = 512) -> Any:
+    return parse_spec({"model": model, "training": {"global_batch": global_batch, "framework": framework},
+                       "cluster": {"device": "h100", "nodes": gpus // 8, "gpus_per_node": 8}})
+
+
+def _values(plans: list[Plan], field: str) -> set[Any]:
+    return {getattr(p, field) for p in plans}
+
+
+LLAMA70B = {"preset": "llama3-70b"}
+LONG_LLAMA70B = {"preset": "llama3-70b", "seq_len": 32768}
+MIXTRAL = {"preset": "mixtral-8x7b"}
+
+
+@pytest.mark.parametrize("framework, model, zero, ep, cp", [
+    ("megatron", LLAMA70B, {0, 1, 2, 3}, False, False),
+    ("megatron", MIXTRAL, {0, 1, 2, 3}, True, False),
+    ("megatron", LONG_LLAMA70B, {0, 1, 2, 3}, False, True),
+    ("torchtitan", LLAMA70B, {0, 2, 3}, False, False),
+    ("torchtitan", MIXTRAL, {0, 2, 3}, True, False),
+    ("torchtitan", LONG_LLAMA70B, {0, 2, 3}, False, True),
+    ("deepspeed", LLAMA70B, {0, 1, 2, 3}, False, False),
+    ("deepspeed", MIXTRAL, {0, 1, 2, 3}, False, False),  # DeepSpeed-MoE is not modelled
+    ("deepspeed", LONG_LLAMA70B, {0, 1, 2, 3}, False, False),  # no context parallelism
+])
+def test_default_space_is_the_frameworks_own_for_the_model(framework, model, zero, ep, cp) -> None:
+    spec = _workload(model, framework)
+    name, space = resolve_space(spec)
+    assert name == framework
+    plans = enumerate_plans(spec, space).plans
+    assert _values(plans, "zero") == zero
+    assert (max(_values(plans, "ep")) > 1) == ep
+    assert (max(_values(plans, "cp")) > 1) == cp
+    assert max(_values(plans, "tp")) > 1 and max(_values(plans, "pp")) > 1
+    if framework == "torchtitan":  # FSDP2 with and without resharding beside tp and pp
+        assert any(p.zero in (2, 3) and p.tp > 1 for p in plans) and any(p.zero == 0 and p.pp > 1 for p in plans)
+    if framework == "deepspeed":
+        assert _values(plans, "schedule") == {"1f1b"}
+
+
+def test_megatron_3d_stays_available_by_name() -> None:
+    spec = _workload(MIXTRAL, "megatron")
+    name, space = resolve_space(spec, "megatron-3d")
+    plans = enumerate_plans(spec, space).plans
+    assert name == "megatron-3d" and _values(plans, "ep") == {1} and _values(plans, "zero") <= {0, 1}
+    assert resolve_space(_searching(spec, {"space": "megatron-3d"}))[0] == "megatron-3d"
+
+
+def test_every_framework_has_its_own_space() -> None:
+    assert set(FRAMEWORKS) <= set(preset_names())
+    assert resolve_space(BERT)[0] == "pytorch"  # a measured device trains with ScaleDL's runner
+    # Context parallelism from 16,384 tokens on: the threshold itself is long.
+    space = load_space("torchtitan")
+    at = _workload({**LLAMA70B, "seq_len": space.cp_from_tokens}, "torchtitan")
+    below = _workload({**LLAMA70B, "seq_len": space.cp_from_tokens // 2}, "torchtitan")
+    assert resolve_space(at)[1].cp == "auto" and resolve_space(below)[1].cp == [1]
 
 
 @pytest.mark.parametrize("section, field", [
@@ -133,7 +195,7 @@ def test_bad_narrowing_names_the_field(section, field) -> None:
 
 def test_unknown_space_lists_the_known_ones(tmp_path) -> None:
     with pytest.raises(SpecError, match="known spaces: .*megatron-3d"):
-        load_space("megatron")
+        load_space("megatron3d")
     bad = tmp_path / "bad.yaml"
     bad.write_text("tp: [0]\n")
     with pytest.raises(SpecError, match="space.tp"):

@@ -24,7 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser, spec_option: bool = False) ->
                         help="auto: exhaustive up to 2,000,000 valid plans, else Optuna TPE")
     parser.add_argument("--budget-s", type=float, metavar="S", help="stop the search after S seconds (best so far is kept)")
     parser.add_argument("--max-trials", type=int, metavar="N", help="optuna/random: plan groups to try")
-    parser.add_argument("--space", metavar="NAME", help="named space (megatron-3d [default], zero-dp, full) or a YAML path")
+    parser.add_argument("--space", metavar="NAME",
+                        help="named space or a YAML path; default: the framework's own (megatron, torchtitan, "
+                             "deepspeed, pytorch); also megatron-3d, zero-dp, full")
     parser.add_argument("--nodes", type=parse_nodes, metavar="LIST",
                         help="cluster sizes searched together: a list (32,64,128) or a range (16-128: its powers "
                              "of two); default: the spec's nodes")

@@ -91,7 +91,7 @@ def predict_texts(spec: WorkloadSpec, texts: list[str], predictor_name: str) -> 
 
 def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
-    resolve_space(spec.search)  # a bad `search:` section is refused here too, as `scaledl plan` refuses it
+    resolve_space(spec)  # a bad `search:` section is refused here too, as `scaledl plan` refuses it
     texts = _plan_texts(args)
     results, label = predict_texts(spec, texts, args.predictor)
     errors = [r for r in results if "error" in r]
