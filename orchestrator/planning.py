@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from orchestrator.lifecycle import init_ray
 from predictor.device_resolver import spec_device
+from predictor.memory.facts import HEADROOM
 from predictor.models.registry import check_predictor_name
 from predictor.workload import SpecError, load_spec
 from predictor.workload import WorkloadSpec
@@ -44,7 +45,7 @@ class PlanRequest:
     top_k: int = 10
     rank_by: str = "time"
     price_per_gpu_hour: float | None = None
-    headroom: float = 0.10
+    headroom: float = HEADROOM
     predictor: str = "auto"
     address: str | None = None  # None: embedded Ray; "auto": the cluster of RAY_ADDRESS / ray start
     replicas: int | None = None
@@ -180,7 +181,7 @@ def run_plan(req: PlanRequest) -> "Report":
     lap("graph_wait_s")
     from orchestrator.replicas import ReplicaPool
     from orchestrator.report import TrainingGoal, build_report, print_report, write_report
-    from orchestrator.report.levers import Repredictor
+    from orchestrator.lever_search import Repredictor, explore_levers
     from orchestrator.search import SearchError, SearchOptions, run_search
 
     console = Console(quiet=not req.show)
@@ -217,6 +218,9 @@ def run_plan(req: PlanRequest) -> "Report":
         done = time.perf_counter()
         req.timings["replicas_ready_s"] = ready_at - last[0]  # overlapped with the search's start
         lap("search_s")
+        repredictor = Repredictor(req.predictor, graph, sized_spec)
+        result = explore_levers(result, specs, repredictor)
+        lap("levers_s")
         # What the search costs once the predictor can answer (Tune's start-up overlapped the loading).
         after = max(done - ready_at, 1e-9)
         result.stats["search_after_ready_s"] = round(after, 3)
@@ -228,7 +232,7 @@ def run_plan(req: PlanRequest) -> "Report":
                               space_name=space_name, space=space, enumeration=enumeration, result=result,
                               by=req.rank_by, price=req.price_per_gpu_hour, top_k=req.top_k, sizes=specs,
                               goal=TrainingGoal(req.train_tokens, req.deadline_days, req.budget_usd),
-                              repredictor=Repredictor(req.predictor, graph, sized_spec))
+                              repredictor=repredictor)
         if req.validate and report.fits:
             from orchestrator.validate import validate_top
 

@@ -192,7 +192,7 @@ def _add_variants(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, o
         for sp, schedule, v, placement, overlap in options.read:
             values = {**fixed, "zero": zero, "sp": sp, "schedule": schedule, "v": v, "placement": placement,
                       "overlap": overlap, "recompute_layers": 0, "offload": "none",
-                      "optimizer_offload": 0.0, "moments": "fp32"}
+                      "optimizer_offload": 0.0, "moments": "fp32", "grads": "fp32"}
             plan = Plan.trusted({**values, **blind})
             errors = plan_errors(plan, spec, space.allow_cross_node_tp) + framework.errors(plan, spec)
             if errors:

@@ -13,7 +13,7 @@ from orchestrator.plots import pareto_front
 from orchestrator.planning import sized_spec
 from orchestrator.report import build_report, write_report
 from orchestrator.report.explain import explain
-from orchestrator.report.levers import Repredictor
+from orchestrator.lever_search import Repredictor
 from orchestrator.report.ranking import front, rank
 from orchestrator.report.render_json import to_json
 from orchestrator.search import Evaluated, SearchResult, infeasibility

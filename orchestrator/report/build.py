@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from predictor.frameworks import launch_settings
+from orchestrator.lever_search import Repredictor
 from orchestrator.report import levers
 from orchestrator.report.explain import explain
 from orchestrator.report.model import (ClosePlan, DeviceInfo, FrontPlan, InfeasiblePlan, Launch, Ranking, RankedPlan,
@@ -46,7 +47,7 @@ def _launch(plan: Plan, spec: WorkloadSpec) -> Launch:
 def build_report(*, spec: WorkloadSpec, spec_path: str, device: Device, predictor: dict[str, Any], space_name: str,
                  space: SpaceConfig, enumeration: Enumeration, result: SearchResult, by: str = "time",
                  price: float | None = None, top_k: int = 10, sizes: list[WorkloadSpec] | None = None,
-                 goal: TrainingGoal = TrainingGoal(), repredictor: levers.Repredictor | None = None) -> Report:
+                 goal: TrainingGoal = TrainingGoal(), repredictor: Repredictor | None = None) -> Report:
     """The report of `result`. `sizes`: the spec at each cluster size searched (default: the spec's); the winner's
     launch settings are for its size. `repredictor`: predicts the levers tried on the plans closest to fitting
     when none fits (without it they are listed with no lever)."""

@@ -2,55 +2,26 @@
 would make it fit, each re-predicted by the search's predictor so the time it costs is a prediction, not a guess.
 
 A lever is one change to the plan: stronger recomputation, a higher ZeRO stage, twice the pipeline or tensor
-degree (half the data-parallel one), or more nodes (the data-parallel degree grows with them, sharding the
-model states: ZeRO 1 at least). Activation and
-optimizer offload are not plan fields yet, so they are not tried.
+degree (half the data-parallel one), more nodes (the data-parallel degree grows with them, sharding the
+model states: ZeRO 1 at least), or a memory lever of `orchestrator.lever_search.memory_levers` (recomputed
+modules, offloaded activations or optimizer, BF16 moments) where the framework has it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
+from orchestrator.lever_search import Repredictor, memory_levers, runs
 from orchestrator.report.model import ClosePlan, Lever
 from orchestrator.search import SearchResult
-from predictor.frameworks import framework_for
-from predictor.plan import Plan, PlanError, plan_errors
-from predictor.prediction import Prediction
+from predictor.plan import Plan
 from predictor.workload import WorkloadSpec
 
 CLOSEST = 5  # plans listed when nothing fits
 _STRONGER = {"none": ("selective", "full"), "selective": ("full",), "full": ()}
 _MORE_NODES = (2, 4)
-
-
-@dataclass
-class Repredictor:
-    """Predicts plans the search never saw, in this process: `predictor` (a registry name or checkpoint path,
-    loaded on first use, or a Predictor), the workload's layer graph, and `resize(spec, nodes)`, the spec on
-    another cluster size (orchestrator.planning.sized_spec)."""
-
-    predictor: Any
-    graph: Any
-    resize: Callable[[WorkloadSpec, int], WorkloadSpec]
-    _loaded: Any = field(default=None, repr=False)
-
-    def predict(self, spec: WorkloadSpec, plans: Sequence[Plan]) -> list[Prediction]:
-        if self._loaded is None:
-            if isinstance(self.predictor, str):
-                from predictor.device_resolver import spec_device
-                from predictor.models.registry import load_predictor
-
-                self._loaded = load_predictor(self.predictor, spec.cluster.device, spec_device(spec).model)[0]
-            else:
-                self._loaded = self.predictor
-        return self._loaded.predict(spec, self.graph, list(plans))
-
-
-def _valid(plan: Plan, spec: WorkloadSpec) -> bool:
-    return not plan_errors(plan, spec) and not framework_for(spec).errors(plan, spec)
 
 
 def candidates(plan: Plan, spec: WorkloadSpec, resize: Callable[[WorkloadSpec, int], WorkloadSpec]
@@ -73,14 +44,9 @@ def candidates(plan: Plan, spec: WorkloadSpec, resize: Callable[[WorkloadSpec, i
         zero = max(plan.zero, 1)
         out.append((f"{k}x nodes ({bigger.cluster.nodes}), dp={plan.dp * k}" + (", zero=1" if zero != plan.zero else ""),
                     plan.with_(dp=plan.dp * k, zero=zero), bigger))
-    kept = []
-    for name, changed, on in out:
-        try:
-            if _valid(changed, on):
-                kept.append((name, changed, on))
-        except PlanError:
-            continue
-    return kept
+    out += [(name, changed, spec) for name, changed in memory_levers(plan, spec)]
+    unique = {(changed, on.cluster.gpus): (name, changed, on) for name, changed, on in reversed(out)}
+    return [lever for lever in reversed(unique.values()) if runs(lever[1], lever[2])]
 
 
 def least_overflow(result: SearchResult, count: int = CLOSEST) -> list[int]:

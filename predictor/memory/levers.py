@@ -18,6 +18,7 @@ from typing import Literal
 import numpy as np
 
 from predictor.layer_graph import LayerGraph
+from predictor.memory.facts import MemoryFacts
 from predictor.plan import OFFLOAD_MODULES, RECOMPUTE_MODULES, Plan, offloaded, recompute_modules
 
 Fp8Format = Literal["cs", "mx"]
@@ -79,13 +80,16 @@ class Levers:
         return "full" in self.recompute
 
 
-def levers_of(plan: Plan, fp8_param_gather: bool = False, fp8_format: Fp8Format = "cs") -> Levers:
-    """The levers a plan's fields name (recomputation, activation and optimizer offloading, the moments' dtype), with
-    the FP8 parameter handling its framework runs (`MemoryFacts.fp8_param_gather`) in the device's FP8 format."""
+def levers_of(plan: Plan, facts: MemoryFacts, fp8_format: Fp8Format = "cs") -> Levers:
+    """The levers a plan's fields name (recomputation, activation and optimizer offloading, the gradients' and
+    moments' dtypes), with what its framework's launch files always set (`MemoryFacts.fp8_param_gather`, in the
+    device's FP8 format, and `te_cross_entropy`)."""
     modules, layers = offloaded(plan.offload)
     return Levers(recompute=recompute_modules(plan.recompute), recompute_layers=plan.recompute_layers or None,
                   offload=modules, offload_layers=layers, optimizer_offload=plan.optimizer_offload,
-                  bf16_moments=plan.moments == "bf16", fp8_param_gather=fp8_param_gather, fp8_format=fp8_format)
+                  bf16_moments=plan.moments == "bf16", bf16_grads=plan.grads == "bf16",
+                  te_cross_entropy=facts.te_cross_entropy, fp8_param_gather=facts.fp8_param_gather,
+                  fp8_format=fp8_format)
 
 
 def _module_of(name: str, kind: str) -> set[str]:

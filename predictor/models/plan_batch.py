@@ -160,8 +160,7 @@ class PlanPieces:
         return tuple(float(k in kinds) for k in OVERLAP_KINDS)
 
     def _levers(self, plan: Plan) -> Levers:
-        facts = self.framework.memory
-        return levers_of(plan, facts.fp8_param_gather, "mx" if "fp4" in self.device.peak_flops else "cs")
+        return levers_of(plan, self.framework.memory, "mx" if "fp4" in self.device.peak_flops else "cs")
 
     def _compute_row(self, graph: LayerGraph, lay: Layout) -> np.ndarray:
         """`compute_parts`, with the GPU's stalls on activation offloading added to the MoE waits (both are device
@@ -220,7 +219,7 @@ class PlanPieces:
             sharding = (pp, v, tp, sp, cp, ep)
             cp_comm = plan.cp_comm if cp > 1 else ""
             stage_key = (sharding, mbs, rc, tp_g, cp_comm, cp_g, ep_g)
-            memory_key = (sharding, d, zero, mbs, rc, plan.schedule, m, plan.optimizer_offload, plan.moments)
+            memory_key = (sharding, d, zero, mbs, rc, plan.schedule, m, plan.optimizer_offload, plan.moments, plan.grads)
             keys = ((sharding, d, zero, m if zero >= 3 else 0, dp_g, edp_g),
                     (inter, mbs, tp if sp else 1, cp) if pp > 1 else None, (sharding, zero >= 1, d, plan.optimizer_offload, plan.moments),
                     (plan.overlap, ep, pp, plan.schedule, zero, tp, sp))  # what the frameworks' overlap reads

@@ -5,14 +5,14 @@ from predictor.plan.axes import (AXES, AXIS, AXIS_NAMES, COMM_PARTS, DEFAULT_ORD
                                  OVERLAP_KINDS, PART_WORDS, PRICING_ORDER, STAGE_AXES, TERM_OF_PART, TIME_PARTS, Axis, TimePart)
 from predictor.plan.placement import (complete_order, cross_domain_axes, nvlink_domain, placement_error,
                                       placement_warnings, placements)
-from predictor.plan.plan import (CP_COMM, GPU_AXES, MOMENTS, OFFLOAD_MODULES, PLACEMENTS, RECOMPUTE_MODES,
+from predictor.plan.plan import (CP_COMM, GPU_AXES, GRADS, MOMENTS, OFFLOAD_MODULES, PLACEMENTS, RECOMPUTE_MODES,
                                  RECOMPUTE_MODULES, SCHEDULES, Plan, PlanError, canonical_recompute, offloaded,
                                  overlap_kinds, recompute_modules)
 from predictor.plan.rules import AXIS_RULES, DECODER_FAMILIES, embedding_and_loss_in_split, plan_errors
 
 __all__ = [
     "AXES", "AXIS", "AXIS_NAMES", "AXIS_RULES", "Axis", "COMM_PARTS", "CP_COMM", "DECODER_FAMILIES",
-    "DEFAULT_ORDER", "GPU_AXES", "HIDDEN_KINDS", "HIDDEN_WORDS", "MOMENTS", "OFFLOAD_MODULES", "OVERLAP_KINDS",
+    "DEFAULT_ORDER", "GPU_AXES", "GRADS", "HIDDEN_KINDS", "HIDDEN_WORDS", "MOMENTS", "OFFLOAD_MODULES", "OVERLAP_KINDS",
     "PART_WORDS", "PLACEMENTS", "PRICING_ORDER", "Plan", "PlanError", "RECOMPUTE_MODES", "RECOMPUTE_MODULES",
     "SCHEDULES", "STAGE_AXES", "TERM_OF_PART", "TIME_PARTS", "TimePart", "canonical_recompute", "complete_order",
     "cross_domain_axes", "embedding_and_loss_in_split", "nvlink_domain", "offloaded", "overlap_kinds",

@@ -30,6 +30,9 @@ OFFLOAD_MODULES: tuple[str, ...] = ("attn_norm", "qkv_linear", "core_attn", "att
                                     "moe_act")
 # Adam's moments: fp32, or bf16 (Megatron-Core's precision-aware optimizer, --exp-avg-dtype/--exp-avg-sq-dtype bf16).
 MOMENTS: tuple[str, ...] = ("fp32", "bf16")
+# Gradients accumulated and reduced in fp32 main-grad buffers (Megatron-LM's default under --bf16) or in bf16
+# (--grad-reduce-in-bf16; Megatron-Bridge's recipes: grad_reduce_in_fp32 = False).
+GRADS: tuple[str, ...] = ("fp32", "bf16")
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
 # Rank orders of the axes every plan string names (cp and later axes go to their default position).
 PLACEMENTS: tuple[str, ...] = placements()
@@ -128,7 +131,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "mbs": _parse_int, "zero": _parse_int, "v": _parse_int, "sp": _parse_bool,
     "recompute": _parse_text, "schedule": _parse_text, "placement": _parse_text, "overlap": _parse_text,
     "cp_comm": _parse_text, "recompute_layers": _parse_int, "offload": _parse_text,
-    "optimizer_offload": _parse_fraction, "moments": _parse_text,
+    "optimizer_offload": _parse_fraction, "moments": _parse_text, "grads": _parse_text,
 }
 # Fields every plan string writes; the others (added with later axes and options) only when they differ
 # from their defaults, so a plan that could be written before keeps its string and its dataset ids.
@@ -176,6 +179,7 @@ class Plan:
     optimizer_offload: the fraction of the optimizer state (fp32 master and moments) kept and stepped on the host
          (Megatron-Core's --optimizer-cpu-offload --optimizer-offload-fraction; DeepSpeed's ZeRO-Offload: 1).
     moments: Adam's moments in fp32 or bf16 (the precision-aware optimizer).
+    grads: the dtype gradients accumulate and reduce in: fp32 (main-grad buffers) or bf16.
     ep: expert parallel degree (Megatron-Core's convention: it does not multiply into the GPU count; the
          dp·tp·cp ranks of a stage are regrouped into ep groups for the expert layers).
     """
@@ -198,6 +202,7 @@ class Plan:
     offload: str = "none"
     optimizer_offload: float = 0.0
     moments: str = "fp32"
+    grads: str = "fp32"
 
     def __post_init__(self) -> None:
         for name in _COUNTS:
@@ -241,6 +246,8 @@ class Plan:
         object.__setattr__(self, "optimizer_offload", float(fraction))
         if self.moments not in MOMENTS:
             raise PlanError(f"plan field 'moments' must be one of {', '.join(MOMENTS)}, got {self.moments!r}")
+        if self.grads not in GRADS:
+            raise PlanError(f"plan field 'grads' must be one of {', '.join(GRADS)}, got {self.grads!r}")
         if self.cp_comm not in CP_COMM:
             raise PlanError(f"plan field 'cp_comm' must be one of {', '.join(CP_COMM)}, got {self.cp_comm!r}")
 
