@@ -1,4 +1,5 @@
 # Two commands: `make plan` and `make test`. Both create .venv when missing (idempotent).
+# `make test-all` adds the slow tests (real multi-node Ray runs, killed nodes, training) to `make test`'s.
 PYTHON ?= python3.11
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
@@ -6,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXAMPLE ?= examples/gpt3-175b-a100x1024.yaml
 
-.PHONY: setup plan test bench clean
+.PHONY: setup plan test test-all bench clean
 
 setup: $(STAMP)
 
@@ -25,10 +26,12 @@ plan: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
+test-all: setup
+	$(BIN)/python -m pytest -q -m 'slow or not slow'
+
 # The quick benchmarks (a few minutes); the accuracy tables (bench.paper_table, bench.data_cost) take ~50 min.
 bench: setup
-	$(BIN)/python -m bench.vtrain_eval
-	$(BIN)/python -m bench.modern_eval
+	$(BIN)/python -m bench.accuracy
 	$(BIN)/python -m bench.predict_speed
 	$(BIN)/python -m bench.plan_speed --runs 2
 	$(BIN)/python -m bench.validate_plans

@@ -1,14 +1,15 @@
-"""Write docs/accuracy.md from the recorded benchmark results in bench/results/.
+"""Write bench/results/log.md, the record of every benchmark run, from the results files in bench/results/; and
+read the headline figures of the long runs out of them for docs/accuracy.md (`headline`, used by bench.accuracy).
 
-    python -m bench.accuracy_tables           # rewrite docs/accuracy.md
-    python -m bench.accuracy_tables --check   # exit 1 if docs/accuracy.md differs from what the results give
+    python -m bench.accuracy_tables           # rewrite bench/results/log.md
+    python -m bench.accuracy_tables --check   # exit 1 if bench/results/log.md differs from what the results give
 
 Each results file is a log: a rerun of a benchmark adds a section (separated by a `# ====` or
 `# ----` line) holding the command, the date, the tables the benchmark printed and notes, and the
 older sections stay below as the record. Tables are the lines that do not start with `#`; the
 comment lines around a table are its provenance. This script copies tables and their comment lines
-verbatim and reads the headline cells out of the copied tables, so no figure in docs/accuracy.md is
-typed by hand: a figure that is wrong there is wrong in the results file.
+verbatim and reads the headline cells out of the copied tables, so no figure in the log or in docs/accuracy.md
+is typed by hand: a figure that is wrong there is wrong in the results file.
 
 Which table of a file is shown is a rule in `FILES` below (a pattern the table or its section must
 contain), not a line number: sections are not in date order inside a file (a later session may
@@ -29,7 +30,8 @@ from typing import Callable
 from bench import common
 from bench.common import RESULTS, ROOT
 
-OUT = ROOT / "docs" / "accuracy.md"
+OUT = RESULTS / "log.md"
+FROM_DOCS = "../bench/results/"  # how docs/accuracy.md links a results file; the log sits beside them
 ANALYTICAL_ACCURACY = ROOT / "predictor" / "checkpoints" / "analytical-accuracy.json"
 
 SEPARATOR = re.compile(r"^# ?[=-]{20,}\s*$")
@@ -257,10 +259,16 @@ class ResultsFile:
     title: str
     about: str  # what the benchmark measures (prose, no figures: the figures come from the file)
     shown: list[Shown]
-    index_blocks: bool = False  # list every table of the file (one row each) instead of every section
 
 
 FILES: list[ResultsFile] = [
+    ResultsFile(
+        "accuracy.txt", "Every table, one command",
+        "`bench/accuracy.py` predicts every table of measurements in one run (vTrain, Megatron-Bridge 25.11 "
+        "in-file and leave-one-system-out, SimuMax B200, the CPU checkpoint's held-out configurations) and "
+        "compares each MAPE with the figure recorded in [accuracy.json](accuracy.json). The file holds its "
+        "latest run.",
+        [Shown("Latest run", first)]),
     ResultsFile(
         "paper_table.txt", "CPU dataset, the paper's protocols",
         "`bench/paper_table.py` trains and scores every method on the shipped CPU profile dataset "
@@ -296,7 +304,7 @@ FILES: list[ResultsFile] = [
         "two-node Ray cluster, twice each, through the same code as `scaledl plan --validate`, and "
         "compares the predicted iteration time with the mean measured one. Rounds whose notes name no "
         "machine ran on the Intel Xeon the CPU dataset was measured on.",
-        [Shown("Latest round", first)], index_blocks=True),
+        [Shown("Latest round", first)]),
     ResultsFile(
         "transfer.txt", "The CPU checkpoint on another CPU model",
         "`bench/transfer.py` scores the shipped CPU checkpoint (trained on an Intel Xeon's data) on "
@@ -351,8 +359,8 @@ FILES: list[ResultsFile] = [
 # ---------------------------------------------------------------- rendering
 
 
-def link(name: str, line: int | None = None) -> str:
-    target = f"../bench/results/{name}" + (f"#L{line}" if line else "")
+def link(name: str, line: int | None = None, base: str = "") -> str:
+    target = f"{base}{name}" + (f"#L{line}" if line else "")
     return f"[{name}{f':{line}' if line else ''}]({target})"
 
 
@@ -383,10 +391,9 @@ def render_block(block: Block, label: str, shown_lines: set[int]) -> list[str]:
 
 def summary(parsed: dict[str, list[Section]], picks: dict[tuple[str, str], Block],
             analytical_accuracy: Path = ANALYTICAL_ACCURACY) -> list[str]:
-    """Headline figures read out of the selected tables."""
-    out = ["## Headline figures", "",
-           "Read out of the tables further down (each row names its table). MRE % / RMSE ms of the "
-           "iteration time unless marked.", ""]
+    """Headline figures read out of the selected tables, linked from docs/."""
+    out = ["Read out of the results files' tables (each row names its table; the log shows them with their notes). "
+           "MRE % / RMSE ms of the iteration time unless marked.", ""]
     paper = "paper_table.txt"
     routed = picks.get((paper, "ScaleDL, the routed default"))
     rows = []
@@ -412,7 +419,7 @@ def summary(parsed: dict[str, list[Section]], picks: dict[tuple[str, str], Block
         out += ["**CPU dataset, paper protocols** (seed 0, pooled):", "",
                 "| method | in-domain | out of domain | recorded | tables |", "|---|---|---|---|---|"]
         for method, i, o, bi, bo in rows:
-            where = link(bi.file, bi.start) if bi is bo else f"{link(bi.file, bi.start)}, {link(bo.file, bo.start)}"
+            where = link(bi.file, bi.start, FROM_DOCS) if bi is bo else f"{link(bi.file, bi.start, FROM_DOCS)}, {link(bo.file, bo.start, FROM_DOCS)}"
             out.append(f"| {method} | {i} | {o} | {bi.date()} | {where} |")
         out.append("")
     memory = _memory_note(routed) if routed else None
@@ -420,7 +427,7 @@ def summary(parsed: dict[str, list[Section]], picks: dict[tuple[str, str], Block
     if memory:
         block, figures = memory
         out += [f"ScaleDL's peak-memory MRE on the CPU dataset: {figures.get('in-domain', '?')} % in-domain, "
-                f"{figures.get('out of domain', '?')} % out of domain ({link(block.file, block.start)}, "
+                f"{figures.get('out of domain', '?')} % out of domain ({link(block.file, block.start, FROM_DOCS)}, "
                 f"recorded {block.date()}).", ""]
 
     h200 = picks.get(("h200_table.txt", "Latest run"))
@@ -435,13 +442,13 @@ def summary(parsed: dict[str, list[Section]], picks: dict[tuple[str, str], Block
         if "scaledl" in mem.get("in-domain", {}):
             out += ["", f"ScaleDL's peak-memory MRE: {mem['in-domain']['scaledl'].get('mem MRE %', '?')} % in-domain, "
                         f"{mem.get('out of domain', {}).get('scaledl', {}).get('mem MRE %', '?')} % out of domain."]
-        out += ["", f"Recorded {h200.date()}, {link(h200.file, h200.start)}.", ""]
+        out += ["", f"Recorded {h200.date()}, {link(h200.file, h200.start, FROM_DOCS)}.", ""]
 
     a100 = picks.get(("a100_eval.txt", "Latest run"))
     if a100:
         lines = [t for t in a100.lines if re.match(r"^(\S.*multi-node MAPE|reference:|chosen by)", t)]
         out += ["**A100, vTrain's multi-node runs** (MAPE; nothing is fitted on these runs):", "",
-                *fence(lines), "", f"Recorded {a100.date()}, {link(a100.file, a100.start)}.", ""]
+                *fence(lines), "", f"Recorded {a100.date()}, {link(a100.file, a100.start, FROM_DOCS)}.", ""]
     if analytical_accuracy.is_file():
         recorded = json.loads(analytical_accuracy.read_text())
         out += ["**The analytical model's recorded accuracy**, which `scaledl plan` reports show "
@@ -463,7 +470,7 @@ def summary(parsed: dict[str, list[Section]], picks: dict[tuple[str, str], Block
             error = next((t.removeprefix("mean |error|").strip() for t in block.lines
                           if t.startswith("mean |error|")), "")
             out.append(f"| {block.date() or '—'} | {block.machine() or '—'} | {predictor} | {error} | "
-                       f"{link(block.file, block.start)} |")
+                       f"{link(block.file, block.start, FROM_DOCS)} |")
         out.append("")
     return out
 
@@ -495,7 +502,8 @@ def _newest_memory(sections: list[Section]) -> tuple[Block, dict[str, str]] | No
     return (found, figures) if found else None
 
 
-def render(results: Path = RESULTS, analytical_accuracy: Path = ANALYTICAL_ACCURACY) -> str:
+def _parse(results: Path) -> tuple[list[ResultsFile], dict[str, list[Section]], dict[tuple[str, str], Block]]:
+    """The results files (with their rules), each parsed, and the table each rule picks."""
     parsed = {p.name: parse(p) for p in sorted(results.glob("*.txt"))}
     known = {f.name for f in FILES}
     files = [f for f in FILES if f.name in parsed]
@@ -508,16 +516,23 @@ def render(results: Path = RESULTS, analytical_accuracy: Path = ANALYTICAL_ACCUR
             except RuleError as err:
                 raise SystemExit(f"bench/accuracy_tables.py: {f.name}, '{shown.label}': {err}; "
                                  f"update its rule in FILES") from None
+    return files, parsed, picks
 
-    out = ["# Accuracy and speed, as recorded", "",
-           "<!-- Generated by bench/accuracy_tables.py from bench/results/*.txt. Do not edit: rerun the script. -->", "",
-           "Every figure on this page is copied from a results file in [bench/results/](../bench/results/) by "
-           "[bench/accuracy_tables.py](../bench/accuracy_tables.py). A results file keeps every run of its "
-           "benchmark with the command, the date and notes; this page shows the current table of each and "
-           "lists the earlier runs. How the predictors work is in [modeling.md](modeling.md) and "
-           "[learned-predictor.md](learned-predictor.md).", "",
-           "Metrics: MRE and MAPE are the mean of |predicted − measured| / measured, in %; RMSE is in ms.", ""]
-    out += summary(parsed, picks, analytical_accuracy)
+
+def headline(results: Path = RESULTS, analytical_accuracy: Path = ANALYTICAL_ACCURACY) -> list[str]:
+    """The long runs' headline figures, as docs/accuracy.md shows them."""
+    _, parsed, picks = _parse(results)
+    return summary(parsed, picks, analytical_accuracy)
+
+
+def render(results: Path = RESULTS) -> str:
+    files, parsed, picks = _parse(results)
+    out = ["# The record of every benchmark run", "",
+           "<!-- Generated by `python -m bench.accuracy_tables` from bench/results/*.txt. Do not edit: rerun it. -->",
+           "",
+           "A results file keeps every run of its benchmark with the command, the date, the notes and the decisions "
+           "it informed; this page shows the current table of each with its notes and lists the earlier runs. "
+           "The headline figures are in [docs/accuracy.md](../../docs/accuracy.md).", ""]
     out += ["## The results files", ""]
     out += [f"- [{f.title}](#{_anchor(f.title)}): {link(f.name)}" for f in files]
     out.append("")
@@ -530,8 +545,6 @@ def render(results: Path = RESULTS, analytical_accuracy: Path = ANALYTICAL_ACCUR
             block = picks[(f.name, shown.label)]
             out += render_block(block, shown.label, shown_lines)
             shown_blocks.append(block)
-        if f.index_blocks:
-            continue  # the summary's table lists every round of this file
         earlier = [s for s in sections if not any(b.section is s for b in shown_blocks)]
         if earlier:
             heading = "The decisions" if not f.shown else "Earlier runs"
@@ -555,13 +568,11 @@ def _anchor(title: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = common.parser(__doc__)
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/accuracy.md is not what the results give")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the log is not what the results give")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--results", type=Path, default=RESULTS, help="folder of the results files")
-    parser.add_argument("--analytical-accuracy", type=Path, default=ANALYTICAL_ACCURACY,
-                        help="the analytical model's recorded accuracy per device (JSON)")
     args = parser.parse_args(argv)
-    text = render(args.results, args.analytical_accuracy)
+    text = render(args.results)
     if args.check:
         current = args.out.read_text() if args.out.is_file() else ""
         if current != text:

@@ -59,18 +59,18 @@ def regret(measured: np.ndarray, predicted: np.ndarray) -> float:
     return float(measured[np.argmin(predicted)] / measured.min() - 1)
 
 
+MIN_PLANS = 3  # a workload's plans are ranked from three: two give a Spearman of +-1, which says little
+
+
 @dataclass(frozen=True)
 class Ranking:
     """How well predictions order the plans of each workload with at least MIN_PLANS measured plans: the mean
-    Spearman over those workloads (NaN where none has), the mean and worst regret, and how many there were."""
+    Spearman over those workloads and the lowest (NaN where none has), the mean regret, and how many there were."""
 
     workloads: int
     spearman: float
+    min_spearman: float
     regret: float
-    worst_regret: float
-
-
-MIN_PLANS = 3
 
 
 def ranking(measured: np.ndarray, predicted: np.ndarray, workloads: np.ndarray) -> Ranking:
@@ -85,5 +85,5 @@ def ranking(measured: np.ndarray, predicted: np.ndarray, workloads: np.ndarray) 
                 rhos.append(rho)
             regrets.append(regret(measured[mine], predicted[mine]))
     nan = float("nan")
-    return Ranking(len(regrets), float(np.mean(rhos)) if rhos else nan, float(np.mean(regrets)) if regrets else nan,
-                   float(np.max(regrets)) if regrets else nan)
+    return Ranking(len(regrets), float(np.mean(rhos)) if rhos else nan, float(np.min(rhos)) if rhos else nan,
+                   float(np.mean(regrets)) if regrets else nan)

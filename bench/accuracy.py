@@ -1,0 +1,276 @@
+"""One accuracy harness over every table of measurements: one command, one table, checked against the record.
+
+    flock /tmp/scaledl-heavy.lock .venv/bin/python -m bench.accuracy [--shared PATH] [--record]
+
+Each row is one set of measurements, predicted by the model that prices it, and says what was fitted on it
+(../shared/ground_truth/README.md says what each file may be used for; a figure of constants chosen on the same rows
+is reported as in-file, next to its cross-validated one):
+
+- vTrain A100, single-node (1,440 runs) and multi-node (109 runs on 64-512 GPUs, evaluation only): the analytical
+  model, nothing fitted on either (`bench.vtrain_eval`);
+- Megatron-Bridge 25.11 recipes, dense and MoE apart: in-file (the Megatron-Core constants chosen on every row of
+  the file) and leave-one-system-out (chosen without the row's system) (`bench.modern_eval`);
+- SimuMax B200 Llama 3 70B iteration time (12 runs, `bench.memory_eval.simumax_workload`; that script checks their
+  memory): the recorded Megatron-Core constants, chosen on the Megatron-Bridge file, so nothing is fitted on these
+  runs and the in-file figure is the cross-validated one;
+- the CPU dataset: the shipped ScaleDL checkpoint on the configurations its training held out (20 % of each
+  architecture, seed 0: the split its accuracy record names), without retraining. The paper's protocols, which
+  retrain every method, are `bench.paper_table` (about 50 minutes).
+
+Columns: rows predicted, MAPE and the largest absolute percentage error; where the table holds workloads (same
+model, cluster and global batch) of at least three plans, the mean Spearman correlation of predicted and measured
+time over those workloads and the mean regret of the predicted-best plan (its measured time / the measured best
+- 1): a plan search is judged by its order, not only by its mean error.
+
+Writes bench/results/accuracy.txt (this run's table, its commit and run time) and docs/accuracy.md (the recorded
+figures and the long runs' headline figures, `bench.accuracy_tables.headline`). Exits 1 when a table's MAPE is more
+than TOLERANCE points above the figure recorded in bench/results/accuracy.json, or a recorded table is missing;
+`--record` writes this run's figures there instead: run it with the change that is meant to move them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import pandas as pd
+
+from bench import accuracy_tables, common, memory_eval, modern_eval, vtrain_eval
+from bench.common import RESULTS, ROOT
+from predictor import evaluate as ev
+from predictor.graph_cache import graph_for
+from predictor.machine import cpu_model_name
+from predictor.models.registry import checkpoint_path, load_predictor
+
+TOLERANCE = 1.0  # MAPE points a table may lose against its recorded figure before the run fails
+RECORD = RESULTS / "accuracy.json"
+REPORT = RESULTS / "accuracy.txt"
+DOC = ROOT / "docs" / "accuracy.md"
+CPU_HOLDOUT, CPU_SEED = 0.2, 0  # `scaledl train --designs all --holdout 0.2 --seed 0`, as the shipped checkpoint was
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One table's figures (percentages; NaN where the table has no workload of several plans)."""
+
+    table: str
+    rows: int
+    mape_pct: float
+    max_pct: float
+    workloads: int  # workloads of at least common.MIN_PLANS plans, which Spearman and regret are over
+    spearman: float  # the mean over those workloads
+    min_spearman: float
+    regret_pct: float
+    fitted: str  # what was fitted on these rows
+
+
+def figures(table: str, measured: np.ndarray, predicted: np.ndarray, workloads: np.ndarray, fitted: str) -> Figures:
+    errors = common.ape(predicted, measured)
+    ranked = common.ranking(np.asarray(measured), np.asarray(predicted), np.asarray(workloads))
+    return Figures(table, len(errors), float(errors.mean()), float(errors.max()), ranked.workloads, ranked.spearman,
+                   ranked.min_spearman, 100 * ranked.regret, fitted)
+
+
+def vtrain_tables(shared: Path) -> Iterator[Figures]:
+    for name, path in zip(("single-node", "multi-node"), common.ground_truth(shared, *vtrain_eval.FILES)):
+        df = vtrain_eval.predict_file(path, "analytical").dropna(subset=["predicted (ms)"])
+        yield figures(f"vTrain A100 {name}", df["iteration time (ms)"].to_numpy(), df["predicted (ms)"].to_numpy(),
+                      vtrain_eval.workloads(df), "nothing")
+
+
+def bridge_tables(shared: Path) -> Iterator[Figures]:
+    (path,) = common.ground_truth(shared, modern_eval.FILE)
+    result = modern_eval.evaluate(path, recorded=False)
+    fitted = {"in-file": "Megatron-Core constants chosen on every row of the file",
+              "leave-one-system-out": "constants chosen without the row's system"}
+    for kind, rows, table in (("dense", result.dense, result.table), ("MoE", result.moe, result.moe_table)):
+        for column, what in fitted.items():
+            yield figures(f"Megatron-Bridge 25.11 {kind}, {column}", rows.measured, table[column],
+                          modern_eval.workloads(rows), what)
+
+
+def simumax_table(shared: Path) -> Iterator[Figures]:
+    (path,) = common.ground_truth(shared, memory_eval.SIMUMAX)
+    df = pd.read_csv(path, comment="#")
+    built = [memory_eval.simumax_workload(r) for r in df.to_dict("records")]
+    predicted = modern_eval.predict_rows([(spec, graph_for(spec.model), plan) for spec, plan in built], None)
+    workloads = df[["layers", "global_batch"]].astype(str).agg("/".join, axis=1).to_numpy()
+    yield figures("SimuMax B200 Llama 3 70B time", df["iteration_ms"].to_numpy() / 1e3, predicted, workloads,
+                  "nothing (recorded Megatron-Core constants, chosen on Megatron-Bridge)")
+
+
+def cpu_table(_shared: Path) -> Iterator[Figures]:
+    path = checkpoint_path("cpu")
+    model, _ = load_predictor(str(path), "cpu")
+    where = model.provenance["dataset"]
+    recorded = model.provenance["accuracy"]["source"]
+    if recorded != ev.holdout_source(where, CPU_HOLDOUT, CPU_SEED):
+        raise SystemExit(f"{path.name} was measured on '{recorded}', not the split this harness holds out")
+    _, held = ev.holdout_split(ev.load_profile_dataset(ROOT / where, designs=None, with_layers=False),
+                               CPU_HOLDOUT, CPU_SEED)
+    predicted, _ = ev.predict_samples(model, held)
+    yield figures(f"CPU dataset, {path.name} held out", np.array([s.iter_time_s for s in held]), predicted,
+                  np.array([s.spec.model_dump_json() for s in held]), "nothing (80 % of the configurations trained it)")
+
+
+SOURCES: tuple[Callable[[Path], Iterator[Figures]], ...] = (vtrain_tables, bridge_tables, simumax_table, cpu_table)
+
+
+# ---------------------------------------------------------------- comparison with the record
+
+
+def regressions(current: list[Figures], recorded: dict[str, dict], tolerance: float = TOLERANCE) -> list[str]:
+    """Why this run fails against the record: a recorded table it did not measure, or one whose MAPE is more than
+    `tolerance` points above its recorded figure."""
+    now = {f.table: f for f in current}
+    out = []
+    for name, rec in recorded.items():
+        if name not in now:
+            out.append(f"{name}: recorded, not measured by this run")
+        elif now[name].mape_pct > rec["mape_pct"] + tolerance:
+            out.append(f"{name}: MAPE {now[name].mape_pct:.2f} % against {rec['mape_pct']:.2f} % recorded "
+                       f"(+{now[name].mape_pct - rec['mape_pct']:.2f} points; {tolerance:g} allowed)")
+    return out
+
+
+def _plain(value: object) -> object:
+    """JSON's value of a figure: rounded, and null for NaN (JSON has no NaN)."""
+    if isinstance(value, float):
+        return None if math.isnan(value) else round(value, 2)
+    return value
+
+
+def record_entry(f: Figures) -> dict[str, object]:
+    return {k: _plain(v) for k, v in asdict(f).items() if k != "table"}
+
+
+# ---------------------------------------------------------------- rendering
+
+
+COLUMNS = ("table", "rows", "MAPE %", "max %", "ranked", "Spearman", "min Spearman", "regret %", "fitted on it")
+
+
+def _cell(value: object, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def cells(name: str, f: dict[str, object]) -> list[str]:
+    """One table's row of cells, from its figures as recorded (`record_entry`)."""
+    return [name, _cell(f["rows"]), _cell(f["mape_pct"]), _cell(f["max_pct"]), _cell(f["workloads"] or "-"),
+            _cell(f["spearman"], 2), _cell(f["min_spearman"], 2), _cell(f["regret_pct"]), str(f["fitted"])]
+
+
+def text_table(entries: dict[str, dict[str, object]], recorded: dict[str, dict]) -> list[str]:
+    rows = [[*COLUMNS[:-1], "recorded", COLUMNS[-1]]]
+    for name, f in entries.items():
+        row = cells(name, f)
+        rows.append([*row[:-1], _cell(recorded.get(name, {}).get("mape_pct")), row[-1]])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return ["  ".join([c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))] + [r[-1]])
+            for r in rows]
+
+
+def markdown_table(entries: dict[str, dict[str, object]]) -> list[str]:
+    return ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS),
+            *("| " + " | ".join(cells(name, f)) + " |" for name, f in entries.items())]
+
+
+def provenance(seconds: float) -> dict[str, object]:
+    """Which code ran (the commit, and the files of predictor and bench code the working tree changes), where, and
+    how long."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout
+
+    changed = git("status", "--porcelain", "--", "predictor", "bench/*.py").splitlines()
+    return {"commit": git("rev-parse", "--short", "HEAD").strip(), "uncommitted": [line[3:] for line in changed],
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{cpu_model_name()}, {os.cpu_count()} cores", "seconds": round(seconds)}
+
+
+def doc(record: dict[str, object]) -> str:
+    run = record["run"]
+    code = f"commit {run['commit']}" + (" with uncommitted changes" if run["uncommitted"] else "")
+    out = ["# Accuracy", "",
+           "<!-- Generated by `python -m bench.accuracy` from bench/results/accuracy.json and bench/results/*.txt. "
+           "Do not edit: rerun it. -->", "",
+           "What the predictions are worth against measured runs. How the predictors work is in "
+           "[modeling.md](modeling.md) and [learned-predictor.md](learned-predictor.md); every run behind a figure, "
+           "with its notes and the decisions it informed, is in [bench/results/log.md](../bench/results/log.md).", "",
+           "Metrics: MAPE (MRE) is the mean of |predicted − measured| / measured, in %; RMSE is in ms.", "",
+           "## Every table, one command", "",
+           "`bench.accuracy` predicts every table below in one run and fails when a table's MAPE is more than "
+           f"{TOLERANCE:g} point above the figure recorded here. *ranked*: workloads with at least "
+           f"{common.MIN_PLANS} measured plans; *Spearman*: mean rank correlation of predicted and measured time "
+           "within them (and the lowest); *regret*: mean of the predicted-best plan's measured time over the measured best, less one.",
+           "", *markdown_table(record["tables"]), "",
+           f"Recorded {run['date']}, {code}, {run['machine']}, {run['seconds']} s "
+           f"([accuracy.json](../bench/results/accuracy.json)).", ""]
+    out += ["## Recorded long runs", "", *accuracy_tables.headline()]
+    out += ["## How to reproduce", "",
+            "Run from the repository root; every benchmark is a module of `bench` and holds the machine's lock.", "",
+            "```sh",
+            "flock /tmp/scaledl-heavy.lock .venv/bin/python -m bench.accuracy            # the first table; --record "
+            "to store a change's figures",
+            "flock /tmp/scaledl-heavy.lock .venv/bin/python -m bench.paper_table         # CPU dataset, paper protocols "
+            "(retrains every method)",
+            "flock /tmp/scaledl-heavy.lock .venv/bin/scaledl evaluate --data predictor/data/h200",
+            "flock /tmp/scaledl-heavy.lock .venv/bin/python -m bench.a100_eval           # ScaleDL trained on vTrain "
+            "single-node, scored on multi-node",
+            "flock /tmp/scaledl-heavy.lock .venv/bin/python -m bench.vtrain_eval --record   # the analytical accuracy "
+            "`scaledl plan` quotes",
+            "flock /tmp/scaledl-heavy.lock .venv/bin/python -m bench.memory_eval         # memory against SimuMax "
+            "B200 and the 25.11 recipes",
+            "flock /tmp/scaledl-heavy.lock .venv/bin/python -m bench.validate_plans      # real runs on a local "
+            "two-node Ray cluster",
+            ".venv/bin/python -m bench.accuracy_tables                                   # bench/results/log.md from "
+            "the results files",
+            "```", ""]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = common.parser(__doc__, shared=True)
+    parser.add_argument("--record", action="store_true", help="write this run's figures to the record, bench/results/accuracy.json")
+    args = parser.parse_args(argv)
+    stored = json.loads(RECORD.read_text()) if RECORD.is_file() else {"tables": {}}
+    t0 = time.perf_counter()
+    current: list[Figures] = []
+    for source in SOURCES:
+        start = time.perf_counter()
+        current += list(source(args.shared))
+        print(f"{source.__name__}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+    run = provenance(time.perf_counter() - t0)
+    entries = {f.table: record_entry(f) for f in current}
+    failures = [] if args.record else regressions(current, stored["tables"])
+    new = [name for name in entries if name not in stored["tables"]]
+    code = f"commit {run['commit']}" + (f", uncommitted: {' '.join(run['uncommitted'])}" if run["uncommitted"] else "")
+    lines = [f"# python -m bench.accuracy{' --record' if args.record else ''}   ({run['date']}, {code}, "
+             f"{run['machine']}, {run['seconds']} s)", *text_table(entries, stored["tables"])]
+    lines += [f"# not recorded yet: {name}" for name in new if not args.record]
+    lines += [f"# WORSE: {failure}" for failure in failures]
+    print("\n".join(lines))
+    REPORT.write_text("\n".join(lines) + "\n")
+    if args.record:
+        stored = {"tables": entries, "run": run}
+        RECORD.write_text(json.dumps(stored, indent=2) + "\n")
+    if "run" in stored:
+        DOC.write_text(doc(stored))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""bench.accuracy's check against its record, on a toy table: a MAPE more than TOLERANCE points above the recorded
+figure (or a recorded table left unmeasured) fails the run; --record stores the run's figures instead."""
+
+import json
+
+import numpy as np
+import pytest
+
+from bench import accuracy
+
+MEASURED = np.array([1.0, 2.0, 4.0])
+
+
+def toy(predicted: list[float], name: str = "toy") -> accuracy.Figures:
+    return accuracy.figures(name, MEASURED, np.array(predicted), np.array(["one workload"] * 3), "nothing")
+
+
+def test_a_worse_mape_fails_and_one_within_tolerance_passes():
+    recorded = {"toy": accuracy.record_entry(toy([1.1, 2.2, 4.4]))}  # 10 %
+    assert recorded["toy"]["mape_pct"] == 10.0
+    assert accuracy.regressions([toy([1.1, 2.2, 4.4])], recorded) == []
+    assert accuracy.regressions([toy([1.105, 2.21, 4.42])], recorded) == []  # 10.5 %: within the point allowed
+    worse = accuracy.regressions([toy([1.12, 2.24, 4.48])], recorded)  # 12 %
+    assert len(worse) == 1 and worse[0].startswith("toy: MAPE 12.00 %")
+    assert accuracy.regressions([toy([1.1, 2.2, 4.4], "other")], recorded) == ["toy: recorded, not measured by this run"]
+
+
+def test_ranking_of_one_workload():
+    right = toy([1.5, 2.5, 3.5])  # the right order
+    assert (right.workloads, right.spearman, right.regret_pct) == (1, pytest.approx(1.0), 0.0)
+    reversed_ = toy([3.0, 2.0, 1.0])  # predicts the slowest plan best: it ran 4x the best
+    assert reversed_.spearman == pytest.approx(-1.0) and reversed_.regret_pct == pytest.approx(300.0)
+    assert reversed_.max_pct == pytest.approx(200.0)
+
+
+def test_the_run_exits_1_on_a_worse_table(tmp_path, monkeypatch):
+    predicted = [1.1, 2.2, 4.4]
+    monkeypatch.setattr(accuracy, "SOURCES", (lambda shared: iter([toy(predicted)]),))
+    monkeypatch.setattr(accuracy.accuracy_tables, "headline", lambda: [])
+    for name in ("RECORD", "REPORT", "DOC"):
+        monkeypatch.setattr(accuracy, name, tmp_path / name.lower())
+    assert accuracy.main(["--record"]) == 0
+    assert json.loads((tmp_path / "record").read_text())["tables"]["toy"]["mape_pct"] == 10.0
+    assert "| toy | 3 | 10.0 |" in (tmp_path / "doc").read_text()
+    predicted[:] = [1.12, 2.24, 4.48]
+    assert accuracy.main([]) == 1
+    assert "# WORSE: toy: MAPE 12.00 %" in (tmp_path / "report").read_text()
+    assert json.loads((tmp_path / "record").read_text())["tables"]["toy"]["mape_pct"] == 10.0  # the record stays
