@@ -5,12 +5,11 @@ Ray Tune search, report files), sampling the memory of its whole process tree, t
 every valid plan of the same space in this process without Ray and checks that the top plan is
 the same. Prints one table row per run.
 
-    .venv/bin/python bench/plan_speed.py [SPEC] [--space NAME] [--nodes LIST] [--runs N] [--predictor NAME]
+    .venv/bin/python -m bench.plan_speed [SPEC] [--space NAME] [--nodes LIST] [--runs N] [--predictor NAME]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -21,7 +20,8 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench import common
+from bench.common import ROOT
 
 
 def _sample(proc: psutil.Process, cpu: dict[int, float]) -> int:
@@ -73,7 +73,7 @@ def exhaustive_best(spec_path: str, space_name: str | None, nodes: str | None, p
     from search_spaces import enumerate_plans, resolve_space
 
     spec = load_spec(spec_path)
-    space = resolve_space(spec.search, space_name)[1]
+    space = resolve_space(spec, space_name)[1]
     model, _ = load_predictor(predictor, spec.cluster.device)
     graph = graph_for(spec.model)
     plans, tables, seconds = [], [], 0.0
@@ -93,7 +93,7 @@ def exhaustive_best(spec_path: str, space_name: str | None, nodes: str | None, p
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__)
     parser.add_argument("spec", nargs="?", default="examples/gpt3-175b-a100x1024.yaml")
     parser.add_argument("--space")
     parser.add_argument("--nodes", help="cluster sizes searched together, as `scaledl plan --nodes` takes them")
