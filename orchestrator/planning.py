@@ -183,6 +183,7 @@ def run_plan(req: PlanRequest) -> "Report":
     from orchestrator.report import TrainingGoal, build_report, print_report, write_report
     from orchestrator.lever_search import Repredictor, explore_levers
     from orchestrator.search import SearchError, SearchOptions, run_search
+    from orchestrator.wider_space import best_of_sample
 
     console = Console(quiet=not req.show)
     pool = None
@@ -233,6 +234,9 @@ def run_plan(req: PlanRequest) -> "Report":
                               by=req.rank_by, price=req.price_per_gpu_hour, top_k=req.top_k, sizes=specs,
                               goal=TrainingGoal(req.train_tokens, req.deadline_days, req.budget_usd),
                               repredictor=repredictor)
+        checked = time.perf_counter()
+        report.wider = best_of_sample(report, specs, repredictor, req.seed)  # does the full space hold better plans?
+        req.timings["wider_s"] = time.perf_counter() - checked
         if req.validate and report.fits:
             from orchestrator.validate import validate_top
 

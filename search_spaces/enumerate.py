@@ -15,6 +15,7 @@ unchecked (`Plan.trusted`) from the space's validated values.
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
@@ -205,20 +206,42 @@ def _add_variants(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, o
                          for recompute in options.recompute for values in valid for cp_comm in options.cp_comm]
 
 
+def _add_prototype(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int],
+                   mbs: int) -> None:
+    """Add the candidates of one (degrees, mbs) prototype to `result`: all rejected with its reasons when the
+    prototype fails the structural rules, else each checked (`_add_variants`)."""
+    options = _options(spec, space, degrees)
+    proto_errors = plan_errors(Plan(mbs=mbs, **degrees), spec, space.allow_cross_node_tp)
+    if proto_errors:
+        n = options.count
+        result.checked += n
+        for reason in proto_errors:
+            result.rejected[reason] += n
+        return
+    _add_variants(result, spec, space, options, {**degrees, "mbs": mbs})
+
+
 def enumerate_plans(spec: WorkloadSpec, space: SpaceConfig) -> Enumeration:
     """The valid plans of `space` for `spec` that its framework runs, with rejection counts per reason."""
     result = Enumeration(plans=[], checked=0)
     space = runnable_space(space, framework_for(spec))
     for degrees, mbs in _degrees(spec, space):
-        options = _options(spec, space, degrees)
-        proto_errors = plan_errors(Plan(mbs=mbs, **degrees), spec, space.allow_cross_node_tp)
-        if proto_errors:
-            n = options.count
-            result.checked += n
-            for reason in proto_errors:
-                result.rejected[reason] += n
-            continue
-        _add_variants(result, spec, space, options, {**degrees, "mbs": mbs})
+        _add_prototype(result, spec, space, degrees, mbs)
+    return result
+
+
+def sample_plans(spec: WorkloadSpec, space: SpaceConfig, count: int, seed: int = 0) -> Enumeration:
+    """About `count` valid plans of `space` (at least `count` when it has them), without enumerating it all: the
+    plans of (degrees, mbs) prototypes taken in a random order until `count` are valid. Cheap where a whole space
+    would take seconds (millions of candidates), and a sample of every prototype's variants alike."""
+    result = Enumeration(plans=[], checked=0)
+    space = runnable_space(space, framework_for(spec))
+    prototypes = list(_degrees(spec, space))
+    random.Random(seed).shuffle(prototypes)
+    for degrees, mbs in prototypes:
+        if len(result.plans) >= count:
+            break
+        _add_prototype(result, spec, space, degrees, mbs)
     return result
 
 

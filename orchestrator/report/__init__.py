@@ -37,7 +37,9 @@ to fitting with the changes that would make them fit in `levers`.
     launch: {plan, framework, files: {name: text}, notes} for the winner (null if none fits; no files and a
         note when its framework refuses it, see predictor.frameworks.launch_files),
     validation (only with --validate K): {k, steps, warmup, plans: [ValidationResult.to_dict()], note}
-        (see orchestrator.validate).
+        (see orchestrator.validate),
+    wider (only when a sample of the full space holds a plan that fits and beats the winner by more than 3 %, or
+        fits where nothing does): {space, plan, iter_time_s, peak_memory_gib, sampled} (orchestrator.wider_space).
 `report.md` says the same for people; `report.html` loads nothing from the network (plotly inlined once: a sortable,
 filterable plan table, time-memory and time-cost plots with hover labels; the breakdowns as base64 PNGs);
 `launch/` holds the winner's launch file for the spec's framework: `megatron_args.txt` (and `torchrun.sh`),

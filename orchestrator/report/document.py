@@ -100,6 +100,22 @@ def lever_line(c: ClosePlan, price: float | None) -> str:
     return head + "; it fits with " + "; or ".join(cost(lv) for lv in fitting) + "."
 
 
+def wider_line(report: Report) -> str:
+    """Which wider space holds a better plan than the winner (or one that fits where none does), in words."""
+    w = report.wider
+    assert w is not None
+    found = (f"`{w.plan}`: {w.iter_time_s:.3f} s/iteration, {w.peak_memory_gib:.1f} GiB")
+    if report.ranked:
+        winner = report.ranked[0]
+        found += f", {1 - w.iter_time_s / winner.iter_time_s:.0%} faster than this space's winner"
+        if report.ranking.by != "time":
+            found += f" ({w.iter_time_s * w.plan.gpus / (winner.iter_time_s * winner.plan.gpus) - 1:+.0%} GPU-hours)"
+    else:
+        found += ", which fits"
+    return (f"The {w.space} space holds better plans than the {report.space.name} space searched: among "
+            f"{w.sampled:,} of its plans sampled, {found}. Search it with `--space {w.space}`.")
+
+
 def sections(report: Report, plan_rows: int | None = None) -> list[Section]:
     """Every section of the report, in order. `plan_rows`: ranked plans in the plans table (default `--top-k`)."""
     out = [Section("", list(summary(report)), "summary")]
@@ -115,6 +131,8 @@ def sections(report: Report, plan_rows: int | None = None) -> list[Section]:
             "and the single changes that would make each fit (each re-predicted):",
             Bullets([lever_line(c, report.ranking.price_per_gpu_hour) for c in report.closest])], "closest"))
     out.append(Section("Why the winner wins" if report.fits else "Why nothing fits", [report.explanation], "why"))
+    if report.wider:
+        out.append(Section("A wider space finds better plans", [wider_line(report)], "wider"))
     if report.pareto:
         out.append(Section("Time against cost (Pareto front)",
                            [pareto_intro(report), Bullets([front_line(r) for r in report.pareto])], "front"))

@@ -144,6 +144,18 @@ class ClosePlan:
 
 
 @dataclass(frozen=True)
+class WiderPlan:
+    """The best plan that fits in a sample of a wider space's plans, where it beats the searched space's winner
+    (`orchestrator.wider_space`)."""
+
+    space: str
+    plan: Plan
+    iter_time_s: float
+    peak_memory_gib: float
+    sampled: int  # plans of the wider space predicted
+
+
+@dataclass(frozen=True)
 class Launch:
     """The winner's launch files for the spec's framework, or a note why there are none."""
 
@@ -155,7 +167,8 @@ class Launch:
 
 @dataclass
 class Report:
-    """Everything a search report says. `validation` is filled after the build, by `--validate K` runs."""
+    """Everything a search report says. `validation` is filled after the build, by `--validate K` runs, and `wider`
+    by the check of a wider space."""
 
     created: str
     spec_path: str
@@ -183,6 +196,7 @@ class Report:
     launch: Launch | None
     points: Any = None  # orchestrator.report.points.Points, for the plots only
     validation: dict[str, Any] | None = None
+    wider: WiderPlan | None = None  # filled after the build when a wider space holds a better plan
 
     @property
     def fits(self) -> bool:

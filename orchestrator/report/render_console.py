@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.report.document import front_line, lever_line, pareto_intro
+from orchestrator.report.document import front_line, lever_line, pareto_intro, wider_line
 from orchestrator.report.model import Report
 from orchestrator.report.text import compact, or_dash
 
@@ -54,6 +54,8 @@ def print_report(report: Report, console: Any = None) -> None:
         for c in report.closest:
             console.print(f"  {lever_line(c, report.ranking.price_per_gpu_hour)}", markup=False)
     console.print(report.explanation, markup=False)
+    if report.wider:
+        console.print(wider_line(report), style="bold yellow", markup=False)
     if report.fits and (len(report.sizes) > 1 or report.ranking.goal.train_tokens):
         console.print(pareto_intro(report), markup=False)
         for r in report.pareto[:10]:

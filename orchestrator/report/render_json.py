@@ -51,4 +51,5 @@ def to_json(report: Report) -> dict[str, Any]:
         "caution": report.caution,
         "launch": None if report.launch is None else {**asdict(report.launch), "plan": str(report.launch.plan)},
         **({"validation": report.validation} if report.validation else {}),
+        **({"wider": {**asdict(report.wider), "plan": str(report.wider.plan)}} if report.wider else {}),
     }
