@@ -111,3 +111,38 @@ def test_cp_divides_tokens_activations_and_the_pipeline_message():
     assert two.nodes.act_elems.sum() == pytest.approx(one.nodes.act_elems.sum() / 2)
     assert two.nodes.params.sum() == one.nodes.params.sum()
     assert two.dp_group.size == 16 and two.cp_group.size == 2
+
+
+def test_the_lists_of_parts_and_kinds_are_the_registrys():
+    from predictor.plan import COMM_PARTS, HIDDEN_KINDS, OVERLAP_KINDS, PRICING_ORDER, STAGE_AXES, TERM_OF_PART, TIME_PARTS
+
+    assert TIME_PARTS == ("compute", *(p.name for a in PRICING_ORDER for p in a.parts), "optimizer")
+    assert set(COMM_PARTS) == {p.name for a in AXES for p in a.parts if p.comm} and "ep_comm" in COMM_PARTS
+    assert HIDDEN_KINDS == tuple(k for a in PRICING_ORDER for k in a.hidden)
+    assert OVERLAP_KINDS == tuple(k for a in PRICING_ORDER for k in a.overlap)
+    assert set(TERM_OF_PART) == set(TIME_PARTS)
+    assert {a.name for a in STAGE_AXES} == {"tp", "cp", "ep"}
+
+
+@pytest.mark.parametrize("text, part", [("dp=2,tp=8,sp=true", "tp_comm"), ("dp=8,cp=2,cp_comm=allgather", "cp_comm"),
+                                        ("dp=16,ep=8", "ep_comm")])
+def test_each_stage_axis_is_priced_by_the_cost_its_entry_names(text, part):
+    """The analytical batch prices a stage axis through `Axis.stage_cost` and books it under `Axis.parts`."""
+    from predictor.graph_cache import graph_for
+    from predictor.models.analytical import AnalyticalPredictor
+    from predictor.models.plan_batch import stage_cost
+    from predictor.models.roofline import AnalyticalConfig
+    from predictor.plan import AXIS
+
+    preset = "mixtral-8x7b" if "ep" in text else "llama3-8b"
+    spec = parse_spec({"model": {"preset": preset, "seq_len": 4096},
+                       "training": {"global_batch": 64, "precision": "bf16", "framework": "megatron"},
+                       "cluster": {"device": "h100", "nodes": 2, "gpus_per_node": 8}})
+    plan = Plan.parse(text + ",overlap=none")
+    graph = graph_for(spec.model)
+    (pred,) = AnalyticalPredictor().predict(spec, graph, [plan])
+    axis = AXIS[part.split("_")[0]]
+    lay = apply_plan(spec, graph, plan, H100)
+    per_stage = stage_cost(axis)(spec, lay, AnalyticalConfig().for_device(H100), H100)
+    m = plan.microbatches(spec.training.global_batch)
+    assert pred.breakdown[part] == pytest.approx(m * float(per_stage.max()), rel=1e-9) and pred.breakdown[part] > 0

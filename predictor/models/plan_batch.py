@@ -12,6 +12,8 @@ stage, fill and drain, overlap, exposed communication, the peak memory rank, MFU
 from __future__ import annotations
 
 import weakref
+from importlib import import_module
+from operator import attrgetter
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -24,13 +26,25 @@ from predictor.memory import GIB, buffer_bytes, in_flight, kv_share, model_state
 from predictor.memory.accounting import memory_parts_by_stage, offloaded_bytes
 from predictor.memory.levers import Levers, levers_of
 from predictor.models.roofline import AnalyticalConfig, call_costs, fused_attention
-from predictor.models.stage_costs import (compute_parts, cp_stage_time, dp_time, ep_stage_time, optimizer_time,
-                                          offload_waits, p2p_time, tp_stage_time)
+from predictor.models.stage_costs import compute_parts, dp_time, offload_waits, optimizer_time, p2p_time
 from predictor.parallel import Layout, apply_plan, plan_groups
-from predictor.plan import OVERLAP_KINDS, Plan, nvlink_domain
+from predictor.plan import AXIS_NAMES, HIDDEN_KINDS, OVERLAP_KINDS, STAGE_AXES, Axis, Plan, nvlink_domain
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
 from predictor.prediction_table import PredictionTable, row_sums
 from predictor.workload import WorkloadSpec
+
+_DEGREES = attrgetter(*AXIS_NAMES)
+# Per stage axis: the plan fields its cost reads (a memo key), and the plan value that always hides it.
+_COST_FIELDS = tuple(attrgetter(*a.cost_fields) for a in STAGE_AXES)
+STAGE_NAMES = tuple(a.name for a in STAGE_AXES)
+_ALWAYS_HIDDEN = tuple(tuple(a.overlapped_when.split("=")) if a.overlapped_when else None for a in STAGE_AXES)
+
+
+def stage_cost(axis: Axis) -> Callable[..., np.ndarray]:
+    """The function an axis names as its per-stage cost ("module:function")."""
+    module, _, name = axis.stage_cost.partition(":")
+    return getattr(import_module(module), name)
+
 
 class _Scalars:
     """A growing table of fixed-width float rows, found by key."""
@@ -91,14 +105,14 @@ class PlanPieces:
         self.domain = nvlink_domain(spec)
         self.collective_s, self.p2p_s = call_costs(self.cfg, device)
         self.fused = fused_attention(spec, device)
-        self.groups: dict[tuple, tuple[int, int, int, int, int, bool]] = {}
+        self.groups: dict[tuple, tuple] = {}
         self.group_ids: dict[comm.Group, int] = {}
         self.layouts: dict[tuple, Layout] = {}
         self.psi: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         # per pipeline stage: the layers' forward, backward, host forward, host backward, MoE host waits
-        # forward, backward, attention (`stage_costs.compute_parts`); tp, cp, ep communication; memory parts
+        # forward, backward, attention (`stage_costs.compute_parts`); each stage axis's communication; memory parts
         self.compute = _Stages(7)
-        self.tp, self.cp, self.ep = _Stages(1), _Stages(1), _Stages(1)
+        self.comm = tuple(_Stages(1) for _ in STAGE_AXES)
         self.memory = _Stages(len(MEMORY_PARTS))  # bytes of each MEMORY_PARTS entry
         # per plan: gradient sync and parameter gather, one p2p send, the optimizer step, overlapped kinds
         self.dp = _Scalars(2)
@@ -108,7 +122,7 @@ class PlanPieces:
         # a plan's four stage pieces' rows and its memory row, under one key each
         self.stage_rows: dict[tuple, tuple[int, ...]] = {}
         self.memory_rows: dict[tuple, tuple[int, ...]] = {}
-        for rows in (self.tp, self.cp, self.ep):  # no tp / cp / ep: nothing per stage; no pipeline: no send
+        for rows in self.comm:  # a stage axis of degree 1: nothing per stage; no pipeline: no send
             rows.add(None, np.zeros(1))
         self.p2p.add(None, (0.0,))
 
@@ -120,11 +134,12 @@ class PlanPieces:
     def _group_id(self, group: comm.Group) -> int:
         return self.group_ids.setdefault(group, len(self.group_ids))
 
-    def _groups(self, plan: Plan, key: tuple) -> tuple[int, int, int, int, int, bool]:
-        """(tp, cp, dp·cp, expert-dp, ep group ids, whether pipeline neighbours sit in different NVLink domains)."""
+    def _groups(self, plan: Plan, key: tuple) -> tuple:
+        """(dp·cp and expert-dp group ids, whether pipeline neighbours sit in different NVLink domains, then each
+        stage axis's group id: None for an axis without a group of its own)."""
         g = plan_groups(plan, self.domain, self.device)
-        ids = (self._group_id(g.tp), self._group_id(g.cp), self._group_id(g.dp), self._group_id(g.edp),
-               self._group_id(g.ep), g.pp_link_inter)
+        ids = (self._group_id(g.dp), self._group_id(g.edp), g.pp_link_inter,
+               *(self._group_id(getattr(g, a.group)) if a.group else None for a in STAGE_AXES))
         self.groups[key] = ids
         return ids
 
@@ -186,12 +201,11 @@ class PlanPieces:
     def _pieces(self) -> tuple[tuple[Any, Callable[[LayerGraph, Layout, tuple, int], Any]], ...]:
         """Each piece's table and how to compute a row of it (from a plan's layout, sharding and micro-batches),
         in the order of the rows of `table`'s index: stage pieces, memory pieces, then the others."""
-        spec, device, config, cfg = self.spec, self.device, self.config, self.cfg
+        spec, device, cfg = self.spec, self.device, self.cfg
         return (
             (self.compute, lambda g, lay, sh, m: self._compute_row(g, lay)),
-            (self.tp, lambda g, lay, sh, m: tp_stage_time(lay, cfg, device)),
-            (self.cp, lambda g, lay, sh, m: cp_stage_time(spec, lay)),
-            (self.ep, lambda g, lay, sh, m: ep_stage_time(lay, cfg)),
+            *((rows, lambda g, lay, sh, m, cost=stage_cost(axis): cost(spec, lay, cfg, device))
+              for rows, axis in zip(self.comm, STAGE_AXES)),
             (self.memory, lambda g, lay, sh, m: self._memory_row(g, lay, sh)),
             (self.dp, lambda g, lay, sh, m: self._dp_row(sh, lay, m)),
             (self.p2p, lambda g, lay, sh, m: self._p2p_row(lay)),
@@ -202,44 +216,47 @@ class PlanPieces:
     def table(self, graph: LayerGraph, plans: Sequence[Plan]) -> PredictionTable:
         """Every plan's prediction (plans must be valid for the spec: see plan_errors).
 
-        A plan's stage pieces (computation, tp, cp, ep) are found together under one key, its memory parts under
-        another: a plan like an earlier one in both costs six lookups."""
+        A plan's stage pieces (computation, each stage axis's communication) are found together under one key, its
+        memory parts under another: a plan like an earlier one in both costs six lookups."""
         batch = self.spec.training.global_batch
         pieces = self._pieces()
+        n_stage = 1 + len(STAGE_AXES)
         stage_rows, memory_rows = self.stage_rows, self.memory_rows
-        rest = [rows.index for rows, _ in pieces[5:]]
+        rest = [rows.index for rows, _ in pieces[n_stage + 1:]]
         found: list[tuple[int, ...]] = []
         scalars: list[tuple[float, ...]] = []
         for plan in plans:
             tp, pp, cp, ep, v, sp, mbs, zero, rc, d = (plan.tp, plan.pp, plan.cp, plan.ep, plan.v, plan.sp, plan.mbs,
-                                                      plan.zero, (plan.recompute, plan.recompute_layers, plan.offload), plan.dp)
-            gkey = (d, tp, pp, cp, ep, plan.placement)
-            tp_g, cp_g, dp_g, edp_g, ep_g, inter = self.groups.get(gkey) or self._groups(plan, gkey)
+                                                      plan.zero, (plan.recompute, plan.recompute_layers, plan.offload),
+                                                      plan.dp)
+            gkey = (_DEGREES(plan), plan.placement)
+            dp_g, edp_g, inter, *axis_groups = self.groups.get(gkey) or self._groups(plan, gkey)
             m = batch // (d * mbs)
             sharding = (pp, v, tp, sp, cp, ep)
-            cp_comm = plan.cp_comm if cp > 1 else ""
-            stage_key = (sharding, mbs, rc, tp_g, cp_comm, cp_g, ep_g)
+            comm_keys = tuple((fields(plan), group) if axis.degree(plan) > 1 else None
+                              for axis, fields, group in zip(STAGE_AXES, _COST_FIELDS, axis_groups))
+            stage_key = (sharding, mbs, rc, comm_keys)
             memory_key = (sharding, d, zero, mbs, rc, plan.schedule, m, plan.optimizer_offload, plan.moments, plan.grads)
             keys = ((sharding, d, zero, m if zero >= 3 else 0, dp_g, edp_g),
-                    (inter, mbs, tp if sp else 1, cp) if pp > 1 else None, (sharding, zero >= 1, d, plan.optimizer_offload, plan.moments),
+                    (inter, mbs, tp if sp else 1, cp) if pp > 1 else None,
+                    (sharding, zero >= 1, d, plan.optimizer_offload, plan.moments),
                     (plan.overlap, ep, pp, plan.schedule, zero, tp, sp))  # what the frameworks' overlap reads
             stage, memory = stage_rows.get(stage_key), memory_rows.get(memory_key)
             got = [index.get(key) for index, key in zip(rest, keys)]
             if stage is None or memory is None or None in got:
                 lay = self._layout(graph, plan, (gkey, sp, mbs, v))
-                work = (sharding, mbs, rc)
                 if stage is None:
-                    stage = stage_rows[stage_key] = self._found(pieces[:4], (
-                        work, (work, tp_g) if tp > 1 else None, (sharding, mbs, cp_comm, cp_g) if cp > 1 else None,
-                        (work, ep_g) if ep > 1 else None), graph, lay, sharding, m)
+                    stage = stage_rows[stage_key] = self._found(pieces[:n_stage], ((sharding, mbs, rc), *comm_keys),
+                                                                graph, lay, sharding, m)
                 if memory is None:
-                    memory = memory_rows[memory_key] = self._found(pieces[4:5], (memory_key,), graph, lay,
-                                                                   sharding, m)
-                got = list(self._found(pieces[5:], keys, graph, lay, sharding, m))
+                    memory = memory_rows[memory_key] = self._found(pieces[n_stage:n_stage + 1], (memory_key,), graph,
+                                                                   lay, sharding, m)
+                got = list(self._found(pieces[n_stage + 1:], keys, graph, lay, sharding, m))
             found.append((*stage, *memory, *got))
-            scalars.append((m, mbs, v, pp, plan.gpus, zero >= 3, cp_comm == "ring"))
+            scalars.append((m, mbs, v, pp, plan.gpus, zero >= 3,
+                            *(when is not None and getattr(plan, when[0]) == when[1] for when in _ALWAYS_HIDDEN)))
         return self._combine(graph, np.array(found, dtype=np.int64).T.reshape(len(pieces), -1),
-                             np.array(scalars, dtype=float).T.reshape(7, -1))
+                             np.array(scalars, dtype=float).T.reshape(6 + len(STAGE_AXES), -1))
 
     @staticmethod
     def _found(pieces: Sequence[tuple[Any, Callable]], keys: Sequence[Any], graph: LayerGraph, lay: Layout,
@@ -254,9 +271,11 @@ class PlanPieces:
     def _combine(self, graph: LayerGraph, index: np.ndarray, scalars: np.ndarray) -> PredictionTable:
         """The per-plan arithmetic, over arrays of plans (per pipeline depth over (plans × stages) arrays)."""
         cfg, spec = self.cfg, self.spec
-        m, mbs, v, pp, gpus, zero3, ring = scalars
+        n_comm = len(STAGE_AXES)
+        m, mbs, v, pp, gpus, zero3 = scalars[:6]
+        always = scalars[6:].astype(bool)
         n = len(m)
-        stage = np.empty((8, n))
+        stage = np.empty((5 + n_comm, n))
         peak_gib, memory_parts = np.empty(n), np.empty((n, len(MEMORY_PARTS)))
         offsets = np.concatenate([[0], np.cumsum(pp, dtype=np.int64)]).astype(np.int64)
         stage_gib = np.empty(offsets[-1])
@@ -265,29 +284,37 @@ class PlanPieces:
             stage[:, sel] = self._slowest_stage(index[:, sel], depth)
             at = offsets[sel][:, None] + np.arange(depth)
             stage_gib[at], peak_gib[sel], memory_parts[sel] = self._peak_memory(index[:, sel], depth)
-        f_s, b_s, tp_s, cp_s, ep_s, att_s, kern_s, others = stage
+        f_s, b_s, comm_s, (att_s, kern_s, others) = stage[0], stage[1], stage[2:2 + n_comm], stage[2 + n_comm:]
         # Fill and drain: the other stages' micro-batch time before the slowest stage starts and after it ends,
         # (Σ t − max t)/v; (p-1)/v of the slowest stage's time when the stages are balanced (Narayanan et al. 2021).
         bubble = others / v
         compute = m * (f_s + b_s)
-        tp_comm, cp_comm, ep_comm = m * tp_s, m * cp_s, m * ep_s
-        grad_sync, param_gather = self.dp.array()[index[5]].T
-        pp_p2p = np.where(pp > 1, 2 * (m * v + pp - 1) * self.p2p.array()[index[6], 0], 0.0)
-        optimizer = self.optimizer.array()[index[7], 0]
-        on_tp, on_ep, on_dp, on_param, on_pp = self.overlap.array()[index[8]].T.astype(bool)
+        dp_row, p2p_row, optimizer_row, overlap_row = range(n_comm + 2, n_comm + 6)
+        grad_sync, param_gather = self.dp.array()[index[dp_row]].T
+        pp_p2p = np.where(pp > 1, 2 * (m * v + pp - 1) * self.p2p.array()[index[p2p_row], 0], 0.0)
+        optimizer = self.optimizer.array()[index[optimizer_row], 0]
+        on = dict(zip(OVERLAP_KINDS, self.overlap.array()[index[overlap_row]].T.astype(bool)))
 
         def hidden(comm_s: np.ndarray, window: np.ndarray, on: np.ndarray) -> np.ndarray:
             return np.where(on, np.minimum(comm_s, cfg.overlap_eff * window), 0.0)
 
-        hide = np.stack([
-            hidden(tp_comm, compute, on_tp), hidden(cp_comm, m * att_s, ring.astype(bool)),
-            hidden(ep_comm, compute, on_ep), hidden(grad_sync, b_s, on_dp),
-            hidden(param_gather, np.where(zero3.astype(bool), compute, f_s), on_param), hidden(pp_p2p, compute, on_pp)])
-        h_tp, h_cp, h_ep, h_grad, h_param, h_pp = hide
-        parts = {"compute": compute + cfg.overlap_slowdown * (h_tp + h_cp + h_ep + h_grad + h_param + h_pp),
-                 "tp_comm": tp_comm - h_tp, "cp_comm": cp_comm - h_cp, "ep_comm": ep_comm - h_ep,
-                 "dp_comm": grad_sync + param_gather - h_grad - h_param, "pp_bubble": bubble, "pp_p2p": pp_p2p - h_pp,
-                 "optimizer": optimizer}
+        parts: dict[str, np.ndarray] = {}
+        hide: dict[str, np.ndarray] = {}
+        for k, axis in enumerate(STAGE_AXES):  # each stage axis: its communication, hidden beside its window
+            total = m * comm_s[k]
+            window = compute if axis.window == "compute" else m * att_s
+            (kind,), (part,) = axis.hidden, axis.parts
+            hide[kind] = hidden(total, window, always[k] if axis.overlapped_when else on[axis.overlap[0]])
+            parts[part.name] = total - hide[kind]
+        hide["dp_grad"] = hidden(grad_sync, b_s, on["dp"])
+        hide["dp_param"] = hidden(param_gather, np.where(zero3.astype(bool), compute, f_s), on["param"])
+        hide["pp_p2p"] = hidden(pp_p2p, compute, on["pp"])
+        slowed = hide[HIDDEN_KINDS[0]]
+        for kind in HIDDEN_KINDS[1:]:
+            slowed = slowed + hide[kind]
+        parts.update(compute=compute + cfg.overlap_slowdown * slowed,
+                     dp_comm=grad_sync + param_gather - hide["dp_grad"] - hide["dp_param"], pp_bubble=bubble,
+                     pp_p2p=pp_p2p - hide["pp_p2p"], optimizer=optimizer)
         breakdown = np.stack([parts[k] for k in TIME_PARTS], axis=1)
         iter_time = row_sums(breakdown)
         model_flops = (graph.fwd_flops + graph.bwd_flops) * spec.training.global_batch
@@ -295,32 +322,38 @@ class PlanPieces:
         return PredictionTable(
             iter_time_s=iter_time, breakdown=breakdown,
             peak_memory_gib=peak_gib, stage_memory_gib=stage_gib, stage_offsets=offsets, memory_breakdown=memory_parts,
-            tflops_per_gpu=tflops, mfu=tflops * 1e12 / self.device.flops(spec.training.precision), hidden=hide.T.copy(),
+            tflops_per_gpu=tflops, mfu=tflops * 1e12 / self.device.flops(spec.training.precision),
+            hidden=np.stack([hide[k] for k in HIDDEN_KINDS], axis=1),
             extra={"kernel_compute_s": m * kern_s},  # compute without the host: < compute when host-bound
         )
 
     def _slowest_stage(self, index: np.ndarray, depth: int) -> np.ndarray:
-        """Of plans with `depth` pipeline stages, the slowest stage's forward, backward, tp, cp, ep, attention and
-        kernel seconds per micro-batch, and the other stages' seconds per micro-batch (rows)."""
+        """Of plans with `depth` pipeline stages, the slowest stage's forward, backward, each stage axis's
+        communication, attention and kernel seconds per micro-batch, and the other stages' seconds per micro-batch
+        (rows)."""
         t_f, t_b, host_f, host_b, sync_f, sync_b, attention = self.compute.gather(index[0], depth)
-        (tp,), (cp,), (ep,) = (rows.gather(index[r], depth) for r, rows in ((1, self.tp), (2, self.cp), (3, self.ep)))
+        comm = [rows.gather(index[1 + k], depth)[0] for k, rows in enumerate(self.comm)]
         if self.device.measured:  # synchronous: the host's work adds to the kernels'
             fwd, bwd = t_f + host_f, t_b + host_b
-        else:  # asynchronous GPU: a host-bound micro-batch stretches its compute to the host's pace
+        else:  # asynchronous GPU: a host-bound micro-batch stretches its compute to the host's pace, less the time
+            # it waits on tensor-parallel collectives
+            tp = comm[STAGE_NAMES.index("tp")]
             stretch = np.maximum(1.0, (host_f + host_b - tp) / np.maximum(t_f + t_b, 1e-30))
             fwd, bwd = t_f * stretch + sync_f, t_b * stretch + sync_b
-        per_mb = fwd + bwd + tp + cp + ep
+        per_mb = fwd + bwd
+        for c in comm:
+            per_mb = per_mb + c
         s = np.argmax(per_mb, axis=1)[:, None]
 
         def at_s(x: np.ndarray) -> np.ndarray:
             return np.take_along_axis(x, s, axis=1)[:, 0]
 
-        return np.stack([at_s(fwd), at_s(bwd), at_s(tp), at_s(cp), at_s(ep), at_s(attention), at_s(t_f + t_b),
+        return np.stack([at_s(fwd), at_s(bwd), *(at_s(c) for c in comm), at_s(attention), at_s(t_f + t_b),
                          row_sums(per_mb) - at_s(per_mb)])
 
     def _peak_memory(self, index: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Of plans with `depth` pipeline stages: GiB per stage, the peak GiB and the peak rank's MEMORY_PARTS GiB."""
-        parts = self.memory.gather(index[4], depth)  # (parts, plans, stages)
+        parts = self.memory.gather(index[1 + len(STAGE_AXES)], depth)  # (parts, plans, stages)
         total = parts.sum(axis=0)
         top = np.argmax(total, axis=1)[:, None]
         at_top = np.stack([np.take_along_axis(x, top, axis=1)[:, 0] for x in parts], axis=1) / GIB

@@ -81,7 +81,7 @@ def full_share(lay: Layout) -> np.ndarray:
     return np.minimum(plan.recompute_layers * plan.v, blocks) / blocks
 
 
-def cp_stage_time(spec: WorkloadSpec, lay: Layout) -> np.ndarray:
+def cp_stage_time(spec: WorkloadSpec, lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndarray:
     """Context-parallel seconds per pipeline rank for one micro-batch: each attention layer exchanges
     the K and V of its sequence chunk with the other cp-1 ranks in forward, and K, V and their
     gradients in backward (Megatron-Core's p2p ring, torchtitan's ring; `cp_comm=allgather`: one
@@ -100,7 +100,7 @@ def cp_stage_time(spec: WorkloadSpec, lay: Layout) -> np.ndarray:
     return layers * one
 
 
-def ep_stage_time(lay: Layout, cfg: AnalyticalConfig) -> np.ndarray:
+def ep_stage_time(spec: WorkloadSpec, lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndarray:
     """Expert-parallel seconds per pipeline rank for one micro-batch: each MoE layer dispatches its
     tokens·top_k·hidden elements to the experts' ranks and combines the results back, in forward and again
     (their gradients) in backward: 4 all-to-alls over the ep group, 6 with full recomputation
@@ -122,7 +122,7 @@ def _tp_time(layout: Layout, calls: np.ndarray, elems: np.ndarray, call_s: float
     return calls * (comm.allreduce(size, g) + call_s)
 
 
-def tp_stage_time(lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndarray:
+def tp_stage_time(spec: WorkloadSpec, lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndarray:
     """Tensor-parallel seconds per pipeline rank for one micro-batch: the collectives, and on a
     measured device the runtime's own cost per sharded linear (`tp_linear_s`, DTensor on CPU)."""
     plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts

@@ -49,8 +49,10 @@ class Axis:
     parts: tuple[TimePart, ...] = ()
     hidden: Mapping[str, str] = field(default_factory=dict)  # kinds of `Prediction.hidden_comm` it reports: words
     overlap: tuple[str, ...] = ()  # kinds of a plan's `overlap` that hide its communication
-    stage_cost: str = ""  # "module:function" pricing its communication per pipeline stage and micro-batch
+    stage_cost: str = ""  # "module:function" (spec, layout, config, device) -> seconds per pipeline stage and micro-batch
     cost_fields: tuple[str, ...] = ()  # the plan fields `stage_cost` reads, beyond its group
+    window: str = "compute"  # what its hidden communication runs beside: the stage's "compute" or its "attention"
+    overlapped_when: str = ""  # "field=value": always hidden under that plan value (else: by its `overlap` kinds)
     launch: Mapping[str, str] = field(default_factory=dict)
     multiplies_gpus: bool = True
     space_default: str | tuple[int, ...] = "auto"  # a search space's values when it names none ('auto': divisors)
@@ -78,7 +80,8 @@ AXES: tuple[Axis, ...] = (
                  "load-balanced chunks); its K/V exchange ({cp_comm}) costs {share:.0f} % of the time",
          group="cp", parts=(TimePart("cp_comm", "context-parallel K/V exchange", "tp_comm"),), hidden={"cp_comm": "context-parallel"},
          stage_cost="predictor.models.stage_costs:cp_stage_time",
-         cost_fields=("pp", "v", "tp", "sp", "cp", "ep", "mbs", "cp_comm"), space_default=(1,),
+         cost_fields=("pp", "v", "tp", "sp", "cp", "ep", "mbs", "cp_comm"), window="attention",
+         overlapped_when="cp_comm=ring", space_default=(1,),
          launch={"megatron": "--context-parallel-size", "torchtitan": "parallelism.context_parallel_degree"}),
     Axis("dp", "data parallel", "the global batch",
          "gradient all-reduce or reduce-scatter (over dp·cp ranks), weight all-gather with ZeRO/FSDP",
