@@ -51,23 +51,15 @@ def measurability(name: str, report: dict, k: int = 10) -> None:
 
 
 def run_llama(report: dict, runs: int, steps: int) -> None:
-    import ray
-    from ray.cluster_utils import Cluster
-
+    from orchestrator.local_cluster import local_cluster
     from orchestrator.validate import validate
 
     jobs = [ValidationJob(report["spec"], r["plan"], r["iter_time_s"], r["peak_memory_gib"], warmup=2, steps=steps)
             for r in report["ranked"][:runs]]
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4})
-    cluster.add_node(num_cpus=4)
-    ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
-    try:
+    with local_cluster({"num_cpus": 4}, {"num_cpus": 4}):
         t0 = time.perf_counter()
         results = validate(jobs, concurrency=1)  # one at a time: the raylets share this machine's cores
         wall = time.perf_counter() - t0
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
     print(f"\nllama-cpu8: the best {runs} plans run for real, 2 warm-up + {steps} measured steps, {wall:.0f} s in all")
     print(f"{'plan':62} {'pred s':>7} {'x share':>7} {'compared':>8} {'meas s':>7} {'error':>7} {'pred GiB':>8} "
           f"{'meas GiB (max rank)':>19} status")

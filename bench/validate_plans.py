@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import time
 
-import ray
-from ray.cluster_utils import Cluster
-
 from bench import common
+from orchestrator.local_cluster import local_cluster
 from orchestrator.validate import validate
 from orchestrator.validation.jobs import jobs_for
 from orchestrator.validation_report import short_plan
@@ -54,18 +52,12 @@ def main() -> None:
         preds = predictor.predict(spec, graph_for(spec.model), [plan])
         jobs += jobs_for(spec, [plan], preds, warmup=args.warmup, steps=args.steps,
                          cpus_per_rank=0.5 if plan.tp > 1 else 1.0)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    cluster.add_node(num_cpus=1)
-    ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
-    try:
+    with local_cluster({"num_cpus": 1}, {"num_cpus": 1}):
         t0 = time.perf_counter()
         # One run at a time: the two 1-CPU "nodes" share this machine's 2 cores, so runs side by side
         # would measure each other's load (the profile dataset was measured one configuration at a time).
         first, second = validate(jobs, concurrency=1), validate(jobs, concurrency=1)
         wall = time.perf_counter() - t0
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
     print(f"predictor: {label}; {args.warmup} warm-up + {args.steps} measured steps; both rounds in {wall:.0f} s")
     print(f"{'family':6} {'plan':36} {'placement':12} {'pred s':>8} {'run1 s':>8} {'run2 s':>8} {'spread':>7} {'error':>7}")
     errors = []

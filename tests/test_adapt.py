@@ -20,10 +20,10 @@ FAST = ["--budget", "1", "--holdout", "0", "--epochs", "5"]
 
 
 @pytest.fixture()
-def own_cache(tmp_path, monkeypatch):
+def own_cache(measured_cpu_profile, tmp_path, monkeypatch):
     """A fresh $SCALEDL_CACHE holding this machine's measured profile (copied: measuring it anew takes 45 s)."""
     hardware = measure_device.measured_cpu().model
-    shutil.copy(measure_device.cache_dir() / measure_device.CACHE_FILE, tmp_path / measure_device.CACHE_FILE)
+    shutil.copy(measured_cpu_profile, tmp_path / measure_device.CACHE_FILE)
     monkeypatch.setenv("SCALEDL_CACHE", str(tmp_path))
     return tmp_path, hardware
 

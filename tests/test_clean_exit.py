@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from orchestrator.history import History
-from tests.test_revalidate import store
+from tests.stored_predictions import store
 
 ROOT = Path(__file__).resolve().parents[1]
 SCALEDL = Path(sys.executable).parent / "scaledl"

@@ -5,54 +5,19 @@ the plans they cannot tell apart (no Ray needed)."""
 from __future__ import annotations
 
 import argparse
-from functools import cache
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
 from orchestrator.commands.plan import parse_nodes
-from orchestrator.planning import enumerate_sizes, sized_spec
-from orchestrator.report import Report, TrainingGoal, build_report
+from orchestrator.planning import sized_spec
+from orchestrator.report import TrainingGoal
 from orchestrator.report.render_json import to_json
-from orchestrator.search import Evaluated, SearchResult, infeasibility
-from predictor.device_resolver import get_device
-from predictor.hardware import GIB
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.intervals import Interval, residual_quantiles
 from predictor.models.registry import measured_accuracy
-from predictor.workload import parse_spec
-from search_spaces import load_space
-from tests.gpt_graph import gpt_graph
-
-SPEC = parse_spec({"model": {"preset": "gpt3-1.3b"}, "training": {"global_batch": 64},
-                   "cluster": {"device": "a100-40gb", "nodes": 2, "gpus_per_node": 8}})
-GRAPH = gpt_graph(2048, 32, 2048, 24, 51200)
-DEVICE = get_device("a100-40gb")
-CAPACITY = DEVICE.mem_capacity / GIB
-TOKENS = 1e10
-
-
-@cache
-def _evaluated() -> tuple:
-    specs = [sized_spec(SPEC, n) for n in (1, 2, 4)]
-    enumeration = enumerate_sizes(specs, load_space("megatron-3d"))
-    evs = []
-    for spec in specs:
-        plans = [p for p in enumeration.plans if p.gpus == spec.cluster.gpus]
-        evs += [Evaluated(p, pr, infeasible=infeasibility(pr, CAPACITY * 0.9, CAPACITY))
-                for p, pr in zip(plans, AnalyticalPredictor().predict(spec, GRAPH, plans))]
-    return specs, enumeration, evs
-
-
-def sized_build(accuracy: dict | None = None, **kw) -> Report:
-    specs, enumeration, evs = _evaluated()
-    space = load_space("megatron-3d")
-    stats = {"memory_limit_gib": CAPACITY * 0.9, "headroom": 0.1, "searcher": "exhaustive", "evaluated_plans": len(evs),
-             "trials": 1, "trials_failed": 0, "search_s": 1.0, "plans_per_s": 1.0}
-    return build_report(spec=SPEC, spec_path="spec.yaml", device=DEVICE, predictor={"name": "analytical", "accuracy": accuracy},
-                        space_name="megatron-3d", space=space, enumeration=enumeration, result=SearchResult.of(evs, stats, CAPACITY * 0.9, CAPACITY),
-                        sizes=specs, price=2.0, **kw)
+from tests.gpt3_search import SPEC, TOKENS, sized_build
 
 
 def sized_report(accuracy: dict | None = None, **kw) -> dict:

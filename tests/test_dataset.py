@@ -11,20 +11,13 @@ import pandas as pd
 import pytest
 
 from predictor import dataset
-from predictor.dataset import DatasetError, ITERATION_COLUMNS
-
-
-def _row(config_id: str, t: float) -> dict:
-    row = {c: 0 for c in ITERATION_COLUMNS}
-    row.update(config_id=config_id, family="bert", spec_json="{}", plan="dp=1", schedule="1f1b", design="doptimal",
-               status="ok", error="", iter_time_s=t, mem_kind="rss", device="cpu:test", torch_version="x",
-               measured_at="2026-01-01T00:00:00+00:00")
-    return row
+from predictor.dataset import DatasetError
+from tests.dataset_rows import iteration_row
 
 
 def test_append_load_dedupes_by_config_id(tmp_path):
-    dataset.append(tmp_path, "iterations", [_row("a", 1.0), _row("b", 2.0)])
-    dataset.append(tmp_path, "iterations", [_row("a", 3.0)])
+    dataset.append(tmp_path, "iterations", [iteration_row("a", 1.0), iteration_row("b", 2.0)])
+    dataset.append(tmp_path, "iterations", [iteration_row("a", 3.0)])
     data = dataset.load(tmp_path)
     assert sorted(data["config_id"]) == ["a", "b"]
     assert data.set_index("config_id").loc["a", "iter_time_s"] == 3.0  # last write wins
@@ -36,7 +29,7 @@ def test_append_load_dedupes_by_config_id(tmp_path):
 def test_schema_errors_name_the_problem(tmp_path):
     with pytest.raises(DatasetError, match="lacks columns .*iter_time_s"):
         dataset.append(tmp_path, "iterations", [{"config_id": "a"}])
-    bad = _row("a", 1.0) | {"status": "weird"}
+    bad = iteration_row("a", 1.0) | {"status": "weird"}
     with pytest.raises(DatasetError, match="unknown status"):
         dataset.append(tmp_path, "iterations", [bad])
     with pytest.raises(DatasetError, match="unknown table"):
@@ -52,9 +45,8 @@ def test_kill_9_during_appends_never_leaves_a_torn_part(tmp_path):
         import sys
         sys.path.insert(0, {os.getcwd()!r})
         from predictor import dataset
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from test_dataset import _row
-        rows = [_row(f"id{{i}}", float(i)) for i in range(20000)]  # big parts: the kill lands mid-write
+        from tests.dataset_rows import iteration_row
+        rows = [iteration_row(f"id{{i}}", float(i)) for i in range(20000)]  # big parts: the kill lands mid-write
         print("ready", flush=True)
         i = 0
         while True:

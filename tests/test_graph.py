@@ -17,7 +17,7 @@ from predictor.graph_cache import graph_for
 from predictor.layer_graph import LAYER_KINDS
 from predictor.modelzoo import build_model, example_inputs, param_count, training_loss
 from predictor.workload import ModelSpec
-from tests.test_modelzoo import HF_GPT2, SMALL, TOY
+from tests.model_specs import HF_GPT2, SMALL, TOY
 
 ROOT = Path(__file__).resolve().parents[1]
 

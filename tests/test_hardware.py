@@ -1,6 +1,7 @@
 """Hardware catalogue, link overrides from the spec, and the measured `cpu` device."""
 
 import json
+import shutil
 
 import pytest
 
@@ -30,7 +31,8 @@ def test_cluster_link_overrides():
         get_device("tpu")
 
 
-def test_cpu_is_measured_once_and_cached(tmp_path, monkeypatch):
+def test_cpu_is_measured_once_and_cached(measured_cpu_profile, tmp_path, monkeypatch):
+    shutil.copy(measured_cpu_profile, tmp_path / measure_device.CACHE_FILE)  # the session's one measurement
     monkeypatch.setenv("SCALEDL_CACHE", str(tmp_path))
     monkeypatch.setattr(measure_device, "_MEMO", {})
     cpu = get_device("cpu")

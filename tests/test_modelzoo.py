@@ -7,59 +7,12 @@ import time
 
 import pytest
 import torch
-from torch import nn
 
 from predictor.modelzoo import (
     GPTModel, build_model, example_inputs, module_args, param_count, training_loss,
 )
 from predictor.workload import ModelSpec
-
-SMALL: dict[str, dict] = {
-    "gpt": dict(family="gpt", hidden=64, layers=2, heads=4, seq_len=16, vocab=128),
-    "gpt2": dict(family="gpt2", hidden=64, layers=2, heads=4, seq_len=16, vocab=128),
-    "bert": dict(family="bert", hidden=64, layers=2, heads=4, seq_len=16, vocab=128),
-    "t5": dict(family="t5", hidden=64, layers=2, decoder_layers=1, heads=4, seq_len=16, vocab=128),
-    "vit": dict(family="vit", hidden=64, layers=2, heads=4, image_size=32, patch_size=8),
-    "deit": dict(family="deit", hidden=64, layers=2, heads=4, image_size=32, patch_size=8),
-    "llama": dict(family="llama", hidden=64, layers=2, heads=4, kv_heads=2, seq_len=16, vocab=128),
-}
-
-
-class ToyBlock(nn.Module):
-    def __init__(self, d: int):
-        super().__init__()
-        self.norm = nn.LayerNorm(d)
-        self.fc1 = nn.Linear(d, 4 * d)
-        self.act = nn.GELU()
-        self.fc2 = nn.Linear(4 * d, d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.fc2(self.act(self.fc1(self.norm(x))))
-
-
-class Toy(nn.Module):
-    """A user model for `module:` specs (tests.test_modelzoo:build_toy)."""
-
-    def __init__(self, d: int = 16, n: int = 3):
-        super().__init__()
-        self.inp = nn.Linear(d, d)
-        self.blocks = nn.ModuleList(ToyBlock(d) for _ in range(n))
-        self.out = nn.Linear(d, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.inp(x)
-        for b in self.blocks:
-            x = b(x)
-        return self.out(x)
-
-
-def build_toy(d: int = 16, n: int = 3) -> nn.Module:
-    return Toy(d, n)
-
-
-TOY = dict(module="tests.test_modelzoo:build_toy", kwargs={"d": 16, "n": 3}, inputs=[{"shape": [8, 16]}])
-HF_GPT2 = dict(hf_config={"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 32,
-                          "vocab_size": 100})
+from tests.model_specs import HF_GPT2, SMALL, TOY, Toy
 
 
 @pytest.mark.parametrize("family", sorted(SMALL))
@@ -152,4 +105,4 @@ def test_bad_module_spec_names_the_problem() -> None:
     with pytest.raises(ValueError, match="cannot import"):
         build_model(ModelSpec(module="no_such_pkg_xyz.mod:f", inputs=[{"shape": [4]}]))
     with pytest.raises(ValueError, match="no callable"):
-        build_model(ModelSpec(module="tests.test_modelzoo:nothing_here", inputs=[{"shape": [4]}]))
+        build_model(ModelSpec(module="tests.model_specs:nothing_here", inputs=[{"shape": [4]}]))

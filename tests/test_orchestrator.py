@@ -14,28 +14,8 @@ ray = pytest.importorskip("ray")
 from orchestrator.replicas import ReplicaPool  # noqa: E402
 from orchestrator.search import SearchOptions, run_search  # noqa: E402
 from predictor.models.analytical import AnalyticalPredictor  # noqa: E402
-from predictor.workload import parse_spec  # noqa: E402
 from search_spaces import enumerate_plans, load_space  # noqa: E402
-from tests.gpt_graph import gpt_graph  # noqa: E402
-
-SPEC = parse_spec({"model": {"preset": "gpt3-1.3b"}, "training": {"global_batch": 64},
-                   "cluster": {"device": "a100-40gb", "nodes": 2, "gpus_per_node": 8}})
-GRAPH = gpt_graph(2048, 32, 2048, 24, 51200)
-PLANS = enumerate_plans(SPEC, load_space("megatron-3d")).plans
-CAPACITY = 40.0
-
-
-def best_direct(headroom: float = 0.10) -> str:
-    """The answer without Ray: predict every plan here, keep the fastest that fits."""
-    preds = AnalyticalPredictor().predict(SPEC, GRAPH, PLANS)
-    ok = [(p.iter_time_s, p.peak_memory_gib, str(plan)) for plan, p in zip(PLANS, preds)
-          if p.peak_memory_gib <= CAPACITY * (1 - headroom)]
-    return min(ok)[2]
-
-
-def best_found(result) -> str:
-    ok = [(e.prediction.iter_time_s, e.prediction.peak_memory_gib, str(e.plan)) for e in result.evaluated if e.feasible]
-    return min(ok)[2]
+from tests.gpt3_search import CAPACITY, GRAPH, PLANS, SPEC, best_direct, best_found  # noqa: E402
 
 
 @pytest.fixture(scope="module")

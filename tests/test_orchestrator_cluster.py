@@ -4,24 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-ray = pytest.importorskip("ray")
+pytest.importorskip("ray")
 
-from ray.cluster_utils import Cluster  # noqa: E402
-
+from orchestrator.local_cluster import local_cluster  # noqa: E402
 from orchestrator.replicas import ReplicaPool  # noqa: E402
 from orchestrator.search import SearchOptions, run_search  # noqa: E402
-from tests.test_orchestrator import CAPACITY, GRAPH, PLANS, SPEC, best_direct, best_found  # noqa: E402
+from tests.gpt3_search import CAPACITY, GRAPH, PLANS, SPEC, best_direct, best_found  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 0})
-    gpu_nodes = [c.add_node(num_cpus=1, num_gpus=1) for _ in range(2)]
-    ray.init(address=c.address, log_to_driver=False)
-    c.wait_for_nodes()
-    yield c, gpu_nodes
-    ray.shutdown()
-    c.shutdown()
+    gpu_node = {"num_cpus": 1, "num_gpus": 1}
+    with local_cluster({"num_cpus": 2, "num_gpus": 0}, gpu_node, gpu_node) as c:
+        yield c, list(c.worker_nodes)
 
 
 def test_replicas_land_on_gpu_nodes_and_get_a_gpu(cluster) -> None:

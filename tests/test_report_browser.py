@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.report import TrainingGoal, write_report
-from tests.test_cluster_sizes import TOKENS, sized_build
+from tests.gpt3_search import TOKENS, sized_build
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine (apt-get install chromium)")

@@ -7,7 +7,6 @@ iterations ~10x faster than they are.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,33 +14,8 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.history import History
 from orchestrator.revalidate import parse_every
-from predictor.device_resolver import get_device
-from predictor.graph_cache import graph_for
-from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
-from predictor.workload import parse_spec
-from tests.test_validate import cluster  # noqa: F401 - the module-scoped 2-node Ray cluster fixture
-
-
-def small(family: str) -> dict:
-    dims = {"hidden": 128, "layers": 2, "heads": 4, "seq_len": 64, "vocab": 512}
-    return {"model": {"family": family, **dims}, "training": {"global_batch": 4, "precision": "fp32"},
-            "cluster": {"device": "cpu", "nodes": 1, "gpus_per_node": 1}}
-
-
-PLANS = ["dp=1,mbs=1", "dp=1,mbs=2"]
-
-
-def store(history: History, family: str, speedup: float, version: str) -> None:
-    """Predict PLANS of a small `family` model with the analytical predictor (device sped up by `speedup`)."""
-    cpu = get_device("cpu")
-    device = replace(cpu, peak_flops={k: v * speedup for k, v in cpu.peak_flops.items()},
-                     mem_bandwidth=cpu.mem_bandwidth * speedup)
-    spec = parse_spec(small(family))
-    plans = [Plan.parse(p) for p in PLANS]
-    preds = AnalyticalPredictor(device=device).predict(spec, graph_for(spec.model), plans)
-    history.record_predictions(spec.model_dump(mode="json", exclude_none=True), "cpu", "analytical", version,
-                               [(str(p), pr.iter_time_s, pr.peak_memory_gib) for p, pr in zip(plans, preds)])
+from tests.stored_predictions import PLANS, store
 
 
 def test_durations() -> None:
@@ -58,7 +32,7 @@ def test_bad_arguments_are_clean_errors(tmp_path: Path, capsys: pytest.CaptureFi
     assert "sqlite:///PATH" in err and "--sample must be at least 1" in err and "no history database" in err
 
 
-def test_rounds_history_and_the_drift_alert(cluster, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:  # noqa: F811
+def test_rounds_history_and_the_drift_alert(two_nodes, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     url = f"sqlite:///{tmp_path}/history.db"
     with History.open(url) as h:
         store(h, "gpt2", 1.0, "analytical-honest")
@@ -106,7 +80,7 @@ def _rolling_after_each_round(rows: list) -> list[float]:
 
 
 @pytest.mark.slow
-def test_every_keeps_running_rounds_while_readers_watch(cluster, tmp_path: Path) -> None:  # noqa: F811
+def test_every_keeps_running_rounds_while_readers_watch(two_nodes, tmp_path: Path) -> None:
     import signal
     import subprocess
     import sys
@@ -116,7 +90,7 @@ def test_every_keeps_running_rounds_while_readers_watch(cluster, tmp_path: Path)
     with History.open(url) as h:
         store(h, "gpt2", 1.0, "analytical-honest")
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "revalidate", "--history", url, "--every", "1s",
-                             "--sample", "1", "--steps", "1", "--warmup", "1", "--address", cluster.address],
+                             "--sample", "1", "--steps", "1", "--warmup", "1", "--address", two_nodes.address],
                             cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300

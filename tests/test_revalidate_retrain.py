@@ -12,12 +12,11 @@ from orchestrator.cli import main
 from orchestrator.history import History
 from orchestrator.revalidate import held_out_slice, retrain
 from predictor import dataset
-from tests.test_revalidate import store
-from tests.test_validate import cluster  # noqa: F401 - the module-scoped 2-node Ray cluster fixture
+from tests.stored_predictions import store
 
 
 @pytest.mark.slow
-def test_retrain_swaps_the_checkpoint_only_when_held_out_error_improves(cluster, tmp_path: Path,  # noqa: F811
+def test_retrain_swaps_the_checkpoint_only_when_held_out_error_improves(two_nodes, tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture) -> None:
     data = tmp_path / "profile"
     assert main(["profile", "--families", "gpt2", "--design", "doptimal", "--budget", "6", "--plans", "single",

@@ -23,7 +23,6 @@ from orchestrator.validation.rows import append_to_dataset
 from orchestrator.validation_report import short_plan, winner_note
 from predictor import dataset
 from predictor.plan import Plan
-from tests.ray_clusters import two_node_cluster
 
 
 def tiny(gpus: int, family: str = "gpt2", **model: object) -> dict:
@@ -77,12 +76,7 @@ def test_errors_and_the_winner_note() -> None:
     assert winner_note([fast, ValidationResult("pp=2", "oom", predicted_time_s=0.1)]) == ""
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    yield from two_node_cluster(1)
-
-
-def test_plans_run_for_real_and_failures_are_results(cluster, tmp_path: Path) -> None:
+def test_plans_run_for_real_and_failures_are_results(two_nodes, tmp_path: Path) -> None:
     big = {"model": {"family": "gpt2", "hidden": 512, "layers": 4, "heads": 8, "seq_len": 128, "vocab": 50257},
            "training": {"global_batch": 4, "precision": "fp32"}, "cluster": {"device": "cpu", "nodes": 1, "gpus_per_node": 1}}
     jobs = [
@@ -117,7 +111,7 @@ def test_plans_run_for_real_and_failures_are_results(cluster, tmp_path: Path) ->
 
 
 @pytest.mark.slow
-def test_dp_tp_pp_of_real_models_are_repeatable_and_placed_as_planned(cluster) -> None:
+def test_dp_tp_pp_of_real_models_are_repeatable_and_placed_as_planned(two_nodes) -> None:
     # Models large enough for tens of milliseconds per step: a 10 ms step is at the mercy of one
     # scheduler hiccup (a tiny pp=2 run measured 10.7 and 17.2 ms in two rounds).
     wider = {"hidden": 256, "heads": 4}
@@ -137,7 +131,7 @@ def test_dp_tp_pp_of_real_models_are_repeatable_and_placed_as_planned(cluster) -
 
 
 @pytest.mark.slow
-def test_trials_run_side_by_side_when_there_is_room_and_queue_when_not(cluster) -> None:
+def test_trials_run_side_by_side_when_there_is_room_and_queue_when_not(two_nodes) -> None:
     jobs = [ValidationJob(tiny(1), f"dp=1,mbs={m}", warmup=1, steps=3) for m in (1, 2, 4)]  # 1 CPU each, 2 CPUs
     results = validate(jobs)
     assert all(r.status == "ok" for r in results), [r.detail for r in results]
@@ -150,7 +144,7 @@ def test_trials_run_side_by_side_when_there_is_room_and_queue_when_not(cluster) 
 
 
 @pytest.mark.slow
-def test_a_hang_is_killed_and_a_killed_worker_is_an_error_while_the_rest_complete(cluster) -> None:
+def test_a_hang_is_killed_and_a_killed_worker_is_an_error_while_the_rest_complete(two_nodes) -> None:
     import ray
     from ray.util.state import list_actors
 
@@ -180,7 +174,7 @@ def test_a_hang_is_killed_and_a_killed_worker_is_an_error_while_the_rest_complet
     assert ray.is_initialized()
 
 
-def test_plan_validate_measures_the_best_plan_and_stores_the_top_predictions(cluster, tmp_path: Path) -> None:
+def test_plan_validate_measures_the_best_plan_and_stores_the_top_predictions(two_nodes, tmp_path: Path) -> None:
     import json
 
     import yaml
