@@ -59,7 +59,8 @@ class Repredictor:
 def runs(plan: Plan, spec: WorkloadSpec) -> bool:
     """Whether `plan` passes the structural rules and its framework's (a lever the framework lacks fails here)."""
     try:
-        return not plan_errors(plan, spec) and not framework_for(spec).errors(plan, spec)
+        framework = framework_for(spec)
+        return not (plan_errors(plan, spec) or framework.errors(plan, spec) or framework.lever_errors(plan))
     except PlanError:
         return False
 

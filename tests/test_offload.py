@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from predictor.frameworks import FRAMEWORKS, as_run, launch_files, read_back
 from predictor.graph_cache import graph_for
 from predictor.hardware import DEVICES
 from predictor.models.analytical import AnalyticalPredictor
@@ -68,3 +72,42 @@ def test_optimizer_offload_moves_the_state_to_the_host_at_the_host_links_price()
     h100, gb200 = (_predict(_spec(d, n, g), base, ",optimizer_offload=1")[1].breakdown["optimizer"]
                    for d, n, g in (("h100", 8, 8), ("gb200", 16, 4)))
     assert gb200 < h100  # NVLink-C2C and Grace's LPDDR5X against PCIe Gen5 and DDR5
+
+
+def _round_trip(plan: Plan, spec, tmp_path: Path) -> Plan:
+    files = launch_files(plan, spec)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return read_back(tmp_path / next(iter(files)), spec)
+
+
+@pytest.mark.parametrize("levers", ["offload=layers:4", "offload=core_attn+expert_fc1,moments=bf16",
+                                    "optimizer_offload=0.5,grads=bf16", "optimizer_offload=1,moments=bf16,grads=bf16"])
+def test_megatron_launch_files_write_the_levers_and_read_them_back(levers: str, tmp_path: Path) -> None:
+    spec = _spec()
+    plan = Plan.parse("dp=8,tp=8,mbs=1,zero=1,sp=true," + levers)
+    args = launch_files(plan, spec)["megatron_args.txt"]
+    assert "--cross-entropy-fusion-impl" in args  # the fused loss the memory prediction assumes
+    assert ("--cpu-offloading-num-layers" in args) == ("layers:" in levers)
+    assert ("--optimizer-cpu-offload" in args) == ("optimizer_offload" in levers)
+    assert _round_trip(plan, spec, tmp_path) == as_run(plan, FRAMEWORKS["megatron"])
+
+
+def test_deepspeed_offloads_the_whole_optimizer_under_zero(tmp_path: Path) -> None:
+    spec = parse_spec({"model": {"preset": "llama3-8b", "seq_len": 4096},
+                       "training": {"global_batch": 64, "precision": "bf16", "framework": "deepspeed"},
+                       "cluster": {"device": "a100-80gb", "nodes": 1, "gpus_per_node": 8}})
+    framework = FRAMEWORKS["deepspeed"]
+    plan = Plan.parse("dp=8,mbs=1,zero=2,optimizer_offload=1")
+    assert not framework.errors(plan, spec) and not framework.lever_errors(plan)
+    config = json.loads(launch_files(plan, spec)["deepspeed_config.json"])
+    assert config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert _round_trip(plan, spec, tmp_path) == as_run(plan, framework)
+    assert any("whole optimizer or none" in e for e in framework.errors(plan.with_(optimizer_offload=0.5), spec))
+    assert any("use zero >= 1" in e for e in framework.errors(plan.with_(zero=0), spec))
+    assert any("moments=fp32" in e for e in framework.lever_errors(plan.with_(moments="bf16")))
+
+
+def test_frameworks_without_a_lever_name_it_and_its_fix() -> None:
+    (error,) = FRAMEWORKS["torchtitan"].lever_errors(Plan.parse("dp=8,offload=layers:2"))
+    assert "offload=layers:2" in error and "use offload=none" in error

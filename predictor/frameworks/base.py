@@ -50,6 +50,15 @@ class Launch:
     read: Callable[[str, "WorkloadSpec"], Plan]
 
 
+# Memory levers beyond recomputation: each plan field, the value that pulls none, and what pulling it means.
+LEVERS: dict[str, tuple[Any, str]] = {
+    "offload": ("none", "offload activations to the host"),
+    "optimizer_offload": (0.0, "step the optimizer on the host"),
+    "moments": ("fp32", "keep Adam's moments in BF16"),
+    "grads": ("fp32", "reduce gradients in BF16"),
+}
+
+
 @dataclass(frozen=True)
 class Framework:
     """One training framework: the plans it runs, what it overlaps, its constants, memory and launch file.
@@ -81,6 +90,8 @@ class Framework:
     # Whether it recomputes named modules and a count of full layers (Megatron-Core's --recompute-modules and
     # --recompute-method block --recompute-num-layers); the others recompute none, selective or full only.
     recompute_modules: bool = False
+    # The memory levers of LEVERS it pulls (its rules may narrow their values).
+    levers: frozenset[str] = frozenset()
 
     def runs_value(self, option: str, value: Any) -> bool:
         """False when the framework never runs `option`=`value` (a placement: its completed rank order)."""
@@ -93,14 +104,16 @@ class Framework:
     def lever_errors(self, plan: Plan) -> list[str]:
         """Why the framework cannot pull the plan's memory levers (a search's space leaves such values out before
         enumerating: `runs_value`)."""
-        if self.recompute_modules:
-            return []
         errors = []
-        if not self.runs_value("recompute", plan.recompute):
-            errors.append(f"{self.title} recomputes none, selective or full, not the modules {plan.recompute} "
-                          f"(Megatron-Core's --recompute-modules)")
-        if plan.recompute_layers:
-            errors.append(f"{self.title} recomputes every layer under recompute=full: use recompute_layers=0")
+        if not self.recompute_modules:
+            if not self.runs_value("recompute", plan.recompute):
+                errors.append(f"{self.title} recomputes none, selective or full, not the modules {plan.recompute} "
+                              f"(Megatron-Core's --recompute-modules)")
+            if plan.recompute_layers:
+                errors.append(f"{self.title} recomputes every layer under recompute=full: use recompute_layers=0")
+        for name, (none, words) in LEVERS.items():
+            if name not in self.levers and getattr(plan, name) != none:
+                errors.append(f"{self.title} does not {words} ({name}={getattr(plan, name)}): use {name}={none}")
         return errors
 
     def errors(self, plan: Plan, spec: "WorkloadSpec") -> list[str]:

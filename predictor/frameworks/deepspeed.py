@@ -41,6 +41,11 @@ def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
         errors.append("profile here has no expert parallelism (DeepSpeed-MoE is not modelled; ep must be 1)")
     if plan.rank_order not in ORDERS:
         errors.append(f"orders ranks tp-dp-pp only, not {'-'.join(plan.rank_order)}")
+    if plan.optimizer_offload not in (0.0, 1.0):
+        errors.append(f"offloads the whole optimizer or none of it (ZeRO-Offload), not optimizer_offload="
+                      f"{plan.optimizer_offload:g}")
+    elif plan.optimizer_offload and plan.zero == 0:
+        errors.append("offloads the optimizer under ZeRO only (ZeRO-Offload): use zero >= 1 with optimizer_offload=1")
     wanted = overlap_kinds(plan.overlap)
     if wanted is None:
         return errors
@@ -90,7 +95,9 @@ def deepspeed_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, Any]:
         "train_batch_size": t.global_batch,
         "train_micro_batch_size_per_gpu": plan.mbs,
         "gradient_accumulation_steps": plan.microbatches(t.global_batch),
-        "zero_optimization": {"stage": plan.zero, "overlap_comm": "dp" in hidden(plan)},
+        "zero_optimization": {"stage": plan.zero, "overlap_comm": "dp" in hidden(plan),
+                              **({"offload_optimizer": {"device": "cpu", "pin_memory": True}}
+                                 if plan.optimizer_offload else {})},
         "bf16": {"enabled": t.precision == "bf16"},
         "fp16": {"enabled": t.precision == "fp16"},
     }
@@ -109,10 +116,13 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
     fields = common_fields(parse_args(config[ARGS_KEY]), NAME, spec)
     zero = config["zero_optimization"]["stage"]
     kinds = ({"dp", "param"} if zero == 3 else {"dp"}) if config["zero_optimization"]["overlap_comm"] else set()
-    return Plan(**fields, zero=zero, schedule="1f1b", placement="tp-cp-dp-pp", overlap=overlap_value(kinds))
+    offload = float("offload_optimizer" in config["zero_optimization"])
+    return Plan(**fields, zero=zero, schedule="1f1b", placement="tp-cp-dp-pp", overlap=overlap_value(kinds),
+                optimizer_offload=offload)
 
 
 DEEPSPEED = Framework(NAME, "DeepSpeed", _rules, _default_overlap, frozenset({"dp", "param"}), fused_attention=False,
                       precisions=("fp32", "fp16", "bf16"), memory=MEMORY, constants=recorded_constants(NAME),
                       launch=Launch(JSON_FILE, _write, _read),
-                      never={"schedule": ("gpipe", "interleaved"), "orders": other_orders(ORDERS)})
+                      never={"schedule": ("gpipe", "interleaved"), "orders": other_orders(ORDERS)},
+                      levers=frozenset({"optimizer_offload"}))

@@ -26,11 +26,11 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from predictor.frameworks.base import (Framework, Launch, args_text, degree_args, hidden, inverse, other_orders,
-                                       overlap_value, parse_args, read_degrees, recorded_constants)
+from predictor.frameworks.base import (LEVERS, Framework, Launch, args_text, degree_args, hidden, inverse,
+                                       other_orders, overlap_value, parse_args, read_degrees, recorded_constants)
 from predictor.hardware import DEVICES
 from predictor.memory.facts import MIB, MemoryFacts
-from predictor.plan import OVERLAP_KINDS, Plan, embedding_and_loss_in_split, overlap_kinds
+from predictor.plan import OVERLAP_KINDS, Plan, embedding_and_loss_in_split, offloaded, overlap_kinds
 
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.workload import WorkloadSpec
@@ -91,12 +91,12 @@ def _default_overlap(plan: Plan) -> frozenset[str]:
 
 # Megatron-Core DDP with --use-distributed-optimizer and --accumulate-allreduce-grads-in-fp32 (the recipes' default):
 # a contiguous bf16 param buffer, a contiguous fp32 grad buffer (reduce-scattered in place), fp32 master and Adam
-# moments sharded over dp·cp; fused cross-entropy keeps the fp32 exp-logits (4 B) and casts the gradient back to bf16
-# (2 B) at the start of backward.
+# moments sharded over dp·cp; the unfused cross-entropy keeps the fp32 exp-logits (4 B) and casts the gradient back to
+# bf16 (2 B) at the start of backward, Transformer Engine's fused one (which the launch files set) the bf16 logits only.
 MEMORY = MemoryFacts(NAME, grad_bytes=4.0, master_bytes=4.0, moment_bytes=4.0, grads_sharded_from=2,
                      unsharded_params_under_pp=False, unsharded_grads_under_pp=False, saved="megatron-te",
                      swiglu_saved=3.0, loss_saved_bytes=4.0, loss_peak_bytes=6.0, grad_bucket_bytes=0.0,
-                     prefetch_params=0.0, workspace_bytes=64 * MIB, fp8_param_gather=True)
+                     prefetch_params=0.0, workspace_bytes=64 * MIB, fp8_param_gather=True, te_cross_entropy=True)
 
 ARGS_FILE = "megatron_args.txt"
 _RECOMPUTE_ARGS = {"none": [], "selective": ["--recompute-granularity", "selective"],
@@ -238,7 +238,42 @@ def megatron_args(plan: Plan, spec: "WorkloadSpec") -> list[str]:
                  "--fp8-param-gather"]
     elif precision == "fp4":
         args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+    return args + _lever_args(plan)
+
+
+def _lever_args(plan: Plan) -> list[str]:
+    """The memory levers beyond recomputation, and Transformer Engine's fused cross-entropy (MEMORY.te_cross_entropy).
+    Layer offloading is Transformer Engine's `--cpu-offloading`, exclusive of the fine-grained
+    `--fine-grained-activation-offloading`; the optimizer on the host and BF16 moments or main gradients are the
+    precision-aware optimizer's."""
+    args = ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]
+    modules, layers = offloaded(plan.offload)
+    if layers:
+        args += ["--cpu-offloading", "--cpu-offloading-num-layers", str(layers)]
+    elif modules:
+        args += ["--fine-grained-activation-offloading", "--offload-modules", *plan.offload.split("+")]
+    precision_aware = plan.optimizer_offload or plan.moments == "bf16" or plan.grads == "bf16"
+    if precision_aware:
+        args.append("--use-precision-aware-optimizer")
+    if plan.optimizer_offload:
+        args += ["--optimizer-cpu-offload", "--optimizer-offload-fraction", f"{plan.optimizer_offload:g}"]
+    if plan.moments == "bf16":
+        args += ["--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
+    if plan.grads == "bf16":
+        args += ["--grad-reduce-in-bf16", "--main-grads-dtype", "bf16"]
     return args
+
+
+def _read_levers(args: dict[str, list[str]]) -> dict[str, Any]:
+    """The plan fields `_lever_args` wrote."""
+    if "--cpu-offloading-num-layers" in args:
+        offload = f"layers:{args['--cpu-offloading-num-layers'][0]}"
+    else:
+        offload = "+".join(args.get("--offload-modules", [])) or "none"
+    return {"offload": offload, "optimizer_offload": float(args.get("--optimizer-offload-fraction", ["0"])[0])
+            if "--optimizer-cpu-offload" in args else 0.0,
+            "moments": args.get("--exp-avg-dtype", ["fp32"])[0], "grads": "bf16" if "--grad-reduce-in-bf16" in args
+            else "fp32"}
 
 
 def torchrun_script(plan: Plan, spec: "WorkloadSpec", script: str = "pretrain_gpt.py") -> str:
@@ -275,10 +310,11 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
     cp_comm = inverse(_CP_COMM)[args.get("--cp-comm-type", ["p2p"])[0]]
     placement = "tp-cp-pp-dp" if "--use-tp-pp-dp-mapping" in args else "tp-cp-dp-pp"
     return Plan(**fields, zero=zero, schedule=schedule, v=v, placement=placement,  # type: ignore[arg-type]
-                overlap=overlap_value(kinds), cp_comm=cp_comm)
+                overlap=overlap_value(kinds), cp_comm=cp_comm, **_read_levers(args))
 
 
 MEGATRON = Framework(NAME, "Megatron-Core", _rules, _default_overlap, frozenset(OVERLAP_KINDS), fused_attention=True,
                      precisions=("fp32", "fp16", "bf16", "fp8", "fp4"), memory=MEMORY,
                      constants=recorded_constants(NAME), launch=Launch(ARGS_FILE, _write, _read),
-                     never={"schedule": ("gpipe",), "orders": other_orders(ORDERS)}, recompute_modules=True)
+                     never={"schedule": ("gpipe",), "orders": other_orders(ORDERS)}, recompute_modules=True,
+                     levers=frozenset(LEVERS))
