@@ -13,16 +13,18 @@ the rest, and says which levers a winner pulls.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from orchestrator.search import SearchResult
 from predictor.frameworks import framework_for
 from predictor.plan import Plan, PlanError, plan_errors
 from predictor.prediction import Prediction
 from predictor.prediction_table import PredictionTable
 from predictor.workload import WorkloadSpec
+
+if TYPE_CHECKING:  # pragma: no cover (the search module imports Ray Tune: `scaledl predict` asks for fixes without it)
+    from orchestrator.search import SearchResult
 
 # Overflowing plans whose levers are tried (the fastest first): a few seconds of predictions at most.
 LEVER_PLANS = 512
@@ -116,7 +118,16 @@ def memory_levers(plan: Plan, spec: WorkloadSpec) -> list[tuple[str, Plan]]:
     return plans
 
 
-def _worth_trying(result: SearchResult, limit: int) -> list[int]:
+def fixes(plan: Plan, spec: WorkloadSpec) -> list[tuple[str, Plan]]:
+    """(name, changed plan) of every single change that saves memory without changing the plan's degrees, that its
+    framework runs: the memory levers, a higher ZeRO stage, full recomputation."""
+    out = memory_levers(plan, spec) + [(f"zero={z}", plan.with_(zero=z)) for z in range(plan.zero + 1, 4)]
+    if plan.recompute != "full":
+        out.append(("recompute=full", plan.with_(recompute="full", recompute_layers=0)))
+    return [(name, changed) for name, changed in out if runs(changed, spec)]
+
+
+def _worth_trying(result: "SearchResult", limit: int) -> list[int]:
     """Rows of the overflowing plans within `REACH` of the limit and faster than the best plan that fits at their
     cluster size, the fastest first."""
     t = result.table.iter_time_s
@@ -131,8 +142,8 @@ def _worth_trying(result: SearchResult, limit: int) -> list[int]:
     return candidates[np.argsort(t[candidates], kind="stable")][:limit].tolist()
 
 
-def explore_levers(result: SearchResult, sizes: Sequence[WorkloadSpec], repredictor: Repredictor,
-                   limit: int = LEVER_PLANS) -> SearchResult:
+def explore_levers(result: "SearchResult", sizes: Sequence[WorkloadSpec], repredictor: Repredictor,
+                   limit: int = LEVER_PLANS) -> "SearchResult":
     """`result` with the lever variants of its overflowing plans that would beat what fits (see the module doc)
     added after its own rows; `stats['levers']` says how many were tried and fit."""
     specs = {s.cluster.gpus: s for s in sizes}
@@ -149,9 +160,9 @@ def explore_levers(result: SearchResult, sizes: Sequence[WorkloadSpec], repredic
     plans = [p for group in by_size.values() for p in group]
     stats = {**result.stats, "levers": {"overflowing_tried": len(rows), "variants": len(plans)}}
     if not plans:
-        return SearchResult(result.plans, result.table, result.limit_gib, result.capacity_gib, result.failed, stats)
+        return type(result)(result.plans, result.table, result.limit_gib, result.capacity_gib, result.failed, stats)
     tables = [repredictor.table(specs[gpus], group) for gpus, group in by_size.items()]
     table = PredictionTable.concatenate([result.table, *tables])
-    joined = SearchResult(result.plans + plans, table, result.limit_gib, result.capacity_gib, result.failed, stats)
+    joined = type(result)(result.plans + plans, table, result.limit_gib, result.capacity_gib, result.failed, stats)
     stats["levers"]["variants_fitting"] = int((~joined.infeasible[len(result.plans):]).sum())
     return joined

@@ -145,7 +145,23 @@ def test_json_says_whether_the_plan_fits_the_device(spec_path, capsys):
     code, out, _ = _run(capsys, spec_path, "--plan", "dp=8", "--json", "--predictor", "analytical")
     obj = json.loads(out)
     assert code == 0 and obj["capacity_gib"] == pytest.approx(80.0, rel=0.01)
-    assert obj["fits"] == (obj["peak_memory_gib"] <= obj["capacity_gib"]) and obj["fits"]
+    assert obj["fits"] == (obj["peak_memory_gib"] <= obj["limit_gib"] < obj["capacity_gib"]) and obj["fits"]
+
+
+def test_a_plan_that_does_not_fit_names_what_overflows_and_the_cheapest_fix(tmp_path, capsys):
+    path = tmp_path / "llama70b.yaml"
+    path.write_text("model: {preset: llama3-70b, seq_len: 8192}\n"
+                    "training: {global_batch: 128, precision: bf16, framework: megatron}\n"
+                    "cluster: {device: h100, nodes: 8, gpus_per_node: 8}\n")
+    plan = "dp=8,tp=8,mbs=1,zero=1,sp=true"
+    code, out, _ = _run(capsys, str(path), "--plan", plan, "--json", "--predictor", "analytical")
+    obj = json.loads(out)
+    assert code == 0 and not obj["fits"] and obj["overflow"]["over_gib"] > 0
+    assert obj["overflow"]["part"] in obj["memory_breakdown"]
+    fix = obj["fix"]
+    assert fix["peak_memory_gib"] <= obj["limit_gib"] and fix["saves_gib"] > obj["overflow"]["over_gib"]
+    code, _, err = _run(capsys, str(path), "--plan", plan, "--predictor", "analytical")
+    assert f"{fix['lever']} saves" in err and "over the" in err
 
 
 def test_a_bad_search_section_is_refused_with_a_did_you_mean(spec_path, tmp_path, capsys):

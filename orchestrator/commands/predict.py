@@ -14,6 +14,7 @@ from predictor.device_resolver import spec_device
 from predictor.models.domain import advice as domain_advice
 from predictor.models.registry import load_predictor
 from predictor.frameworks import framework_for
+from predictor.memory.facts import HEADROOM
 from predictor.plan import Plan, PlanError, placement_warnings, plan_errors
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS, Prediction
 from predictor.workload import WorkloadSpec, load_spec, read_text
@@ -77,16 +78,59 @@ def predict_texts(spec: WorkloadSpec, texts: list[str], predictor_name: str) -> 
         predictions = predictor.predict(spec, graph_for(spec.model), plans)
     it = iter(predictions)
     capacity = spec_device(spec).mem_capacity / 1024**3
+    limit = capacity * (1 - HEADROOM)
     out = []
     for text, c in zip(texts, checked):
         if isinstance(c, Plan):
             pred = next(it)
+            fits = pred.peak_memory_gib <= limit
             out.append({**pred.to_dict(), "predictor": label, "plan": str(c), "device": spec.cluster.device,
-                        "capacity_gib": capacity, "fits": pred.peak_memory_gib <= capacity,
+                        "capacity_gib": capacity, "limit_gib": limit, "fits": fits,
+                        **({} if fits else {"overflow": overflow(pred, limit), "fix": cheapest_fix(c, pred, spec,
+                                                                                                 predictor, limit)}),
                         "warnings": placement_warnings(c, spec)})
         else:
             out.append({"plan": text, "error": c, "predictor": label, "device": spec.cluster.device})
     return out, label
+
+
+def overflow(pred: Prediction, limit: float) -> dict[str, Any]:
+    """What a plan that does not fit overflows with: by how much, on which pipeline stage, its largest part."""
+    stage = max(range(len(pred.memory_per_stage_gib)), key=lambda s: pred.memory_per_stage_gib[s])
+    part = max(pred.memory_breakdown, key=lambda k: pred.memory_breakdown[k])
+    return {"over_gib": pred.peak_memory_gib - limit, "stage": stage, "part": part,
+            "part_gib": pred.memory_breakdown[part]}
+
+
+def cheapest_fix(plan: Plan, pred: Prediction, spec: WorkloadSpec, predictor: Any, limit: float
+                 ) -> dict[str, Any] | None:
+    """The single change (`lever_search.fixes`) that makes `plan` fit for the least predicted time, or None."""
+    from orchestrator.lever_search import fixes  # lazy: only a plan that does not fit asks
+    from predictor.graph_cache import graph_for
+
+    changes = fixes(plan, spec)
+    if not changes:
+        return None
+    tried = predictor.predict(spec, graph_for(spec.model), [p for _, p in changes])
+    fitting = [(p.iter_time_s, name, changed, p) for (name, changed), p in zip(changes, tried)
+               if p.peak_memory_gib <= limit]
+    if not fitting:
+        return None
+    seconds, name, changed, fixed = min(fitting, key=lambda f: f[0])
+    return {"lever": name, "plan": str(changed), "iter_time_s": seconds, "peak_memory_gib": fixed.peak_memory_gib,
+            "saves_gib": pred.peak_memory_gib - fixed.peak_memory_gib,
+            "time_change_pct": 100 * (seconds / pred.iter_time_s - 1)}
+
+
+def _fit_text(r: dict[str, Any]) -> str:
+    """One line on a plan that does not fit: what overflows and the cheapest change that fits."""
+    o, fix = r["overflow"], r.get("fix")
+    text = (f"{_short(r['plan'])}: {o['over_gib']:.1f} GiB over the {r['limit_gib']:.1f} GiB limit on stage "
+            f"{o['stage']} (largest part: {o['part']} {o['part_gib']:.1f} GiB)")
+    if fix is None:
+        return text + "; no single memory lever, ZeRO stage or recomputation makes it fit (try more GPUs or pp)"
+    return (text + f"; {fix['lever']} saves {fix['saves_gib']:.1f} GiB for {fix['time_change_pct']:+.1f} % time "
+            f"({fix['iter_time_s']:.3f} s at {fix['peak_memory_gib']:.1f} GiB)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,6 +147,9 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         for w in r.get("warnings", []):
             print(f"scaledl predict: warning: {_short(r['plan'])}: {w}", file=sys.stderr)
+    for r in results:
+        if "overflow" in r and not args.json:
+            print(f"scaledl predict: does not fit: {_fit_text(r)}", file=sys.stderr)
     for r in errors:
         print(f"scaledl predict: error: {r['error']}", file=sys.stderr)
     return 2 if len(errors) == len(results) else 0
@@ -147,7 +194,7 @@ def _print_tables(spec: WorkloadSpec, results: list[dict[str, Any]], label: str)
     for col in ("iter (s)", f"TFLOP/s/{unit[:-1]}", "MFU", f"peak GiB (/{capacity:.0f})"):
         summary.add_column(col, justify="right")
     for r in ok:
-        mem = f"{r['peak_memory_gib']:.1f}" + ("" if r["peak_memory_gib"] <= capacity else " OOM")
+        mem = f"{r['peak_memory_gib']:.1f}" + ("" if r["fits"] else " OOM")
         tflops = r["tflops_per_gpu"]  # a CPU rank does hundredths of a TFLOP/s: one decimal would print 0.0
         summary.add_row(_short(r["plan"]), f"{r['iter_time_s']:.3f}", f"{tflops:.1f}" if tflops >= 1 else f"{tflops:.3f}",
                         f"{100 * r['mfu']:.1f}%", mem)
