@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import shlex
+import subprocess
 import tomllib
 from dataclasses import asdict
 from pathlib import Path
@@ -11,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from predictor.frameworks import FRAMEWORKS, LaunchError, as_run, framework_for, launch_files, launch_settings, read_back
+from predictor.frameworks.megatron import chunk_layers, layout_stages
 from predictor.plan import Plan
 from predictor.workload import WorkloadSpec, parse_spec
 
@@ -29,6 +33,8 @@ TITAN_FP8 = _spec("torchtitan", "llama3-8b", "h100", 1, 64, "fp8")
 L405 = _spec("megatron", "llama3.1-405b", "h100", 128, 512, "fp8")
 DSV3 = _spec("megatron", "deepseek-v3", "gb200", 32, 4096)  # Megatron-Bridge's GB200 DeepSeek-V3 recipe, 256 GPUs
 QWEN_TITAN = _spec("torchtitan", "qwen3-30b-a3b", "h100", 2, 512)
+DSV3_TITAN = _spec("torchtitan", "deepseek-v3", "h100", 32, 4096)
+MIXTRAL_DS = _spec("deepspeed", "mixtral-8x7b", "a100-80gb", 4, 256)
 DS = _spec("deepspeed", "gpt3-1.3b", "a100-80gb", 2, 64)
 DS_FP16 = _spec("deepspeed", "gpt3-1.3b", "a100-80gb", 2, 64, "fp16")
 
@@ -48,10 +54,66 @@ WINNERS = [
     (DSV3, "dp=64,pp=4,mbs=1,zero=1,schedule=interleaved,v=4,ep=64"),
     (DSV3, "dp=32,tp=2,pp=4,mbs=1,zero=1,sp=true,schedule=interleaved,v=4,ep=32,overlap=dp+param+tp+pp"),
     (QWEN_TITAN, "dp=16,mbs=2,zero=3,ep=8"),
+    # DeepSeek-V3's 61 layers on 16 and 32 pipeline chunks: uneven splits.
+    (DSV3, "dp=16,pp=16,mbs=1,zero=1,ep=16"),
+    (DSV3_TITAN, "dp=16,pp=16,mbs=1,zero=2,ep=16"),
+    (DSV3_TITAN, "dp=32,pp=8,mbs=1,zero=2,schedule=interleaved,v=4,ep=8"),
+    (MIXTRAL_DS, "dp=32,mbs=1,zero=1"),
+    (MIXTRAL_DS, "dp=4,tp=8,mbs=1,zero=1,sp=true"),
     (DS, "dp=16,mbs=4,zero=3"),
     (DS, "dp=2,tp=2,pp=4,mbs=2,zero=1,recompute=full,sp=true"),
     (DS_FP16, "dp=8,tp=2,mbs=2,zero=2,recompute=selective,sp=true,overlap=dp"),
 ]
+
+
+def _values(args: list[str]) -> dict[str, str]:
+    """{flag: its first value} of a command line."""
+    return {flag: args[i + 1] for i, flag in enumerate(args[:-1]) if flag.startswith("--") and not args[i + 1].startswith("--")}
+
+
+def _megatron_accepts_the_pipeline(args: list[str]) -> None:
+    """Megatron-LM's pipeline argument rules, read from its code: `validate_args` (megatron/training/arguments.py: at
+    most one of --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank and
+    --pipeline-model-parallel-layout; the layout's stages a multiple of pp; without a layout or uneven first/last
+    stages, the layers (+1 for each account-for flag) divisible by pp), TransformerConfig.__post_init__ (a layout
+    beside no other layout argument; the layers per rank divisible by the virtual stages) and
+    PipelineParallelLayerLayout.validate_layer_layout (the embedding first and once, the loss last and once, every
+    decoder layer once, MTP layers only in the last stage of a rank)."""
+    value = _values(args)
+    pp, layers = int(value.get("--pipeline-model-parallel-size", "1")), int(value["--num-layers"])
+    layout = value.get("--pipeline-model-parallel-layout")
+    assert sum(flag in args for flag in ("--num-layers-per-virtual-pipeline-stage",
+                                         "--num-virtual-stages-per-pipeline-rank",
+                                         "--pipeline-model-parallel-layout")) <= 1
+    accounted = sum(flag in args for flag in ("--account-for-embedding-in-pipeline-split",
+                                              "--account-for-loss-in-pipeline-split"))
+    if layout is not None:
+        assert accounted == 0 and "--decoder-first-pipeline-num-layers" not in args
+        stages = layout_stages(layout)
+        flat = "".join(stages)
+        assert len(stages) % pp == 0 and set(flat) <= set("EtmL")
+        assert flat[0] == "E" and flat[-1] == "L" and flat.count("E") == flat.count("L") == 1
+        assert flat.count("t") == layers and all("m" not in stage for stage in stages[:-1])
+        assert "m" not in flat or "t" not in flat[flat.index("m"):]
+        return
+    v = int(value.get("--num-virtual-stages-per-pipeline-rank", "1"))
+    assert (layers + accounted) % pp == 0 and ((layers + accounted) // pp) % v == 0
+
+
+def _torchtitan_accepts_the_pipeline(config: dict, spec: WorkloadSpec) -> None:
+    """torchtitan's pipeline rules, read from its code (distributed/pipeline_parallel.py: pipeline_llm's stage count
+    ceil((layers + first + last) / layers_per_stage), a multiple of pp, one stage per rank for a single-stage
+    schedule and at least two for a looped one; generate_llm_fqn_per_model_part's balance check)."""
+    par, layers = config["parallelism"], spec.model.num_blocks
+    pp = par["pipeline_parallel_degree"]
+    if pp == 1:
+        return
+    weights = par["pipeline_parallel_first_stage_less_layers"] + par["pipeline_parallel_last_stage_less_layers"]
+    stages = math.ceil((layers + weights) / par["pipeline_parallel_layers_per_stage"])
+    assert stages % pp == 0 and (stages // pp == 1) == (par["pipeline_parallel_schedule"] in ("1F1B", "GPipe"))
+    per_stage = (layers + weights) // stages
+    assert 0 < per_stage and max(par["pipeline_parallel_first_stage_less_layers"],
+                                 par["pipeline_parallel_last_stage_less_layers"]) <= per_stage
 
 
 def _write(files: dict[str, str], out: Path) -> Path:
@@ -64,8 +126,13 @@ def _write(files: dict[str, str], out: Path) -> Path:
 def test_each_launch_file_reads_back_as_the_winner(spec: WorkloadSpec, text: str, tmp_path: Path) -> None:
     plan = Plan.parse(text)
     framework = framework_for(spec)
-    back = read_back(_write(launch_files(plan, spec), tmp_path), spec)
+    files = launch_files(plan, spec)
+    back = read_back(_write(files, tmp_path), spec)
     want = as_run(plan, framework)
+    if framework.name == "megatron":
+        _megatron_accepts_the_pipeline(shlex.split(files["megatron_args.txt"]))
+    if framework.name == "torchtitan":
+        _torchtitan_accepts_the_pipeline(tomllib.loads(files["torchtitan.toml"]), spec)
     assert asdict(back) == asdict(want)  # every field
     assert back.rank_order == plan.rank_order
     assert framework.overlap(back) <= framework.overlap(plan)  # nothing hidden that the prediction charged
@@ -167,3 +234,84 @@ def test_megatron_file_expresses_experts_and_their_parallelism() -> None:
     assert "--overlap-moe-expert-parallel-comm" in args and "--multi-latent-attention" in args
     titan = tomllib.loads(launch_files(Plan.parse("dp=16,mbs=2,zero=3,ep=8"), QWEN_TITAN)["torchtitan.toml"])
     assert titan["parallelism"]["expert_parallel_degree"] == 8 and titan["model"]["name"] == "qwen3"
+
+
+def test_an_uneven_megatron_pipeline_is_a_layout() -> None:
+    """DeepSeek-V3's 61 layers on 16 chunks: Megatron-LM refuses them without a layout; the layout spreads them as
+    evenly as whole layers allow, the embedding's and the loss's chunks lighter, and sets the virtual stages."""
+    for text, chunks in (("dp=16,pp=16,mbs=1,zero=1,ep=16", 16),
+                         ("dp=64,pp=4,mbs=1,zero=1,schedule=interleaved,v=4,ep=64", 16),
+                         ("dp=32,pp=8,mbs=1,zero=1,schedule=interleaved,v=4,ep=8", 32)):
+        args = shlex.split(launch_files(Plan.parse(text), DSV3)["megatron_args.txt"])
+        stages = layout_stages(_values(args)["--pipeline-model-parallel-layout"])
+        assert [stage.count("t") for stage in stages] == chunk_layers(61, chunks)
+        assert "--num-virtual-stages-per-pipeline-rank" not in args
+    assert _values(args)["--pipeline-model-parallel-layout"] == "Et|(tt|)*29t|tL"
+    mtp = parse_spec({"model": {"preset": "deepseek-v3", "mtp_layers": 1},
+                      "training": {"global_batch": 4096, "framework": "megatron"},
+                      "cluster": {"device": "gb200", "nodes": 32, "gpus_per_node": 8}})
+    args = shlex.split(launch_files(Plan.parse("dp=16,pp=16,mbs=1,zero=1,ep=16"), mtp)["megatron_args.txt"])
+    _megatron_accepts_the_pipeline(args)  # the MTP layer in the last chunk, before the loss
+    assert _values(args)["--pipeline-model-parallel-layout"].endswith("|tttmL")
+    assert chunk_layers(61, 16) == [3] + [4] * 13 + [3, 3] and chunk_layers(7, 3) == [2, 3, 2]
+    even = shlex.split(launch_files(Plan.parse("dp=64,tp=4,pp=4,mbs=2,zero=1,sp=true,schedule=interleaved,v=8"),
+                                    GPT3)["megatron_args.txt"])
+    assert "--pipeline-model-parallel-layout" not in even  # 96 layers on 32 chunks: even
+
+
+def test_torchrun_script_passes_each_argument_whole(tmp_path: Path) -> None:
+    """The arguments file quotes what the shell would split or glob (a layout's |, *, parentheses): the script hands
+    torchrun every argument whole (a stand-in torchrun prints what it gets)."""
+    plan = Plan.parse("dp=16,pp=16,mbs=1,zero=1,ep=16")
+    files = launch_files(plan, DSV3)
+    _write(files, tmp_path)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "torchrun").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (tmp_path / "bin" / "torchrun").chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "NODE_RANK": "0", "MASTER_ADDR": "h"}
+    out = subprocess.run(["sh", str(tmp_path / "torchrun.sh")], env=env, capture_output=True, text=True, check=True)
+    got = out.stdout.splitlines()
+    assert got[got.index("pretrain_gpt.py") + 1:] == shlex.split(files["megatron_args.txt"])
+    assert "([0]*3+[1]*58)" in got
+
+
+def test_deepspeed_launch_trains_the_experts() -> None:
+    """Mixtral under Megatron-DeepSpeed: its experts in every layer with top-2 gating (without --num-experts it would
+    train a dense model); a mixture it cannot build is refused, naming what."""
+    config = json.loads(launch_files(Plan.parse("dp=32,mbs=1,zero=1"), MIXTRAL_DS)["deepspeed_config.json"])
+    value = _values(config["megatron_deepspeed_args"])
+    assert (value["--num-experts"], value["--topk"], value["--expert-interval"]) == ("8", "2", "1")
+    assert "--create-moe-param-group" in config["megatron_deepspeed_args"]
+    dsv3 = _spec("deepspeed", "deepseek-v3", "a100-80gb", 32, 4096)
+    notes = launch_settings(Plan.parse("dp=32,tp=8,mbs=1,zero=1,sp=true"), dsv3)["notes"]
+    assert "shared experts" in notes[0] and "multi-latent attention" in notes[0] and "sigmoid router" in notes[0]
+    dense = json.loads(launch_files(Plan(dp=16, mbs=4, zero=3), DS)["deepspeed_config.json"])
+    assert "--num-experts" not in dense["megatron_deepspeed_args"]
+
+
+def test_torchtitan_names_its_shipped_flavor_or_how_to_register_one() -> None:
+    for preset, flavor in (("llama3-8b", "8B"), ("llama3-70b", "70B"), ("llama3.1-405b", "405B"),
+                           ("deepseek-v3", "671B"), ("qwen3-30b-a3b", "30B-A3B")):
+        spec = _spec("torchtitan", preset, "h100", 16, 1024)
+        text = launch_files(Plan(dp=128, mbs=1, zero=3), spec)["torchtitan.toml"]
+        assert tomllib.loads(text)["model"]["flavor"] == flavor and "register" not in text
+    mixtral = _spec("torchtitan", "mixtral-8x7b", "h100", 4, 256)
+    text = launch_files(Plan.parse("dp=32,mbs=1,zero=3,ep=8"), mixtral)["torchtitan.toml"]
+    config = tomllib.loads(text)
+    assert config["model"] == {"name": "llama4", "flavor": "scaledl"}
+    assert "register it in torchtitan/models/llama4/__init__.py" in text and "experts=8, top_k=2" in text
+    assert config["parallelism"]["expert_parallel_degree"] == 8
+    assert config["parallelism"]["expert_tensor_parallel_degree"] == 1  # the routed experts priced without tp
+    assert "expert_tensor_parallel_degree" not in tomllib.loads(launch_files(Plan(dp=8, mbs=1), TITAN_1)
+                                                                ["torchtitan.toml"])["parallelism"]
+
+
+def test_torchtitan_cuts_uneven_pipelines_with_its_stage_weights() -> None:
+    """61 layers on 32 stages: one layer per stage and the embedding's and output's stages one lighter
+    (ceil((61 + 1 + 1) / 2) = 32 stages); a cut its balance check refuses is a launch refusal that says why."""
+    config = tomllib.loads(launch_files(Plan.parse("dp=32,pp=8,mbs=1,zero=2,schedule=interleaved,v=4,ep=8"),
+                                        DSV3_TITAN)["torchtitan.toml"])["parallelism"]
+    assert (config["pipeline_parallel_layers_per_stage"], config["pipeline_parallel_first_stage_less_layers"],
+            config["pipeline_parallel_last_stage_less_layers"]) == (2, 1, 1)
+    refused = launch_settings(Plan.parse("dp=16,pp=16,mbs=1,zero=2,schedule=interleaved,v=3,ep=16"), DSV3_TITAN)
+    assert refused["files"] == {} and "cannot cut 61 layers into 48 pipeline stages" in refused["notes"][0]

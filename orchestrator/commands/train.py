@@ -33,16 +33,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ensemble", type=int, default=None, metavar="K",
                         help="correction networks trained apart and averaged for the model families in --data (default "
                              "3; K times slower to train). Families not in --data go to a companion with operator "
-                             "costs and one network, trained alongside when --data has layer timings (README, "
-                             "'learned predictor')")
+                             "costs and one network, trained alongside when --data has layer timings ("
+                             "docs/learned-predictor.md)")
     parser.add_argument("--calibrate", action="store_true",
                         help="GPU data: fit the framework's fixed costs (host time per operator, per collective call) "
-                             "before the corrections; small models on a GPU are host-bound (README, 'learned predictor')")
+                             "before the corrections; small models on a GPU are host-bound (docs/learned-predictor.md)")
     parser.add_argument("--op-costs", action="store_true",
                         help="price the layers that are not matrix products by their eager operators (a cost per call "
                              "and per element fitted on the layer timings) instead of their roofline for every family, "
                              "not only for those outside --data, with no companion: in cross-validation worse on the "
-                             "families trained on (README, 'learned predictor')")
+                             "families trained on (docs/learned-predictor.md)")
     parser.add_argument("--seed", type=int, default=0)
 
 

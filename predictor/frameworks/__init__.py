@@ -50,6 +50,8 @@ def launch_files(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
     errors = plan_errors(plan, spec, allow_cross_node_tp=True) + framework.errors(plan, spec) + framework.lever_errors(plan)
     if framework.launch is None:
         errors.append(f"{framework.title} has no launch file: `scaledl plan --validate` runs plans in it")
+    else:
+        errors += framework.launch.model_errors(spec)
     if spec.model.module is not None:
         errors.append(f"model.module {spec.model.module!r} is a PyTorch module: only ScaleDL's runner launches it")
     if errors:

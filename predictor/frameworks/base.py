@@ -40,14 +40,21 @@ class LaunchError(ValueError):
     """A plan its framework cannot run; the message names each field and why."""
 
 
+def _no_model_errors(spec: "WorkloadSpec") -> list[str]:
+    return []
+
+
 @dataclass(frozen=True)
 class Launch:
     """A framework's launch file: `write(plan, spec)` gives {file name: text} for a plan from `as_run`, the first
-    file being the one `read(text, spec)` parses back into that plan."""
+    file being the one `read(text, spec)` parses back into that plan; `model_errors(spec)` says what of the model its
+    training script cannot build (a plan the framework runs is still refused a launch file that would train another
+    model)."""
 
     file: str
     write: Callable[[Plan, "WorkloadSpec"], dict[str, str]]
     read: Callable[[str, "WorkloadSpec"], Plan]
+    model_errors: Callable[["WorkloadSpec"], list[str]] = _no_model_errors
 
 
 # Memory levers beyond recomputation: each plan field, the value that pulls none, and what pulling it means.

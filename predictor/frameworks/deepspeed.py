@@ -74,9 +74,39 @@ MEMORY = MemoryFacts(NAME, grad_bytes=2.0, master_bytes=4.0, moment_bytes=4.0, g
 JSON_FILE = "deepspeed_config.json"
 # Megatron-DeepSpeed's arguments inside the DeepSpeed config.
 ARGS_KEY = "megatron_deepspeed_args"
+
+
+def _moe_args(spec: "WorkloadSpec") -> list[str]:
+    """DeepSpeed-MoE in Megatron-DeepSpeed's arguments (`megatron/arguments.py`): the experts in every layer
+    (`--expert-interval 1`: its default 2 puts them in every other layer), top-k gating, no token dropping (the
+    prediction routes every token) and the separate MoE parameter groups its ZeRO optimizers need."""
+    m = spec.model
+    args = ["--num-experts", str(m.experts), "--topk", str(m.top_k), "--expert-interval", "1",
+            "--disable-moe-token-dropping", "--create-moe-param-group"]
+    if m.head_dim is not None:
+        args += ["--kv-channels", str(m.head_dim)]
+    return args
+
+
+def _model_errors(spec: "WorkloadSpec") -> list[str]:
+    """What of a mixture of experts Megatron-DeepSpeed's GPT cannot build: its experts are copies of the dense MLP
+    behind a softmax top-k gate, in every layer."""
+    m = spec.model
+    if not m.is_moe:
+        return []
+    unbuilt = {f"shared experts ({m.shared_experts})": m.shared_experts,
+               f"{m.dense_layers} leading dense layers (it puts experts every --expert-interval layers)": m.dense_layers,
+               "multi-latent attention": m.kv_lora_rank is not None,
+               f"multi-token prediction ({m.mtp_layers} layers)": m.mtp_layers,
+               f"a {m.router} router (its gate is a softmax)": m.router != "softmax",
+               f"experts of ffn {m.expert_ffn_size} beside a dense ffn of {m.ffn_hidden_size} (its experts copy the "
+               f"dense MLP)": m.expert_ffn_size != m.ffn_hidden_size}
+    return [f"Megatron-DeepSpeed's MoE cannot build {what}" for what, present in unbuilt.items() if present]
+
+
 SPELLING = Spelling(llama=("--swiglu", "--normalization", "rmsnorm", "--use-rotary-position-embeddings",
                            "--untie-embeddings-and-output-weights", "--disable-bias-linear"),
-                    gqa=("--num-key-value-heads",), moe=None)
+                    gqa=("--num-key-value-heads",), moe=_moe_args)
 
 
 def deepspeed_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, Any]:
@@ -123,6 +153,6 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
 
 DEEPSPEED = Framework(NAME, "DeepSpeed", _rules, _default_overlap, frozenset({"dp", "param"}), fused_attention=False,
                       precisions=("fp32", "fp16", "bf16"), memory=MEMORY, constants=recorded_constants(NAME),
-                      launch=Launch(JSON_FILE, _write, _read),
+                      launch=Launch(JSON_FILE, _write, _read, _model_errors),
                       never={"schedule": ("gpipe", "interleaved"), "orders": other_orders(ORDERS)},
                       levers=frozenset({"optimizer_offload"}))

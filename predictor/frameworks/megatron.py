@@ -22,8 +22,10 @@ Megatron-DeepSpeed too (`predictor.frameworks.deepspeed`), which spells most arg
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
+from itertools import groupby
 from typing import TYPE_CHECKING, Any, Callable
 
 from predictor.frameworks.base import (LEVERS, Framework, Launch, args_text, degree_args, hidden, inverse,
@@ -206,11 +208,53 @@ def _block_scaled(spec: "WorkloadSpec") -> bool:
     return device is not None and "fp4" in device.peak_flops
 
 
+def _uneven(plan: Plan, blocks: int) -> bool:
+    """Whether the pp·v chunks split the layers unevenly even with the embedding and the loss counted as layers (a
+    mixture of experts, `predictor.plan.rules`): Megatron-LM's argument check then needs a pipeline layout."""
+    return plan.pp > 1 and blocks % (plan.pp * plan.v) != 0 and not embedding_and_loss_in_split(plan, blocks)
+
+
+def chunk_layers(blocks: int, chunks: int) -> list[int]:
+    """Transformer layers per pipeline chunk in model order for an uneven split: as even as whole layers allow, the
+    first and last chunks (which also hold the embedding, and the loss) taking the lighter share. The prediction
+    spreads the layers evenly (`predictor.parallel.stage_counts`); this is the closest whole-layer layout to it."""
+    base, extra = divmod(blocks, chunks)
+    heavier = [*range(1, chunks - 1), 0, chunks - 1][:extra]
+    return [base + (c in heavier) for c in range(chunks)]
+
+
+def pipeline_layout(plan: Plan, spec: "WorkloadSpec") -> str:
+    """`--pipeline-model-parallel-layout`: the pp·v chunks in model order (chunk c on rank c mod pp) separated by
+    '|', E the embedding, t a transformer layer, m an MTP layer, L the loss (Megatron-Core's
+    `PipelineParallelLayerLayout`: the embedding first, the MTP layers in the last virtual stage of a rank other than
+    the first, the loss last); runs of equal chunks written (…|)*n."""
+    m = spec.model
+    stages = ["t" * n for n in chunk_layers(m.num_blocks, plan.pp * plan.v)]
+    stages[0] = "E" + stages[0]
+    stages[-1] += "m" * (m.mtp_layers or 0) + "L"
+    parts = []
+    for stage, run in groupby(stages):
+        n = len(list(run))
+        parts.append(f"({stage}|)*{n}" if n > 1 else f"{stage}|")
+    return "".join(parts).removesuffix("|")
+
+
+def layout_stages(layout: str) -> list[str]:
+    """The chunks of a pipeline layout, its repetitions unrolled as Megatron-Core's `parse_str_to_list` does."""
+    text = layout.replace(",", "")
+    text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda x: x.group(1) * int(x.group(2)), text)
+    text = re.sub(r"(.)\*(\d+)", lambda x: x.group(1) * int(x.group(2)), text)
+    return text.split("|")
+
+
 def megatron_args(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     """Megatron-LM `pretrain_gpt.py` arguments for a plan from `as_run`.
 
     ZeRO-1 is the distributed optimizer, ZeRO-2/3 Megatron-FSDP (which needs its own checkpoint format);
-    FP8 runs per-tensor current scaling on Hopper and MXFP8 on Blackwell, FP4 NVFP4.
+    FP8 runs per-tensor current scaling on Hopper and MXFP8 on Blackwell, FP4 NVFP4. An uneven pipeline is a
+    `--pipeline-model-parallel-layout`, which sets the virtual stages itself (`validate_args` allows at most one of it
+    and --num-virtual-stages-per-pipeline-rank, and TransformerConfig refuses it beside --account-for-*-in-pipeline-
+    split).
     """
     kinds = hidden(plan)
     args = common_args(plan, spec, NAME, SPELLING)
@@ -219,11 +263,15 @@ def megatron_args(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     elif plan.zero >= 2:
         args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", _SHARDING[plan.zero],
                  "--use-distributed-optimizer", "--ckpt-format", "fsdp_dtensor"]
+    uneven = _uneven(plan, spec.model.num_blocks)
     if plan.schedule == "interleaved":
-        args += ["--num-virtual-stages-per-pipeline-rank", str(plan.v)]
+        if not uneven:
+            args += ["--num-virtual-stages-per-pipeline-rank", str(plan.v)]
         if "pp" not in kinds:
             args.append("--no-overlap-p2p-communication")
-    if embedding_and_loss_in_split(plan, spec.model.num_blocks):
+    if uneven:
+        args += ["--pipeline-model-parallel-layout", pipeline_layout(plan, spec)]
+    elif embedding_and_loss_in_split(plan, spec.model.num_blocks):
         args += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
     if plan.cp > 1:
         args += ["--cp-comm-type", _CP_COMM[plan.cp_comm]]
@@ -279,6 +327,8 @@ def _read_levers(args: dict[str, list[str]]) -> dict[str, Any]:
 def torchrun_script(plan: Plan, spec: "WorkloadSpec", script: str = "pretrain_gpt.py") -> str:
     """`torchrun.sh`: runs `megatron_args.txt` on every node (set NODE_RANK and MASTER_ADDR on each).
 
+    The arguments file is shell-quoted (a layout or a layer pattern holds |, *, parentheses): `eval set --` unquotes
+    each argument whole, where an unquoted `$(cat ...)` would pass the quotes and glob the patterns.
     Megatron asserts CUDA_DEVICE_MAX_CONNECTIONS=1 for TP or CP (before Blackwell); Megatron-FSDP wants it unset.
     """
     c = spec.cluster
@@ -287,9 +337,9 @@ def torchrun_script(plan: Plan, spec: "WorkloadSpec", script: str = "pretrain_gp
         lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS")
     elif plan.tp > 1 or plan.cp > 1:
         lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1")
-    lines.append(f"torchrun --nnodes {c.nodes} --nproc-per-node {c.gpus_per_node} --node-rank $NODE_RANK "
-                 f"--rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500 {shlex.quote(script)} "
-                 f'$(cat "$(dirname "$0")/{ARGS_FILE}")')
+    lines += [f'args="$(dirname "$0")/{ARGS_FILE}"', 'eval "set -- $(tr \'\\n\' \' \' < "$args")"',
+              f"torchrun --nnodes {c.nodes} --nproc-per-node {c.gpus_per_node} --node-rank $NODE_RANK "
+              f'--rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500 {shlex.quote(script)} "$@"']
     return "\n".join(lines) + "\n"
 
 
@@ -302,7 +352,10 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
     fields = common_fields(args, NAME, spec)
     strategy = args.get("--data-parallel-sharding-strategy", [None])[0]
     zero = inverse(_SHARDING)[strategy] if "--use-megatron-fsdp" in args else int("--use-distributed-optimizer" in args)
-    v = int(args.get("--num-virtual-stages-per-pipeline-rank", ["1"])[0])
+    if "--pipeline-model-parallel-layout" in args:
+        v = len(layout_stages(args["--pipeline-model-parallel-layout"][0])) // fields["pp"]
+    else:
+        v = int(args.get("--num-virtual-stages-per-pipeline-rank", ["1"])[0])
     schedule = "interleaved" if v > 1 else "1f1b"
     kinds = {kind for kind, flag in _OVERLAP_FLAGS if flag in args}
     if schedule == "interleaved" and "--no-overlap-p2p-communication" not in args:

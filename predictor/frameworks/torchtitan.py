@@ -16,11 +16,12 @@ Launch file: `torchtitan.toml` for `torchtitan.train --job.config_file` (`train_
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from typing import TYPE_CHECKING, Any
 
-from predictor.frameworks.base import (Framework, Launch, hidden, inverse, other_orders, overlap_value, read_degrees,
-                                       recorded_constants)
+from predictor.frameworks.base import (Framework, Launch, LaunchError, hidden, inverse, other_orders, overlap_value,
+                                       read_degrees, recorded_constants)
 from predictor.memory.facts import MIB, MemoryFacts
 from predictor.plan import AXES, AXIS, OVERLAP_KINDS, Plan, overlap_kinds
 
@@ -80,6 +81,51 @@ _MODEL = {"deepseek_v3": "deepseek_v3", "qwen3_moe": "qwen3", "gpt_oss": "gpt_os
 _SCHEDULE = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
 _ROTATE = {"ring": "alltoall", "allgather": "allgather"}
 _RESHARD = {2: "never", 3: "always"}
+# The flavors torchtitan ships (`<model>_configs` in torchtitan/models/<model>/__init__.py), by the model dimensions a
+# spec names; a model that matches none is a flavor to register (`UNREGISTERED`).
+FLAVORS: dict[str, dict[str, dict[str, int]]] = {
+    "llama3": {
+        "8B": {"hidden": 4096, "num_blocks": 32, "heads": 32, "kv_heads": 8, "ffn_hidden_size": 14336, "vocab": 128256},
+        "70B": {"hidden": 8192, "num_blocks": 80, "heads": 64, "kv_heads": 8, "ffn_hidden_size": 28672, "vocab": 128256},
+        "405B": {"hidden": 16384, "num_blocks": 126, "heads": 128, "kv_heads": 8, "ffn_hidden_size": 53248,
+                 "vocab": 128256},
+    },
+    "deepseek_v3": {
+        "16B": {"hidden": 2048, "num_blocks": 27, "heads": 16, "ffn_hidden_size": 10944, "vocab": 102400, "experts": 64,
+                "top_k": 6, "expert_ffn_size": 1408, "dense_layers": 1, "shared_experts": 2},
+        "236B": {"hidden": 5120, "num_blocks": 60, "heads": 128, "ffn_hidden_size": 12288, "vocab": 102400,
+                 "experts": 160, "top_k": 6, "expert_ffn_size": 1536, "dense_layers": 1, "shared_experts": 2},
+        "671B": {"hidden": 7168, "num_blocks": 61, "heads": 128, "ffn_hidden_size": 18432, "vocab": 129280,
+                 "experts": 256, "top_k": 8, "expert_ffn_size": 2048, "dense_layers": 3, "shared_experts": 1},
+    },
+    "qwen3": {
+        "30B-A3B": {"hidden": 2048, "num_blocks": 48, "heads": 32, "kv_heads": 4, "vocab": 151936, "experts": 128,
+                    "top_k": 8, "expert_ffn_size": 768},
+    },
+}
+UNREGISTERED = "scaledl"
+
+
+def flavor(spec: "WorkloadSpec") -> str | None:
+    """torchtitan's shipped flavor of the spec's model, None where none has its dimensions."""
+    m = spec.model
+    shipped = FLAVORS.get(_MODEL.get(m.family, "llama3"), {})
+    return next((name for name, dims in shipped.items() if all(getattr(m, k) == v for k, v in dims.items())), None)
+
+
+def _stage_split(blocks: int, chunks: int) -> tuple[int, int, int]:
+    """(first_stage_less_layers, last_stage_less_layers, layers_per_stage) that make torchtitan cut `blocks` layers
+    into `chunks` stages (`distributed/pipeline_parallel.py`: stages = ceil((layers + first + last) / per_stage),
+    the layers then spread as evenly as whole layers allow, the first and last stages `first`/`last` lighter).
+    An even split is (0, 0, blocks / chunks)."""
+    per_stage = math.ceil(blocks / chunks)
+    weight = max(0, (chunks - 1) * per_stage + 1 - blocks)  # the least that still makes ceil(...) = chunks
+    first = weight // 2
+    if max(first, weight - first) > (blocks + weight) // chunks:  # generate_llm_fqn_per_model_part's balance check
+        raise LaunchError(f"torchtitan cannot cut {blocks} layers into {chunks} pipeline stages (its split would "
+                          f"weigh the embedding and the output {weight} layers, more than a stage holds): use a pp*v "
+                          f"that divides the layers or is at most {blocks // 2}")
+    return first, weight - first, per_stage
 
 
 def _put(config: dict[str, dict[str, Any]], dotted: str, value: Any) -> None:
@@ -91,11 +137,14 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
     """torchtitan's job config for a plan from `as_run`, by TOML table.
 
     zero=0 replicates over dp (DDP), zero=2/3 shards over dp·cp with FSDP2 (reshard never/always); stages
-    are pp·v chunks of equal layers (no lighter first or last stage); float8 uses tensorwise scaling with
-    float8 all-gathers under FSDP2, and torch.compile, which float8 and async TP need to pay off.
+    are pp·v chunks of equal layers where they divide (`_stage_split` otherwise); float8 uses tensorwise scaling with
+    float8 all-gathers under FSDP2, and torch.compile, which float8 and async TP need to pay off. The model is the
+    shipped flavor with the spec's dimensions, else `UNREGISTERED` (to register); a mixture of experts runs its routed
+    experts without tensor parallelism (expert_tensor_parallel_degree 1, as the prediction prices them).
     """
     m, t = spec.model, spec.training
-    config: dict[str, dict[str, Any]] = {"model": {"name": _MODEL.get(m.family, "llama3")}}
+    config: dict[str, dict[str, Any]] = {"model": {"name": _MODEL.get(m.family, "llama3"),
+                                                   "flavor": flavor(spec) or UNREGISTERED}}
     # Under a pipeline the local batch is split into micro-batches; without one, micro-batches accumulate.
     config["training"] = {"local_batch_size": plan.mbs * (plan.microbatches(t.global_batch) if plan.pp > 1 else 1),
                           "global_batch_size": t.global_batch, "seq_len": m.tokens,
@@ -110,12 +159,14 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
     else:
         par["data_parallel_replicate_degree"] = 1
         par["fsdp_reshard_after_forward"] = _RESHARD[plan.zero]
+    if m.is_moe:
+        par["expert_tensor_parallel_degree"] = 1
     par["enable_async_tensor_parallel"] = "tp" in hidden(plan)
     par["pipeline_parallel_schedule"] = _SCHEDULE[plan.schedule]
     if plan.pp > 1:
-        par.update(pipeline_parallel_layers_per_stage=m.num_blocks // (plan.pp * plan.v),
-                   pipeline_parallel_first_stage_less_layers=0, pipeline_parallel_last_stage_less_layers=0,
-                   pipeline_parallel_microbatch_size=plan.mbs)
+        first, last, per_stage = _stage_split(m.num_blocks, plan.pp * plan.v)
+        par.update(pipeline_parallel_layers_per_stage=per_stage, pipeline_parallel_first_stage_less_layers=first,
+                   pipeline_parallel_last_stage_less_layers=last, pipeline_parallel_microbatch_size=plan.mbs)
     par["context_parallel_rotate_method"] = _ROTATE[plan.cp_comm]
     config["activation_checkpoint"] = {"mode": plan.recompute,
                                        **({"selective_ac_option": "op"} if plan.recompute == "selective" else {})}
@@ -147,12 +198,19 @@ def _toml(config: dict[str, dict[str, Any]], header: list[str]) -> str:
 
 def _write(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
     m, c = spec.model, spec.cluster
+    config = torchtitan_config(plan, spec)
     header = [f"torchtitan job config for plan {plan}",
               f"torchrun --nnodes {c.nodes} --nproc-per-node {c.gpus_per_node} -m torchtitan.train "
-              f"--job.config_file {TOML_FILE}",
-              f"model.flavor: register one with hidden={m.hidden}, layers={m.num_blocks}, heads={m.heads}, "
-              f"kv_heads={m.kv_heads or m.heads}, ffn_hidden={m.ffn_hidden_size}, vocab={m.vocab}"]
-    return {TOML_FILE: _toml(torchtitan_config(plan, spec), header)}
+              f"--job.config_file {TOML_FILE}"]
+    if config["model"]["flavor"] == UNREGISTERED:
+        name = config["model"]["name"]
+        dims = (f"hidden={m.hidden}, layers={m.num_blocks}, heads={m.heads}, kv_heads={m.kv_heads or m.heads}, "
+                f"ffn_hidden={m.ffn_hidden_size}, vocab={m.vocab}")
+        if m.is_moe:
+            dims += f", experts={m.experts}, top_k={m.top_k}, expert_ffn_hidden={m.expert_ffn_size}"
+        header += [f"model.flavor {UNREGISTERED!r}: none of torchtitan's {name} flavors has these dimensions; register "
+                   f"it in torchtitan/models/{name}/__init__.py (the model's flavor configs) with {dims}"]
+    return {TOML_FILE: _toml(config, header)}
 
 
 def _read(text: str, spec: "WorkloadSpec") -> Plan:
@@ -166,8 +224,8 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
     schedule = inverse(_SCHEDULE)[par["pipeline_parallel_schedule"]]
     v = 1
     if pp > 1:
-        stages = (spec.model.num_blocks + par["pipeline_parallel_first_stage_less_layers"]
-                  + par["pipeline_parallel_last_stage_less_layers"]) // par["pipeline_parallel_layers_per_stage"]
+        stages = math.ceil((spec.model.num_blocks + par["pipeline_parallel_first_stage_less_layers"]
+                            + par["pipeline_parallel_last_stage_less_layers"]) / par["pipeline_parallel_layers_per_stage"])
         v = stages // pp
     mbs = par["pipeline_parallel_microbatch_size"] if pp > 1 else config["training"]["local_batch_size"]
     # FSDP2 / DDP and pipelining always overlap; async TP is the one switch.
