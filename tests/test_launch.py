@@ -315,3 +315,14 @@ def test_torchtitan_cuts_uneven_pipelines_with_its_stage_weights() -> None:
             config["pipeline_parallel_last_stage_less_layers"]) == (2, 1, 1)
     refused = launch_settings(Plan.parse("dp=16,pp=16,mbs=1,zero=2,schedule=interleaved,v=3,ep=16"), DSV3_TITAN)
     assert refused["files"] == {} and "cannot cut 61 layers into 48 pipeline stages" in refused["notes"][0]
+
+
+@pytest.mark.parametrize("preset, present, absent", [("llama3.2-1b", [], ["--untie-embeddings-and-output-weights"]),
+                                                     ("qwen2.5-7b", ["--add-qkv-bias"], []),
+                                                     ("llama3-8b", ["--untie-embeddings-and-output-weights"],
+                                                      ["--add-qkv-bias"])])
+def test_megatron_args_build_the_presets_model(preset: str, present: list[str], absent: list[str]) -> None:
+    spec = parse_spec({"model": {"preset": preset}, "training": {"global_batch": 8, "precision": "bf16"},
+                       "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8}})
+    args = launch_files(Plan.parse("dp=8,mbs=1,zero=1"), spec)["megatron_args.txt"].split()
+    assert all(a in args for a in present) and not any(a in args for a in absent)

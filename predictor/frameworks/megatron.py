@@ -150,7 +150,10 @@ def _model_args(spec: "WorkloadSpec", spelling: Spelling) -> list[str]:
     if m.kv_heads is not None and m.kv_heads != m.heads:
         args += [*spelling.gqa, str(m.kv_heads)]
     if m.family == "llama" or m.is_moe:
-        args += spelling.llama
+        untie = "--untie-embeddings-and-output-weights"  # Llama 3.2 ties them (its config's tie_word_embeddings)
+        args += [a for a in spelling.llama if a != untie or not m.kwargs.get("tie_word_embeddings")]
+        if m.kwargs.get("attention_bias"):  # Qwen2.5's QKV bias
+            args.append("--add-qkv-bias")
     if m.is_moe and spelling.moe is not None:
         args += spelling.moe(spec)
     return args
