@@ -111,4 +111,3 @@ def test_deepspeed_offloads_the_whole_optimizer_under_zero(tmp_path: Path) -> No
 def test_frameworks_without_a_lever_name_it_and_its_fix() -> None:
     (error,) = FRAMEWORKS["torchtitan"].lever_errors(Plan.parse("dp=8,offload=layers:2"))
     assert "offload=layers:2" in error and "use offload=none" in error
-
