@@ -40,6 +40,7 @@ from bench import common
 from predictor.device_resolver import get_device
 from predictor.evaluate import BRIDGE_DEVICES, bridge_measured_s, bridge_workload
 from predictor.frameworks.base import CONSTANTS_FILE
+from predictor.hardware import GENERATIONS
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.intervals import residual_quantiles
@@ -238,6 +239,7 @@ def record(cfg: AnalyticalConfig, cv_by_system: dict[str, tuple[float, int]], ro
     today = datetime.date.today().isoformat()
     constants = json.loads(CONSTANTS_FILE.read_text()) if CONSTANTS_FILE.is_file() else {}
     constants["megatron"] = {"constants": {k: asdict(cfg)[k] for k in (*CALIBRATED_FIELDS, *MOE_CALIBRATED_FIELDS)},
+                             "generations": sorted({GENERATIONS[d] for d in BRIDGE_DEVICES.values()}),
                              "source": f"{FILE}: {rows} dense rows, chosen on all of them; leave-one-system-out "
                                        f"MAPE {100 * cv_all:.1f}%; MoE constants on its {moe_rows} MoE rows with the "
                                        f"dense ones fixed, leave-one-system-out MAPE {100 * moe_cv:.1f}%", "measured_by": "bench/modern_eval.py --record",

@@ -152,6 +152,19 @@ DEVICES: dict[str, Device | None] = {
 # (NVL72 racks); ClusterSpec.nvlink_domain_gpus defaults to it.
 
 
+# Each catalogue device's architecture generation: a framework constant fitted on one generation's measurements
+# prices that generation only (`predictor.frameworks.base.recorded_constants`).
+GENERATIONS: dict[str, str] = {"v100-32gb": "volta", "a100-40gb": "ampere", "a100-80gb": "ampere", "h100": "hopper",
+                               "h200": "hopper", "h20": "hopper", "b200": "blackwell", "gb200": "blackwell",
+                               "b300": "blackwell", "gb300": "blackwell"}
+assert set(GENERATIONS) == {name for name, d in DEVICES.items() if d is not None}
+
+
+def generation(device: Device) -> str:
+    """The device's generation ('measured' for a device priced from its own measurements, e.g. this CPU)."""
+    return "measured" if device.measured else GENERATIONS.get(device.name, device.name)
+
+
 def catalogue_name(fingerprint: str) -> str:
     """The catalogue device a dataset fingerprint was measured on ('cpu:…' → cpu, 'cuda:NVIDIA H200' → h200).
 

@@ -10,6 +10,7 @@ from predictor.graph_cache import graph_for
 from predictor.hardware import DEVICES
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.roofline import AnalyticalConfig, framework_config
+from predictor.plan import Plan
 from predictor.workload import SpecError, parse_spec
 
 PROFILE = "predictor/data/cpu/device.json"
@@ -27,10 +28,14 @@ def test_each_framework_is_one_module_holding_its_whole_profile():
         assert framework.name == name == framework.memory.framework
         assert type(framework).__module__ == "predictor.frameworks.base"
         assert (framework.launch is None) == (name == "pytorch")  # ScaleDL's runner runs plans itself
-    # Megatron-Core's constants calibrated on Megatron-Bridge's recipes; the others keep first principles.
-    assert framework_config("megatron") == AnalyticalConfig(**FRAMEWORKS["megatron"].constants)
-    assert FRAMEWORKS["megatron"].constants["gemm_eff_max"] < AnalyticalConfig().gemm_eff_max
-    assert framework_config("torchtitan") == AnalyticalConfig()
+    # Megatron-Core's constants calibrated on Megatron-Bridge's Hopper and Blackwell recipes price those generations
+    # only; A100s and the other frameworks keep first principles.
+    megatron = FRAMEWORKS["megatron"].constants
+    assert set(megatron) == {"hopper", "blackwell"}
+    assert framework_config("megatron", "hopper") == AnalyticalConfig(**megatron["hopper"])
+    assert megatron["hopper"]["gemm_eff_max"] < AnalyticalConfig().gemm_eff_max
+    assert framework_config("megatron", "ampere") == AnalyticalConfig()
+    assert framework_config("torchtitan", "hopper") == AnalyticalConfig()
 
 
 def test_framework_for_decides_once_which_framework_applies():
@@ -47,7 +52,7 @@ def test_framework_for_decides_once_which_framework_applies():
 def test_the_analytical_predictor_prices_with_the_framework_framework_for_names():
     spec, predictor = _spec(framework="torchtitan"), AnalyticalPredictor()
     pieces = predictor.pieces(spec, graph_for(spec.model))
-    assert pieces.framework is FRAMEWORKS["torchtitan"] and pieces.config == framework_config("torchtitan")
+    assert pieces.framework is FRAMEWORKS["torchtitan"] and pieces.config == framework_config("torchtitan", "hopper")
 
 
 def test_the_spec_takes_the_registrys_names_with_a_did_you_mean():
@@ -60,3 +65,14 @@ def test_the_spec_takes_the_registrys_names_with_a_did_you_mean():
         _spec(framework="jax")
     with pytest.raises(SpecError, match="runs on GPUs"):
         _spec("cpu", framework="megatron")
+
+
+def test_a_prediction_says_which_constants_price_it():
+    notes = {}
+    for device in ("h100", "a100-80gb"):
+        spec = parse_spec({"model": {"preset": "gpt2"}, "training": {"global_batch": 8, "framework": "megatron"},
+                           "cluster": {"device": device, "gpus_per_node": 8}})
+        (pred,) = AnalyticalPredictor().predict(spec, graph_for(spec.model), [Plan.parse("dp=8")])
+        notes[device] = pred.extra["constants"]
+    assert notes["h100"] == "megatron constants calibrated on hopper"
+    assert notes["a100-80gb"].startswith("first principles: megatron has no constants fitted on ampere")

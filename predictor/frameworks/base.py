@@ -29,11 +29,13 @@ if TYPE_CHECKING:  # pragma: no cover
 CONSTANTS_FILE = Path(__file__).resolve().parent.parent / "checkpoints" / "framework-constants.json"
 
 
-def recorded_constants(name: str) -> dict[str, float]:
-    """The calibrated constants `CONSTANTS_FILE` holds for framework `name` ({} where it holds none)."""
+def recorded_constants(name: str) -> dict[str, dict[str, float]]:
+    """The calibrated constants `CONSTANTS_FILE` holds for framework `name`, by the device generations they were
+    fitted on ({} where it holds none): a generation without its own fit is priced from first principles."""
     if not CONSTANTS_FILE.is_file():
         return {}
-    return dict(json.loads(CONSTANTS_FILE.read_text()).get(name, {}).get("constants", {}))
+    entry = json.loads(CONSTANTS_FILE.read_text()).get(name, {})
+    return {generation: dict(entry["constants"]) for generation in entry.get("generations", ())}
 
 
 class LaunchError(ValueError):
@@ -76,7 +78,8 @@ class Framework:
       offers them; the rules refuse a switch the framework does not have);
     - `fused_attention`: whether its attention is a fused (flash) kernel, which saves no s² scores and skips the
       masked half of causal attention;
-    - `constants`: the analytical model's constants calibrated on measurements of it (`recorded_constants`);
+    - `constants`: the analytical model's constants calibrated on measurements of it, by device generation
+      (`recorded_constants`);
     - `memory`: what it keeps on a GPU (`predictor.memory.accounting` prices a rank with them);
     - `launch`: its launch file, None where ScaleDL writes none (its own runner runs plans itself).
     """
@@ -89,7 +92,7 @@ class Framework:
     fused_attention: bool
     precisions: tuple[str, ...]
     memory: MemoryFacts
-    constants: Mapping[str, float] = field(default_factory=dict)
+    constants: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     launch: Launch | None = None
     # Values of plan options it never runs, whatever the other fields ('orders': rank orders, innermost first):
     # the search leaves them out before generating plans; `rules` refuses them too.

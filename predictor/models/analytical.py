@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from predictor.device_resolver import spec_device
-from predictor.frameworks import framework_for
-from predictor.hardware import Device
+from predictor.frameworks import Framework, framework_for
+from predictor.hardware import Device, generation
 from predictor.layer_graph import LayerGraph
 from predictor.models.base import Predictor
 from predictor.models.plan_batch import PlanPieces
@@ -26,6 +26,15 @@ from predictor.workload import WorkloadSpec
 
 # Workloads whose pieces a predictor keeps (a replica serving several cluster sizes asks for each in turn).
 _KEPT_WORKLOADS = 8
+
+
+def constants_note(framework: Framework, gen: str) -> str:
+    """Which constants price a prediction: the framework's calibration for the device generation, or first principles
+    where none was fitted on it (a constant fitted on one generation never prices another)."""
+    if gen in framework.constants:
+        return f"{framework.name} constants calibrated on {gen}"
+    fitted = ", ".join(sorted(framework.constants)) or "no generation"
+    return f"first principles: {framework.name} has no constants fitted on {gen} (fitted on {fitted})"
 
 
 class AnalyticalPredictor(Predictor):
@@ -57,7 +66,10 @@ class AnalyticalPredictor(Predictor):
         return self.predict_table(spec, graph, plans).rows()
 
     def predict_table(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> PredictionTable:
-        table = self.pieces(spec, graph).table(graph, plans)
+        pieces = self.pieces(spec, graph)
+        table = pieces.table(graph, plans)
+        if self.given is None:
+            table.shared_extra["constants"] = constants_note(pieces.framework, generation(pieces.device))
         if spec.model.is_moe:  # all of a mixture of experts' parameters, and those one token passes (top_k experts)
             table.shared_extra.update(params=graph.params, active_params=active_params(graph.params, spec.model))
         return table
@@ -66,7 +78,7 @@ class AnalyticalPredictor(Predictor):
         """The pieces of (spec, graph) under this predictor's device and constants, kept across calls."""
         device = self.device or spec_device(spec)
         framework = framework_for(spec, device)
-        config = self.given or framework_config(framework.name)
+        config = self.given or framework_config(framework.name, generation(device))
         pieces = self._pieces.get(id(spec))
         if pieces is None or not pieces.serves(spec, graph, device, framework, config):
             if len(self._pieces) >= _KEPT_WORKLOADS:

@@ -106,16 +106,17 @@ class AnalyticalConfig:
         return replace(self, gemm_eff_max=1.0, gemm_half_dim=32.0, tile=0, bw_eff=1.0, launch_s=0.0)
 
 
-# The constants bench/modern_eval.py calibrates per framework (`Framework.constants`, predictor.frameworks.base).
+# The constants bench/modern_eval.py calibrates per framework and device generation (`Framework.constants`).
 CALIBRATED_FIELDS: tuple[str, ...] = ("fp8_gemm_eff", "overlap_eff", "overlap_slowdown", "gemm_eff_max")
 # Calibrated after them, on the MoE rows only, with the dense constants fixed: they act on MoE layers alone.
 MOE_CALIBRATED_FIELDS: tuple[str, ...] = ("grouped_gemm_eff", "a2a_eff", "expert_host_s")
 
 
 @cache
-def framework_config(framework: str) -> AnalyticalConfig:
-    """The analytical constants of `framework`: its recorded calibration over the first-principles defaults."""
-    recorded = FRAMEWORKS[framework].constants
+def framework_config(framework: str, generation: str) -> AnalyticalConfig:
+    """The analytical constants of `framework` on a device `generation`: its calibration recorded for that generation
+    over the first-principles defaults (the defaults alone where none was fitted on it)."""
+    recorded = FRAMEWORKS[framework].constants.get(generation, {})
     known = {f.name for f in fields(AnalyticalConfig)}
     return replace(AnalyticalConfig(), **{k: v for k, v in recorded.items() if k in known})
 
