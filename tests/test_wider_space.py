@@ -53,7 +53,7 @@ def test_a_sample_is_whole_prototypes_of_valid_plans() -> None:
 
 
 def test_the_full_space_is_named_when_it_beats_the_winner() -> None:
-    report = searched("megatron-3d", headroom=0.9)  # 4 GiB a GPU: ZeRO-3 and recomputation pay off
+    report = searched("megatron-3d", headroom=0.8)  # 8 GiB a GPU: ZeRO-2, cp and recomputation pay off
     wider = check(report)
     assert wider is not None and wider.space == "full" and wider.sampled >= SAMPLE
     assert wider.iter_time_s < report.ranked[0].iter_time_s * (1 - GAIN)
@@ -67,6 +67,6 @@ def test_the_full_space_is_named_when_it_beats_the_winner() -> None:
 
 def test_no_note_within_a_few_percent_or_after_the_full_space() -> None:
     assert check(searched("megatron-3d", headroom=0.1)) is None
-    after_full = searched("megatron-3d", headroom=0.9)
+    after_full = searched("megatron-3d", headroom=0.8)
     after_full.space = replace(after_full.space, name="full")
     assert check(after_full) is None
