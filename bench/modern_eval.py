@@ -249,7 +249,7 @@ def record(cfg: AnalyticalConfig, cv_by_system: dict[str, tuple[float, int]], ro
     quantiles = {**residual_quantiles(measured, cv), "pooled": f"the {rows} dense rows of every system, each held out with its system"}
     for system, (error, n) in cv_by_system.items():
         accuracy[BRIDGE_DEVICES[system]] = {
-            "mape_pct": round(100 * error, 2), "rows": n, "date": today,
+            "mape_pct": round(100 * error, 2), "rows": n, "date": today, "framework": "megatron",
             "source": f"{FILE} (Megatron-Core recipes, dense rows; {system} held out while the framework constants "
                       f"were chosen)", "measured_by": "bench/modern_eval.py --record", "residual_quantiles": quantiles}
     _write_json(ANALYTICAL_ACCURACY, accuracy)

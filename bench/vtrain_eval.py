@@ -102,7 +102,8 @@ def record(df: pd.DataFrame, source: str) -> None:
     analytical accuracy file (atomically)."""
     ok = df.dropna(subset=["predicted (ms)"])
     table = json.loads(ANALYTICAL_ACCURACY.read_text()) if ANALYTICAL_ACCURACY.is_file() else {}
-    table[DEVICE] = {**headline(df), "source": f"{source} (vTrain, 64-512 A100s; never fitted on)",
+    table[DEVICE] = {**headline(df), "framework": "deepspeed",  # vTrain measured Megatron-DeepSpeed
+                     "source": f"{source} (vTrain, 64-512 A100s; never fitted on)",
                      "measured_by": "bench/vtrain_eval.py --record", "date": datetime.date.today().isoformat(),
                      "residual_quantiles": residual_quantiles(ok["iteration time (ms)"], ok["predicted (ms)"])}
     tmp = ANALYTICAL_ACCURACY.with_suffix(".tmp")

@@ -67,6 +67,7 @@ class PredictorReplica:
         Predictor object (shipped pickled, e.g. a library user's own model). `sizes`: the same workload on
         other cluster sizes; each plan is predicted on the one with its GPU count."""
         from predictor.device_resolver import spec_device
+        from predictor.frameworks import framework_for
         from predictor.models.registry import load_predictor, measured_accuracy  # heavy (torch): only in the actor
 
         self.spec, self.graph = spec, graph
@@ -75,7 +76,7 @@ class PredictorReplica:
             self.predictor, self.label = load_predictor(predictor, spec.cluster.device, spec_device(spec).model)
         else:
             self.predictor, self.label = predictor, predictor.name
-        self.accuracy = measured_accuracy(self.predictor, spec.cluster.device)
+        self.accuracy = measured_accuracy(self.predictor, spec.cluster.device, framework_for(spec).name)
         self.calls = 0
 
     def info(self) -> dict[str, Any]:

@@ -93,9 +93,13 @@ def test_residual_quantiles_hold_the_stated_share_of_runs() -> None:
     fallback = Interval.of({"mape_pct": 10.0, "rows": 50, "source": "runs"})
     assert fallback.high == pytest.approx(0.1606, abs=1e-3) == -fallback.low and "normal" in fallback.basis
     assert Interval.of(None) is None
-    recorded = Interval.of(measured_accuracy(AnalyticalPredictor(), "a100-80gb"))
+    recorded = Interval.of(measured_accuracy(AnalyticalPredictor(), "a100-80gb", "deepspeed"))
     assert recorded.low < 0 < recorded.high and recorded.rows == 109
     assert recorded.contains(1.0, 1.0) and not recorded.contains(2.0, 1.0)
+    # vTrain measured Megatron-DeepSpeed: a Megatron-Core plan on A100 gets a wider interval, said to be unmeasured.
+    lent = Interval.of(measured_accuracy(AnalyticalPredictor(), "a100-80gb", "megatron"))
+    assert lent.rows == 0 and "no megatron runs measured on a100-80gb" in lent.basis
+    assert lent.high - lent.low > recorded.high - recorded.low
 
 
 def test_each_plan_carries_an_interval_and_the_indistinguishable_ones_are_marked() -> None:

@@ -219,7 +219,7 @@ def test_train_command_records_held_out_accuracy_and_update_keeps_or_swaps(tmp_p
     ckpt = tmp_path / "a.pt"
     assert main(["train", "--data", str(csv), "--out", str(ckpt), "--epochs", "20", "--holdout", "0.25"]) == 0
     model = ScaleDLPredictor.load(ckpt)
-    acc = measured_accuracy(model, "a100-80gb")
+    acc = measured_accuracy(model, "a100-80gb", "deepspeed")
     assert acc is not None and acc["rows"] > 0 and 0 < acc["mape_pct"] < 100 and "held-out" in acc["source"]
     capsys.readouterr()
     assert main(["train", "--data", str(csv), "--update", str(ckpt), "--out", str(tmp_path / "b.pt"),
@@ -303,6 +303,7 @@ def test_small_data_chooses_its_epochs_by_cross_validation_and_may_keep_the_comp
     assert mre(predict_samples(learned, small)[0], true) < 0.5 * mre(priced, true)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_from_before_host_once_keeps_its_composition(tmp_path):
     """Real CPU rows: a checkpoint saved before `host_once` existed was fitted to the composition that counted
     the host twice; it loads with that composition and predicts as it did."""
@@ -326,6 +327,7 @@ def test_a_checkpoint_from_before_host_once_keeps_its_composition(tmp_path):
     assert np.all(predict_samples(now, test)[0] < predict_samples(twice, test)[0])
 
 
+@pytest.mark.slow
 def test_the_cpu_checkpoint_on_another_cpu_model_says_so_and_fine_tuning_fits_it():
     """Real runs of an AMD EPYC priced with its own profile (predictor/data/cpu-amd-epyc): the shipped
     checkpoint, trained on an Intel Xeon's data, flags them as other hardware, and fine-tuning it on 40 of

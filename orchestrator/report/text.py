@@ -54,6 +54,8 @@ def accuracy_text(accuracy: dict[str, Any] | None) -> str:
     """The predictor's measured accuracy in words, e.g. 'measured error 11.2% over 109 runs of ...'."""
     if not accuracy:
         return "accuracy never measured for this device: treat the times as estimates"
+    if accuracy.get("measured") is False:
+        return f"accuracy never measured for this framework on this device ({accuracy['source']})"
     return f"measured error {accuracy['mape_pct']:.1f}% over {accuracy['rows']} runs of {accuracy['source']}"
 
 

@@ -45,8 +45,9 @@ class Interval:
             return None
         if "residual_quantiles" in accuracy:
             q = accuracy["residual_quantiles"]
-            return cls(q["coverage"], q["low"], q["high"], q["rows"],
-                       f"quantiles of {q['rows']} held-out residuals, {accuracy['source']}")
+            basis = (accuracy["source"] if accuracy.get("measured") is False
+                     else f"quantiles of {q['rows']} held-out residuals, {accuracy['source']}")
+            return cls(q["coverage"], q["low"], q["high"], q["rows"], basis)
         half = _NORMAL_FROM_MAPE * accuracy["mape_pct"] / 100
         return cls(INTERVAL_COVERAGE, -half, half, accuracy["rows"],
                    f"a normal error with the measured {accuracy['mape_pct']:.1f} % mean absolute error "

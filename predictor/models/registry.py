@@ -139,11 +139,28 @@ def check_predictor_name(name_or_path: str) -> None:
                             f"an existing checkpoint file{trained}")
 
 
-def measured_accuracy(predictor: Predictor, device_name: str) -> dict[str, Any] | None:
-    """How accurate `predictor` was measured to be on this device (reports show it), or None if never measured:
-    a checkpoint carries its held-out accuracy; the analytical model's is recorded per device."""
-    if isinstance(predictor, AnalyticalPredictor):
-        if not ANALYTICAL_ACCURACY.is_file():
-            return None
-        return json.loads(ANALYTICAL_ACCURACY.read_text()).get(device_name)
-    return predictor.accuracy
+# How much wider than the widest recorded interval a (framework, device) without residuals of its own is quoted.
+UNMEASURED_WIDENING = 2.0
+
+
+def measured_accuracy(predictor: Predictor, device_name: str, framework: str) -> dict[str, Any] | None:
+    """How accurate `predictor` was measured to be on this device under this framework (reports show it), or None if
+    never measured: a checkpoint carries its held-out accuracy; the analytical model's is recorded per (device,
+    framework). A device measured under another framework only lends its widest recorded interval, widened by
+    UNMEASURED_WIDENING and said so: one framework's residuals are not another's."""
+    if not isinstance(predictor, AnalyticalPredictor):
+        return predictor.accuracy
+    if not ANALYTICAL_ACCURACY.is_file():
+        return None
+    table = json.loads(ANALYTICAL_ACCURACY.read_text())
+    record = table.get(device_name)
+    if record is None or record.get("framework") == framework:
+        return record
+    widest = max((r for r in table.values() if "residual_quantiles" in r),
+                 key=lambda r: r["residual_quantiles"]["high"] - r["residual_quantiles"]["low"])
+    q = widest["residual_quantiles"]
+    return {"mape_pct": None, "rows": 0, "framework": framework, "measured": False,
+            "source": f"no {framework} runs measured on {device_name}: the widest recorded interval ({widest['source']}) "
+                      f"widened {UNMEASURED_WIDENING:g}x",
+            "residual_quantiles": {**q, "low": q["low"] * UNMEASURED_WIDENING, "high": q["high"] * UNMEASURED_WIDENING,
+                                   "rows": 0}}
