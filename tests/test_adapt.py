@@ -28,6 +28,7 @@ def own_cache(measured_cpu_profile, tmp_path, monkeypatch):
     return tmp_path, hardware
 
 
+@pytest.mark.slow
 def test_adapt_measures_fine_tunes_and_auto_uses_the_result(own_cache, capsys):
     cache, hardware = own_cache
     # --force: on the machine the shipped checkpoint was trained on there would be nothing to adapt.

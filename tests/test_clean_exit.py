@@ -198,7 +198,8 @@ SIGNALS = [signal.SIGKILL, signal.SIGTERM, signal.SIGINT]
 
 
 def _marks(default: signal.Signals) -> list:
-    """The default suite kills each command with one signal (a different one each); -m slow adds the rest."""
+    """The default suite kills `scaledl plan` with one signal, the cheapest of these tests of the same reaping;
+    -m slow adds the other signals and the validation and revalidation runs."""
     return [pytest.param(s, id=s.name, marks=() if s == default else pytest.mark.slow) for s in SIGNALS]
 
 
@@ -210,7 +211,8 @@ def test_plan(launch, tmp_path: Path, sig: signal.Signals) -> None:
     check_exit(run, sig)
 
 
-@pytest.mark.parametrize("sig", _marks(signal.SIGTERM))
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_validation(launch, tmp_path: Path, sig: signal.Signals) -> None:
     run = launch("plan", SPEC, "--out", str(tmp_path / "out"), "--predictor", "analytical", "--validate", "1")
     run.wait_until(rank_worker_runs)
@@ -218,7 +220,8 @@ def test_validation(launch, tmp_path: Path, sig: signal.Signals) -> None:
     check_exit(run, sig, tune_may_take_ctrl_c=True)
 
 
-@pytest.mark.parametrize("sig", _marks(signal.SIGINT))
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_revalidate(launch, tmp_path: Path, sig: signal.Signals) -> None:
     url = f"sqlite:///{tmp_path}/history.db"
     with History.open(url) as history:

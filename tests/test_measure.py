@@ -126,6 +126,7 @@ def test_every_family_runs_every_2_process_plan(pool, family, plan):
     assert result.status == "ok", result.error
 
 
+@pytest.mark.slow
 def test_full_recomputation_trades_memory_for_time(pool):
     """Checkpointed blocks keep fewer activations and run the forward twice: a real, measurable effect."""
     cfg = ProfileConfig(_model("gpt2", 4, 256, 4, 256), 16, Plan(mbs=16))

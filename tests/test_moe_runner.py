@@ -25,6 +25,7 @@ def _run(pool: WorkerPool, plan: str) -> list[dict]:
     return answers
 
 
+@pytest.mark.slow
 def test_expert_parallel_training_matches_data_parallel() -> None:
     with WorkerPool(world=2, threads=1) as pool:
         dp = _run(pool, "dp=2,mbs=4")

@@ -107,6 +107,7 @@ def test_a_checkpoint_keeps_its_operator_costs(bert: TrainingData, tmp_path) -> 
     np.testing.assert_array_equal(predict_samples(loaded, test)[0], predict_samples(model, test)[0])
 
 
+@pytest.mark.slow
 def test_train_command_fits_operator_costs_into_the_checkpoint(tmp_path, capsys) -> None:
     """`scaledl train --op-costs` prices non-GEMM layers by operators in the checkpoint it writes."""
     from orchestrator.cli import main

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("ray")
+# Three raylets and a node removed: slow. test_orchestrator checks a lost replica and the search's answer fast.
+pytestmark = pytest.mark.slow
 
 from orchestrator.local_cluster import local_cluster  # noqa: E402
 from orchestrator.replicas import ReplicaPool  # noqa: E402

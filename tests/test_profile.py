@@ -19,6 +19,7 @@ def _cli(out, *extra):
     return [sys.executable, "-m", "orchestrator.cli", "profile", *ARGS, "--out", str(out), *extra]
 
 
+@pytest.mark.slow
 def test_kill_9_then_resume_loses_and_duplicates_nothing(tmp_path):
     out = tmp_path / "ds"
     proc = subprocess.Popen(_cli(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

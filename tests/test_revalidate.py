@@ -32,6 +32,7 @@ def test_bad_arguments_are_clean_errors(tmp_path: Path, capsys: pytest.CaptureFi
     assert "sqlite:///PATH" in err and "--sample must be at least 1" in err and "no history database" in err
 
 
+@pytest.mark.slow
 def test_rounds_history_and_the_drift_alert(two_nodes, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     url = f"sqlite:///{tmp_path}/history.db"
     with History.open(url) as h:

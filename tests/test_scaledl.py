@@ -231,6 +231,7 @@ def test_train_command_records_held_out_accuracy_and_update_keeps_or_swaps(tmp_p
     assert main(["train", "--data", str(csv), "--holdout", "1.5", "--out", str(ckpt)]) == 2
 
 
+@pytest.mark.slow
 def test_train_command_calibrates_gpu_data_and_refuses_cpu_data(tmp_path, capsys):
     """`--calibrate` fits the fixed costs into the checkpoint; a measured CPU dataset is refused with the fix,
     and so is `--op-costs` on a CSV without layer timings."""

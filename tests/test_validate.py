@@ -76,6 +76,7 @@ def test_errors_and_the_winner_note() -> None:
     assert winner_note([fast, ValidationResult("pp=2", "oom", predicted_time_s=0.1)]) == ""
 
 
+@pytest.mark.slow
 def test_plans_run_for_real_and_failures_are_results(two_nodes, tmp_path: Path) -> None:
     big = {"model": {"family": "gpt2", "hidden": 512, "layers": 4, "heads": 8, "seq_len": 128, "vocab": 50257},
            "training": {"global_batch": 4, "precision": "fp32"}, "cluster": {"device": "cpu", "nodes": 1, "gpus_per_node": 1}}

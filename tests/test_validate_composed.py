@@ -53,6 +53,7 @@ def assert_placed_as_planned(result: ValidationResult, plan: Plan) -> None:
     assert result.compared_time_s == pytest.approx(result.predicted_time_s * result.core_sharing)
 
 
+@pytest.mark.slow
 def test_tp_pp_with_sp_interleaving_and_selective_recomputation_on_4_ranks(two_nodes) -> None:
     text = "dp=1,tp=2,pp=2,mbs=1,sp=true,schedule=interleaved,v=2,recompute=selective"
     result = run(llama(4, 4), text)
