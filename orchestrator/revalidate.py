@@ -100,10 +100,14 @@ def run_round(
     round_id = history.record_round([_row(p, r, fingerprint) for p, r in zip(chosen, results)], fingerprint,
                                     ",".join(versions), started)
     rolling = history.rolling_error(window)
-    # Only this cluster's figures: other devices' drift is reported by the rounds that run there.
-    alerts = [Drift(dev, fam, err, n) for (dev, fam), (err, n) in sorted(rolling.items())
-              if dev == fingerprint and err > threshold]
-    return RoundReport(round_id, list(zip(chosen, results)), rolling, alerts)
+    return RoundReport(round_id, list(zip(chosen, results)), rolling, drift_alerts(rolling, fingerprint, threshold))
+
+
+def drift_alerts(rolling: dict[tuple[str, str], tuple[float, int]], fingerprint: str, threshold: float) -> list[Drift]:
+    """The (device, family) rolling errors above `threshold` on this cluster's device: other devices' drift is
+    reported by the rounds that run there."""
+    return [Drift(dev, fam, err, n) for (dev, fam), (err, n) in sorted(rolling.items())
+            if dev == fingerprint and err > threshold]
 
 
 def _pct(value: float | None) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.history import History
-from orchestrator.revalidate import parse_every
+from orchestrator.revalidate import RoundReport, drift_alerts, parse_every, print_round
 from predictor.plan import Plan
 from tests.stored_predictions import PLANS, store
 
@@ -103,3 +103,17 @@ def test_every_keeps_running_rounds_while_readers_watch(two_nodes, tmp_path: Pat
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
+
+
+def test_the_drift_alert_names_this_devices_families_over_the_threshold(capsys: pytest.CaptureFixture) -> None:
+    """What the slow end-to-end test checks after real rounds, on a rolling-error table: only this cluster's device,
+    only above the threshold, on stderr with the remedy, and a round that raises one has drifted (exit status 1)."""
+    rolling = {("cpu:a", "bert"): (0.9, 2), ("cpu:a", "gpt2"): (0.1, 2), ("cuda:h100", "bert"): (0.8, 5)}
+    alerts = drift_alerts(rolling, "cpu:a", threshold=0.5)
+    assert [(a.device, a.family, a.rows) for a in alerts] == [("cpu:a", "bert", 2)]
+    report = RoundReport(1, [], rolling, alerts)
+    assert report.drifted and not RoundReport(1, [], rolling, drift_alerts(rolling, "cpu:a", 0.95)).drifted
+    print_round(report, threshold=0.5)
+    err = capsys.readouterr().err
+    assert "DRIFT ALERT: bert on cpu:a: rolling mean |error| 90.0% over 2 runs passes the 50% threshold" in err
+    assert "--retrain" in err and "gpt2" not in err
