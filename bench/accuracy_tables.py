@@ -453,7 +453,7 @@ def summary(parsed: dict[str, list[Section]], picks: dict[tuple[str, str], Block
         recorded = json.loads(analytical_accuracy.read_text())
         out += ["**The analytical model's recorded accuracy**, which `scaledl plan` reports show "
                 "([predictor/checkpoints/analytical-accuracy.json](../predictor/checkpoints/analytical-accuracy.json), "
-                "written by `bench/vtrain_eval.py --record`):", "",
+                "written by `python -m bench.vtrain_eval --record` and `python -m bench.modern_eval --record`, one record per device and framework):", "",
                 "| device | MAPE % | rows | source | date |", "|---|---|---|---|---|"]
         out += [f"| {device} | {r.get('mape_pct')} | {r.get('rows')} | {r.get('source')} | {r.get('date')} |"
                 for device, r in sorted(recorded.items())]
