@@ -67,7 +67,7 @@ def _default_overlap(plan: Plan) -> frozenset[str]:
 # DeepSpeed ZeRO (bf16): bf16 gradients (2 B), fp32 master + moments partitioned; contiguous_gradients with
 # reduce_bucket_size 5e8 elements; ZeRO-3 prefetches stage3_prefetch_bucket_size 5e7 parameters.
 MEMORY = MemoryFacts(NAME, grad_bytes=2.0, master_bytes=4.0, moment_bytes=4.0, grads_sharded_from=2,
-                     unsharded_params_under_pp=False, unsharded_grads_under_pp=False, saved="graph",
+                     fp32_grad_partition=True, saved="graph",
                      swiglu_saved=4.0, loss_saved_bytes=4.0, loss_peak_bytes=6.0,
                      grad_bucket_bytes=5e8 * 2, prefetch_params=5e7, workspace_bytes=32 * MIB)
 

@@ -96,7 +96,7 @@ def _default_overlap(plan: Plan) -> frozenset[str]:
 # moments sharded over dp·cp; the unfused cross-entropy keeps the fp32 exp-logits (4 B) and casts the gradient back to
 # bf16 (2 B) at the start of backward, Transformer Engine's fused one (which the launch files set) the bf16 logits only.
 MEMORY = MemoryFacts(NAME, grad_bytes=4.0, master_bytes=4.0, moment_bytes=4.0, grads_sharded_from=2,
-                     unsharded_params_under_pp=False, unsharded_grads_under_pp=False, saved="megatron-te",
+                     saved="megatron-te",
                      swiglu_saved=3.0, loss_saved_bytes=4.0, loss_peak_bytes=6.0, grad_bucket_bytes=0.0,
                      prefetch_params=0.0, workspace_bytes=64 * MIB, fp8_param_gather=True, te_cross_entropy=True)
 

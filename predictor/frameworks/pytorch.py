@@ -30,7 +30,7 @@ def _nothing(plan: Plan) -> frozenset[str]:
 
 # torch DDP (bucket_cap_mb=25, two in flight), ZeroRedundancyOptimizer, FSDP; eager modules.
 MEMORY = MemoryFacts(NAME, grad_bytes=2.0, master_bytes=4.0, moment_bytes=4.0, grads_sharded_from=2,
-                     unsharded_params_under_pp=False, unsharded_grads_under_pp=False, saved="graph",
+                     saved="graph",
                      swiglu_saved=4.0, loss_saved_bytes=4.0, loss_peak_bytes=6.0,
                      grad_bucket_bytes=2 * 25 * MIB, prefetch_params=0.0, workspace_bytes=32 * MIB)
 

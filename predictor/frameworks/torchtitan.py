@@ -69,7 +69,7 @@ def _default_overlap(plan: Plan) -> frozenset[str]:
 # separate copy), gradients reduce-scatter to fp32 shards; F.cross_entropy on .float() logits keeps the fp32
 # log-softmax (4 B) and its backward adds an fp32 gradient and its bf16 cast (6 B).
 MEMORY = MemoryFacts(NAME, grad_bytes=4.0, master_bytes=0.0, moment_bytes=4.0, grads_sharded_from=2,
-                     unsharded_params_under_pp=True, unsharded_grads_under_pp=True, saved="torchtitan",
+                     fsdp2_states=True, saved="torchtitan",
                      swiglu_saved=4.0, loss_saved_bytes=4.0, loss_peak_bytes=10.0,
                      grad_bucket_bytes=0.0, prefetch_params=0.0, workspace_bytes=32 * MIB)
 

@@ -178,7 +178,7 @@ def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Leve
     largest = _largest_layer_params(layout)
     param_bytes = 4.0 if t.precision == "fp32" else 2.0
     grad_bytes = 2.0 if levers.bf16_grads else facts.grad_bytes
-    if facts.framework == "torchtitan":
+    if facts.fsdp2_states:
         # FSDP2: the sharded parameter is the fp32 master; zero=2 keeps the gathered bf16 parameters after forward,
         # and a pipeline defers the reduce-scatter, accumulating unsharded fp32 gradients over the micro-batches.
         if plan.zero == 0:
@@ -198,7 +198,7 @@ def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Leve
     grads = shard(facts.grads_sharded_from) * grad_bytes
     if plan.zero >= facts.grads_sharded_from and plan.dp * plan.cp > 1:  # the unsharded gradients being reduced
         grads = grads + largest * grad_bytes
-    if facts.framework == "deepspeed" and plan.zero in (1, 2):  # the fp32 gradient partition the step reads
+    if facts.fp32_grad_partition and plan.zero in (1, 2):  # the fp32 gradient partition the step reads
         grads = grads + shard(1) * 4.0
     moments = 2.0 if levers.bf16_moments else facts.moment_bytes
     optimizer = shard(1) * (facts.master_bytes + 2 * moments) * (1 - levers.optimizer_offload)

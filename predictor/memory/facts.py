@@ -35,11 +35,6 @@ class MemoryFacts:
     # ZeRO stage at which the framework shards gradients over the data-parallel group (Megatron's distributed
     # optimizer keeps the whole fp32 grad buffer: only Megatron-FSDP, zero>=2, shards it).
     grads_sharded_from: int
-    # A ZeRO-2 plan that keeps unsharded parameters after forward (torchtitan's FSDP2 reshard_after_forward=False,
-    # its default under a pipeline) and whether, under a pipeline, unsharded gradients accumulate over the
-    # micro-batches (torch.distributed.pipelining defers FSDP2's reduce-scatter to the last backward).
-    unsharded_params_under_pp: bool
-    unsharded_grads_under_pp: bool
     # Activations: whose saved-tensor list prices them.
     saved: SavedTensors
     # Gated-MLP elements saved per ffn element: Megatron's fused bias_swiglu keeps its 2·ffn input and FC2 keeps the
@@ -57,6 +52,11 @@ class MemoryFacts:
     # FP8 training keeps FP8 parameters in the param buffer, no BF16 copy (Megatron-Core's --fp8-param-gather, which
     # Megatron-Bridge's FP8 recipes set and ScaleDL's Megatron launch files write).
     fp8_param_gather: bool = False
+    # Model states kept as torch.distributed FSDP2 keeps them (torchtitan): the sharded parameter is the fp32 master,
+    # zero=2 keeps the gathered parameters after forward, and a pipeline accumulates unsharded fp32 gradients.
+    fsdp2_states: bool = False
+    # ZeRO-1/2 keeps an fp32 partition of the gradients for the optimizer step beside the bf16 ones (DeepSpeed).
+    fp32_grad_partition: bool = False
     # Transformer Engine's fused cross-entropy (--cross-entropy-loss-fusion --cross-entropy-fusion-impl te, which
     # Megatron-Bridge's recipes set and ScaleDL's Megatron launch files write): no fp32 logits copy.
     te_cross_entropy: bool = False
