@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from predictor.frameworks import framework_for
-from predictor.plan import Plan, PlanError, plan_errors
+from predictor.frameworks import run_errors
+from predictor.plan import Plan, PlanError, canonical_recompute, recompute_modules
 from predictor.prediction import Prediction
 from predictor.prediction_table import PredictionTable
 from predictor.workload import WorkloadSpec
@@ -61,8 +61,7 @@ class Repredictor:
 def runs(plan: Plan, spec: WorkloadSpec) -> bool:
     """Whether `plan` passes the structural rules and its framework's (a lever the framework lacks fails here)."""
     try:
-        framework = framework_for(spec)
-        return not (plan_errors(plan, spec) or framework.errors(plan, spec) or framework.lever_errors(plan))
+        return not run_errors(plan, spec)
     except PlanError:
         return False
 
@@ -87,13 +86,12 @@ def memory_levers(plan: Plan, spec: WorkloadSpec) -> list[tuple[str, Plan]]:
     the caller (`runs`)."""
     blocks = max(1, (spec.model.num_blocks or 1) // (plan.pp * plan.v))
     out: list[tuple[str, Plan]] = []
-    held = set(plan.recompute.split("+")) if plan.recompute not in ("none", "selective", "full") else (
-        {"core_attn"} if plan.recompute == "selective" else set())
     if plan.recompute != "full":
+        held = recompute_modules(plan.recompute)
         for module in _recompute_modules(spec):
             if module not in held:
-                modules = "+".join(sorted(held | {module}))
-                out.append((f"recompute={Plan(recompute=modules).recompute}", {"recompute": modules}))
+                modules = canonical_recompute("+".join(held | {module}))
+                out.append((f"recompute={modules}", {"recompute": modules}))
         if blocks > 1:
             out.append((f"recompute=full,recompute_layers={blocks // 2}",
                         {"recompute": "full", "recompute_layers": blocks // 2}))

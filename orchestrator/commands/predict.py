@@ -13,9 +13,9 @@ from orchestrator.cli import UsageError
 from predictor.device_resolver import spec_device
 from predictor.models.domain import advice as domain_advice
 from predictor.models.registry import load_predictor
-from predictor.frameworks import framework_for
+from predictor.frameworks import framework_for, run_errors
 from predictor.memory.facts import HEADROOM
-from predictor.plan import Plan, PlanError, placement_warnings, plan_errors
+from predictor.plan import Plan, PlanError, placement_warnings
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS, Prediction
 from predictor.workload import WorkloadSpec, load_spec, read_text
 from search_spaces import resolve_space
@@ -56,8 +56,7 @@ def _checked(text: str, spec: WorkloadSpec) -> Plan | str:
         plan = Plan.parse(text)
     except PlanError as err:
         return str(err)
-    framework = framework_for(spec)
-    errors = plan_errors(plan, spec, allow_cross_node_tp=True) + framework.errors(plan, spec) + framework.lever_errors(plan)
+    errors = run_errors(plan, spec, allow_cross_node_tp=True)
     return plan if not errors else f"invalid plan {text!r}: " + "; ".join(errors)
 
 

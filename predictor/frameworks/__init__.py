@@ -41,13 +41,19 @@ def framework_for(spec: "WorkloadSpec", device: "Device | None" = None) -> Frame
     return FRAMEWORKS[spec.training.framework or DEFAULT_FRAMEWORK]
 
 
+def run_errors(plan: Plan, spec: "WorkloadSpec", allow_cross_node_tp: bool = False) -> list[str]:
+    """Every reason the spec's framework cannot run `plan`: the structural rules, the framework's and its levers'."""
+    framework = framework_for(spec)
+    return plan_errors(plan, spec, allow_cross_node_tp) + framework.errors(plan, spec) + framework.lever_errors(plan)
+
+
 def launch_files(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
     """{file name: text}: the spec's framework's launch file for `plan` (and Megatron's torchrun.sh).
 
     Raises LaunchError naming every field the framework cannot run.
     """
     framework = framework_for(spec)
-    errors = plan_errors(plan, spec, allow_cross_node_tp=True) + framework.errors(plan, spec) + framework.lever_errors(plan)
+    errors = run_errors(plan, spec, allow_cross_node_tp=True)
     if framework.launch is None:
         errors.append(f"{framework.title} has no launch file: `scaledl plan --validate` runs plans in it")
     else:
