@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from predictor.workload import MOE_FAMILIES, ModelSpec, SpecError
+from predictor.workload import GLOBAL_EVERY, MOE_FAMILIES, ModelSpec, SpecError
 
 __all__ = ["GPTModel", "build_model", "example_inputs", "module_args", "training_loss", "output_loss", "param_count", "num_labels",
            "user_model_errors"]
@@ -189,14 +189,32 @@ def _hf_config(model: ModelSpec) -> Any:
                   image_size=model.image_size, patch_size=model.patch_size, num_labels=num_labels(model), **extra)
     elif fam in MOE_FAMILIES or (fam == "llama" and model.is_moe):
         cfg = _moe_config(model, extra)
-    elif fam == "llama":
-        cfg = tf.LlamaConfig(vocab_size=model.vocab, hidden_size=h, intermediate_size=ffn, num_hidden_layers=l,
-                             num_attention_heads=a, num_key_value_heads=model.kv_heads or a, head_dim=model.head_dim,
-                             max_position_embeddings=model.seq_len, **extra)
+    elif fam in ("llama", "qwen3", "gemma2", "gemma3"):
+        cls = {"llama": tf.LlamaConfig, "qwen3": tf.Qwen3Config, "gemma2": tf.Gemma2Config,
+               "gemma3": tf.Gemma3TextConfig}[fam]
+        if fam != "llama":
+            extra.setdefault("head_dim", model.head_dim or h // a)  # their configs' defaults are one model's
+        if fam in GLOBAL_EVERY:
+            extra.update(_gemma_attention(model))
+        cfg = cls(vocab_size=model.vocab, hidden_size=h, intermediate_size=ffn, num_hidden_layers=l,
+                  num_attention_heads=a, num_key_value_heads=model.kv_heads or a, max_position_embeddings=model.seq_len,
+                  **({"head_dim": model.head_dim} if fam == "llama" else {}), **extra)
     else:
         raise ValueError(f"no HuggingFace config for family {fam!r}")
-    cfg._attn_implementation = "eager" if fam == "gpt_oss" else "sdpa"  # GPT-OSS's attention sinks have no SDPA path
+    # GPT-OSS's attention sinks and Gemma 2's logit soft-capping have no SDPA path in transformers
+    cfg._attn_implementation = "eager" if fam in ("gpt_oss", "gemma2") else "sdpa"
     return cfg
+
+
+def _gemma_attention(model: ModelSpec) -> dict[str, Any]:
+    """Gemma's local-global layer pattern as its config's layer_types (every `global_every`-th layer global), or all
+    layers global without a window (its config's default window would otherwise apply)."""
+    layers = model.layers or 0
+    if model.sliding_window is None:
+        return {"layer_types": ["full_attention"] * layers}
+    every = model.global_every or GLOBAL_EVERY[str(model.family)]
+    return {"sliding_window": model.sliding_window,
+            "layer_types": ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(layers)]}
 
 
 def _moe_config(model: ModelSpec, extra: dict[str, Any]) -> Any:
@@ -243,6 +261,9 @@ def _hf_model_class(family: str) -> type:
         "vit": tf.ViTForImageClassification,
         "deit": tf.DeiTForImageClassification,
         "llama": tf.LlamaForCausalLM,
+        "qwen3": tf.Qwen3ForCausalLM,
+        "gemma2": tf.Gemma2ForCausalLM,
+        "gemma3": tf.Gemma3ForCausalLM,
         "mixtral": tf.MixtralForCausalLM,
         "qwen3_moe": tf.Qwen3MoeForCausalLM,
         "deepseek_v3": tf.DeepseekV3ForCausalLM,
@@ -369,7 +390,7 @@ def example_inputs(model: ModelSpec, batch: int, device: str | torch.device = "m
     if model.hf_config is not None:
         vocab = model.hf_config.get("vocab_size", vocab)
     inputs: dict[str, Any] = {"input_ids": ints((batch, s), vocab), "labels": ints((batch, s), vocab)}
-    if fam in ("gpt2", "t5", "llama", *MOE_FAMILIES):
+    if fam in ("gpt2", "t5", "llama", "qwen3", "gemma2", "gemma3", *MOE_FAMILIES):
         inputs["use_cache"] = False
     return inputs
 

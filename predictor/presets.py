@@ -13,11 +13,22 @@ config.json `tie_word_embeddings: true`); all at 8,192 tokens, their pretraining
 Dense Qwen and Mistral as Llama-architecture decoders, from Megatron-Bridge's model providers and the HF configs:
 Qwen2.5 7B/72B (Qwen25ModelProvider7B/72B: QKV bias, untied, vocab 152,064; LlamaConfig's attention_bias also
 gives the output projection a bias, hidden weights a layer more), Qwen3 8B/32B (Qwen3ModelProvider8B/32B:
-kv channels 128, 8 query groups, vocab 151,936; its per-head q/k RMSNorms, 256 weights a layer, are left out),
+kv channels 128, 8 query groups, vocab 151,936),
 Mistral 7B v0.1 (HF: vocab 32,000, 4,096-token sliding window) and Mistral NeMo 12B (MistralNeMoConfig12B,
 HF Mistral-Nemo-Base-2407: kv channels 128, vocab 131,072); seq_len 4,096 as Megatron-Bridge's Qwen3 pretraining
-recipe (and Mistral 7B's window, so its full causal attention is the sliding one). Gemma 2/3 are not presets: their
-sandwich norms, logit soft-capping and local-global attention are no Llama config.
+recipe (and Mistral 7B's window, so its full causal attention is the sliding one). Qwen3 dense is its own family
+(transformers' Qwen3Config): the per-head q/k RMSNorms are in the built model.
+Gemma 2 (2B/9B/27B; Gemma Team 2024, Table 1, and the HF configs google/gemma-2-*: head_dim 256, 27B's 128, 4,096-token
+local window on every other layer, 8,192-token context) and Gemma 3 text decoders (1B/4B/12B/27B; Gemma Team 2025 and
+the HF text configs: five local layers to one global, window 1,024, the 1B's 512, 27B's head_dim 128, vocab 262,208,
+the 1B's 262,144, pre-trained at 32,768 tokens) from transformers' Gemma2Config / Gemma3TextConfig: tied embeddings,
+GeGLU (tanh GELU), head_dim != hidden/heads, the sandwich (pre and post) RMSNorms, Gemma 3's q/k norms and the
+embedding scale are in the built model, so in the graph. What prices differently: a local layer's fused attention
+computes only its window's band (`predictor.models.roofline.sliding_window_work`); unfused attention computes the
+whole masked product, as it does. Not priced: Gemma 2's soft-capping of the attention scores inside a fused kernel
+(a tanh per score; the eager trace, which unfused frameworks are priced by, has it, and the logits' soft-capping is
+traced with the loss), and Gemma 3's vision encoder (its presets are the text decoders). Megatron-LM's arguments
+cannot spell Gemma's GeGLU or soft-capping: its launch file says so.
 Mixtures of experts, from each model's HF config.json (mistralai/Mixtral-8x7B-v0.1, mistralai/Mixtral-8x22B-v0.1,
 Qwen/Qwen3-30B-A3B, Qwen/Qwen3-235B-A22B, openai/gpt-oss-120b, deepseek-ai/DeepSeek-V3), cross-checked against
 Megatron-Bridge's model providers (Qwen3 235B: 94 layers, 64 heads, 4 query groups, kv channels 128, MoE FFN 1536,
@@ -55,15 +66,23 @@ def _vision(family: str, hidden: int, layers: int, heads: int, patch: int, image
 
 
 def _llama(hidden: int, layers: int, heads: int, kv: int, ffn: int, seq: int, vocab: int, head_dim: int | None = None,
-           **config: Any) -> dict[str, Any]:
-    """A Llama-architecture decoder; `config`: LlamaConfig fields beyond the dims (tied embeddings, QKV bias)."""
-    spec = {"family": "llama", "hidden": hidden, "layers": layers, "heads": heads, "kv_heads": kv,
+           family: str = "llama", sliding_window: int | None = None, **config: Any) -> dict[str, Any]:
+    """A dense decoder of Llama's shape (a Llama, Qwen3 or Gemma family); `config`: its transformers config's fields
+    beyond the dims (tied embeddings, QKV bias, Gemma's query scale)."""
+    spec = {"family": family, "hidden": hidden, "layers": layers, "heads": heads, "kv_heads": kv,
             "ffn_hidden": ffn, "seq_len": seq, "vocab": vocab}
     if head_dim is not None:
         spec["head_dim"] = head_dim
+    if sliding_window is not None:
+        spec["sliding_window"] = sliding_window
     if config:
         spec["kwargs"] = config
     return spec
+
+
+def _gemma(family: str, hidden: int, layers: int, heads: int, kv: int, ffn: int, seq: int, vocab: int, head_dim: int,
+           window: int, **config: Any) -> dict[str, Any]:
+    return _llama(hidden, layers, heads, kv, ffn, seq, vocab, head_dim, family=family, sliding_window=window, **config)
 
 
 def _moe(family: str, hidden: int, layers: int, heads: int, kv: int, ffn: int, vocab: int, experts: int, top_k: int,
@@ -114,12 +133,19 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "llama3.3-70b": _llama(8192, 80, 64, 8, 28672, 8192, 128256),
     "qwen2.5-7b": _llama(3584, 28, 28, 4, 18944, 4096, 152064, attention_bias=True),
     "qwen2.5-72b": _llama(8192, 80, 64, 8, 29568, 4096, 152064, attention_bias=True),
-    "qwen3-8b": _llama(4096, 36, 32, 8, 12288, 4096, 151936, head_dim=128),
-    "qwen3-32b": _llama(5120, 64, 64, 8, 25600, 4096, 151936, head_dim=128),
+    "qwen3-8b": _llama(4096, 36, 32, 8, 12288, 4096, 151936, head_dim=128, family="qwen3"),
+    "qwen3-32b": _llama(5120, 64, 64, 8, 25600, 4096, 151936, head_dim=128, family="qwen3"),
     "mistral-7b": _llama(4096, 32, 32, 8, 14336, 4096, 32000),
     "mistral-nemo-12b": _llama(5120, 40, 32, 8, 14336, 4096, 131072, head_dim=128),
+    "gemma2-2b": _gemma("gemma2", 2304, 26, 8, 4, 9216, 8192, 256000, 256, 4096),
+    "gemma2-9b": _gemma("gemma2", 3584, 42, 16, 8, 14336, 8192, 256000, 256, 4096),
+    "gemma2-27b": _gemma("gemma2", 4608, 46, 32, 16, 36864, 8192, 256000, 128, 4096, query_pre_attn_scalar=144),
+    "gemma3-1b": _gemma("gemma3", 1152, 26, 4, 1, 6912, 32768, 262144, 256, 512),
+    "gemma3-4b": _gemma("gemma3", 2560, 34, 8, 4, 10240, 32768, 262208, 256, 1024),
+    "gemma3-12b": _gemma("gemma3", 3840, 48, 16, 8, 15360, 32768, 262208, 256, 1024),
+    "gemma3-27b": _gemma("gemma3", 5376, 62, 32, 16, 21504, 32768, 262208, 128, 1024, query_pre_attn_scalar=168),
     "mixtral-8x7b": _moe("mixtral", 4096, 32, 32, 8, 14336, 32000, 8, 2),
-    "mixtral-8x22b": _moe("mixtral", 6144, 56, 48, 8, 16384, 32768, 8, 2),
+    "mixtral-8x22b": _moe("mixtral", 6144, 56, 48, 8, 16384, 32000, 8, 2),
     "qwen3-30b-a3b": _moe("qwen3_moe", 2048, 48, 32, 4, 6144, 151936, 128, 8, 768, head_dim=128),
     "qwen3-235b-a22b": _moe("qwen3_moe", 4096, 94, 64, 4, 12288, 151936, 128, 8, 1536, head_dim=128),
     "gpt-oss-120b": _moe("gpt_oss", 2880, 36, 64, 8, 2880, 201088, 128, 4, head_dim=64),

@@ -22,12 +22,16 @@ from predictor.frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, MEASURED_FR
 from predictor.hardware import DEVICES
 from predictor.presets import MODEL_PRESETS
 
-Family = Literal["gpt", "gpt2", "bert", "t5", "vit", "deit", "llama", "mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss"]
-FAMILIES: tuple[str, ...] = ("gpt", "gpt2", "bert", "t5", "vit", "deit", "llama", "mixtral", "qwen3_moe", "deepseek_v3",
-                             "gpt_oss")
+Family = Literal["gpt", "gpt2", "bert", "t5", "vit", "deit", "llama", "qwen3", "gemma2", "gemma3", "mixtral",
+                 "qwen3_moe", "deepseek_v3", "gpt_oss"]
+FAMILIES: tuple[str, ...] = ("gpt", "gpt2", "bert", "t5", "vit", "deit", "llama", "qwen3", "gemma2", "gemma3", "mixtral",
+                             "qwen3_moe", "deepseek_v3", "gpt_oss")
 # Mixture-of-experts decoders (predictor.moe): each built from its transformers config class.
 MOE_FAMILIES: tuple[str, ...] = ("mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss")
 VISION_FAMILIES = ("vit", "deit")
+# Local-global attention: one layer in N attends to the whole sequence, the others to the last `sliding_window`
+# tokens (transformers' Gemma2Config / Gemma3TextConfig layer_types).
+GLOBAL_EVERY: dict[str, int] = {"gemma2": 2, "gemma3": 6}
 
 # Attribute names used by HuggingFace configs of the supported families, in lookup order.
 _HF_KEYS: dict[str, tuple[str, ...]] = {
@@ -41,9 +45,11 @@ _HF_KEYS: dict[str, tuple[str, ...]] = {
     "image_size": ("image_size",),
     "patch_size": ("patch_size",),
     "decoder_layers": ("num_decoder_layers",),
+    "head_dim": ("head_dim",),
+    "sliding_window": ("sliding_window",),
 }
 _HF_FAMILY = {"gpt2": "gpt2", "bert": "bert", "t5": "t5", "vit": "vit", "deit": "deit", "llama": "llama",
-              **{f: f for f in MOE_FAMILIES}}
+              "qwen3": "qwen3", "gemma2": "gemma2", "gemma3_text": "gemma3", **{f: f for f in MOE_FAMILIES}}
 
 # Upper bounds of model dimensions: far above any trained model (GPT-3 175B: hidden 12,288, 96 layers;
 # vocabularies of 256k), far below what overflows a graph or its arithmetic: `layers: 1e12` is a typo, not a workload.
@@ -116,7 +122,14 @@ class ModelSpec(_Strict):
                               description="leading layers with a dense MLP instead of experts (DeepSeek-V3: 3)")
     router: Literal["softmax", "sigmoid"] = Field(default="softmax", description="router score function")
     head_dim: int | None = Field(default=None, strict=True, gt=0, le=4096,
-                                 description="attention head width when heads x head_dim != hidden (Qwen3, GPT-OSS)")
+                                 description="attention head width when heads x head_dim != hidden (Qwen3, Gemma, "
+                                             "GPT-OSS)")
+    sliding_window: int | None = Field(default=None, strict=True, gt=0, le=_MAX_TOKENS,
+                                       description="tokens a local attention layer attends to (Gemma 2: 4096, "
+                                                   "Gemma 3: 1024)")
+    global_every: int | None = Field(default=None, strict=True, gt=0, le=_MAX_LAYERS,
+                                     description="with sliding_window: one layer in global_every attends to the whole "
+                                                 "sequence (default: the family's, Gemma 2: 2, Gemma 3: 6; else none)")
     # Multi-head latent attention (deepseek_v3): low-rank query and key/value projections, rope/no-rope head parts.
     q_lora_rank: int | None = Field(default=None, strict=True, gt=0, le=_MAX_WIDTH)
     kv_lora_rank: int | None = Field(default=None, strict=True, gt=0, le=_MAX_WIDTH)
@@ -176,6 +189,8 @@ class ModelSpec(_Strict):
         if self.experts is not None and (self.family not in (*MOE_FAMILIES, "llama") or self.top_k > self.experts):
             raise ValueError(f"experts={self.experts}, top_k={self.top_k}: experts need a decoder family "
                              f"({', '.join((*MOE_FAMILIES, 'llama'))}) and top_k <= experts")
+        if self.global_every is not None and self.sliding_window is None:
+            raise ValueError(f"global_every={self.global_every} needs a sliding_window for the other layers")
         if self.dense_layers >= (self.layers or 0) and self.experts is not None:
             raise ValueError(f"dense_layers={self.dense_layers} leaves no MoE layer of layers={self.layers}")
         if self.family in VISION_FAMILIES and self.image_size % self.patch_size:  # type: ignore[operator]
@@ -192,13 +207,23 @@ class ModelSpec(_Strict):
         if self.ffn_hidden is not None:
             return self.ffn_hidden
         h = self.hidden or 0
-        if self.family in ("llama", *MOE_FAMILIES):
+        if self.family in ("llama", "qwen3", *MOE_FAMILIES):
             return 256 * ((int(8 * h / 3) + 255) // 256)
         return 4 * h
 
     @property
     def is_moe(self) -> bool:
         return self.experts is not None
+
+    @property
+    def local_layers(self) -> int:
+        """Layers whose attention slides over the last `sliding_window` tokens (the rest attend globally): all but
+        every `global_every`-th layer, the family's pattern by default (0 without a window)."""
+        if self.sliding_window is None:
+            return 0
+        layers = self.layers or 0
+        every = self.global_every or GLOBAL_EVERY.get(str(self.family))
+        return layers - layers // every if every else layers
 
     @property
     def expert_ffn_size(self) -> int:

@@ -291,10 +291,13 @@ def test_deepspeed_launch_trains_the_experts() -> None:
 
 def test_torchtitan_names_its_shipped_flavor_or_how_to_register_one() -> None:
     for preset, flavor in (("llama3-8b", "8B"), ("llama3-70b", "70B"), ("llama3.1-405b", "405B"),
-                           ("deepseek-v3", "671B"), ("qwen3-30b-a3b", "30B-A3B")):
+                           ("deepseek-v3", "671B"), ("qwen3-30b-a3b", "30B-A3B"), ("qwen3-8b", "8B"),
+                           ("qwen3-32b", "32B")):
         spec = _spec("torchtitan", preset, "h100", 16, 1024)
         text = launch_files(Plan(dp=128, mbs=1, zero=3), spec)["torchtitan.toml"]
         assert tomllib.loads(text)["model"]["flavor"] == flavor and "register" not in text
+        assert tomllib.loads(text)["model"]["name"] == ("qwen3" if preset.startswith("qwen3") else
+                                                        "deepseek_v3" if preset == "deepseek-v3" else "llama3")
     mixtral = _spec("torchtitan", "mixtral-8x7b", "h100", 4, 256)
     text = launch_files(Plan.parse("dp=32,mbs=1,zero=3,ep=8"), mixtral)["torchtitan.toml"]
     config = tomllib.loads(text)
@@ -320,9 +323,19 @@ def test_torchtitan_cuts_uneven_pipelines_with_its_stage_weights() -> None:
 @pytest.mark.parametrize("preset, present, absent", [("llama3.2-1b", [], ["--untie-embeddings-and-output-weights"]),
                                                      ("qwen2.5-7b", ["--add-qkv-bias"], []),
                                                      ("llama3-8b", ["--untie-embeddings-and-output-weights"],
-                                                      ["--add-qkv-bias"])])
+                                                      ["--add-qkv-bias", "--qk-layernorm", "--kv-channels"]),
+                                                     # Qwen3's per-head q/k norms; 32B's heads are 128 wide, not 80
+                                                     ("qwen3-8b", ["--qk-layernorm", "--swiglu"], ["--kv-channels"]),
+                                                     ("qwen3-32b", ["--qk-layernorm", "--kv-channels", "128"], []),
+                                                     ("qwen3-30b-a3b", ["--qk-layernorm", "--kv-channels", "128"], []),
+                                                     ("mistral-nemo-12b", ["--kv-channels", "128"],
+                                                      ["--qk-layernorm"]),
+                                                     ("deepseek-v3", ["--multi-latent-attention"], ["--qk-layernorm"])])
 def test_megatron_args_build_the_presets_model(preset: str, present: list[str], absent: list[str]) -> None:
-    spec = parse_spec({"model": {"preset": preset}, "training": {"global_batch": 8, "precision": "bf16"},
+    """The flags are Megatron-LM's (megatron/training/arguments.py: --kv-channels and --qk-layernorm in
+    _add_network_size_args and _add_vision_args)."""
+    spec = parse_spec({"model": {"preset": preset}, "training": {"global_batch": 64, "precision": "bf16"},
                        "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8}})
-    args = launch_files(Plan.parse("dp=8,mbs=1,zero=1"), spec)["megatron_args.txt"].split()
+    args = launch_files(Plan.parse("dp=8,mbs=1,zero=1" + (",ep=8" if spec.model.is_moe else "")),
+                        spec)["megatron_args.txt"].split()
     assert all(a in args for a in present) and not any(a in args for a in absent)

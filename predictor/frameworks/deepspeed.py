@@ -18,7 +18,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from predictor.frameworks.base import Framework, Launch, hidden, other_orders, overlap_value, parse_args, recorded_constants
-from predictor.frameworks.megatron import Spelling, common_args, common_fields
+from predictor.frameworks.megatron import QK_NORM_FAMILIES, Spelling, common_args, common_fields
 from predictor.memory.facts import MIB, MemoryFacts
 from predictor.plan import Plan, overlap_kinds
 
@@ -81,27 +81,28 @@ def _moe_args(spec: "WorkloadSpec") -> list[str]:
     (`--expert-interval 1`: its default 2 puts them in every other layer), top-k gating, no token dropping (the
     prediction routes every token) and the separate MoE parameter groups its ZeRO optimizers need."""
     m = spec.model
-    args = ["--num-experts", str(m.experts), "--topk", str(m.top_k), "--expert-interval", "1",
+    return ["--num-experts", str(m.experts), "--topk", str(m.top_k), "--expert-interval", "1",
             "--disable-moe-token-dropping", "--create-moe-param-group"]
-    if m.head_dim is not None:
-        args += ["--kv-channels", str(m.head_dim)]
-    return args
 
 
 def _model_errors(spec: "WorkloadSpec") -> list[str]:
-    """What of a mixture of experts Megatron-DeepSpeed's GPT cannot build: its experts are copies of the dense MLP
-    behind a softmax top-k gate, in every layer."""
+    """What of the model Megatron-DeepSpeed's GPT cannot build: its attention has no per-head q/k norms or local
+    window, its gated MLP is SwiGLU between pre-norms only, and its experts are copies of the dense MLP behind a
+    softmax top-k gate, in every layer."""
     m = spec.model
-    if not m.is_moe:
-        return []
-    unbuilt = {f"shared experts ({m.shared_experts})": m.shared_experts,
-               f"{m.dense_layers} leading dense layers (it puts experts every --expert-interval layers)": m.dense_layers,
-               "multi-latent attention": m.kv_lora_rank is not None,
-               f"multi-token prediction ({m.mtp_layers} layers)": m.mtp_layers,
-               f"a {m.router} router (its gate is a softmax)": m.router != "softmax",
-               f"experts of ffn {m.expert_ffn_size} beside a dense ffn of {m.ffn_hidden_size} (its experts copy the "
-               f"dense MLP)": m.expert_ffn_size != m.ffn_hidden_size}
-    return [f"Megatron-DeepSpeed's MoE cannot build {what}" for what, present in unbuilt.items() if present]
+    unbuilt = {"per-head q/k RMSNorms": m.family in QK_NORM_FAMILIES,
+               f"{m.family}'s GeGLU, post-attention and post-MLP RMSNorms and local attention":
+                   m.family in ("gemma2", "gemma3")}
+    if m.is_moe:
+        unbuilt |= {f"shared experts ({m.shared_experts})": m.shared_experts,
+                    f"{m.dense_layers} leading dense layers (it puts experts every --expert-interval layers)":
+                        m.dense_layers,
+                    "multi-latent attention": m.kv_lora_rank is not None,
+                    f"multi-token prediction ({m.mtp_layers} layers)": m.mtp_layers,
+                    f"a {m.router} router (its gate is a softmax)": m.router != "softmax",
+                    f"experts of ffn {m.expert_ffn_size} beside a dense ffn of {m.ffn_hidden_size} (its experts copy "
+                    f"the dense MLP)": m.expert_ffn_size != m.ffn_hidden_size}
+    return [f"Megatron-DeepSpeed's GPT cannot build {what}" for what, present in unbuilt.items() if present]
 
 
 SPELLING = Spelling(llama=("--swiglu", "--normalization", "rmsnorm", "--use-rotary-position-embeddings",

@@ -101,6 +101,8 @@ MEMORY = MemoryFacts(NAME, grad_bytes=4.0, master_bytes=4.0, moment_bytes=4.0, g
                      prefetch_params=0.0, workspace_bytes=64 * MIB, fp8_param_gather=True, te_cross_entropy=True)
 
 ARGS_FILE = "megatron_args.txt"
+# Families whose attention normalises each head's queries and keys (an RMSNorm over head_dim): --qk-layernorm.
+QK_NORM_FAMILIES: tuple[str, ...] = ("qwen3", "qwen3_moe", "gemma3")
 _RECOMPUTE_ARGS = {"none": [], "selective": ["--recompute-granularity", "selective"],
                    "full": ["--recompute-granularity", "full", "--recompute-method", "uniform",
                             "--recompute-num-layers", "1"]}
@@ -149,7 +151,9 @@ def _model_args(spec: "WorkloadSpec", spelling: Spelling) -> list[str]:
             "--max-position-embeddings", str(m.tokens)]
     if m.kv_heads is not None and m.kv_heads != m.heads:
         args += [*spelling.gqa, str(m.kv_heads)]
-    if m.family == "llama" or m.is_moe:
+    if m.head_dim is not None and m.head_dim * m.heads != m.hidden:  # Qwen3 32B, Mistral NeMo, GPT-OSS
+        args += ["--kv-channels", str(m.head_dim)]
+    if m.family in ("llama", "qwen3") or m.is_moe:
         untie = "--untie-embeddings-and-output-weights"  # Llama 3.2 ties them (its config's tie_word_embeddings)
         args += [a for a in spelling.llama if a != untie or not m.kwargs.get("tie_word_embeddings")]
         if m.kwargs.get("attention_bias"):  # Qwen2.5's QKV bias
@@ -185,8 +189,6 @@ def _moe_args(spec: "WorkloadSpec") -> list[str]:
     args = ["--num-experts", str(m.experts), "--moe-router-topk", str(m.top_k), "--moe-ffn-hidden-size",
             str(m.expert_ffn_size), "--moe-router-score-function", m.router, "--moe-grouped-gemm",
             "--moe-token-dispatcher-type", "alltoall", "--moe-router-dtype", "fp32"]
-    if m.head_dim is not None:
-        args += ["--kv-channels", str(m.head_dim)]
     if m.dense_layers:
         args += ["--moe-layer-freq", "([0]*{}+[1]*{})".format(m.dense_layers, m.layers - m.dense_layers)]
     if m.shared_experts:
@@ -261,6 +263,8 @@ def megatron_args(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     """
     kinds = hidden(plan)
     args = common_args(plan, spec, NAME, SPELLING)
+    if spec.model.family in QK_NORM_FAMILIES:  # Qwen3's and Gemma 3's per-head q/k RMSNorms
+        args.append("--qk-layernorm")
     if plan.zero == 1:
         args.append("--use-distributed-optimizer")
     elif plan.zero >= 2:
@@ -350,6 +354,20 @@ def _write(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
     return {ARGS_FILE: args_text(megatron_args(plan, spec)), "torchrun.sh": torchrun_script(plan, spec)}
 
 
+def _model_errors(spec: "WorkloadSpec") -> list[str]:
+    """What of Gemma `pretrain_gpt.py` cannot build from Megatron-LM's arguments (`megatron/training/arguments.py`):
+    its gated activations are --swiglu and --quick-geglu, not GeGLU's tanh GELU, and no flag adds the post-attention
+    and post-MLP RMSNorms or Gemma 2's logit soft-capping. Megatron-Bridge's Gemma model providers build them with
+    their own layer specs, so the prediction stands; a pretrain_gpt.py launch would train another model."""
+    m = spec.model
+    if m.family not in ("gemma2", "gemma3"):
+        return []
+    parts = ["GeGLU with tanh GELU", "the post-attention and post-MLP RMSNorms",
+             *(["logit soft-capping"] if m.family == "gemma2" else [])]
+    return [f"Megatron-LM's pretrain_gpt.py cannot build {m.family}'s {', '.join(parts[:-1])} and {parts[-1]} from its "
+            f"arguments; run it with Megatron-Bridge's {m.family.capitalize()}ModelProvider"]
+
+
 def _read(text: str, spec: "WorkloadSpec") -> Plan:
     args = parse_args(shlex.split(text))
     fields = common_fields(args, NAME, spec)
@@ -371,6 +389,6 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
 
 MEGATRON = Framework(NAME, "Megatron-Core", _rules, _default_overlap, frozenset(OVERLAP_KINDS), fused_attention=True,
                      precisions=("fp32", "fp16", "bf16", "fp8", "fp4"), memory=MEMORY,
-                     constants=recorded_constants(NAME), launch=Launch(ARGS_FILE, _write, _read),
+                     constants=recorded_constants(NAME), launch=Launch(ARGS_FILE, _write, _read, _model_errors),
                      never={"schedule": ("gpipe",), "orders": other_orders(ORDERS)}, recompute_modules=True,
                      levers=frozenset(LEVERS))

@@ -74,8 +74,9 @@ MEMORY = MemoryFacts(NAME, grad_bytes=4.0, master_bytes=0.0, moment_bytes=4.0, g
                      grad_bucket_bytes=0.0, prefetch_params=0.0, workspace_bytes=32 * MIB)
 
 TOML_FILE = "torchtitan.toml"
-# Its MoE model per family (its `model.name`; Mixtral's architecture is its llama4 MoE).
-_MODEL = {"deepseek_v3": "deepseek_v3", "qwen3_moe": "qwen3", "gpt_oss": "gpt_oss", "mixtral": "llama4"}
+# Its model per family (its `model.name`; Llama's is llama3, Mixtral's architecture is its llama4 MoE).
+_MODEL = {"deepseek_v3": "deepseek_v3", "qwen3": "qwen3", "qwen3_moe": "qwen3", "gpt_oss": "gpt_oss",
+          "mixtral": "llama4"}
 # torch.distributed.pipelining schedule names; PyTorch's context parallel rotates K/V shards round a ring
 # with all-to-all, or all-gathers them.
 _SCHEDULE = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
@@ -99,6 +100,10 @@ FLAVORS: dict[str, dict[str, dict[str, int]]] = {
                  "experts": 256, "top_k": 8, "expert_ffn_size": 2048, "dense_layers": 3, "shared_experts": 1},
     },
     "qwen3": {
+        "8B": {"hidden": 4096, "num_blocks": 36, "heads": 32, "kv_heads": 8, "ffn_hidden_size": 12288, "vocab": 151936,
+               "head_dim": 128, "experts": None},
+        "32B": {"hidden": 5120, "num_blocks": 64, "heads": 64, "kv_heads": 8, "ffn_hidden_size": 25600, "vocab": 151936,
+                "head_dim": 128, "experts": None},
         "30B-A3B": {"hidden": 2048, "num_blocks": 48, "heads": 32, "kv_heads": 4, "vocab": 151936, "experts": 128,
                     "top_k": 8, "expert_ffn_size": 768},
     },
@@ -213,6 +218,13 @@ def _write(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
     return {TOML_FILE: _toml(config, header)}
 
 
+def _model_errors(spec: "WorkloadSpec") -> list[str]:
+    """A family torchtitan has no model of (`torchtitan/models`): it ships Llama 3, Llama 4, Qwen3, DeepSeek-V3 and
+    GPT-OSS, no Gemma."""
+    family = spec.model.family
+    return [f"torchtitan ships no {family} model (torchtitan/models)"] if family in ("gemma2", "gemma3") else []
+
+
 def _read(text: str, spec: "WorkloadSpec") -> Plan:
     config = tomllib.loads(text)
     par = config["parallelism"]
@@ -237,5 +249,5 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
 
 TORCHTITAN = Framework(NAME, "torchtitan", _rules, _default_overlap, frozenset(OVERLAP_KINDS) - {"ep"},
                        fused_attention=True, precisions=("fp32", "bf16", "fp8"), memory=MEMORY,
-                       constants=recorded_constants(NAME), launch=Launch(TOML_FILE, _write, _read),
+                       constants=recorded_constants(NAME), launch=Launch(TOML_FILE, _write, _read, _model_errors),
                        never={"zero": (1,), "orders": other_orders(ORDERS)})

@@ -29,7 +29,7 @@ from predictor.workload import ModelSpec
 # Attributes holding an attention module's head count; divided by tp on modules whose linears are sharded.
 HEAD_ATTRS = ("num_attention_heads", "num_heads", "n_heads", "n_head", "heads")
 FUSED_QKV = {"c_attn", "query_key_value"}
-LAYOUT_FAMILIES = ("gpt", "llama", "gpt2", "bert", "vit", "deit", "t5", "qwen3_moe", "mixtral")  # the families `layout` cuts into units
+LAYOUT_FAMILIES = ("gpt", "llama", "qwen3", "gpt2", "bert", "vit", "deit", "t5", "qwen3_moe", "mixtral")  # the families `layout` cuts into units
 # What selective recomputation recomputes: the attention core (scores, softmax, context; fused or not).
 ATTENTION_CORE_OPS = {
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
@@ -297,7 +297,7 @@ def layout(model: nn.Module, spec: ModelSpec) -> Layout:
         return Layout({"emb": model.embedding}, list(model.layers), {"ln": model.final_layernorm, "emb": model.embedding},
                       lambda p, ids: p["emb"](ids),
                       lambda p, x: _vocab_logits(p["ln"](x), p["emb"].word_embeddings.weight), _lm_loss)
-    if fam in ("llama", "qwen3_moe", "mixtral"):  # Llama's layout; the MoE ones differ in their MLPs only
+    if fam in ("llama", "qwen3", "qwen3_moe", "mixtral"):  # Llama's layout; the others differ in their MLPs or norms
         base = model.model
         positions = torch.arange(spec.seq_len or 1, device=base.embed_tokens.weight.device).unsqueeze(0)
         rotary = base.rotary_emb

@@ -18,7 +18,7 @@ from predictor.frameworks import FRAMEWORKS, framework_for
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.parallel import BYTES, shard_nodes
-from predictor.workload import WorkloadSpec
+from predictor.workload import ModelSpec, WorkloadSpec
 
 
 @dataclass(frozen=True)
@@ -155,6 +155,19 @@ LOW_PRECISIONS: tuple[str, ...] = ("fp8", "fp4")
 CAUSAL_FUSED_WORK = 0.5
 
 
+def sliding_window_work(model: ModelSpec) -> float:
+    """The share of full causal attention work a fused kernel does over the model's layers: a local layer's query
+    sees at most `sliding_window` keys, so of the s²/2 causal tiles it computes the band s·w − w²/2
+    (FlashAttention's window_size skips the rest); global layers do all of theirs. One mean over the layers: every
+    pipeline stage is priced with the model's mix of local and global layers. Unfused attention computes the whole
+    masked s×s product whatever the window, so this applies to fused kernels only."""
+    s, w, local = model.tokens, model.sliding_window, model.local_layers
+    if not local or not s or w is None or w >= s:
+        return 1.0
+    band = 2 * (w / s) - (w / s) ** 2
+    return (model.layers - local + local * band) / model.layers
+
+
 def layer_times(spec: WorkloadSpec, graph: LayerGraph, tp: int, sp: bool, mbs: int, device: Device,
                 cfg: AnalyticalConfig | None = None, cp: int = 1, ep: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds of one occurrence of each graph node on one tp·cp rank at micro-batch `mbs`.
@@ -193,7 +206,8 @@ def _layer_times(spec, graph, tp, sp, mbs, device, cfg, cp, fused, ep):
     m = nodes.gemm_m * np.where(nodes.attention, 1, mbs)
     batch = nodes.gemm_batch * np.where(nodes.attention, mbs, 1)
     eff = gemm_efficiency(m, nodes.gemm_n, nodes.gemm_k, batch, cfg, sms) * np.where(nodes.experts, cfg.grouped_gemm_eff, 1.0)
-    work = np.where(nodes.attention & fused & (spec.model.family in DECODER_FAMILIES), CAUSAL_FUSED_WORK, 1.0)
+    causal = CAUSAL_FUSED_WORK * sliding_window_work(spec.model)
+    work = np.where(nodes.attention & fused & (spec.model.family in DECODER_FAMILIES), causal, 1.0)
     fwd_f = nodes.fwd_flops * mbs * work
     bwd_f = nodes.bwd_flops * mbs * work
     gemm_bytes = (m * nodes.gemm_k + nodes.gemm_k * nodes.gemm_n + m * nodes.gemm_n) * batch * eb

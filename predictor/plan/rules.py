@@ -17,7 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from predictor.workload import WorkloadSpec
 
 # Families whose attention is causal self-attention over one sequence: what context parallelism splits.
-DECODER_FAMILIES: tuple[str, ...] = ("gpt", "gpt2", "llama", "mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss")
+DECODER_FAMILIES: tuple[str, ...] = ("gpt", "gpt2", "llama", "qwen3", "gemma2", "gemma3", "mixtral", "qwen3_moe",
+                                     "deepseek_v3", "gpt_oss")
 
 
 def _dims_missing(spec: "WorkloadSpec", *names: str) -> list[str]:
