@@ -28,7 +28,7 @@ from orchestrator.validation.placement import (cluster_nodes, connect_ray, place
                                                shared_cpus, unplaceable)
 from orchestrator.validation.rows import append_to_dataset
 from orchestrator.validation.run import on_gpu, run_job, tail
-from orchestrator.validation_report import winner_note
+from orchestrator.validation_report import interval_note, winner_note
 from predictor.plan import Plan
 
 if TYPE_CHECKING:
@@ -125,7 +125,8 @@ def validate_top(report: "Report", k: int, steps: int = 3, warmup: int = 2, time
         data = r.to_dict()
         data.pop("dataset_row")
         plans.append(data)
-    return {"k": k, "steps": steps, "warmup": warmup, "plans": plans, "note": winner_note(results)}
+    note = "; ".join(filter(None, (winner_note(results), interval_note(results, report.interval))))
+    return {"k": k, "steps": steps, "warmup": warmup, "plans": plans, "note": note}
 
 
 def record_top(history_url: str, report: "Report", k: int) -> None:

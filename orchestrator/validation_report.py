@@ -6,6 +6,7 @@ from dataclasses import fields
 from typing import Any, Sequence
 
 from orchestrator.validation.jobs import ValidationResult
+from predictor.models.intervals import Interval
 from predictor.plan import Plan
 
 
@@ -28,6 +29,22 @@ def winner_note(results: Sequence[ValidationResult]) -> str:
     return (f"measured winner differs from the predicted one: {measured.plan} ran in {measured.measured_time_s:.4g} s "
             f"(predicted {measured.predicted_time_s:.4g} s) while predicted-best {predicted.plan} ran in "
             f"{predicted.measured_time_s:.4g} s (predicted {predicted.predicted_time_s:.4g} s)")
+
+
+def interval_note(results: Sequence[ValidationResult], interval: Interval | None) -> str:
+    """A sentence naming the runs whose measured time lies outside the predictor's interval for the spec's own
+    (framework, device) (the report's, from `predictor.models.registry.measured_accuracy`), with each one's residual
+    measured / predicted - 1 against the prediction for the run as it ran; '' when all lie inside or none was
+    measured. A CPU run is judged by the CPU predictor's interval, never by another device's or framework's."""
+    ok = [r for r in results if r.status == "ok" and r.measured_time_s and r.compared_time_s is not None]
+    outside = [r for r in ok if interval is not None
+               and not interval.contains(r.measured_time_s, r.compared_time_s)]  # type: ignore[arg-type]
+    if interval is None or not outside:
+        return ""
+    runs = ", ".join(f"{short_plan(r.plan)} {r.measured_time_s / r.compared_time_s - 1:+.1%}"  # type: ignore[operator]
+                     for r in outside)
+    return (f"{len(outside)} of {len(ok)} measured times lie outside the predictor's {interval.coverage:.0%} interval "
+            f"({interval.low:+.1%} to {interval.high:+.1%} of a prediction; {interval.basis}): {runs}")
 
 
 def _fmt(value: float | None, pattern: str) -> str:

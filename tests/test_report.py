@@ -270,6 +270,23 @@ def test_the_terminal_table_fits_80_columns_without_cutting_plans() -> None:
         assert compact(r.plan) in out
 
 
+def test_validation_names_the_runs_outside_the_predictors_own_interval() -> None:
+    """Each measured time is judged by the interval the report quotes for the spec's (framework, device); a run on
+    ranks sharing cores is compared with the prediction for the run as it ran (x ranks per core)."""
+    from orchestrator.validation.jobs import ValidationResult
+    from orchestrator.validation_report import interval_note
+    from predictor.models.intervals import Interval
+
+    interval = Interval(0.8, -0.126, 0.126, 406, "held-out configurations of predictor/data/cpu")
+    inside = ValidationResult("dp=2", "ok", measured_time_s=1.1, predicted_time_s=1.0)
+    slow = ValidationResult("dp=1,tp=2", "ok", measured_time_s=1.3, predicted_time_s=1.0)
+    shared = ValidationResult("dp=4", "ok", measured_time_s=2.1, predicted_time_s=1.0, core_sharing=2.0)
+    assert interval_note([inside, shared], interval) == "" and interval_note([slow], None) == ""
+    note = interval_note([inside, slow, shared], interval)
+    assert note.startswith("1 of 3 measured times lie outside the predictor's 80% interval (-12.6% to +12.6%")
+    assert note.endswith("dp=1,tp=2,pp=1 +30.0%") and "predictor/data/cpu" in note
+
+
 def test_the_measured_winner_differs_only_beyond_the_steps_noise() -> None:
     from orchestrator.validation.jobs import ValidationResult
     from orchestrator.validation_report import winner_note
