@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from predictor.frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, MEASURED_FRAMEWORK
+from predictor.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, MEASURED_FRAMEWORK
 from predictor.hardware import DEVICES
 from predictor.presets import MODEL_PRESETS
 
@@ -258,19 +258,20 @@ class TrainingSpec(_Strict):
     precision: Literal["fp32", "fp16", "bf16", "fp8", "fp4"] = "bf16"
     optimizer: Literal["adam", "sgd"] = "adam"
     framework: str | None = Field(
-        default=None, description=f"what trains it (predictor.frameworks: {', '.join(FRAMEWORK_NAMES)}): its runnable "
+        default=None, description=f"what trains it (predictor.frameworks: {', '.join(FRAMEWORKS)}): its runnable "
                                   f"plans and overlap; default {DEFAULT_FRAMEWORK} on a catalogue GPU, "
                                   f"{MEASURED_FRAMEWORK} (ScaleDL's own runner) on a measured device")
 
     @field_validator("framework")
     @classmethod
     def _known_framework(cls, name: str | None) -> str | None:
-        """A name outside the registry (`predictor.frameworks`), with the closest one: usually a typo."""
-        if name is None or name in FRAMEWORK_NAMES:
+        """A name outside the registry (`predictor.frameworks.FRAMEWORKS`, read now: a framework registered after
+        import is a choice too), with the closest one: usually a typo."""
+        if name is None or name in FRAMEWORKS:
             return name
-        close = difflib.get_close_matches(name, FRAMEWORK_NAMES, n=1)
+        close = difflib.get_close_matches(name, list(FRAMEWORKS), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ValueError(f"unknown framework; {hint}frameworks: {', '.join(FRAMEWORK_NAMES)}")
+        raise ValueError(f"unknown framework; {hint}frameworks: {', '.join(FRAMEWORKS)}")
 
 
 class LinkSpec(_Strict):

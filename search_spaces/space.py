@@ -1,4 +1,5 @@
-"""Named plan search spaces (YAML under `presets/`) and their narrowing by a spec's `search:` section.
+"""Named plan search spaces (each framework's own, and YAML under `presets/`) and their narrowing by a spec's `search:`
+section.
 
 A space lists the values each plan field may take; `auto` means "every value the workload
 allows" (divisors of the GPU count for dp/tp/pp, of the per-rank batch for mbs, of the
@@ -11,7 +12,7 @@ upper bound on what a search may try:
       max_pp: 16              # cap a degree
       recompute: [none, selective]   # forbid full recomputation
 
-The default space is the spec's framework's own (`presets/<framework>.yaml`: what that framework runs, expert
+The default space is the spec's framework's own (`Framework.space`, declared in its module: what it runs, expert
 parallelism for a mixture of experts); a space's `cp_from_tokens` adds every context-parallel degree for
 sequences at least that long, so a space is read for a workload (`for_workload`) before it is narrowed.
 """
@@ -26,7 +27,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, create_model, field_validator
 
-from predictor.frameworks import framework_for
+from predictor.frameworks import FRAMEWORKS, framework_for
 from predictor.plan import AXES, AXIS_NAMES
 from predictor.plan import CP_COMM, PLACEMENTS, RECOMPUTE_MODES, PlanError, canonical_recompute, overlap_kinds
 from predictor.workload import SpecError, WorkloadSpec
@@ -153,28 +154,40 @@ def _errors(err: ValidationError, where: str, known: list[str]) -> str:
 
 
 def preset_names() -> list[str]:
-    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+    """Every space a name picks: each registered framework's own, and the YAML presets."""
+    return sorted({*FRAMEWORKS, *(p.stem for p in PRESET_DIR.glob("*.yaml"))})
 
 
-@cache
 def load_space(name_or_path: str) -> SpaceConfig:
-    """A named preset (a framework's own: `megatron`, `torchtitan`, `deepspeed`, `pytorch`; or `megatron-3d`,
-    `zero-dp`, `full`) or a YAML file path; SpecError if unknown or invalid."""
+    """A named space (a framework's own, `Framework.space`: `megatron`, `torchtitan`, `deepspeed`, `pytorch`; or a
+    preset: `megatron-3d`, `zero-dp`, `full`) or a YAML file path; SpecError if unknown or invalid."""
+    framework = FRAMEWORKS.get(name_or_path)
+    if framework is not None:  # read now: a framework registered after import has its space too
+        return _validated(framework.space, f"{framework.title}'s space (predictor.frameworks.{framework.name})")
     path = Path(name_or_path)
     if not path.suffix:
         path = PRESET_DIR / f"{name_or_path}.yaml"
         if not path.exists():
             raise SpecError(f"unknown search space {name_or_path!r}; known spaces: {', '.join(preset_names())}")
+    return _space_file(path)
+
+
+@cache
+def _space_file(path: Path) -> SpaceConfig:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except OSError as err:
         raise SpecError(f"cannot read search space {path}: {err.strerror}") from None
     except yaml.YAMLError as err:
         raise SpecError(f"{path}: YAML syntax error: {err}") from None
+    return _validated(data, str(path))
+
+
+def _validated(data: Any, where: str) -> SpaceConfig:
     try:
         return SpaceConfig.model_validate(data)
     except ValidationError as err:
-        raise SpecError(f"invalid search space {path}:\n  {_errors(err, 'space', list(SpaceConfig.model_fields))}") from None
+        raise SpecError(f"invalid search space {where}:\n  {_errors(err, 'space', list(SpaceConfig.model_fields))}") from None
 
 
 def narrow(space: SpaceConfig, section: dict[str, Any] | None, base_name: str = "") -> SpaceConfig:
@@ -212,7 +225,7 @@ def narrow(space: SpaceConfig, section: dict[str, Any] | None, base_name: str = 
 
 
 def default_space_name(spec: WorkloadSpec) -> str:
-    """The space a search of `spec` uses unless told otherwise: its framework's own (`presets/<framework>.yaml`)."""
+    """The space a search of `spec` uses unless told otherwise: its framework's own (`Framework.space`)."""
     return framework_for(spec).name
 
 

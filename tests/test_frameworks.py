@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
-import pytest
+import argparse
+import dataclasses
+import json
+from typing import Callable
 
+import pytest
+import yaml
+
+from orchestrator.cli import main
+from orchestrator.commands import plan as plan_command
 from predictor.device_resolver import spec_device
-from predictor.frameworks import FRAMEWORK_NAMES, FRAMEWORKS, framework_for
+from predictor.frameworks import FRAMEWORKS, LaunchError, as_run, framework_for, launch_files, read_back, run_errors
+from predictor.frameworks.base import Framework, Launch
 from predictor.graph_cache import graph_for
 from predictor.hardware import DEVICES
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.roofline import AnalyticalConfig, framework_config
 from predictor.plan import Plan
-from predictor.workload import SpecError, parse_spec
+from predictor.prediction import Prediction
+from predictor.workload import SpecError, WorkloadSpec, parse_spec
+from search_spaces import enumerate_plans, resolve_space
 
 PROFILE = "predictor/data/cpu/device.json"
 
@@ -23,7 +34,7 @@ def _spec(device: str = "h100", framework: str | None = None, profile: str | Non
 
 
 def test_each_framework_is_one_module_holding_its_whole_profile():
-    assert FRAMEWORK_NAMES == ("megatron", "torchtitan", "deepspeed", "pytorch")
+    assert tuple(FRAMEWORKS) == ("megatron", "torchtitan", "deepspeed", "pytorch")
     for name, framework in FRAMEWORKS.items():
         assert framework.name == name == framework.memory.framework
         assert type(framework).__module__ == "predictor.frameworks.base"
@@ -32,10 +43,10 @@ def test_each_framework_is_one_module_holding_its_whole_profile():
     # only; A100s and the other frameworks keep first principles.
     megatron = FRAMEWORKS["megatron"].constants
     assert set(megatron) == {"hopper", "blackwell"}
-    assert framework_config("megatron", "hopper") == AnalyticalConfig(**megatron["hopper"])
+    assert framework_config(FRAMEWORKS["megatron"], "hopper") == AnalyticalConfig(**megatron["hopper"])
     assert megatron["hopper"]["gemm_eff_max"] < AnalyticalConfig().gemm_eff_max
-    assert framework_config("megatron", "ampere") == AnalyticalConfig()
-    assert framework_config("torchtitan", "hopper") == AnalyticalConfig()
+    assert framework_config(FRAMEWORKS["megatron"], "ampere") == AnalyticalConfig()
+    assert framework_config(FRAMEWORKS["torchtitan"], "hopper") == AnalyticalConfig()
 
 
 def test_framework_for_decides_once_which_framework_applies():
@@ -52,11 +63,11 @@ def test_framework_for_decides_once_which_framework_applies():
 def test_the_analytical_predictor_prices_with_the_framework_framework_for_names():
     spec, predictor = _spec(framework="torchtitan"), AnalyticalPredictor()
     pieces = predictor.pieces(spec, graph_for(spec.model))
-    assert pieces.framework is FRAMEWORKS["torchtitan"] and pieces.config == framework_config("torchtitan", "hopper")
+    assert pieces.framework is FRAMEWORKS["torchtitan"] and pieces.config == framework_config(FRAMEWORKS["torchtitan"], "hopper")
 
 
 def test_the_spec_takes_the_registrys_names_with_a_did_you_mean():
-    for name in FRAMEWORK_NAMES[:-1]:
+    for name in tuple(FRAMEWORKS)[:-1]:
         assert _spec(framework=name).training.framework == name
     with pytest.raises(SpecError, match=r"training.framework: unknown framework; did you mean 'torchtitan'\? "
                                         r"frameworks: megatron, torchtitan, deepspeed, pytorch \(got 'torchtitn'\)"):
@@ -76,3 +87,86 @@ def test_a_prediction_says_which_constants_price_it():
         notes[device] = pred.extra["constants"]
     assert notes["h100"] == "megatron constants calibrated on hopper"
     assert notes["a100-80gb"].startswith("first principles: megatron has no constants fitted on ampere")
+
+
+# A framework added in one place: this module object, registered by the fixture below. Nothing else names it.
+def _toy_rules(plan: Plan, spec: WorkloadSpec) -> list[str]:
+    return ["runs no pipelines (pp must be 1)"] if plan.pp > 1 else []
+
+
+def _toy_write(plan: Plan, spec: WorkloadSpec) -> dict[str, str]:
+    return {"toy.json": json.dumps({"dp": plan.dp, "tp": plan.tp, "mbs": plan.mbs, "zero": plan.zero, "sp": plan.sp,
+                                    "overlap": plan.overlap})}
+
+
+def _toy_read(text: str, spec: WorkloadSpec) -> Plan:
+    return Plan(**json.loads(text))
+
+
+TOY = Framework("toy", "ToyTrain", _toy_rules, lambda plan: frozenset({"dp"}), frozenset({"dp"}), fused_attention=True,
+                precisions=("bf16",), memory=dataclasses.replace(FRAMEWORKS["megatron"].memory, framework="toy"),
+                space={"dp": "auto", "tp": "auto", "pp": [1], "mbs": [1, 2], "zero": [0, 1], "recompute": ["none"],
+                       "sp": [False, True], "schedule": ["1f1b"], "placement": ["tp-dp-pp"]},
+                constants={"hopper": {"gemm_eff_max": 0.3}}, launch=Launch("toy.json", _toy_write, _toy_read))
+
+
+@pytest.fixture
+def toy(monkeypatch: pytest.MonkeyPatch) -> Callable[[Framework], None]:
+    """Registers TOY (or a variant of it given) for one test; the registry is as it was afterwards."""
+    def register(framework: Framework = TOY) -> None:
+        monkeypatch.setitem(FRAMEWORKS, framework.name, framework)
+
+    register()
+    return register
+
+
+def test_an_unregistered_framework_is_refused_by_the_spec():
+    with pytest.raises(SpecError, match="unknown framework"):
+        _spec(framework="toy")
+
+
+def _priced(spec: WorkloadSpec, plan: Plan) -> Prediction:
+    (prediction,) = AnalyticalPredictor().predict(spec, graph_for(spec.model), [plan])
+    return prediction
+
+
+def test_a_framework_added_in_one_place_is_chosen_validated_searched_priced_and_launched(toy, tmp_path, capsys):
+    spec = _spec(framework="toy")
+    assert framework_for(spec) is TOY
+    # validated: its rules (and its precisions) beside the structural ones
+    assert run_errors(Plan(pp=2, mbs=1), spec) == ["ToyTrain runs no pipelines (pp must be 1)"]
+    assert run_errors(Plan(dp=2), spec) == []
+    # searched in its own space by default
+    name, space = resolve_space(spec)
+    plans = enumerate_plans(spec, space).plans
+    assert name == "toy" and plans and {p.pp for p in plans} == {1} and {p.zero for p in plans} == {0, 1}
+    # priced with its constants, its overlap and its memory facts
+    plan = Plan(dp=2, mbs=2)
+    base = _priced(spec, plan)
+    assert base.extra["constants"] == "toy constants calibrated on hopper"
+    toy(dataclasses.replace(TOY, constants={}))
+    assert _priced(spec, plan).iter_time_s < base.iter_time_s  # first principles: gemm_eff_max 0.8, not 0.3
+    toy(dataclasses.replace(TOY, default_overlap=lambda plan: frozenset()))
+    assert _priced(spec, plan).iter_time_s > base.iter_time_s  # the gradient all-reduce no longer hidden
+    toy(dataclasses.replace(TOY, memory=dataclasses.replace(TOY.memory, workspace_bytes=TOY.memory.workspace_bytes
+                                                            + 2**30)))
+    assert _priced(spec, plan).peak_memory_gib > base.peak_memory_gib + 0.9
+    toy()
+    # launched: its file written, and read back as the plan it runs
+    files = launch_files(plan, spec)
+    assert list(files) == ["toy.json"]
+    (tmp_path / "toy.json").write_text(files["toy.json"])
+    assert read_back(tmp_path / "toy.json", spec) == as_run(plan, TOY)
+    with pytest.raises(LaunchError, match="runs no pipelines"):
+        launch_files(Plan(pp=2, mbs=1), spec)
+    # the CLI: its help names it, and `scaledl predict` takes a spec of it
+    parser = argparse.ArgumentParser()
+    plan_command.add_arguments(parser)
+    assert "own (megatron, torchtitan, deepspeed, pytorch, toy)" in " ".join(parser.format_help().split())
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump({"model": {"preset": "gpt2"}, "training": {"global_batch": 8, "framework": "toy"},
+                                    "cluster": {"device": "h100", "gpus_per_node": 2}}))
+    capsys.readouterr()
+    main(["predict", str(path), "--plan", str(plan), "--plan", "pp=2,mbs=1", "--predictor", "analytical", "--json"])
+    good, bad = json.loads(capsys.readouterr().out)
+    assert good["iter_time_s"] == pytest.approx(base.iter_time_s) and "runs no pipelines" in bad["error"]

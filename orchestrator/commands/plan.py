@@ -6,6 +6,7 @@ import argparse
 import gc
 
 from orchestrator.cli import UsageError
+from predictor.frameworks import FRAMEWORKS
 from predictor.memory.facts import HEADROOM
 
 HELP = "search the parallel plans of a workload (Ray Tune over predictor replicas) and report the best"
@@ -25,8 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser, spec_option: bool = False) ->
     parser.add_argument("--budget-s", type=float, metavar="S", help="stop the search after S seconds (best so far is kept)")
     parser.add_argument("--max-trials", type=int, metavar="N", help="optuna/random: plan groups to try")
     parser.add_argument("--space", metavar="NAME",
-                        help="named space or a YAML path; default: the framework's own (megatron, torchtitan, "
-                             "deepspeed, pytorch); also megatron-3d, zero-dp, full")
+                        help=f"named space or a YAML path; default: the framework's own ({', '.join(FRAMEWORKS)}); "
+                             "also megatron-3d, zero-dp, full")
     parser.add_argument("--nodes", type=parse_nodes, metavar="LIST",
                         help="cluster sizes searched together: a list (32,64,128) or a range (16-128: its powers "
                              "of two); default: the spec's nodes")

@@ -40,7 +40,8 @@ def pareto(result: SearchResult, ranked: np.ndarray, spec: WorkloadSpec, price: 
 
 
 def _launch(plan: Plan, spec: WorkloadSpec) -> Launch:
-    settings = launch_settings(plan, spec)
+    """The winner's launch section: the search validated it (enumeration or the lever search ran its rules)."""
+    settings = launch_settings(plan, spec, checked=True)
     return Launch(plan, settings["framework"], settings["files"], settings["notes"])
 
 

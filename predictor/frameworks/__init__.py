@@ -1,8 +1,10 @@
 """Training frameworks, one module each (megatron, torchtitan, deepspeed, pytorch), and which one a spec trains with.
 
 Each module builds a `Framework` (`predictor.frameworks.base`) from that framework's own documentation and code: the
-plans it runs, its default overlap, its attention kernel, its calibrated constants, its memory accounting and its
-launch file. `framework_for` is the one place that decides which framework prices and launches a workload;
+plans it runs, its default overlap, its attention kernel, its calibrated constants, its memory accounting, its own
+search space and its launch file. `FRAMEWORKS` registers them, and everything that names a framework reads it when it
+asks (the spec's choices, `search_spaces`' spaces, the CLI's help, the launch readers), so a framework is its module
+and its entry here. `framework_for` is the one place that decides which framework prices and launches a workload;
 `launch_files` / `read_back` write a plan's launch file and parse one back into the plan it runs.
 """
 
@@ -24,7 +26,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from predictor.workload import WorkloadSpec
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (MEGATRON, TORCHTITAN, DEEPSPEED, PYTORCH)}
-FRAMEWORK_NAMES: tuple[str, ...] = tuple(FRAMEWORKS)
 # What a spec that names no framework trains with on a catalogue GPU.
 DEFAULT_FRAMEWORK = MEGATRON.name
 # Measured devices (a CPU) cannot run Megatron-Core: they run ScaleDL's own runner, whatever the spec names.
@@ -47,13 +48,15 @@ def run_errors(plan: Plan, spec: "WorkloadSpec", allow_cross_node_tp: bool = Fal
     return plan_errors(plan, spec, allow_cross_node_tp) + framework.errors(plan, spec) + framework.lever_errors(plan)
 
 
-def launch_files(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
-    """{file name: text}: the spec's framework's launch file for `plan` (and Megatron's torchrun.sh).
+def launch_files(plan: Plan, spec: "WorkloadSpec", checked: bool = False) -> dict[str, str]:
+    """{file name: text}: the spec's framework's launch file for `plan` (and Megatron's torchrun.sh). `checked`: the
+    plan passed `run_errors` already (a search's plans: enumeration validated them), so only what launching adds
+    (a launch file at all, a model its training script builds) is checked.
 
     Raises LaunchError naming every field the framework cannot run.
     """
     framework = framework_for(spec)
-    errors = run_errors(plan, spec, allow_cross_node_tp=True)
+    errors = [] if checked else run_errors(plan, spec, allow_cross_node_tp=True)
     if framework.launch is None:
         errors.append(f"{framework.title} has no launch file: `scaledl plan --validate` runs plans in it")
     else:
@@ -66,10 +69,11 @@ def launch_files(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
     return framework.launch.write(as_run(plan, framework), spec)
 
 
-def launch_settings(plan: Plan, spec: "WorkloadSpec") -> dict[str, Any]:
-    """The report's launch section: {plan, framework, files, notes}; a refusal is a note and no files."""
+def launch_settings(plan: Plan, spec: "WorkloadSpec", checked: bool = False) -> dict[str, Any]:
+    """The report's launch section: {plan, framework, files, notes}; a refusal is a note and no files (`checked`: as
+    `launch_files`)."""
     try:
-        files, notes = launch_files(plan, spec), []
+        files, notes = launch_files(plan, spec, checked), []
     except LaunchError as err:
         files, notes = {}, [str(err)]
     return {"plan": str(plan), "framework": framework_for(spec).name, "files": files, "notes": notes}

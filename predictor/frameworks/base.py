@@ -81,6 +81,8 @@ class Framework:
     - `constants`: the analytical model's constants calibrated on measurements of it, by device generation
       (`recorded_constants`);
     - `memory`: what it keeps on a GPU (`predictor.memory.accounting` prices a rank with them);
+    - `space`: its own search space, what a search of a spec it trains tries unless told otherwise: the fields of a
+      `search_spaces.SpaceConfig` (which reads it under the framework's name), as data;
     - `launch`: its launch file, None where ScaleDL writes none (its own runner runs plans itself).
     """
 
@@ -92,6 +94,7 @@ class Framework:
     fused_attention: bool
     precisions: tuple[str, ...]
     memory: MemoryFacts
+    space: Mapping[str, Any]
     constants: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     launch: Launch | None = None
     # Values of plan options it never runs, whatever the other fields ('orders': rank orders, innermost first):

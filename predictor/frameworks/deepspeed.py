@@ -71,6 +71,16 @@ MEMORY = MemoryFacts(NAME, grad_bytes=2.0, master_bytes=4.0, moment_bytes=4.0, g
                      swiglu_saved=4.0, loss_saved_bytes=4.0, loss_peak_bytes=6.0,
                      grad_bucket_bytes=5e8 * 2, prefetch_params=5e7, workspace_bytes=32 * MIB)
 
+# Its own search space, the default of `scaledl plan` for it: ZeRO stages 0-3 over the data-parallel ranks,
+# Megatron-DeepSpeed's tensor parallelism (with or without sequence parallelism) and its 1F1B pipeline engine (with
+# ZeRO 0 or 1 only). It has no context parallelism here, and its MoE is not modelled, so neither cp nor ep is searched.
+SPACE: dict[str, Any] = {
+    "description": "DeepSpeed (ZeRO 0-3, Megatron-DeepSpeed tp, 1F1B pp with ZeRO 0/1)",
+    "dp": "auto", "tp": "auto", "pp": "auto", "mbs": [1, 2, 4, 8, 16], "zero": [0, 1, 2, 3],
+    "recompute": ["none", "selective", "full"], "sp": [False, True], "schedule": ["1f1b"], "placement": ["tp-dp-pp"],
+    "allow_cross_node_tp": False,
+}
+
 JSON_FILE = "deepspeed_config.json"
 # Megatron-DeepSpeed's arguments inside the DeepSpeed config.
 ARGS_KEY = "megatron_deepspeed_args"
@@ -153,7 +163,7 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
 
 
 DEEPSPEED = Framework(NAME, "DeepSpeed", _rules, _default_overlap, frozenset({"dp", "param"}), fused_attention=False,
-                      precisions=("fp32", "fp16", "bf16"), memory=MEMORY, constants=recorded_constants(NAME),
-                      launch=Launch(JSON_FILE, _write, _read, _model_errors),
+                      precisions=("fp32", "fp16", "bf16"), memory=MEMORY, space=SPACE,
+                      constants=recorded_constants(NAME), launch=Launch(JSON_FILE, _write, _read, _model_errors),
                       never={"schedule": ("gpipe", "interleaved"), "orders": other_orders(ORDERS)},
                       levers=frozenset({"optimizer_offload"}))

@@ -100,6 +100,18 @@ MEMORY = MemoryFacts(NAME, grad_bytes=4.0, master_bytes=4.0, moment_bytes=4.0, g
                      swiglu_saved=3.0, loss_saved_bytes=4.0, loss_peak_bytes=6.0, grad_bucket_bytes=0.0,
                      prefetch_params=0.0, workspace_bytes=64 * MIB, fp8_param_gather=True, te_cross_entropy=True)
 
+# Its own search space, the default of `scaledl plan` for it: tensor parallelism inside a node with sequence
+# parallelism, 1F1B or interleaved pipelines, data parallelism with the distributed optimizer (ZeRO-1) or Megatron-FSDP
+# (ZeRO-2/3, which runs without a pipeline), expert parallelism for a mixture of experts (ep: auto is 1 for a dense
+# model), and context parallelism for sequences of cp_from_tokens or more.
+SPACE: dict[str, Any] = {
+    "description": "Megatron-Core (tp inside a node, 1F1B/interleaved pp, dp with ZeRO 0-3, ep for MoE, cp for long "
+                   "sequences)",
+    "dp": "auto", "tp": "auto", "pp": "auto", "cp": [1], "cp_from_tokens": 16384, "ep": "auto", "mbs": [1, 2, 4, 8],
+    "v": "auto", "max_v": 6, "zero": [0, 1, 2, 3], "recompute": ["none", "selective", "full"], "sp": [False, True],
+    "schedule": ["1f1b", "interleaved"], "placement": ["tp-dp-pp", "tp-pp-dp"], "allow_cross_node_tp": False,
+}
+
 ARGS_FILE = "megatron_args.txt"
 # Families whose attention normalises each head's queries and keys (an RMSNorm over head_dim): --qk-layernorm.
 QK_NORM_FAMILIES: tuple[str, ...] = ("qwen3", "qwen3_moe", "gemma3")
@@ -388,7 +400,7 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
 
 
 MEGATRON = Framework(NAME, "Megatron-Core", _rules, _default_overlap, frozenset(OVERLAP_KINDS), fused_attention=True,
-                     precisions=("fp32", "fp16", "bf16", "fp8", "fp4"), memory=MEMORY,
+                     precisions=("fp32", "fp16", "bf16", "fp8", "fp4"), memory=MEMORY, space=SPACE,
                      constants=recorded_constants(NAME), launch=Launch(ARGS_FILE, _write, _read, _model_errors),
                      never={"schedule": ("gpipe",), "orders": other_orders(ORDERS)}, recompute_modules=True,
                      levers=frozenset(LEVERS))

@@ -6,7 +6,7 @@ DDP, ZeroRedundancyOptimizer, FSDP, DTensor TP, pipelining; eager attention; the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from predictor.frameworks.base import Framework, recorded_constants
 from predictor.memory.facts import MIB, MemoryFacts
@@ -34,5 +34,17 @@ MEMORY = MemoryFacts(NAME, grad_bytes=2.0, master_bytes=4.0, moment_bytes=4.0, g
                      swiglu_saved=4.0, loss_saved_bytes=4.0, loss_peak_bytes=6.0,
                      grad_bucket_bytes=2 * 25 * MIB, prefetch_params=0.0, workspace_bytes=32 * MIB)
 
+# Its own search space (what `--validate` and `scaledl profile` run), the default of `scaledl plan` on a measured
+# device: DDP, ZeroRedundancyOptimizer and FSDP (ZeRO 0-3), DTensor tensor parallelism, torch.distributed.pipelining's
+# GPipe, 1F1B and interleaved schedules, and expert parallelism where the runner's MoE layers allow it (ep: auto is 1
+# for a dense model). Context parallelism has no CPU kernel.
+SPACE: dict[str, Any] = {
+    "description": "ScaleDL's runner (DDP/ZeRO/FSDP, tp, GPipe/1F1B/interleaved pp, ep for MoE)",
+    "dp": "auto", "tp": "auto", "pp": "auto", "ep": "auto", "mbs": [1, 2, 4, 8], "v": "auto", "max_v": 6,
+    "zero": [0, 1, 2, 3], "recompute": ["none", "selective", "full"], "sp": [False, True],
+    "schedule": ["gpipe", "1f1b", "interleaved"], "placement": ["tp-dp-pp"], "allow_cross_node_tp": False,
+}
+
 PYTORCH = Framework(NAME, "ScaleDL's runner", _rules, _nothing, frozenset(), fused_attention=False,
-                    precisions=("fp32", "fp16", "bf16"), memory=MEMORY, constants=recorded_constants(NAME))
+                    precisions=("fp32", "fp16", "bf16"), memory=MEMORY, space=SPACE,
+                    constants=recorded_constants(NAME))

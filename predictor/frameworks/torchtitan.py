@@ -73,6 +73,18 @@ MEMORY = MemoryFacts(NAME, grad_bytes=4.0, master_bytes=0.0, moment_bytes=4.0, g
                      swiglu_saved=4.0, loss_saved_bytes=4.0, loss_peak_bytes=10.0,
                      grad_bucket_bytes=0.0, prefetch_params=0.0, workspace_bytes=32 * MIB)
 
+# Its own search space, the default of `scaledl plan` for it: FSDP2 with resharding after forward (zero=3) and without
+# (zero=2), or DDP (zero=0), beside tensor parallelism with sequence-parallel norms, torch.distributed.pipelining's 1F1B
+# and Interleaved1F1B, expert parallelism for a mixture of experts, and context parallelism for sequences of
+# cp_from_tokens or more (the rules keep what it runs).
+SPACE: dict[str, Any] = {
+    "description": "torchtitan (FSDP2 zero 2/3 or DDP, tp with sp, 1F1B/interleaved pp, ep for MoE, cp for long "
+                   "sequences)",
+    "dp": "auto", "tp": "auto", "pp": "auto", "cp": [1], "cp_from_tokens": 16384, "ep": "auto", "mbs": [1, 2, 4, 8],
+    "v": "auto", "max_v": 6, "zero": [0, 2, 3], "recompute": ["none", "selective", "full"], "sp": [False, True],
+    "schedule": ["1f1b", "interleaved"], "placement": ["tp-dp-pp"], "allow_cross_node_tp": False,
+}
+
 TOML_FILE = "torchtitan.toml"
 # Its model per family (its `model.name`; Llama's is llama3, Mixtral's architecture is its llama4 MoE).
 _MODEL = {"deepseek_v3": "deepseek_v3", "qwen3": "qwen3", "qwen3_moe": "qwen3", "gpt_oss": "gpt_oss",
@@ -248,6 +260,6 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
 
 
 TORCHTITAN = Framework(NAME, "torchtitan", _rules, _default_overlap, frozenset(OVERLAP_KINDS) - {"ep"},
-                       fused_attention=True, precisions=("fp32", "bf16", "fp8"), memory=MEMORY,
+                       fused_attention=True, precisions=("fp32", "bf16", "fp8"), memory=MEMORY, space=SPACE,
                        constants=recorded_constants(NAME), launch=Launch(TOML_FILE, _write, _read, _model_errors),
                        never={"zero": (1,), "orders": other_orders(ORDERS)})

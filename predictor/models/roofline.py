@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, fields, replace
-from functools import cache
 
 import numpy as np
 
 from predictor.plan import DECODER_FAMILIES
-from predictor.frameworks import FRAMEWORKS, framework_for
+from predictor.frameworks import Framework, framework_for
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.parallel import BYTES, shard_nodes
@@ -112,11 +111,10 @@ CALIBRATED_FIELDS: tuple[str, ...] = ("fp8_gemm_eff", "overlap_eff", "overlap_sl
 MOE_CALIBRATED_FIELDS: tuple[str, ...] = ("grouped_gemm_eff", "a2a_eff", "expert_host_s")
 
 
-@cache
-def framework_config(framework: str, generation: str) -> AnalyticalConfig:
+def framework_config(framework: Framework, generation: str) -> AnalyticalConfig:
     """The analytical constants of `framework` on a device `generation`: its calibration recorded for that generation
     over the first-principles defaults (the defaults alone where none was fitted on it)."""
-    recorded = FRAMEWORKS[framework].constants.get(generation, {})
+    recorded = framework.constants.get(generation, {})
     known = {f.name for f in fields(AnalyticalConfig)}
     return replace(AnalyticalConfig(), **{k: v for k, v in recorded.items() if k in known})
 
