@@ -3,7 +3,8 @@
 The default space is the framework's own (`search_spaces`), far smaller than the `full` space; it can still miss
 what a choice it leaves out buys (another schedule, placement, micro-batch, ZeRO stage, context parallelism). So
 after a search of another space, a sample of the full space's valid plans (`search_spaces.sample_plans`: whole
-prototypes in a random order, never the whole space, which takes seconds to enumerate on big clusters) is predicted
+prototypes, half nearest the winner's degrees and half in a random order, never the whole space, which takes seconds
+to enumerate on big clusters) is predicted
 in this process by the search's predictor. When the sample's best plan that fits beats the winner by more than
 `GAIN` on the ranking's measure, or fits where nothing did, the report names it and the space that holds it.
 """
@@ -34,9 +35,10 @@ def best_of_sample(report: Report, sizes: Sequence[WorkloadSpec], repredictor: R
         return None
     by_cost = report.ranking.by != "time"  # throughput and cost rank by GPU-seconds per iteration
     best: tuple[float, Plan, float, float] | None = None  # (score, plan, iteration time, peak memory)
+    near = report.ranked[0].plan if report.ranked else None  # half the sample around the winner's degrees
     sampled = 0
     for spec in sizes:
-        plans = sample_plans(spec, resolve_space(spec, WIDER)[1], SAMPLE // len(sizes), seed).plans
+        plans = sample_plans(spec, resolve_space(spec, WIDER)[1], SAMPLE // len(sizes), seed, near).plans
         if not plans:
             continue
         sampled += len(plans)

@@ -15,6 +15,7 @@ unchecked (`Plan.trusted`) from the space's validated values.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -230,14 +231,29 @@ def enumerate_plans(spec: WorkloadSpec, space: SpaceConfig) -> Enumeration:
     return result
 
 
-def sample_plans(spec: WorkloadSpec, space: SpaceConfig, count: int, seed: int = 0) -> Enumeration:
+def sample_plans(spec: WorkloadSpec, space: SpaceConfig, count: int, seed: int = 0, near: Plan | None = None
+                 ) -> Enumeration:
     """About `count` valid plans of `space` (at least `count` when it has them), without enumerating it all: the
     plans of (degrees, mbs) prototypes taken in a random order until `count` are valid. Cheap where a whole space
-    would take seconds (millions of candidates), and a sample of every prototype's variants alike."""
+    would take seconds (millions of candidates), and a sample of every prototype's variants alike. With `near`, half
+    of them come first from the prototypes nearest that plan (fewest halvings and doublings of its degrees and
+    micro-batch: where a wider space's better plan usually is, e.g. tp=8 as tp=4 with cp=2), the rest at random."""
     result = Enumeration(plans=[], checked=0)
     space = runnable_space(space, framework_for(spec))
     prototypes = list(_degrees(spec, space))
     random.Random(seed).shuffle(prototypes)
+    if near is not None:
+        def distance(prototype: tuple[dict[str, int], int]) -> float:
+            degrees, mbs = prototype
+            return abs(math.log2(mbs / near.mbs)) + sum(abs(math.log2(d / getattr(near, a))) for a, d in degrees.items())
+
+        taken: set[int] = set()
+        for prototype in sorted(prototypes, key=distance):  # stable: equally near ones keep the random order
+            if len(result.plans) >= count // 2:
+                break
+            _add_prototype(result, spec, space, *prototype)
+            taken.add(id(prototype))
+        prototypes = [p for p in prototypes if id(p) not in taken]
     for degrees, mbs in prototypes:
         if len(result.plans) >= count:
             break
