@@ -11,8 +11,8 @@ An `Axis` declares everything the rest of ScaleDL asks of a parallel dimension:
 - how it is launched: its flag or key in each framework's launch file.
 
 Its validity rules against a workload are in `predictor.plan.rules`, by axis name. Every list of time parts,
-hidden kinds, overlap kinds and correction terms is generated here from `AXES` (in `PRICING_ORDER`), so adding an
-axis is one entry here, a `Plan` field of the same name, its rules and its cost function.
+hidden kinds, overlap kinds and correction terms is generated here from `AXES` (in `PRICING_ORDER`), and so are
+`Plan`'s degree fields, so adding an axis is one entry here and its cost function (and its rules, if it has any).
 """
 
 from __future__ import annotations
@@ -55,6 +55,11 @@ class Axis:
     overlapped_when: str = ""  # "field=value": always hidden under that plan value (else: by its `overlap` kinds)
     launch: Mapping[str, str] = field(default_factory=dict)
     multiplies_gpus: bool = True
+    # Its place in a plan string: the plan field its degree follows ("" first; None: after every other field).
+    written_after: str | None = None
+    # An axis of the first plan format (tp, dp, pp): every plan string names it, so the strings and ids of stored
+    # plans and datasets stay as written, and searched placements permute these axes.
+    first_format: bool = False
     space_default: str | tuple[int, ...] = "auto"  # a search space's values when it names none ('auto': divisors)
 
     def degree(self, plan: object) -> int:
@@ -72,6 +77,7 @@ AXES: tuple[Axis, ...] = (
          group="tp", parts=(TimePart("tp_comm", "tensor-parallel communication", "tp_comm"),),
          hidden={"tp_comm": "tensor-parallel"}, overlap=("tp",),
          stage_cost="predictor.models.stage_costs:tp_stage_time", cost_fields=_WORK_FIELDS,
+         written_after="dp", first_format=True,
          launch={"megatron": "--tensor-model-parallel-size", "torchtitan": "parallelism.tensor_parallel_degree",
                  "deepspeed": "--tensor-model-parallel-size"}),
     Axis("cp", "context parallel", "the sequence of every layer (2·cp load-balanced chunks)",
@@ -83,7 +89,7 @@ AXES: tuple[Axis, ...] = (
          hidden={"cp_comm": "context-parallel"},
          stage_cost="predictor.models.stage_costs:cp_stage_time",
          cost_fields=("pp", "v", "tp", "sp", "cp", "ep", "mbs", "cp_comm"), window="attention",
-         overlapped_when="cp_comm=ring", space_default=(1,),
+         overlapped_when="cp_comm=ring", space_default=(1,), written_after="placement",
          launch={"megatron": "--context-parallel-size", "torchtitan": "parallelism.context_parallel_degree"}),
     Axis("dp", "data parallel", "the global batch",
          "gradient all-reduce or reduce-scatter (over dp·cp ranks), weight all-gather with ZeRO/FSDP",
@@ -91,14 +97,14 @@ AXES: tuple[Axis, ...] = (
          explain="dp={degree} spends {share:.0f} % in gradient sync{over}",
          group="dp", parts=(TimePart("dp_comm", "data-parallel gradient sync", "dp_comm"),),
          hidden={"dp_grad": "gradient reduction", "dp_param": "parameter all-gather"},
-         overlap=("dp", "param"), launch={"torchtitan": "parallelism.data_parallel_shard_degree"}),
+         overlap=("dp", "param"), written_after="", first_format=True, launch={"torchtitan": "parallelism.data_parallel_shard_degree"}),
     Axis("pp", "pipeline parallel", "the layers into pp stages (pp·v chunks interleaved)",
          "activation send/recv between neighbouring stages", "each rank holds 1/pp of the layers", order=3,
          explain="pp={degree} with {microbatches} micro-batches{virtual} leaves a {bubble:.1f} % bubble "
                  "({share:.0f} % of the time)",
          parts=(TimePart("pp_bubble", "pipeline bubble", "pp", comm=False),
                 TimePart("pp_p2p", "pipeline send/recv", "pp")), hidden={"pp_p2p": "pipeline send/recv"},
-         overlap=("pp",),
+         overlap=("pp",), written_after="tp", first_format=True,
          launch={"megatron": "--pipeline-model-parallel-size", "torchtitan": "parallelism.pipeline_parallel_degree",
                  "deepspeed": "--pipeline-model-parallel-size"}),
     Axis("ep", "expert parallel", "the routed experts of each MoE layer (E/ep per rank)",
@@ -109,7 +115,7 @@ AXES: tuple[Axis, ...] = (
          group="ep", parts=(TimePart("ep_comm", "expert-parallel token all-to-all", "tp_comm"),),
          hidden={"ep_comm": "expert all-to-all"}, overlap=("ep",),
          stage_cost="predictor.models.stage_costs:ep_stage_time", cost_fields=_WORK_FIELDS,
-         multiplies_gpus=False, space_default=(1,),
+         multiplies_gpus=False, space_default=(1,), written_after="cp_comm",
          launch={"megatron": "--expert-model-parallel-size", "torchtitan": "parallelism.expert_parallel_degree"}),
 )
 AXIS: dict[str, Axis] = {a.name: a for a in AXES}
@@ -120,8 +126,8 @@ PRICING_ORDER: tuple[Axis, ...] = tuple(sorted(AXES, key=lambda a: a.order))
 # GPU count order ranks: ep regroups the ranks of a stage for its expert layers (`predictor.parallel.expert_groups`).
 DEFAULT_ORDER: tuple[str, ...] = tuple(a.name for a in PRICING_ORDER if a.multiplies_gpus)
 RANK_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
-# Placements written before context parallelism: permutations of these three.
-LEGACY_AXES: tuple[str, ...] = ("tp", "dp", "pp")
+# The axes of the first plan format, whose permutations are the placements a search tries.
+FIRST_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.first_format)
 
 # A prediction's time breakdown: the layers' computation, each axis's parts, the optimizer step.
 _PARTS: tuple[TimePart, ...] = (TimePart("compute", "compute", "compute", comm=False),

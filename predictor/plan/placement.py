@@ -11,7 +11,7 @@ from functools import lru_cache
 from itertools import permutations
 from typing import TYPE_CHECKING
 
-from predictor.plan.axes import DEFAULT_ORDER, LEGACY_AXES, RANK_AXES
+from predictor.plan.axes import DEFAULT_ORDER, FIRST_AXES, RANK_AXES
 
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.plan.plan import Plan
@@ -39,13 +39,13 @@ def placement_error(placement: str) -> str | None:
     unknown = [a for a in named if a not in RANK_AXES]
     if unknown or not placement:
         return (f"plan field 'placement' must name axes innermost first, joined by '-', from "
-                f"{', '.join(RANK_AXES)} (e.g. {'-'.join(LEGACY_AXES)}); got {placement!r}")
+                f"{', '.join(RANK_AXES)} (e.g. {'-'.join(FIRST_AXES)}); got {placement!r}")
     if len(set(named)) != len(named):
         return f"plan field 'placement' names an axis twice: {placement!r}"
     return None
 
 
-def placements(axes: tuple[str, ...] = LEGACY_AXES) -> tuple[str, ...]:
+def placements(axes: tuple[str, ...] = FIRST_AXES) -> tuple[str, ...]:
     """Every rank order of `axes` (the space of placements a search may try), in a stable order."""
     return tuple("-".join(p) for p in permutations(axes))
 

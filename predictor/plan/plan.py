@@ -135,7 +135,8 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
 }
 # Fields every plan string writes; the others (added with later axes and options) only when they differ
 # from their defaults, so a plan that could be written before keeps its string and its dataset ids.
-ALWAYS_WRITTEN: tuple[str, ...] = ("dp", "tp", "pp", "mbs", "zero", "recompute", "sp", "schedule", "v", "placement")
+ALWAYS_WRITTEN: tuple[str, ...] = (*(a.name for a in AXES if a.first_format), "mbs", "zero", "recompute", "sp",
+                                   "schedule", "v", "placement")
 
 
 @cache
@@ -153,12 +154,31 @@ def overlap_kinds(value: str) -> frozenset[str] | None:
     return frozenset(kinds)
 
 
+def _with_degrees(cls: type) -> type:
+    """`cls` with an int field per registered axis, each after the field its `written_after` names: the field
+    order is the string order, so plans written before an axis existed keep their strings."""
+    own = cls.__dict__["__annotations__"]
+    order, pending = list(own), list(AXES)
+    while pending:
+        placeable = [a for a in pending if a.written_after in (None, "", *order)]
+        if not placeable:
+            raise AssertionError(f"axes placed after unknown plan fields: {[a.written_after for a in pending]}")
+        for axis in placeable:
+            at = {None: len(order), "": 0}.get(axis.written_after)
+            order.insert(order.index(axis.written_after) + 1 if at is None else at, axis.name)
+            setattr(cls, axis.name, 1)
+        pending = [a for a in pending if a not in placeable]
+    cls.__annotations__ = {name: own.get(name, "int") for name in order}
+    return cls
+
+
 @dataclass(frozen=True)
+@_with_degrees
 class Plan:
     """One parallel configuration of a training iteration.
 
-    Degrees, one field per axis of `predictor.plan.axes.AXES`: dp (data), tp (tensor), pp (pipeline),
-    cp (context) parallel.
+    Degrees: one int field (default 1) per axis of `predictor.plan.axes.AXES`, added by `_with_degrees` at the
+    place in the string form its `written_after` names (an axis's meaning is its registry entry).
     mbs: micro-batch size per data-parallel rank; the number of micro-batches per
          iteration is derived from the workload's global batch (`microbatches`).
     zero: ZeRO stage 0-3 (3 is FSDP full shard; 1 is Megatron's distributed optimizer).
@@ -180,13 +200,8 @@ class Plan:
          (Megatron-Core's --optimizer-cpu-offload --optimizer-offload-fraction; DeepSpeed's ZeRO-Offload: 1).
     moments: Adam's moments in fp32 or bf16 (the precision-aware optimizer).
     grads: the dtype gradients accumulate and reduce in: fp32 (main-grad buffers) or bf16.
-    ep: expert parallel degree (Megatron-Core's convention: it does not multiply into the GPU count; the
-         dp·tp·cp ranks of a stage are regrouped into ep groups for the expert layers).
     """
 
-    dp: int = 1
-    tp: int = 1
-    pp: int = 1
     mbs: int = 1
     zero: int = 0
     recompute: str = "none"
@@ -194,10 +209,8 @@ class Plan:
     schedule: Schedule = "1f1b"
     v: int = 1
     placement: str = "tp-dp-pp"
-    cp: int = 1
     overlap: str = "auto"
     cp_comm: str = "ring"
-    ep: int = 1
     recompute_layers: int = 0
     offload: str = "none"
     optimizer_offload: float = 0.0
@@ -342,5 +355,4 @@ class Plan:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
-assert set(AXIS_NAMES) <= {f.name for f in fields(Plan)}, "every registered axis needs a Plan field"
 assert set(DEFAULT_ORDER) == set(GPU_AXES)
