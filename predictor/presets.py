@@ -28,7 +28,8 @@ computes only its window's band (`predictor.models.roofline.sliding_window_work`
 whole masked product, as it does. Not priced: Gemma 2's soft-capping of the attention scores inside a fused kernel
 (a tanh per score; the eager trace, which unfused frameworks are priced by, has it, and the logits' soft-capping is
 traced with the loss), and Gemma 3's vision encoder (its presets are the text decoders). Megatron-LM's arguments
-cannot spell Gemma's GeGLU or soft-capping: its launch file says so.
+cannot spell Gemma's GeGLU or soft-capping: its launch is refused, saying so. MFU counts the traced FLOPs, every
+layer's whole s×s product as for every model, so a local layer's band makes Gemma's MFU read above its useful work.
 Mixtures of experts, from each model's HF config.json (mistralai/Mixtral-8x7B-v0.1, mistralai/Mixtral-8x22B-v0.1,
 Qwen/Qwen3-30B-A3B, Qwen/Qwen3-235B-A22B, openai/gpt-oss-120b, deepseek-ai/DeepSeek-V3), cross-checked against
 Megatron-Bridge's model providers (Qwen3 235B: 94 layers, 64 heads, 4 query groups, kv channels 128, MoE FFN 1536,

@@ -367,6 +367,8 @@ def _dims_from_hf(config: Any) -> dict[str, Any]:
             if key in config:
                 dims[field] = config[key]
                 break
+    if dims["family"] not in GLOBAL_EVERY:  # Qwen's configs carry a window that use_sliding_window leaves off
+        dims.pop("sliding_window", None)
     return dims
 
 

@@ -109,3 +109,15 @@ def test_no_launch_file_trains_gemma_as_another_model(framework: str) -> None:
     with what is missing, while the plan is still predicted."""
     with pytest.raises(LaunchError, match="gemma2"):
         launch_files(Plan(dp=8, mbs=1), _spec(framework, "gemma2-9b"))
+
+
+def test_a_window_is_read_from_a_gemma_config_only() -> None:
+    """An hf_config's sliding_window prices local layers for Gemma (its layer pattern); Qwen's configs carry one that
+    use_sliding_window leaves off, so it is not read."""
+    dims = {"hidden_size": 256, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 128, "sliding_window": 32,
+            "head_dim": 64}
+    gemma = ModelSpec(hf_config={"model_type": "gemma3_text", **dims})
+    qwen = ModelSpec(hf_config={"model_type": "qwen3", **dims, "use_sliding_window": False})
+    assert (gemma.family, gemma.sliding_window, gemma.local_layers, gemma.head_dim) == ("gemma3", 32, 5, 64)
+    assert (qwen.family, qwen.sliding_window, qwen.local_layers) == ("qwen3", None, 0)
