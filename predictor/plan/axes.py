@@ -17,7 +17,9 @@ hidden kinds, overlap kinds and correction terms is generated here from `AXES` (
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from importlib import import_module
 from typing import Mapping
 
 
@@ -69,6 +71,15 @@ class Axis:
 # What a stage's per-layer computation reads: the work of its layers, under any axis's cost.
 _WORK_FIELDS: tuple[str, ...] = ("pp", "v", "tp", "sp", "cp", "ep", "mbs", "recompute", "recompute_layers")
 
+
+
+def _plugin_axes() -> tuple[Axis, ...]:
+    """Axes defined outside ScaleDL: `SCALEDL_AXES` names them as "module:attribute" entries joined by ','
+    (read once, when this module is first imported, so every table below and `Plan` include them)."""
+    entries = filter(None, os.environ.get("SCALEDL_AXES", "").split(","))
+    return tuple(getattr(import_module(module), name) for module, _, name in (e.partition(":") for e in entries))
+
+
 AXES: tuple[Axis, ...] = (
     Axis("tp", "tensor parallel", "attention heads, MLP columns and the vocabulary of each layer",
          "all-reduce (reduce-scatter + all-gather with sp) per layer, forward and backward",
@@ -117,6 +128,7 @@ AXES: tuple[Axis, ...] = (
          stage_cost="predictor.models.stage_costs:ep_stage_time", cost_fields=_WORK_FIELDS,
          multiplies_gpus=False, space_default=(1,), written_after="cp_comm",
          launch={"megatron": "--expert-model-parallel-size", "torchtitan": "parallelism.expert_parallel_degree"}),
+    *_plugin_axes(),
 )
 AXIS: dict[str, Axis] = {a.name: a for a in AXES}
 AXIS_NAMES: tuple[str, ...] = tuple(a.name for a in AXES)

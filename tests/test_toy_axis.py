@@ -1,0 +1,74 @@
+"""An axis added in one place: its registry entry and its cost function, in a module outside ScaleDL named by
+SCALEDL_AXES, run in a fresh interpreter so that no other test sees it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+TOY = '''
+from predictor.plan.axes import Axis, TimePart
+
+
+def xp_stage_time(spec, lay, cfg, device):
+    """A millisecond per node of each stage per extra xp rank."""
+    return lay.stage_counts.sum(axis=1) * 1e-3 * (lay.plan.xp - 1)
+
+
+AXIS = Axis("xp", "toy parallel", "nothing", "one exchange per layer", "nothing", order=2,
+            explain="xp={degree} spends {share:.0f} % of the time in its toy exchange",
+            parts=(TimePart("xp_comm", "toy exchange", "tp_comm"),), hidden={"xp_comm": "toy exchange"},
+            overlap=("xp",), stage_cost="toy_axis:xp_stage_time", cost_fields=("pp", "v", "xp"),
+            space_default=(2,), launch={"megatron": "--toy-parallel-size"})
+'''
+
+CHECK = '''
+import json
+from predictor.frameworks.base import degree_args
+from predictor.graph_cache import graph_for
+from predictor.models.analytical import AnalyticalPredictor
+from predictor.plan import HIDDEN_KINDS, OVERLAP_KINDS, TIME_PARTS, Plan, plan_errors
+from predictor.workload import parse_spec
+from search_spaces import resolve_space
+from search_spaces.enumerate import _degrees
+
+spec = parse_spec({"model": {"family": "gpt", "hidden": 1024, "layers": 8, "heads": 16, "seq_len": 1024,
+                             "vocab": 32000},
+                   "training": {"global_batch": 32, "precision": "bf16", "framework": "megatron"},
+                   "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8}})
+toy, plain = Plan.parse("dp=4,xp=2"), Plan.parse("dp=8")
+table = AnalyticalPredictor().predict_table(spec, graph_for(spec.model), [toy, plain])
+_, space = resolve_space(spec)
+print(json.dumps({
+    "toy": str(toy), "plain": str(plain), "gpus": toy.gpus, "errors": plan_errors(toy, spec),
+    "parts": TIME_PARTS, "hidden": HIDDEN_KINDS, "overlap": OVERLAP_KINDS,
+    "degrees": sorted({d["xp"] for d, _ in _degrees(spec, space)}),
+    "priced": [table.row(i).breakdown["xp_comm"] for i in (0, 1)],
+    "times": [table.row(i).iter_time_s for i in (0, 1)],
+    "args": degree_args(toy, "megatron"),
+}))
+'''
+
+
+def test_toy_axis_is_a_plan_field_a_space_axis_a_time_part_and_a_launch_flag(tmp_path: Path) -> None:
+    (tmp_path / "toy_axis.py").write_text(textwrap.dedent(TOY))
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "SCALEDL_AXES": "toy_axis:AXIS",
+           "PYTHONPATH": os.pathsep.join([str(root), str(tmp_path)])}
+    out = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, cwd=root,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.splitlines()[-1])
+    # a Plan field of its own, written after every older field, leaving older plans' strings as they were
+    assert got["toy"].endswith(",xp=2") and got["gpus"] == 8 and got["errors"] == []
+    assert got["plain"] == "dp=8,tp=1,pp=1,mbs=1,zero=0,recompute=none,sp=false,schedule=1f1b,v=1,placement=tp-dp-pp"
+    assert "xp_comm" in got["parts"] and "xp_comm" in got["hidden"] and "xp" in got["overlap"]
+    assert got["degrees"] == [2]  # the search space's default for it
+    toy_s, plain_s = got["priced"]
+    assert toy_s > 0 and plain_s == 0.0  # its cost function priced it, exposed (megatron overlaps no xp)
+    assert got["times"][0] > got["times"][1]
+    assert got["args"][-2:] == ["--toy-parallel-size", "2"]
