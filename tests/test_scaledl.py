@@ -97,21 +97,6 @@ def test_ensemble_factors_are_the_geometric_mean_of_its_members(vtrain_slice):
     np.testing.assert_allclose(got, members[:, :, 0].log().mean(0).exp(), rtol=1e-5)
 
 
-def test_a_checkpoint_from_before_ensembles_loads_as_one_network(vtrain_slice, tmp_path):
-    train, test = vtrain_slice
-    one = ScaleDLPredictor(epochs=30, seed=2, ensemble=1).fit(TrainingData(train[:60]))
-    path = tmp_path / "old.pt"
-    one.save(path)
-    state = torch.load(path, weights_only=False)  # rewrite it as format 2 before ensembles wrote it
-    state["format"] = 2
-    del state["config"]["ensemble"]
-    state["net"] = {k.removeprefix("members.0."): v for k, v in state["net"].items()}
-    torch.save(state, path)
-    old = ScaleDLPredictor.load(path)
-    assert old.config["ensemble"] == 1
-    np.testing.assert_array_equal(predict_samples(one, test[:20])[0], predict_samples(old, test[:20])[0])
-
-
 def test_predictions_outside_the_training_data_say_so(fitted, vtrain_slice):
     train, test = vtrain_slice
     inside = fitted.predict(train[0].spec, graph_of(train[0].spec), [train[0].plan])[0]
@@ -166,22 +151,6 @@ def test_checkpoint_from_other_features_is_refused(fitted, tmp_path):
     torch.save(state, path)
     with pytest.raises(ValueError, match="other features.*scaledl train"):
         ScaleDLPredictor.load(path)
-
-
-def test_a_checkpoint_from_before_step_p2p_composes_as_it_was_trained(fitted, tmp_path):
-    """New predictors compose pipeline p2p without a measured CPU's in-step cost; a checkpoint saved
-    before that setting existed charged it, and loads charging it."""
-    import torch
-
-    assert fitted.config["step_p2p"] is False and fitted.analytical.config.step_p2p is False
-    path = tmp_path / "old.pt"
-    fitted.save(path)
-    state = torch.load(path, weights_only=False)  # as format 2 wrote it before step_p2p
-    state["format"] = 2
-    del state["config"]["step_p2p"], state["analytical"]["step_p2p"]
-    torch.save(state, path)
-    old = ScaleDLPredictor.load(path)
-    assert old.config["step_p2p"] is True and old.analytical.config.step_p2p is True
 
 
 def test_update_fine_tunes_towards_new_measurements(fitted, vtrain_slice):
@@ -305,9 +274,9 @@ def test_small_data_chooses_its_epochs_by_cross_validation_and_may_keep_the_comp
 
 
 @pytest.mark.slow
-def test_a_checkpoint_from_before_host_once_keeps_its_composition(tmp_path):
-    """Real CPU rows: a checkpoint saved before `host_once` existed was fitted to the composition that counted
-    the host twice; it loads with that composition and predicts as it did."""
+def test_a_checkpoint_fitted_counting_the_host_twice_keeps_its_composition(tmp_path):
+    """Real CPU rows: a predictor fitted to the composition that counts the host twice (host_once=False) saves and
+    loads with that composition and predicts as it did; counting it once prices every plan lower."""
     from predictor.evaluate import CPU_DATASET, load_profile_dataset, subset
 
     data = load_profile_dataset(CPU_DATASET, families=("bert",))
@@ -316,10 +285,6 @@ def test_a_checkpoint_from_before_host_once_keeps_its_composition(tmp_path):
     before = ScaleDLPredictor(host_once=False, epochs=20, seed=0).fit(train)
     path = tmp_path / "before.pt"
     before.save(path)
-    state = torch.load(path, weights_only=False)  # as format 2 wrote it before host_once
-    state["format"] = 2
-    del state["config"]["host_once"]
-    torch.save(state, path)
     old = ScaleDLPredictor.load(path)
     assert old.config["host_once"] is False
     np.testing.assert_array_equal(predict_samples(before, test)[0], predict_samples(old, test)[0])

@@ -96,12 +96,11 @@ def adapted_checkpoint_path(device_name: str, hardware: str) -> Path:
 
 
 def load_checkpoint(path: Path) -> Predictor:
-    """The fitted predictor a checkpoint file holds, of the class its `predictor` entry names (files written before
-    it was recorded hold a ScaleDL predictor)."""
+    """The fitted predictor a checkpoint file holds, of the class its `predictor` entry names."""
     from predictor.models import checkpoint  # lazy: imports torch
 
-    state, _ = checkpoint.read(path)
-    kind = state.get("predictor", "scaledl")
+    state = checkpoint.read(path)
+    kind = state.get("predictor")
     entry = PREDICTORS.get(kind)
     if entry is None or entry.restore is None:
         raise ValueError(f"{path} holds a {kind!r} predictor, which this version of ScaleDL cannot load")

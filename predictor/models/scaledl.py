@@ -21,7 +21,7 @@ device), so it is computed once per key and cached; per plan only the global MLP
 
 The parts live apart, one job a module: `composition` (the terms, and the prediction the factors make
 of them), `gnn_training` (the networks' training loop), `memory_residual`, and `checkpoint` (the file
-format and the upgrade of older ones). This class ties them together, fine-tunes (`update`) and routes
+format). This class ties them together, fine-tunes (`update`) and routes
 to the companion.
 """
 
@@ -277,8 +277,8 @@ class ScaleDLPredictor(Predictor):
 
     @classmethod
     def load(cls, path: str | Path) -> "ScaleDLPredictor":
-        """The predictor of a checkpoint file of any format this version reads (older ones are upgraded)."""
-        state, _ = checkpoint.read(Path(path))
+        """The predictor of a checkpoint file (`predictor.models.checkpoint`: its one format)."""
+        state = checkpoint.read(Path(path))
         return cls.restore(state)
 
     @classmethod
