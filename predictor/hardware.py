@@ -9,8 +9,11 @@ device into a `Device`.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 
 GB = 1e9
 GIB = 1024**3
@@ -180,3 +183,37 @@ def catalogue_name(fingerprint: str) -> str:
                        f"add it to predictor/hardware.py DEVICES")
     return max(matches, key=lambda name: len(name.split("-")))
 
+
+
+# Public measurements of the kernels a step runs (GEMM throughput against shape and precision, fused attention,
+# memory-bound kernels, collectives' bus bandwidth), each with its source: docs/device-facts.md.
+FACTS_FILE = Path(__file__).resolve().parent / "data" / "device_facts.json"
+
+
+@dataclass(frozen=True)
+class GemmFact:
+    """A public GEMM measurement on one device of a generation: points (batch, m, n, k, FLOP/s), or only the best
+    FLOP/s a kernel reports (`best`), at one precision and scaling."""
+
+    generation: str
+    device: str
+    precision: str
+    source: str
+    points: tuple[tuple[int, int, int, int, float], ...] = ()
+    best: float = 0.0
+    scaling: str = ""
+
+
+@cache
+def device_facts() -> dict[str, list[dict]]:
+    """The catalogue of FACTS_FILE, each section a list of entries with their `source`."""
+    facts = json.loads(FACTS_FILE.read_text())
+    return {k: v for k, v in facts.items() if k != "about"}
+
+
+def gemm_facts(gen: str, precision: str) -> list[GemmFact]:
+    """The catalogue's GEMM measurements of generation `gen` at `precision` ('bf16', 'fp8', ...)."""
+    return [GemmFact(e["generation"], e["device"], e["precision"], e["source"],
+                     tuple((int(b), int(m), int(n), int(k), t * TFLOPS) for b, m, n, k, t in e.get("points", ())),
+                     e.get("best_tflops", 0.0) * TFLOPS, e.get("scaling", ""))
+            for e in device_facts()["gemm"] if e["generation"] == gen and e["precision"] == precision]

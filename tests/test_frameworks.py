@@ -18,7 +18,7 @@ from predictor.frameworks.base import Framework, Launch
 from predictor.graph_cache import graph_for
 from predictor.hardware import DEVICES
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.models.roofline import AnalyticalConfig, framework_config
+from predictor.models.roofline import AnalyticalConfig, device_config, framework_config
 from predictor.plan import Plan
 from predictor.prediction import Prediction
 from predictor.workload import SpecError, WorkloadSpec, parse_spec
@@ -46,7 +46,7 @@ def test_each_framework_is_one_module_holding_its_whole_profile():
     assert framework_config(FRAMEWORKS["megatron"], "hopper") == AnalyticalConfig(**megatron["hopper"])
     assert megatron["hopper"]["gemm_eff_max"] < AnalyticalConfig().gemm_eff_max
     assert framework_config(FRAMEWORKS["megatron"], "ampere") == AnalyticalConfig()
-    assert framework_config(FRAMEWORKS["torchtitan"], "hopper") == AnalyticalConfig()
+    assert framework_config(FRAMEWORKS["torchtitan"], "hopper") == device_config("hopper") != AnalyticalConfig()  # device facts
 
 
 def test_framework_for_decides_once_which_framework_applies():

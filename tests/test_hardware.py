@@ -6,7 +6,8 @@ import shutil
 import pytest
 
 from predictor.device_resolver import get_device
-from predictor.hardware import DEVICES, GB, TFLOPS
+from predictor.hardware import DEVICES, GB, GENERATIONS, TFLOPS, device_facts, gemm_facts
+from predictor.models.roofline import AnalyticalConfig, device_config, gemm_efficiency
 from predictor.measure import device as measure_device
 from predictor.workload import parse_spec
 
@@ -141,3 +142,38 @@ def test_profile_dataset_is_priced_with_its_own_device_profile():
     record = json.loads(open(DATASET_PROFILE).read())
     assert {spec_device(s.spec).peak_flops["fp32"] for s in data.samples} == {record["peak_flops"]["fp32"]}
     assert data.provenance["device_profile"].endswith("predictor/data/cpu/device.json")
+
+
+def test_device_facts_are_sourced_and_describe_catalogue_devices():
+    facts = device_facts()
+    assert set(facts) == {"gemm", "low_precision_recipes", "attention", "memory_bound", "collectives"}
+    for section, entries in facts.items():
+        for entry in entries:
+            assert len(entry["source"]) > 20, (section, entry)  # a citation, not a placeholder
+            if "generation" in entry:
+                assert entry["generation"] in set(GENERATIONS.values())
+                assert entry["device"] in DEVICES and GENERATIONS[entry["device"]] == entry["generation"]
+    # a GEMM table's achieved rate never exceeds the device's dense peak at that precision
+    for entry in facts["gemm"]:
+        peak = DEVICES[entry["device"]].flops(entry["precision"])
+        assert all(0 < t * TFLOPS < peak for *_, t in entry.get("points", ())) and entry.get("best_tflops", 1) * TFLOPS < peak
+    assert gemm_facts("blackwell", "fp8")[0].points and not gemm_facts("ampere", "bf16")
+
+
+def test_first_principles_take_gemm_efficiency_from_the_generations_public_tables():
+    # the saturating curve with the fitted maximum follows the large points of each table (every one within 30 %,
+    # 12 % on average): the analytical model's GEMMs run at what the device reaches, not at a constant fitted on runs
+    errors = []
+    for gen in ("hopper", "blackwell"):
+        cfg = device_config(gen)
+        for precision, scale in (("bf16", 1.0), ("fp8", cfg.fp8_gemm_eff)):
+            for fact in gemm_facts(gen, precision):
+                device = DEVICES[fact.device]
+                for b, m, n, k, achieved in fact.points:
+                    if min(m, n, k) >= 1024:
+                        eff = gemm_efficiency(m, n, k, b, cfg, device.extra["sms"]) * scale
+                        errors.append(abs(eff * device.flops(precision) / achieved - 1))
+    assert len(errors) > 20 and max(errors) < 0.3 and sum(errors) / len(errors) < 0.12
+    # Blackwell's BF16 GEMMs reach a smaller share of their peak than Hopper's (XLA's tables: 63 % vs 79 % at 4096³)
+    assert device_config("blackwell").gemm_eff_max < device_config("hopper").gemm_eff_max < 0.95
+    assert device_config("ampere") == AnalyticalConfig()  # no public table in the catalogue: the defaults

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from predictor.device_resolver import spec_device
 from predictor.frameworks import Framework, framework_for
-from predictor.hardware import Device, generation
+from predictor.hardware import Device, gemm_facts, generation
 from predictor.layer_graph import LayerGraph
 from predictor.models.base import Predictor
 from predictor.models.plan_batch import PlanPieces
@@ -34,7 +34,8 @@ def constants_note(framework: Framework, gen: str) -> str:
     if gen in framework.constants:
         return f"{framework.name} constants calibrated on {gen}"
     fitted = ", ".join(sorted(framework.constants)) or "no generation"
-    return f"first principles: {framework.name} has no constants fitted on {gen} (fitted on {fitted})"
+    facts = f"; GEMM efficiency from the {gen} device facts" if gemm_facts(gen, "bf16") else ""
+    return f"first principles: {framework.name} has no constants fitted on {gen} (fitted on {fitted}){facts}"
 
 
 class AnalyticalPredictor(Predictor):

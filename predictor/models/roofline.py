@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, fields, replace
+from functools import cache
 
 import numpy as np
 
 from predictor.plan import DECODER_FAMILIES
 from predictor.frameworks import Framework, framework_for
-from predictor.hardware import Device
+from predictor.hardware import DEVICES, Device, GemmFact, gemm_facts
 from predictor.layer_graph import LayerGraph
 from predictor.parallel import BYTES, shard_nodes
 from predictor.workload import ModelSpec, WorkloadSpec
@@ -24,10 +25,11 @@ from predictor.workload import ModelSpec, WorkloadSpec
 class AnalyticalConfig:
     """Constants of the analytical model (first principles and vendor documentation, not fit).
 
-    gemm_eff_max: fraction of dense peak a large tensor-core GEMM sustains. cuBLAS large fp16/bf16
-        GEMMs on A100/H100 run at roughly 80% of the data-sheet peak under the board power limit
-        (NVIDIA "Matrix Multiplication Background" user guide performance figures); a measured
-        device's peak is already an achieved matmul rate, so it uses 1.0.
+    gemm_eff_max: fraction of dense peak a large tensor-core GEMM sustains. Where the device generation has a
+        public GEMM table (predictor/data/device_facts.json: Hopper 0.878, Blackwell 0.679), `device_config` fits
+        it there; elsewhere 0.8, cuBLAS large fp16/bf16 GEMMs on A100 under the board power limit (NVIDIA
+        "Matrix Multiplication Background" user guide performance figures). A measured device's peak is already an
+        achieved matmul rate, so it uses 1.0.
     gemm_half_dim: GEMM dimension at which efficiency halves, f(x) = x / (x + c): one thread-block
         tile edge (128 on Ampere/Hopper cuBLAS kernels, same guide), whose fixed prologue/epilogue
         cost is comparable to one tile's math. Measured CPUs: 32 (register/cache blocking of a
@@ -56,7 +58,8 @@ class AnalyticalConfig:
         calibrated with overlap_eff.
     fp8_gemm_eff: fraction of the dense FP8/FP4 peak an FP8/FP4 GEMM reaches relative to a bf16 GEMM
         of the same shape reaching gemm_eff_max (Transformer Engine's casts, scaling and amax
-        reductions ride on every linear). 1.0 from first principles; calibrated as overlap_eff.
+        reductions ride on every linear). From the generation's public FP8 GEMM figures where the catalogue has
+        them (`device_config`: Hopper 0.989, Blackwell 0.866), else 1.0; calibrated as overlap_eff.
     grouped_gemm_eff: fraction of a dense GEMM's efficiency (at the same per-expert shape) a routed expert's
         grouped GEMM reaches, with its token permutation and unpermutation (Megatron-Core's grouped GEMM and
         permute fusion, TE). 1.0 from first principles; calibrated on the MoE rows (bench/modern_eval.py).
@@ -113,10 +116,51 @@ MOE_CALIBRATED_FIELDS: tuple[str, ...] = ("grouped_gemm_eff", "a2a_eff", "expert
 
 def framework_config(framework: Framework, generation: str) -> AnalyticalConfig:
     """The analytical constants of `framework` on a device `generation`: its calibration recorded for that generation
-    over the first-principles defaults (the defaults alone where none was fitted on it)."""
+    over the generation's first principles (`device_config`; those alone where none was fitted on it)."""
     recorded = framework.constants.get(generation, {})
     known = {f.name for f in fields(AnalyticalConfig)}
-    return replace(AnalyticalConfig(), **{k: v for k, v in recorded.items() if k in known})
+    return replace(device_config(generation), **{k: v for k, v in recorded.items() if k in known})
+
+
+# GEMMs whose every dimension reaches this are where the saturating curve of `gemm_efficiency` describes a public
+# table; smaller ones are launch- and tail-bound, and training's linears are larger.
+FACT_MIN_DIM = 1024
+
+
+def _fact_fraction(fact: GemmFact) -> float | None:
+    """The large-GEMM fraction of peak (`gemm_eff_max`) one catalogue entry implies: over its points of at least
+    FACT_MIN_DIM, the geometric mean of achieved / (peak · the curve's shape and wave factor); for an entry that
+    gives only its best figure, that over the peak."""
+    device = DEVICES[fact.device]
+    peak = device.flops(fact.precision)
+    big = [p for p in fact.points if min(p[1:4]) >= FACT_MIN_DIM]
+    if not big:
+        return fact.best / peak if fact.best else None
+    b, m, n, k, achieved = (np.array(col, dtype=float) for col in zip(*big))
+    shape = gemm_efficiency(m, n, k, b, replace(AnalyticalConfig(), gemm_eff_max=1.0), int(device.extra["sms"]))
+    return float(np.exp(np.mean(np.log(achieved / (peak * shape)))))
+
+
+def _best_fraction(fact: GemmFact) -> float:
+    peak = DEVICES[fact.device].flops(fact.precision)
+    return max([p[4] for p in fact.points] + [fact.best]) / peak
+
+
+@cache
+def device_config(generation: str) -> AnalyticalConfig:
+    """First principles on a device generation: `gemm_eff_max` from the public bf16 GEMM table of that generation
+    (predictor/data/device_facts.json) and `fp8_gemm_eff` from its fp8 one relative to it (by the curve where both
+    give shapes, else by their best figures); the defaults where the catalogue has none."""
+    bf16, fp8 = gemm_facts(generation, "bf16"), gemm_facts(generation, "fp8")
+    if not bf16:
+        return AnalyticalConfig()
+    eff = _fact_fraction(bf16[0])
+    low = {}
+    if fp8:
+        ratio = (_fact_fraction(fp8[0]) / eff if fp8[0].points and bf16[0].points
+                 else _best_fraction(fp8[0]) / _best_fraction(bf16[0]))
+        low = {"fp8_gemm_eff": round(min(ratio, 1.0), 3)}
+    return replace(AnalyticalConfig(), gemm_eff_max=round(eff, 3), **low)
 
 
 def call_costs(cfg: AnalyticalConfig, device: Device) -> tuple[float, float]:
