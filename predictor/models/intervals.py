@@ -27,6 +27,20 @@ def residual_quantiles(measured: np.ndarray, predicted: np.ndarray, coverage: fl
             "residual": "measured / predicted - 1"}
 
 
+# How much wider than the widest recorded interval a (framework, device) without residuals of its own is quoted.
+UNMEASURED_WIDENING = 2.0
+
+
+def lent(record: dict[str, Any], why: str, framework: str) -> dict[str, Any]:
+    """The accuracy record quoted where `framework` was never measured (`why`): `record`'s residual quantiles widened
+    UNMEASURED_WIDENING times, no rows of its own, and marked unmeasured."""
+    q = record["residual_quantiles"]
+    return {"mape_pct": None, "rows": 0, "framework": framework, "measured": False,
+            "source": f"{why}: the widest recorded interval ({record['source']}) widened {UNMEASURED_WIDENING:g}x",
+            "residual_quantiles": {**q, "low": q["low"] * UNMEASURED_WIDENING, "high": q["high"] * UNMEASURED_WIDENING,
+                                   "rows": 0}}
+
+
 @dataclass(frozen=True)
 class Interval:
     """A prediction t's interval [t (1 + low), t (1 + high)], holding `coverage` of the `rows` runs it came from."""

@@ -18,6 +18,7 @@ from typing import Any, Callable, Literal
 from predictor.machine import hardware_slug
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
+from predictor.models.intervals import lent
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
 # The analytical model's accuracy per device where it was measured against real runs (bench/vtrain_eval.py --record).
@@ -138,15 +139,11 @@ def check_predictor_name(name_or_path: str) -> None:
                             f"an existing checkpoint file{trained}")
 
 
-# How much wider than the widest recorded interval a (framework, device) without residuals of its own is quoted.
-UNMEASURED_WIDENING = 2.0
-
-
 def measured_accuracy(predictor: Predictor, device_name: str, framework: str) -> dict[str, Any] | None:
     """How accurate `predictor` was measured to be on this device under this framework (reports show it), or None if
     never measured: a checkpoint carries its held-out accuracy; the analytical model's is recorded per (device,
-    framework). A device measured under another framework only lends its widest recorded interval, widened by
-    UNMEASURED_WIDENING and said so: one framework's residuals are not another's."""
+    framework). A device measured under another framework only lends the widest recorded interval, widened
+    (`intervals.lent`) and said so: one framework's residuals are not another's."""
     if not isinstance(predictor, AnalyticalPredictor):
         return predictor.accuracy
     if not ANALYTICAL_ACCURACY.is_file():
@@ -157,9 +154,4 @@ def measured_accuracy(predictor: Predictor, device_name: str, framework: str) ->
         return record
     widest = max((r for r in table.values() if "residual_quantiles" in r),
                  key=lambda r: r["residual_quantiles"]["high"] - r["residual_quantiles"]["low"])
-    q = widest["residual_quantiles"]
-    return {"mape_pct": None, "rows": 0, "framework": framework, "measured": False,
-            "source": f"no {framework} runs measured on {device_name}: the widest recorded interval ({widest['source']}) "
-                      f"widened {UNMEASURED_WIDENING:g}x",
-            "residual_quantiles": {**q, "low": q["low"] * UNMEASURED_WIDENING, "high": q["high"] * UNMEASURED_WIDENING,
-                                   "rows": 0}}
+    return lent(widest, f"no {framework} runs measured on {device_name}", framework)
