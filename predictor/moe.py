@@ -24,7 +24,7 @@ from predictor import comm
 
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.plan import Plan
-    from predictor.workload import ModelSpec
+    from predictor.workload import ModelSpec, WorkloadSpec
 
 def runner_ep_error(plan: "Plan", model: "ModelSpec") -> str:
     """Why ScaleDL's runner cannot run `plan`'s expert parallelism ('' when it can): it runs ep = dp with
@@ -36,6 +36,13 @@ def runner_ep_error(plan: "Plan", model: "ModelSpec") -> str:
         return ""
     return (f"ep={plan.ep} with dp={plan.dp}, tp={plan.tp}, cp={plan.cp}, zero={plan.zero}, v={plan.v}: the runner's "
             f"expert parallelism needs a MoE model, ep = dp, tp = cp = 1, zero=0 and no interleaving")
+
+
+def expert_degrees(spec: "WorkloadSpec", divisors: tuple[int, ...]) -> list[int] | None:
+    """The expert-parallel degrees a stage whose ranks have these `divisors` can take: those that also divide the
+    routed experts (None for a dense model, which has no experts to regroup its ranks for)."""
+    experts = spec.model.experts
+    return None if experts is None else [d for d in divisors if experts % d == 0]
 
 
 def expert_params(model: "ModelSpec") -> int:

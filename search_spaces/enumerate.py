@@ -23,7 +23,8 @@ from functools import cache
 from itertools import product
 from typing import Iterable, Iterator
 
-from predictor.plan import AXES
+from predictor.plan import AXES, Axis
+from predictor.plan.axes import resolve
 from predictor.frameworks import Framework, framework_for
 from predictor.plan import Plan, plan_errors
 from predictor.workload import WorkloadSpec
@@ -31,6 +32,9 @@ from search_spaces.space import CHOICE_AXES, INT_AXES, SpaceConfig
 
 # Axes whose degree a search picks; dp takes what the GPU count leaves.
 _CHOSEN = tuple(a.name for a in AXES if a.multiplies_gpus and a.name != "dp")
+# Axes that regroup a stage's ranks (ep: for the expert layers) rather than multiply into the GPU count.
+_REGROUPING = tuple(a for a in AXES if not a.multiplies_gpus)
+_REGROUPING_NAMES = tuple(a.name for a in _REGROUPING)
 
 
 @dataclass
@@ -78,19 +82,20 @@ def _degrees(spec: WorkloadSpec, space: SpaceConfig) -> Iterator[tuple[dict[str,
             dp //= d
         if (space.dp != "auto" and dp not in space.dp) or (space.max_dp is not None and dp > space.max_dp):
             continue
-        for ep in _expert_degrees(spec, space, dp * picked.get("tp", 1) * picked.get("cp", 1)):
+        regrouped = product(*(_regrouping_degrees(spec, space, a, _divisors(gpus // picked.get("pp", 1)))
+                               for a in _REGROUPING))
+        for degrees in regrouped:
             for mbs in _pick(space.mbs, _divisors(gb // dp) if gb % dp == 0 else (1,), space.max_mbs):
-                yield {**picked, "dp": dp, "ep": ep}, mbs
+                yield {**picked, "dp": dp, **dict(zip(_REGROUPING_NAMES, degrees))}, mbs
 
 
-def _expert_degrees(spec: WorkloadSpec, space: SpaceConfig, ranks: int) -> list[int]:
-    """Expert parallel degrees of the space: ep multiplies into no GPU count, it regroups a stage's dp·tp·cp
-    `ranks`, so it is chosen apart, among the divisors of both those ranks and the experts (1 for a dense model)."""
-    experts = spec.model.experts
-    if experts is None:
+def _regrouping_degrees(spec: WorkloadSpec, space: SpaceConfig, axis: Axis, divisors: tuple[int, ...]) -> list[int]:
+    """The degrees of the space of an axis that regroups a stage's ranks (multiplies into no GPU count), so it is
+    chosen apart, among the degrees its `choices` allow at a stage of ranks with these `divisors`."""
+    auto = resolve(axis.choices)(spec, divisors) if axis.choices else list(divisors)
+    if auto is None:
         return [1]
-    auto = [d for d in _divisors(ranks) if experts % d == 0]
-    return [e for e in _pick(space.ep, auto, space.max_ep) if e in auto]
+    return [d for d in _pick(getattr(space, axis.name), auto, getattr(space, f"max_{axis.name}")) if d in auto]
 
 
 def _virtual_stages(spec: WorkloadSpec, space: SpaceConfig, pp: int) -> list[int]:

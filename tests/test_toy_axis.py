@@ -19,7 +19,7 @@ def xp_stage_time(spec, lay, cfg, device):
     return lay.stage_counts.sum(axis=1) * 1e-3 * (lay.plan.xp - 1)
 
 
-AXIS = Axis("xp", "toy parallel", "nothing", "one exchange per layer", "nothing", order=2,
+AXIS = Axis("xp", "toy parallel", "nothing", "one exchange per layer", "nothing", order=2, multiplies_gpus=False,
             explain="xp={degree} spends {share:.0f} % of the time in its toy exchange",
             parts=(TimePart("xp_comm", "toy exchange", "tp_comm"),), hidden={"xp_comm": "toy exchange"},
             overlap=("xp",), stage_cost="toy_axis:xp_stage_time", cost_fields=("pp", "v", "xp"),
@@ -33,20 +33,24 @@ from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import HIDDEN_KINDS, OVERLAP_KINDS, TIME_PARTS, Plan, plan_errors
 from predictor.workload import parse_spec
-from search_spaces import resolve_space
-from search_spaces.enumerate import _degrees
+from orchestrator.report.explain import explain
+from orchestrator.search import SearchResult
+from search_spaces import enumerate_plans, resolve_space
 
 spec = parse_spec({"model": {"family": "gpt", "hidden": 1024, "layers": 8, "heads": 16, "seq_len": 1024,
                              "vocab": 32000},
                    "training": {"global_batch": 32, "precision": "bf16", "framework": "megatron"},
                    "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8}})
-toy, plain = Plan.parse("dp=4,xp=2"), Plan.parse("dp=8")
+toy, plain = Plan.parse("dp=8,xp=2"), Plan.parse("dp=8")
 table = AnalyticalPredictor().predict_table(spec, graph_for(spec.model), [toy, plain])
 _, space = resolve_space(spec)
+plans = enumerate_plans(spec, space).plans
+found = SearchResult(plans, AnalyticalPredictor().predict_table(spec, graph_for(spec.model), plans), 80.0, 80.0)
 print(json.dumps({
     "toy": str(toy), "plain": str(plain), "gpus": toy.gpus, "errors": plan_errors(toy, spec),
     "parts": TIME_PARTS, "hidden": HIDDEN_KINDS, "overlap": OVERLAP_KINDS,
-    "degrees": sorted({d["xp"] for d, _ in _degrees(spec, space)}),
+    "degrees": sorted({p.xp for p in plans}),
+    "explained": explain(found, found.table.iter_time_s.argsort(), spec, 80.0),
     "priced": [table.row(i).breakdown["xp_comm"] for i in (0, 1)],
     "times": [table.row(i).iter_time_s for i in (0, 1)],
     "args": degree_args(toy, "megatron"),
@@ -54,7 +58,7 @@ print(json.dumps({
 '''
 
 
-def test_toy_axis_is_a_plan_field_a_space_axis_a_time_part_and_a_launch_flag(tmp_path: Path) -> None:
+def test_toy_axis_is_enumerated_priced_explained_and_written(tmp_path: Path) -> None:
     (tmp_path / "toy_axis.py").write_text(textwrap.dedent(TOY))
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "SCALEDL_AXES": "toy_axis:AXIS",
@@ -64,10 +68,11 @@ def test_toy_axis_is_a_plan_field_a_space_axis_a_time_part_and_a_launch_flag(tmp
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.splitlines()[-1])
     # a Plan field of its own, written after every older field, leaving older plans' strings as they were
-    assert got["toy"].endswith(",xp=2") and got["gpus"] == 8 and got["errors"] == []
+    assert got["toy"].endswith(",xp=2") and got["gpus"] == 8 and got["errors"] == []  # it regroups the 8 ranks
     assert got["plain"] == "dp=8,tp=1,pp=1,mbs=1,zero=0,recompute=none,sp=false,schedule=1f1b,v=1,placement=tp-dp-pp"
     assert "xp_comm" in got["parts"] and "xp_comm" in got["hidden"] and "xp" in got["overlap"]
-    assert got["degrees"] == [2]  # the search space's default for it
+    assert got["degrees"] == [2]  # every enumerated plan takes the search space's default for it
+    assert "xp=2 spends" in got["explained"] and "toy exchange" in got["explained"]
     toy_s, plain_s = got["priced"]
     assert toy_s > 0 and plain_s == 0.0  # its cost function priced it, exposed (megatron overlaps no xp)
     assert got["times"][0] > got["times"][1]

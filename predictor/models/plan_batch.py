@@ -12,7 +12,6 @@ stage, fill and drain, overlap, exposed communication, the peak memory rank, MFU
 from __future__ import annotations
 
 import weakref
-from importlib import import_module
 from operator import attrgetter
 from typing import Any, Callable, Sequence
 
@@ -29,6 +28,7 @@ from predictor.models.roofline import AnalyticalConfig, call_costs, fused_attent
 from predictor.models.stage_costs import compute_parts, dp_time, offload_waits, optimizer_time, p2p_time
 from predictor.parallel import Layout, apply_plan, plan_groups
 from predictor.plan import AXIS_NAMES, HIDDEN_KINDS, OVERLAP_KINDS, STAGE_AXES, Axis, Plan, nvlink_domain
+from predictor.plan.axes import resolve
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
 from predictor.prediction_table import PredictionTable, row_sums
 from predictor.workload import WorkloadSpec
@@ -42,8 +42,7 @@ _ALWAYS_HIDDEN = tuple(tuple(a.overlapped_when.split("=")) if a.overlapped_when 
 
 def stage_cost(axis: Axis) -> Callable[..., np.ndarray]:
     """The function an axis names as its per-stage cost ("module:function")."""
-    module, _, name = axis.stage_cost.partition(":")
-    return getattr(import_module(module), name)
+    return resolve(axis.stage_cost)
 
 
 class _Scalars:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from importlib import import_module
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,19 @@ class Axis:
     # plans and datasets stay as written, and searched placements permute these axes.
     first_format: bool = False
     space_default: str | tuple[int, ...] = "auto"  # a search space's values when it names none ('auto': divisors)
+    # For an axis that does not multiply into the GPU count (it regroups a stage's ranks): "module:function"
+    # (spec, divisors of a stage's ranks) -> the degrees among them it can take, or None where it does not apply
+    # to the workload (degree 1, whatever the space lists); "" takes every divisor.
+    choices: str = ""
 
     def degree(self, plan: object) -> int:
         return int(getattr(plan, self.name))
+
+
+def resolve(path: str) -> Callable[..., Any]:
+    """The function a "module:function" path of an axis entry names (imported when first asked for)."""
+    module, _, name = path.partition(":")
+    return getattr(import_module(module), name)
 
 
 # What a stage's per-layer computation reads: the work of its layers, under any axis's cost.
@@ -126,7 +136,7 @@ AXES: tuple[Axis, ...] = (
          group="ep", parts=(TimePart("ep_comm", "expert-parallel token all-to-all", "tp_comm"),),
          hidden={"ep_comm": "expert all-to-all"}, overlap=("ep",),
          stage_cost="predictor.models.stage_costs:ep_stage_time", cost_fields=_WORK_FIELDS,
-         multiplies_gpus=False, space_default=(1,), written_after="cp_comm",
+         multiplies_gpus=False, space_default=(1,), written_after="cp_comm", choices="predictor.moe:expert_degrees",
          launch={"megatron": "--expert-model-parallel-size", "torchtitan": "parallelism.expert_parallel_degree"}),
     *_plugin_axes(),
 )
