@@ -44,10 +44,12 @@ from typing import Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from bench import accuracy_tables, common, memory_eval, modern_eval, vtrain_eval
+from bench import accuracy_tables, common, interval_coverage, memory_eval, modern_eval, vtrain_eval
 from bench.common import RESULTS, ROOT
 from predictor import evaluate as ev
+from predictor.evaluate import BRIDGE_DEVICES
 from predictor.graph_cache import graph_for
+from predictor.hardware import GENERATIONS
 from predictor.machine import cpu_model_name
 from predictor.models.registry import checkpoint_path, load_predictor
 
@@ -73,18 +75,58 @@ class Figures:
     fitted: str  # what was fitted on these rows
 
 
-def figures(table: str, measured: np.ndarray, predicted: np.ndarray, workloads: np.ndarray, fitted: str) -> Figures:
+@dataclass(frozen=True)
+class HeldOut:
+    """A table's rows predicted without being fitted on (nothing fitted, or cross-validated), with the
+    (framework, device generation) key whose interval would quote them: what `coverage` places intervals from."""
+
+    table: str
+    keys: np.ndarray
+    measured: np.ndarray
+    predicted: np.ndarray
+    workloads: np.ndarray
+
+
+HELD_OUT: list[HeldOut] = []  # filled by the sources below as they run
+
+
+def figures(table: str, measured: np.ndarray, predicted: np.ndarray, workloads: np.ndarray, fitted: str,
+            keys: np.ndarray | str | None = None) -> Figures:
+    """The table's figures; `keys` (one per row, or one for all) marks its rows as held out for `coverage`."""
     errors = common.ape(predicted, measured)
     ranked = common.ranking(np.asarray(measured), np.asarray(predicted), np.asarray(workloads))
+    if keys is not None:
+        HELD_OUT.append(HeldOut(table, np.broadcast_to(np.asarray(keys), len(errors)), np.asarray(measured, float),
+                                np.asarray(predicted, float), np.asarray(workloads)))
     return Figures(table, len(errors), float(errors.mean()), float(errors.max()), ranked.workloads, ranked.spearman,
                    ranked.min_spearman, 100 * ranked.regret, fitted)
+
+
+def coverage(held: list[HeldOut]) -> dict[str, dict[str, float]]:
+    """Per (framework, generation) key, the share of its held-out runs inside the 80 % interval placed from the key's
+    other workloads (leave-one-workload-out: `interval_coverage.held_out` over table/workload groups)."""
+    if not held:
+        return {}
+    keys = np.concatenate([h.keys for h in held])
+    measured = np.concatenate([h.measured for h in held])
+    predicted = np.concatenate([h.predicted for h in held])
+    groups = np.concatenate([np.char.add(f"{h.table}|", h.workloads.astype(str)) for h in held])
+    out = {}
+    for key in sorted(set(keys)):
+        on = keys == key
+        if len(set(groups[on])) < 2:
+            out[key] = {"rows": int(on.sum()), "coverage_pct": None}  # one workload: nothing to hold out
+            continue
+        pooled, _ = interval_coverage.held_out(groups[on], measured[on], predicted[on])
+        out[key] = {"rows": int(on.sum()), "coverage_pct": round(100 * pooled, 1)}
+    return out
 
 
 def vtrain_tables(shared: Path) -> Iterator[Figures]:
     for name, path in zip(("single-node", "multi-node"), common.ground_truth(shared, *vtrain_eval.FILES)):
         df = vtrain_eval.predict_file(path, "analytical").dropna(subset=["predicted (ms)"])
         yield figures(f"vTrain A100 {name}", df["iteration time (ms)"].to_numpy(), df["predicted (ms)"].to_numpy(),
-                      vtrain_eval.workloads(df), "nothing")
+                      vtrain_eval.workloads(df), "nothing", "deepspeed/ampere")
 
 
 def bridge_tables(shared: Path) -> Iterator[Figures]:
@@ -93,9 +135,10 @@ def bridge_tables(shared: Path) -> Iterator[Figures]:
     fitted = {"in-file": "Megatron-Core constants chosen on every row of the file",
               "leave-one-system-out": "constants chosen without the row's system"}
     for kind, rows, table in (("dense", result.dense, result.table), ("MoE", result.moe, result.moe_table)):
+        keys = np.array([f"megatron/{GENERATIONS[BRIDGE_DEVICES[s]]}" for s in rows.systems])
         for column, what in fitted.items():
             yield figures(f"Megatron-Bridge 25.11 {kind}, {column}", rows.measured, table[column],
-                          modern_eval.workloads(rows), what)
+                          modern_eval.workloads(rows), what, keys if column == "leave-one-system-out" else None)
 
 
 def simumax_table(shared: Path) -> Iterator[Figures]:
@@ -105,7 +148,7 @@ def simumax_table(shared: Path) -> Iterator[Figures]:
     predicted = modern_eval.predict_rows([(spec, graph_for(spec.model), plan) for spec, plan in built], None)
     workloads = df[["layers", "global_batch"]].astype(str).agg("/".join, axis=1).to_numpy()
     yield figures("SimuMax B200 Llama 3 70B time", df["iteration_ms"].to_numpy() / 1e3, predicted, workloads,
-                  "nothing (recorded Megatron-Core constants, chosen on Megatron-Bridge)")
+                  "nothing (recorded Megatron-Core constants, chosen on Megatron-Bridge)", "megatron/blackwell")
 
 
 def cpu_table(_shared: Path) -> Iterator[Figures]:
@@ -119,7 +162,8 @@ def cpu_table(_shared: Path) -> Iterator[Figures]:
                                CPU_HOLDOUT, CPU_SEED)
     predicted, _ = ev.predict_samples(model, held)
     yield figures(f"CPU dataset, {path.name} held out", np.array([s.iter_time_s for s in held]), predicted,
-                  np.array([s.spec.model_dump_json() for s in held]), "nothing (80 % of the configurations trained it)")
+                  np.array([s.spec.model_dump_json() for s in held]), "nothing (80 % of the configurations trained it)",
+                  "pytorch/measured")
 
 
 SOURCES: tuple[Callable[[Path], Iterator[Figures]], ...] = (vtrain_tables, bridge_tables, simumax_table, cpu_table)
@@ -214,6 +258,10 @@ def doc(record: dict[str, object]) -> str:
            f"{common.MIN_PLANS} measured plans; *Spearman*: mean rank correlation of predicted and measured time "
            "within them (and the lowest); *regret*: mean of the predicted-best plan's measured time over the measured best, less one.",
            "", *markdown_table(record["tables"]), "",
+           *([f"80 % interval coverage per (framework/generation) key, each workload's runs judged by the interval "
+              "placed from the key's other workloads: " + "; ".join(
+                  f"{key} {_cell(c['coverage_pct'])} % of {c['rows']} runs" for key, c in record["coverage"].items()),
+              ""] if record.get("coverage") else []),
            f"Recorded {run['date']}, {code}, {run['machine']}, {run['seconds']} s "
            f"([accuracy.json](../bench/results/accuracy.json)).", ""]
     out += ["## Recorded long runs", "", *accuracy_tables.headline()]
@@ -248,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stored = json.loads(RECORD.read_text()) if RECORD.is_file() else {"tables": {}}
     t0 = time.perf_counter()
+    HELD_OUT.clear()
     current: list[Figures] = []
     for source in SOURCES:
         start = time.perf_counter()
@@ -260,12 +309,15 @@ def main(argv: list[str] | None = None) -> int:
     code = f"commit {run['commit']}" + (f", uncommitted: {' '.join(run['uncommitted'])}" if run["uncommitted"] else "")
     lines = [f"# python -m bench.accuracy{' --record' if args.record else ''}   ({run['date']}, {code}, "
              f"{run['machine']}, {run['seconds']} s)", *text_table(entries, stored["tables"])]
+    covered = coverage(HELD_OUT)
+    lines += [f"# 80 % interval coverage, leave-one-workload-out within the (framework/generation) key: "
+              + "; ".join(f"{key} {_cell(c['coverage_pct'])} % of {c['rows']}" for key, c in covered.items())]
     lines += [f"# not recorded yet: {name}" for name in new if not args.record]
     lines += [f"# WORSE: {failure}" for failure in failures]
     print("\n".join(lines))
     REPORT.write_text("\n".join(lines) + "\n")
     if args.record:
-        stored = {"tables": entries, "run": run}
+        stored = {"tables": entries, "coverage": covered, "run": run}
         RECORD.write_text(json.dumps(stored, indent=2) + "\n")
     if "run" in stored:
         DOC.write_text(doc(stored))

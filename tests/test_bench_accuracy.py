@@ -46,3 +46,15 @@ def test_the_run_exits_1_on_a_worse_table(tmp_path, monkeypatch):
     assert accuracy.main([]) == 1
     assert "# WORSE: toy: MAPE 12.00 %" in (tmp_path / "report").read_text()
     assert json.loads((tmp_path / "record").read_text())["tables"]["toy"]["mape_pct"] == 10.0  # the record stays
+
+
+def test_interval_coverage_per_key_holds_out_each_workload():
+    rng = np.random.default_rng(0)
+    measured = rng.uniform(1, 2, 40)
+    held = [accuracy.HeldOut("a", np.array(["fw/gen"] * 40), measured, measured * rng.uniform(0.9, 1.1, 40),
+                             np.arange(40) % 8),
+            accuracy.HeldOut("b", np.array(["fw/other"] * 3), MEASURED, MEASURED, np.zeros(3))]
+    covered = accuracy.coverage(held)
+    assert covered["fw/gen"]["rows"] == 40 and 50 < covered["fw/gen"]["coverage_pct"] < 95
+    assert covered["fw/other"] == {"rows": 3, "coverage_pct": None}  # one workload: no interval without it
+    accuracy.HELD_OUT.clear()
