@@ -9,7 +9,8 @@ import numpy as np
 
 from orchestrator.search import SearchResult
 from predictor.frameworks import framework_for
-from predictor.plan import HIDDEN_WORDS, PART_WORDS, PRICING_ORDER, Plan, nvlink_domain
+from predictor.plan import HIDDEN_WORDS, PART_WORDS, PRICING_ORDER, Plan
+from predictor.plan.axes import resolve
 from predictor.prediction import TIME_PARTS, Prediction
 from predictor.workload import WorkloadSpec
 
@@ -44,18 +45,14 @@ def explain(result: SearchResult, ranked: np.ndarray, spec: WorkloadSpec, limit_
     p, pred = result.plans[win], result.table.row(win)
     ranked = ranked[result.gpus[ranked] == p.gpus]
     share = {k: pred.breakdown.get(k, 0.0) / pred.iter_time_s for k in TIME_PARTS}
-    m = p.microbatches(spec.training.global_batch)
     best = "predicted fastest" if by == "time" else f"the cheapest per token (on {p.gpus} GPUs)"
     facts = [f"{p} is {best} at {pred.iter_time_s:.2f} s per iteration ({pred.mfu * 100:.0f} % MFU), "
              f"{share['compute'] * 100:.0f} % of it compute"]
-    context = {"where": "inside an NVLink domain" if p.group_span("tp") <= nvlink_domain(spec) else "across nodes",
-               "cp_comm": p.cp_comm, "experts": spec.model.experts, "experts_per_rank": (spec.model.experts or 0) // p.ep,
-               "microbatches": m, "virtual": f" and v={p.v} virtual stages" if p.v > 1 else "",
-               "bubble": 100 * (p.pp - 1) / (p.v * m), "over": f" over dp*cp = {p.dp * p.cp} ranks" if p.cp > 1 else ""}
     for axis in PRICING_ORDER:
         if axis.degree(p) > 1:
             percent = 100 * sum(share.get(part.name, 0.0) for part in axis.parts)
-            facts.append(axis.explain.format(degree=axis.degree(p), share=percent, **context))
+            facts.append(axis.explain.format(degree=axis.degree(p), share=percent,
+                                             **(resolve(axis.facts)(p, spec) if axis.facts else {})))
     hidden = sum(pred.hidden_comm.values())
     if hidden > 0:
         facts.append(f"{framework_for(spec).title} hides {hidden:.2f} s of communication behind computation "

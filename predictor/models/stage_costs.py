@@ -18,7 +18,7 @@ from predictor.models.roofline import HOST_OPS, AnalyticalConfig, call_costs, la
 from predictor.memory.levers import recomputed_nodes
 from predictor.moe import alltoall
 from predictor.parallel import Layout
-from predictor.plan import recompute_modules
+from predictor.plan import Plan, nvlink_domain, recompute_modules
 from predictor.workload import WorkloadSpec
 
 # PyTorch DDP's gradient bucket (bucket_cap_mb=25): one all-reduce per bucket. Megatron's buckets are of the
@@ -198,3 +198,26 @@ def p2p_time(lay: Layout, device: Device, call_s: float) -> float:
     """Seconds of one pipeline send/recv of a micro-batch boundary's activations (`call_s`: the per-call cost)."""
     link = device.inter_node if lay.pp_link_inter else device.op_links.get("send_recv", device.intra_node)
     return float(comm.p2p(lay.p2p_elems * lay.act_bytes, link) + call_s)
+
+
+# The facts each axis's report sentence (its registry entry's `explain`) names beyond its degree and time share.
+def tp_explained(plan: Plan, spec: WorkloadSpec) -> dict[str, object]:
+    return {"where": "inside an NVLink domain" if plan.group_span("tp") <= nvlink_domain(spec) else "across nodes"}
+
+
+def cp_explained(plan: Plan, spec: WorkloadSpec) -> dict[str, object]:
+    return {"cp_comm": plan.cp_comm}
+
+
+def dp_explained(plan: Plan, spec: WorkloadSpec) -> dict[str, object]:
+    return {"over": f" over dp*cp = {plan.dp * plan.cp} ranks" if plan.cp > 1 else ""}
+
+
+def pp_explained(plan: Plan, spec: WorkloadSpec) -> dict[str, object]:
+    m = plan.microbatches(spec.training.global_batch)
+    return {"microbatches": m, "virtual": f" and v={plan.v} virtual stages" if plan.v > 1 else "",
+            "bubble": 100 * (plan.pp - 1) / (plan.v * m)}
+
+
+def ep_explained(plan: Plan, spec: WorkloadSpec) -> dict[str, object]:
+    return {"experts": spec.model.experts, "experts_per_rank": (spec.model.experts or 0) // plan.ep}

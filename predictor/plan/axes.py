@@ -46,7 +46,8 @@ class Axis:
     collectives: str
     memory: str
     order: int
-    explain: str  # a sentence of the report; fields: degree, share (% of the time in its parts) and explain.py's
+    explain: str  # a sentence of the report; fields: degree, share (% of the time in its parts) and its facts'
+    facts: str = ""  # "module:function" (plan, spec) -> the other fields its `explain` sentence names
     group: str = ""  # the PlanGroups field its collectives run over ("" when it has no group of its own)
     parts: tuple[TimePart, ...] = ()
     hidden: Mapping[str, str] = field(default_factory=dict)  # kinds of `Prediction.hidden_comm` it reports: words
@@ -95,6 +96,7 @@ AXES: tuple[Axis, ...] = (
          "all-reduce (reduce-scatter + all-gather with sp) per layer, forward and backward",
          "weights, gradients, optimizer state and most activations divided by tp", order=0,
          explain="tp={degree} keeps its all-reduces {where} ({share:.0f} % of the time)",
+         facts="predictor.models.stage_costs:tp_explained",
          group="tp", parts=(TimePart("tp_comm", "tensor-parallel communication", "tp_comm"),),
          hidden={"tp_comm": "tensor-parallel"}, overlap=("tp",),
          stage_cost="predictor.models.stage_costs:tp_stage_time", cost_fields=_WORK_FIELDS,
@@ -106,6 +108,7 @@ AXES: tuple[Axis, ...] = (
          "activations divided by cp", order=1,
          explain="cp={degree} splits every sequence over {degree} ranks (the sequence of every layer in 2·cp "
                  "load-balanced chunks); its K/V exchange ({cp_comm}) costs {share:.0f} % of the time",
+         facts="predictor.models.stage_costs:cp_explained",
          group="cp", parts=(TimePart("cp_comm", "context-parallel K/V exchange", "tp_comm"),),
          hidden={"cp_comm": "context-parallel"},
          stage_cost="predictor.models.stage_costs:cp_stage_time",
@@ -115,14 +118,14 @@ AXES: tuple[Axis, ...] = (
     Axis("dp", "data parallel", "the global batch",
          "gradient all-reduce or reduce-scatter (over dp·cp ranks), weight all-gather with ZeRO/FSDP",
          "optimizer state, gradients and weights divided by dp·cp with ZeRO 1/2/3", order=2,
-         explain="dp={degree} spends {share:.0f} % in gradient sync{over}",
+         explain="dp={degree} spends {share:.0f} % in gradient sync{over}", facts="predictor.models.stage_costs:dp_explained",
          group="dp", parts=(TimePart("dp_comm", "data-parallel gradient sync", "dp_comm"),),
          hidden={"dp_grad": "gradient reduction", "dp_param": "parameter all-gather"},
          overlap=("dp", "param"), written_after="", first_format=True, launch={"torchtitan": "parallelism.data_parallel_shard_degree"}),
     Axis("pp", "pipeline parallel", "the layers into pp stages (pp·v chunks interleaved)",
          "activation send/recv between neighbouring stages", "each rank holds 1/pp of the layers", order=3,
          explain="pp={degree} with {microbatches} micro-batches{virtual} leaves a {bubble:.1f} % bubble "
-                 "({share:.0f} % of the time)",
+                 "({share:.0f} % of the time)", facts="predictor.models.stage_costs:pp_explained",
          parts=(TimePart("pp_bubble", "pipeline bubble", "pp", comm=False),
                 TimePart("pp_p2p", "pipeline send/recv", "pp")), hidden={"pp_p2p": "pipeline send/recv"},
          overlap=("pp",), written_after="tp", first_format=True,
@@ -133,6 +136,7 @@ AXES: tuple[Axis, ...] = (
          "expert weights, gradients and optimizer state divided by ep", order=1,
          explain="ep={degree} holds {experts_per_rank} of the {experts} experts of each MoE layer per rank; its "
                  "token all-to-all costs {share:.0f} % of the time exposed",
+         facts="predictor.models.stage_costs:ep_explained",
          group="ep", parts=(TimePart("ep_comm", "expert-parallel token all-to-all", "tp_comm"),),
          hidden={"ep_comm": "expert all-to-all"}, overlap=("ep",),
          stage_cost="predictor.models.stage_costs:ep_stage_time", cost_fields=_WORK_FIELDS,
