@@ -3,8 +3,9 @@
 The structural rules live in `predictor.plan.plan_errors`, the framework's in
 `predictor.frameworks`; this module only generates the candidates of a space and keeps the ones
 with no error. The degrees of the registered axes (`predictor.plan.axes`) are chosen in registry order
-with dp derived (GPUs / the others), so they always multiply to the GPU count; ep, which multiplies into no
-GPU count, is chosen apart among the divisors of dp·tp·cp and of the experts. To stay fast on
+with dp derived (GPUs / the others), so they always multiply to the GPU count; an axis that multiplies into no
+GPU count (it regroups a stage's ranks) is chosen apart, among the divisors of a stage's ranks that its
+`choices` allow. To stay fast on
 big clusters it checks one prototype per (degrees, mbs) first against the structural rules: each
 is monotone in the other fields (the prototype has v=1, zero=0, sp=false, 1F1B and tp innermost,
 the least constrained choice), so a failing prototype rejects all its variants with the same
@@ -32,7 +33,7 @@ from search_spaces.space import CHOICE_AXES, INT_AXES, SpaceConfig
 
 # Axes whose degree a search picks; dp takes what the GPU count leaves.
 _CHOSEN = tuple(a.name for a in AXES if a.multiplies_gpus and a.name != "dp")
-# Axes that regroup a stage's ranks (ep: for the expert layers) rather than multiply into the GPU count.
+# Axes that regroup a stage's ranks (for some of its layers) rather than multiply into the GPU count.
 _REGROUPING = tuple(a for a in AXES if not a.multiplies_gpus)
 _REGROUPING_NAMES = tuple(a.name for a in _REGROUPING)
 

@@ -7,8 +7,8 @@ batch of plans. Trials never see an invalid plan because they only ever address 
 * exhaustive and random search: the valid plans are cut into batches (exhaustive: contiguous
   chunks, all of them; random: groups in a seeded random order) and a trial's config is just
   the index of its batch;
-* model-based search (Optuna TPE): a trial picks a *group* — the plans sharing the GPU count, tp, cp,
-  ep, pp, mbs and ZeRO stage — by walking a tree of the valid values, each choice conditional on the previous
+* model-based search (Optuna TPE): a trial picks a *group* — the plans sharing the GPU count, the
+  degree of every axis but the derived dp, mbs and ZeRO stage (`GROUP_AXES`) — by walking a tree of the valid values, each choice conditional on the previous
   ones (define-by-run), so every path ends at a non-empty group. Inside a group the cheap axes
   (recomputation, sequence parallel, schedule, placement) are evaluated together.
 """
@@ -23,9 +23,9 @@ from predictor.plan import AXES
 from predictor.plan import Plan
 
 # The axes a model-based searcher chooses, in order (the cluster size, when several are searched: a plan's GPU
-# count; each registered parallel axis but the derived dp; then the micro-batch and the ZeRO stage); the rest are
+# count; each registered parallel axis but the derived dp, those that regroup ranks too; then the micro-batch and the ZeRO stage); the rest are
 # evaluated as one batch.
-GROUP_AXES: tuple[str, ...] = ("gpus", *(a.name for a in AXES if a.name != "dp"), "mbs", "zero")  # ep too: it is chosen apart
+GROUP_AXES: tuple[str, ...] = ("gpus", *(a.name for a in AXES if a.name != "dp"), "mbs", "zero")
 
 
 class SuggestTrial(Protocol):
