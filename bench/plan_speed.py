@@ -3,15 +3,18 @@
 Runs the real command in a subprocess (Python start, imports, embedded Ray start, graph, replicas,
 Ray Tune search, report files), sampling the memory of its whole process tree, then predicts
 every valid plan of the same space in this process without Ray and checks that the top plan is
-the same. Prints one table row per run.
+the same. Prints one table row per run and the median wall time. `--before DIR` also times the
+checkout in DIR (e.g. a `git worktree` of the previous commit), its runs alternating with this one's,
+so a before/after comparison sees the same machine and load.
 
-    .venv/bin/python -m bench.plan_speed [SPEC] [--space NAME] [--nodes LIST] [--runs N] [--predictor NAME]
+    .venv/bin/python -m bench.plan_speed [SPEC] [--space NAME] [--nodes LIST] [--runs N] [--predictor NAME] [--before DIR]
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,14 +40,17 @@ def _sample(proc: psutil.Process, cpu: dict[int, float]) -> int:
     return total
 
 
-def run_once(spec: str, space: str | None, nodes: str | None, predictor: str, out: Path) -> dict:
-    cmd = [str(ROOT / ".venv/bin/scaledl"), "plan", spec, "--out", str(out), "--predictor", predictor]
+def run_once(spec: str, space: str | None, nodes: str | None, predictor: str, out: Path, root: Path = ROOT) -> dict:
+    """One `scaledl plan` of the code in `root` (run as `python -m orchestrator.cli` there: the console script
+    runs whichever checkout is installed)."""
+    cmd = [sys.executable, "-m", "orchestrator.cli", "plan", str(Path(spec).resolve()), "--out", str(out),
+           "--predictor", predictor]
     if space:
         cmd += ["--space", space]
     if nodes:
         cmd += ["--nodes", nodes]
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     ps, peak, cpu = psutil.Process(proc.pid), 0, {}
     while proc.poll() is None:
         peak = max(peak, _sample(ps, cpu))
@@ -99,27 +105,24 @@ def main() -> None:
     parser.add_argument("--nodes", help="cluster sizes searched together, as `scaledl plan --nodes` takes them")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--predictor", default="auto")
+    parser.add_argument("--before", type=Path, metavar="DIR", help="also time the checkout in DIR, runs alternating")
     args = parser.parse_args()
     print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
     print(f"{'run':>3} {'wall s':>7} {'cpu s':>6} {'ray+graph s':>11} {'search s':>8} {'plans':>7} {'plans/s':>8} "
           f"{'peak GiB':>8}  top plan")
     last = None
+    roots = {"before": args.before.resolve(), "after": ROOT} if args.before else {"this": ROOT}
+    walls: dict[str, list[float]] = {name: [] for name in roots}
     for i in range(args.runs):
-        with tempfile.TemporaryDirectory() as tmp:
-            r = run_once(args.spec, args.space, args.nodes, args.predictor, Path(tmp) / "out")
-        s = r["report"]["search"]
-        top = r["report"]["ranked"][0]["plan"] if r["report"]["ranked"] else "-"
-        print(f"{i + 1:>3} {r['wall_s']:>7.2f} {r['cpu_s']:>6.1f} {s['timings']['ray_init_s'] + s['timings']['graph_wait_s']:>11.2f} {s['search_s']:>8.2f} "
-              f"{s['evaluated_plans']:>7} {s['plans_per_s']:>8.0f} {r['peak_rss_gib']:>8.2f}  {top}")
-        # replicas_ready overlaps the search (Tune starts while the replicas load): not in the sum.
-        sequential = sum(v for k, v in s["timings"].items() if k != "replicas_ready_s")
-        print("     phases (s): " + ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in s["timings"].items())
-              + f"; outside run_plan (python start, imports, report, exit) {r['wall_s'] - sequential:.2f}"
-              + f"; search after the replicas were ready: {s['search_after_ready_s']:.2f} s = "
-              f"{s['plans_per_s_after_ready']:.0f} plans/s; once the first trial ran: {s['running_s']:.2f} s = "
-              f"{s['plans_per_s_running']:.0f} plans/s; trials predicting: {s['predict_s']:.2f} s = "
-              f"{s['plans_per_s_predicting']:.0f} plans/s")
-        last = r["report"]
+        for name, root in roots.items():
+            with tempfile.TemporaryDirectory() as tmp:
+                r = run_once(args.spec, args.space, args.nodes, args.predictor, Path(tmp) / "out", root)
+            walls[name].append(r["wall_s"])
+            _print_run(f"{i + 1}{name[0] if args.before else ''}", r)
+            last = r["report"]
+    for name, times in walls.items():
+        print(f"{name} ({roots[name]}): wall median {statistics.median(times):.2f} s of {len(times)} runs "
+              f"({', '.join(f'{t:.2f}' for t in times)})")
     assert last is not None
     best, n, seconds = exhaustive_best(args.spec, args.space, args.nodes, args.predictor, last["device"]["memory_limit_gib"])
     same = (last["ranked"][0]["plan"] if last["ranked"] else "-") == best
@@ -127,6 +130,22 @@ def main() -> None:
           f"top plan {best}; scaledl plan agrees: {'yes' if same else 'NO'}")
     print(f"load average {os.getloadavg()[0]:.1f} at end")
     sys.exit(0 if same else 1)
+
+
+def _print_run(label: str, r: dict) -> None:
+    """The run's table row and its phases."""
+    s = r["report"]["search"]
+    top = r["report"]["ranked"][0]["plan"] if r["report"]["ranked"] else "-"
+    print(f"{label:>3} {r['wall_s']:>7.2f} {r['cpu_s']:>6.1f} {s['timings']['ray_init_s'] + s['timings']['graph_wait_s']:>11.2f} {s['search_s']:>8.2f} "
+          f"{s['evaluated_plans']:>7} {s['plans_per_s']:>8.0f} {r['peak_rss_gib']:>8.2f}  {top}")
+    # replicas_ready overlaps the search (Tune starts while the replicas load): not in the sum.
+    sequential = sum(v for k, v in s["timings"].items() if k != "replicas_ready_s")
+    print("     phases (s): " + ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in s["timings"].items())
+          + f"; outside run_plan (python start, imports, report, exit) {r['wall_s'] - sequential:.2f}"
+          + f"; search after the replicas were ready: {s['search_after_ready_s']:.2f} s = "
+          f"{s['plans_per_s_after_ready']:.0f} plans/s; once the first trial ran: {s['running_s']:.2f} s = "
+          f"{s['plans_per_s_running']:.0f} plans/s; trials predicting: {s['predict_s']:.2f} s = "
+          f"{s['plans_per_s_predicting']:.0f} plans/s")
 
 
 if __name__ == "__main__":

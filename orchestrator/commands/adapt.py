@@ -20,7 +20,6 @@ from orchestrator.commands.profile import run_with_progress
 from predictor.design import DesignError
 from predictor.machine import hardware_slug
 from predictor.models.registry import adapted_checkpoint_path, checkpoint_path
-from predictor.profile import ProfileError, ProfileSettings, select
 
 HELP = "fit the CPU checkpoint to this machine: measure short runs here, fine-tune, and let `auto` use the result"
 
@@ -51,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from predictor.finetune import fine_tune
     from predictor.measure.device import cache_dir, measured_cpu, save_cpu_profile
     from predictor.models.scaledl import ScaleDLPredictor
+    from predictor.profile import ProfileError, ProfileSettings, select
 
     for name in ("budget", "epochs", "procs"):
         if getattr(args, name) < 1:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from orchestrator.cli import UsageError
 from predictor.design import GRIDS, STRATA_SHARE, DesignError
-from predictor.profile import ProfileError, ProfileSettings, run_profile, select
 from predictor.workload import FAMILIES
+
+if TYPE_CHECKING:
+    from predictor.profile import ProfileSettings
 
 HELP = "measure real iterations and per-layer timings of D-optimal/random/full configurations into a dataset"
 
@@ -42,6 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from predictor.profile import ProfileError, ProfileSettings, select  # pandas: not on every command's start
+
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     unknown = [f for f in families if f not in FAMILIES or f in ("gpt", "llama")]
     if not families or unknown:
@@ -65,11 +70,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from None
 
 
-def run_with_progress(configs: list, out: str, resume: bool, settings: ProfileSettings) -> int:
+def run_with_progress(configs: list, out: str, resume: bool, settings: "ProfileSettings") -> int:
     """Measure `configs` into `out` with a progress bar (a log file gets a line per configuration);
     0 unless most configurations failed."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from predictor.profile import run_profile
 
     console = Console(stderr=True)
     interactive = console.is_terminal
