@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import warnings
 from dataclasses import dataclass, replace
+from math import prod
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -27,7 +28,7 @@ from predictor.models.base import Predictor
 from predictor.models.features import Sample, TrainingData, by_workload, graph_of
 from predictor.models.intervals import residual_quantiles
 from predictor.models.records import LayerObs, layer_key
-from predictor.plan import Plan, plan_errors
+from predictor.plan import AXIS_NAMES, GPU_AXES, Plan, plan_errors
 from predictor.workload import ModelSpec, WorkloadSpec, parse_spec
 
 CPU_DATASET = Path(__file__).parent / "data" / "cpu"
@@ -172,21 +173,21 @@ def bridge_measured_s(row: dict) -> float:
 
 def bridge_workload(row: dict) -> tuple[WorkloadSpec, Plan] | None:
     """One Megatron-Bridge performance-recipe row as the workload and exact plan that ran (None for a model
-    no preset describes): Megatron-Core, 8 GPUs per node (an NVL72 rack on GB200/GB300), dp = gpus /
-    (tp·pp·cp), Megatron-FSDP (fsdp > 0) as ZeRO-3, else the distributed optimizer (ZeRO-1), sequence
-    parallel with tp, vp > 1 as the interleaved schedule, the row's expert parallel size as ep."""
+    no preset describes): Megatron-Core, 8 GPUs per node (an NVL72 rack on GB200/GB300), each axis the row has
+    a column of at that degree and dp the rest of the GPUs, Megatron-FSDP (fsdp > 0) as ZeRO-3, else the
+    distributed optimizer (ZeRO-1), sequence parallel with tp, vp > 1 as the interleaved schedule."""
     preset = BRIDGE_PRESETS.get(row["model"])
     if preset is None:
         return None
-    gpus, tp, pp, cp, vp = (int(row[k]) for k in ("gpus", "tp", "pp", "cp", "vp"))
+    degrees = {axis: int(row[axis]) for axis in AXIS_NAMES if axis in row}
+    gpus, tp, vp = int(row["gpus"]), degrees["tp"], int(row["vp"])
     spec = parse_spec({
         "model": {"preset": preset, "seq_len": int(row["seq_len"]), "mtp_layers": BRIDGE_MTP.get(row["model"], 0)},
         "training": {"global_batch": int(row["gbs"]), "precision": BRIDGE_PRECISIONS[row["precision"]],
                      "framework": "megatron"},
         "cluster": {"device": BRIDGE_DEVICES[row["system"]], "nodes": gpus // 8, "gpus_per_node": 8}})
-    plan = Plan(dp=gpus // (tp * pp * cp), tp=tp, pp=pp, cp=cp, mbs=int(row["mbs"]),
-                zero=3 if int(row["fsdp"]) > 0 else 1, sp=tp > 1,
-                schedule="interleaved" if vp > 1 else "1f1b", v=vp, ep=int(row["ep"]))
+    plan = Plan(**degrees, dp=gpus // prod(degrees.get(axis, 1) for axis in GPU_AXES), mbs=int(row["mbs"]),
+                zero=3 if int(row["fsdp"]) > 0 else 1, sp=tp > 1, schedule="interleaved" if vp > 1 else "1f1b", v=vp)
     return spec, plan
 
 

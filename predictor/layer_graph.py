@@ -26,7 +26,7 @@ Group = Literal["pre", "block", "enc", "dec", "post"]
 #   heads: attention core split by heads; vocab: vocab-parallel embedding / logits;
 #   replicated: every tp rank computes it whole (layernorm, dropout unless sequence parallel);
 #   tokens: the MoE router, on its rank's share of the tokens (MoE with tp runs sequence parallel), weights whole;
-#   experts: routed experts (grouped GEMMs) on the tokens dispatched to the rank, weights split over ep ranks.
+#   experts: routed experts (grouped GEMMs) on the tokens dispatched to the rank, weights split by expert parallelism.
 TPRole = Literal["column", "row", "heads", "vocab", "replicated", "tokens", "experts"]
 
 

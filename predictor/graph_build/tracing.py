@@ -61,13 +61,13 @@ def _numel(val: Any) -> int:
 
 def export_ops(module: nn.Module, args: tuple, kwargs: dict) -> list[Op]:
     """The ops of one forward of `module` plus its loss, in execution order."""
-    ep = torch.export.export(_LossWrapper(module), args, kwargs, strict=False)
-    sig = ep.graph_signature
+    exported = torch.export.export(_LossWrapper(module), args, kwargs, strict=False)
+    sig = exported.graph_signature
     user_inputs = set(sig.user_inputs)
     index: dict[str, int] = {}
     ops: list[Op] = []
     placeholders: dict[str, tuple[str, tuple[int, ...]]] = {}
-    for node in ep.graph.nodes:
+    for node in exported.graph.nodes:
         if node.op == "placeholder":
             kind = "input" if node.name in user_inputs else "param"
             placeholders[node.name] = (kind, _shape(node.meta.get("val")) or ())

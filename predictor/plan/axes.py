@@ -64,6 +64,11 @@ class Axis:
     # plans and datasets stay as written, and searched placements permute these axes.
     first_format: bool = False
     space_default: str | tuple[int, ...] = "auto"  # a search space's values when it names none ('auto': divisors)
+    # Whether its per-layer collectives sit between dependent GEMMs, so that a group leaving NVLink costs every
+    # layer: a plan keeps it inside an NVLink domain unless it allows cross-node tp (context parallelism's ring
+    # runs beside attention instead, and crosses nodes in the frameworks' own recipes: Llama 3.1 405B's tp=8
+    # fills a node, cp=2 spans two).
+    nvlink: bool = False
     # For an axis that does not multiply into the GPU count (it regroups a stage's ranks): "module:function"
     # (spec, divisors of a stage's ranks) -> the degrees among them it can take, or None where it does not apply
     # to the workload (degree 1, whatever the space lists); "" takes every divisor.
@@ -97,7 +102,7 @@ AXES: tuple[Axis, ...] = (
          "weights, gradients, optimizer state and most activations divided by tp", order=0,
          explain="tp={degree} keeps its all-reduces {where} ({share:.0f} % of the time)",
          facts="predictor.models.stage_costs:tp_explained",
-         group="tp", parts=(TimePart("tp_comm", "tensor-parallel communication", "tp_comm"),),
+         group="tp", nvlink=True, parts=(TimePart("tp_comm", "tensor-parallel communication", "tp_comm"),),
          hidden={"tp_comm": "tensor-parallel"}, overlap=("tp",),
          stage_cost="predictor.models.stage_costs:tp_stage_time", cost_fields=_WORK_FIELDS,
          written_after="dp", first_format=True,
@@ -152,6 +157,8 @@ PRICING_ORDER: tuple[Axis, ...] = tuple(sorted(AXES, key=lambda a: a.order))
 # GPU count order ranks: ep regroups the ranks of a stage for its expert layers (`predictor.parallel.expert_groups`).
 DEFAULT_ORDER: tuple[str, ...] = tuple(a.name for a in PRICING_ORDER if a.multiplies_gpus)
 RANK_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
+# Axes whose groups must stay inside an NVLink domain (`Axis.nvlink`).
+NVLINK_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.nvlink)
 # The axes of the first plan format, whose permutations are the placements a search tries.
 FIRST_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.first_format)
 

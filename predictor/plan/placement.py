@@ -1,6 +1,6 @@
 """Where a plan's ranks sit: rank orders (placements), NVLink domains, and the groups that leave them.
 
-Rank order: a placement names axes innermost first ('tp-cp-dp-pp': tp ranks are adjacent GPUs). Axes a
+Rank order: a placement names axes innermost first ('tp-dp-pp': tp ranks are adjacent GPUs). Axes a
 placement leaves out are inserted at their `order` position, so the placements written before an axis existed
 keep meaning what they meant.
 """
@@ -11,7 +11,7 @@ from functools import lru_cache
 from itertools import permutations
 from typing import TYPE_CHECKING
 
-from predictor.plan.axes import DEFAULT_ORDER, FIRST_AXES, RANK_AXES
+from predictor.plan.axes import DEFAULT_ORDER, FIRST_AXES, NVLINK_AXES, RANK_AXES
 
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.plan.plan import Plan
@@ -20,8 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @lru_cache(maxsize=1024)
 def complete_order(placement: str) -> tuple[str, ...]:
-    """The full rank order of `placement`: its axes in its order, the axes it leaves out at their default
-    position (e.g. 'tp-dp-pp' -> tp, cp, dp, pp; 'dp-tp-pp' -> dp, tp, cp, pp)."""
+    """The full rank order of `placement`: its axes in its order, each axis it leaves out right after the
+    nearest axis before it in `DEFAULT_ORDER` (first when there is none)."""
     named = [a for a in placement.split("-") if a]
     order = list(named)
     for axis in DEFAULT_ORDER:
@@ -51,15 +51,9 @@ def placements(axes: tuple[str, ...] = FIRST_AXES) -> tuple[str, ...]:
 
 
 def nvlink_domain(spec: "WorkloadSpec") -> int:
-    """GPUs that share one NVLink domain (a node, or an NVL72 rack): where tp, cp and ep groups stay fast."""
+    """GPUs that share one NVLink domain (a node, or an NVL72 rack): where a group's collectives stay fast."""
     c = spec.cluster
     return int(getattr(c, "nvlink_domain_gpus", None) or c.gpus_per_node)
-
-
-# Axes whose per-layer collectives sit between dependent GEMMs, so leaving NVLink costs every layer. Context
-# parallelism is not among them: its ring runs beside attention and crosses nodes in the frameworks' own
-# recipes (Llama 3.1 405B: tp=8 fills a node, cp=2 spans two).
-NVLINK_AXES: tuple[str, ...] = ("tp",)
 
 
 def cross_domain_axes(plan: "Plan", spec: "WorkloadSpec") -> list[str]:

@@ -34,7 +34,7 @@ MOMENTS: tuple[str, ...] = ("fp32", "bf16")
 # (--grad-reduce-in-bf16; Megatron-Bridge's recipes: grad_reduce_in_fp32 = False).
 GRADS: tuple[str, ...] = ("fp32", "bf16")
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
-# Rank orders of the axes every plan string names (cp and later axes go to their default position).
+# Rank orders of the axes every plan string names (the later axes go to their default position).
 PLACEMENTS: tuple[str, ...] = placements()
 # Axes whose degrees multiply into the GPU count.
 GPU_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
@@ -190,7 +190,7 @@ class Plan:
     schedule: pipeline schedule; v: virtual stages per pipeline rank (interleaved only).
     placement: rank order on the nodes, innermost axis first; axes it omits take their default place.
     overlap: communication hidden behind computation: auto (the framework's default), none, or
-         kinds joined by '+' (dp: gradient reduction, param: parameter all-gather, tp, pp, ep: the MoE all-to-alls).
+         kinds joined by '+' from `OVERLAP_KINDS` (each axis's entry names the kinds that hide its communication).
     cp_comm: how context parallelism exchanges K/V: ring (send/recv overlapped with attention) or
          allgather (gathered before attention).
     offload: activations kept in host memory between forward and backward: none, layers:N (the first N layers
@@ -283,17 +283,15 @@ class Plan:
 
     @property
     def kind(self) -> str:
-        """What parallelism the plan runs (single, tp, pp-<schedule>, cp, fsdp, dp): design strata and error
-        breakdowns group plans by it. A plan with several degrees is named by its pipeline, then its tp."""
+        """What parallelism the plan runs (single, pp-<schedule>, the innermost other axis of the default rank
+        order with a degree > 1 (tp, ...), fsdp, dp): design strata and error breakdowns group plans by it. A plan
+        with several degrees is named by its pipeline, then by that axis."""
         if self.gpus == 1:
             return "single"
         if self.pp > 1:
             return f"pp-{self.schedule}"
-        if self.tp > 1:
-            return "tp"
-        if self.cp > 1:
-            return "cp"
-        return "fsdp" if self.zero == 3 else "dp"
+        inner = next((a for a in DEFAULT_ORDER if a not in ("dp", "pp") and getattr(self, a) > 1), None)
+        return inner or ("fsdp" if self.zero == 3 else "dp")
 
     @property
     def rank_order(self) -> tuple[str, ...]:
@@ -313,7 +311,7 @@ class Plan:
         return self.stride(axis) * (getattr(self, axis) - 1) + 1
 
     def group_ranks(self, axes: tuple[str, ...]) -> list[int]:
-        """Global ranks of the group of `axes` (e.g. ('dp', 'cp'): who syncs gradients) that holds rank 0."""
+        """Global ranks of the group of `axes` (one axis, or several whose ranks form one group) holding rank 0."""
         ranks = [0]
         for axis in axes:
             step = self.stride(axis)
