@@ -1,8 +1,9 @@
 """The launch files loaded by the frameworks' own configuration loaders, where those install on a CPU machine beside
 torch: DeepSpeed's `DeepSpeedConfig` (its batch arithmetic, ZeRO and precision sections). Skipped, with the reason,
 where the package is absent (it is no dependency of ScaleDL: `pip install deepspeed` builds its CPU wheel in ~20 s).
-torchtitan 0.3 (its PyPI release) has no TOML job-config loader to test against: it builds its config from a Python
-`config_registry` function (--module/--config) with tyro overrides, and importing that registry fails on CPU."""
+torchtitan 0.3 has no TOML job-config loader (it builds its config from a Python `config_registry` function with tyro
+overrides); tests/test_torchtitan_config.py checks the file against 0.2.2's JobConfig and loads it with 0.2's
+ConfigManager where that is installed."""
 
 from __future__ import annotations
 

@@ -9,8 +9,9 @@ schedule needs >= 2 stages per rank), CP, float8 (torchao); mesh order pp-dp-cp-
 all-gathers and overlaps reduce-scatters, DDP overlaps its bucketed all-reduce, neither can be switched off; SDPA
 flash attention.
 
-Launch file: `torchtitan.toml` for `torchtitan.train --job.config_file` (`train_configs/*.toml`; float8 in
-`[quantize.linear.float8]`, the section of the TOML-configured releases since it replaced `[float8]`).
+Launch file: `torchtitan.toml` for `torchtitan.train --job.config_file`, the job config of torchtitan 0.2.2 (PyPI;
+`torchtitan/config/job_config.py`, loaded by `config/manager.py`'s ConfigManager), the last release with that TOML
+loader: 0.3 builds its config from Python `config_registry` functions. Float8 is `[quantize.linear.float8]`.
 """
 
 from __future__ import annotations
@@ -154,8 +155,9 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
     """torchtitan's job config for a plan from `as_run`, by TOML table.
 
     zero=0 replicates over dp (DDP), zero=2/3 shards over dp·cp with FSDP2 (reshard never/always); stages
-    are pp·v chunks of equal layers where they divide (`_stage_split` otherwise); float8 uses tensorwise scaling with
-    float8 all-gathers under FSDP2, and torch.compile, which float8 and async TP need to pay off. The model is the
+    are pp·v chunks of equal layers where they divide (`_stage_split` otherwise); float8 is tensorwise scaling with
+    float8 all-gathers under FSDP2, named by no recipe_name (Float8LinearConverter refuses a recipe beside FSDP float8
+    all-gathers), and torch.compile, which float8 and async TP need to pay off. The model is the
     shipped flavor with the spec's dimensions, else `UNREGISTERED` (to register); a mixture of experts runs its routed
     experts without tensor parallelism (expert_tensor_parallel_degree 1, as the prediction prices them).
     """
@@ -192,8 +194,7 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
         config["compile"] = {"enable": True, "components": ["model", "loss"]}
     if fp8:
         config["model"]["converters"] = ["quantize.linear.float8"]
-        config["quantize.linear.float8"] = {"recipe_name": "tensorwise", "filter_fqns": ["output"],
-                                            "enable_fsdp_float8_all_gather": plan.zero >= 2,
+        config["quantize.linear.float8"] = {"filter_fqns": ["output"], "enable_fsdp_float8_all_gather": plan.zero >= 2,
                                             "precompute_float8_dynamic_scale_for_fsdp": plan.zero >= 2}
     return config
 
@@ -214,6 +215,8 @@ def _toml(config: dict[str, dict[str, Any]], header: list[str]) -> str:
 
 
 def _write(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
+    """`torchtitan.toml` for torchtitan 0.2.2's `--job.config_file`, its torchrun line and any flavor to register as
+    comments (the loader reads tables only)."""
     m, c = spec.model, spec.cluster
     config = torchtitan_config(plan, spec)
     header = [f"torchtitan job config for plan {plan}",
@@ -238,6 +241,7 @@ def _model_errors(spec: "WorkloadSpec") -> list[str]:
 
 
 def _read(text: str, spec: "WorkloadSpec") -> Plan:
+    """The plan a `torchtitan.toml` runs under torchtitan 0.2.2 (the keys `_write` writes)."""
     config = tomllib.loads(text)
     par = config["parallelism"]
     degrees = read_degrees(lambda key: par.get(key.rsplit(".", 1)[1], 1), NAME, spec)
