@@ -7,13 +7,13 @@ dropless"), and so is the traced layer graph: FLOPs are those of the active expe
 tensors are the grouped GEMMs' inputs. Routing that is not balanced is priced with `AnalyticalConfig.moe_imbalance`: the most
 loaded expert rank receives that factor times the balanced share, which the others wait for.
 
-Expert parallelism (`ep`, Megatron-Core's convention): the dp·tp·cp ranks of one pipeline stage are
+Expert parallelism (`ep`, Megatron-Core's convention): the ranks of one pipeline stage (`STAGE_RANK_AXES`) are
 regrouped for the expert layers into ep groups, each rank holding E/ep experts (expert tensor parallelism
 1, as the Megatron-Bridge MoE recipes run). Each MoE layer dispatches every token-expert pair to the
 rank holding its expert and combines the results back: two all-to-alls in forward and two in backward,
 each rank sending (ep-1)/ep of its tokens·top_k·hidden elements (Megatron-Core's alltoall token
-dispatcher). The expert weights' gradients are synchronised over the expert-data-parallel group,
-dp·tp·cp/ep ranks.
+dispatcher). The expert weights' gradients are synchronised over the expert-data-parallel group: the
+stage's ranks / ep.
 """
 
 from __future__ import annotations
@@ -21,21 +21,45 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from predictor import comm
+from predictor.plan.axes import STAGE_RANK_AXES
 
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.plan import Plan
     from predictor.workload import ModelSpec, WorkloadSpec
 
+def _stage_degrees(plan: "Plan") -> str:
+    return ", ".join(f"{axis}={getattr(plan, axis)}" for axis in STAGE_RANK_AXES)
+
+
 def runner_ep_error(plan: "Plan", model: "ModelSpec") -> str:
-    """Why ScaleDL's runner cannot run `plan`'s expert parallelism ('' when it can): it runs ep = dp with
-    tp = cp = 1 and plain DDP (`predictor.measure.experts`: one expert-data-parallel rank, no ZeRO sharding of
+    """Why ScaleDL's runner cannot run `plan`'s expert parallelism ('' when it can): it runs ep = dp, the stage's
+    other axes at 1, with plain DDP (`predictor.measure.experts`: one expert-data-parallel rank, no ZeRO sharding of
     the experts each rank holds alone; interleaved pipelines sync with FSDP2's replicate, which would average the
     experts each rank holds alone, so v = 1)."""
-    if plan.ep == 1 or (model.is_moe and plan.ep == plan.dp and plan.tp * plan.cp == 1 and plan.zero == 0
+    if plan.ep == 1 or (model.is_moe and plan.ep == plan.dp == plan.gpus // plan.pp and plan.zero == 0
                         and plan.v == 1):
         return ""
-    return (f"ep={plan.ep} with dp={plan.dp}, tp={plan.tp}, cp={plan.cp}, zero={plan.zero}, v={plan.v}: the runner's "
-            f"expert parallelism needs a MoE model, ep = dp, tp = cp = 1, zero=0 and no interleaving")
+    return (f"ep={plan.ep} with {_stage_degrees(plan)}, zero={plan.zero}, v={plan.v}: the runner's expert parallelism "
+            f"needs a MoE model, ep = dp, the stage's other axes at 1, zero=0 and no interleaving")
+
+
+def ep_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
+    """Megatron-Core (`validate_args`, `parallel_state.initialize_model_parallel`) and torchtitan: expert
+    parallelism regroups the ranks of a pipeline stage for the expert layers (expert tensor parallelism 1), so ep
+    must divide them and the experts; Megatron-Core runs MoE beside tp only with sequence parallelism."""
+    m = spec.model
+    if plan.ep == 1:
+        return []
+    if not m.is_moe:
+        return [f"ep={plan.ep} shards experts, but the model has none (ep=1 for a dense model)"]
+    errors = []
+    if m.experts % plan.ep:
+        errors.append(f"ep={plan.ep} does not divide experts={m.experts}")
+    ranks = plan.gpus // plan.pp
+    if ranks % plan.ep:
+        errors.append(f"ep={plan.ep} does not divide the {ranks} ranks of a pipeline stage ({_stage_degrees(plan)}) "
+                      f"that the expert layers regroup")
+    return errors
 
 
 def expert_degrees(spec: "WorkloadSpec", divisors: tuple[int, ...]) -> list[int] | None:

@@ -29,7 +29,8 @@ import numpy as np
 from predictor.comm import Group
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
-from predictor.plan import Plan, nvlink_domain
+from predictor.plan import AXIS, Plan, nvlink_domain
+from predictor.plan.axes import STAGE_RANK_AXES
 from predictor.workload import WorkloadSpec
 
 # Bytes per element of activations, gradients and the weights the step reads, per training precision:
@@ -242,7 +243,7 @@ def _expert_spread(degrees: tuple[tuple[str, int], ...], placement: str, domain:
     Megatron-Core builds the expert layers' groups from a stage's dp·tp·cp ranks in rank order, expert tensor
     parallelism 1 innermost: an ep group is ep consecutive ranks of them, the expert-dp group every ep-th."""
     plan = Plan(placement=placement, **dict(degrees))
-    ranks = plan.group_ranks(("tp", "cp", "dp"))
+    ranks = plan.group_ranks(STAGE_RANK_AXES)
     return _fit(ranks[: plan.ep], domain), _fit(ranks[:: plan.ep], domain)
 
 
@@ -289,7 +290,7 @@ class PlanGroups:
 def plan_groups(plan: Plan, domain: int, device: Device) -> PlanGroups:
     """The groups of `plan` on NVLink domains of `domain` GPUs."""
     ep, edp = expert_groups(plan, domain, device)
-    return PlanGroups(tp=group_of(plan, "tp", domain, device), dp=group_of(plan, ("dp", "cp"), domain, device),
+    return PlanGroups(tp=group_of(plan, "tp", domain, device), dp=group_of(plan, AXIS["dp"].group_axes, domain, device),
                       cp=group_of(plan, "cp", domain, device), ep=ep, edp=edp,
                       pp_link_inter=plan.pp > 1 and plan.group_span("pp") > domain)
 

@@ -118,7 +118,8 @@ def test_ep_rules() -> None:
     assert Plan(dp=8, tp=2, pp=8, cp=1, ep=32).gpus == 128  # ep multiplies into no GPU count (Megatron-Core)
     assert plan_errors(Plan(dp=8, ep=8), spec) == []
     assert any("does not divide experts=8" in e for e in plan_errors(Plan(dp=8, ep=16), spec))
-    assert any("does not divide dp*tp*cp" in e for e in plan_errors(Plan(dp=2, pp=4, ep=4), spec))
+    assert "ep=4 does not divide the 2 ranks of a pipeline stage (tp=1, cp=1, dp=2) that the expert layers regroup" \
+        in plan_errors(Plan(dp=2, pp=4, ep=4), spec)
     dense = _spec({"preset": "llama3-8b"})
     assert any("the model has none" in e for e in plan_errors(Plan(dp=8, ep=2), dense))
     assert any("sequence parallelism" in e for e in framework_for(spec).errors(Plan(dp=4, tp=2, ep=4), spec))

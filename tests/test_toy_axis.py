@@ -14,6 +14,11 @@ TOY = '''
 from predictor.plan.axes import Axis, TimePart
 
 
+def xp_rules(plan, spec):
+    """A toy rule: xp must be a power of two."""
+    return [] if plan.xp & (plan.xp - 1) == 0 else [f"xp={plan.xp} is not a power of two"]
+
+
 def xp_stage_time(spec, lay, cfg, device):
     """A millisecond per node of each stage per extra xp rank."""
     return lay.stage_counts.sum(axis=1) * 1e-3 * (lay.plan.xp - 1)
@@ -23,7 +28,7 @@ AXIS = Axis("xp", "toy parallel", "nothing", "one exchange per layer", "nothing"
             explain="xp={degree} spends {share:.0f} % of the time in its toy exchange",
             parts=(TimePart("xp_comm", "toy exchange", "tp_comm"),), hidden={"xp_comm": "toy exchange"},
             overlap=("xp",), stage_cost="toy_axis:xp_stage_time", cost_fields=("pp", "v", "xp"),
-            space_default=(2,), launch={"megatron": "--toy-parallel-size"})
+            space_default=(2,), rules="toy_axis:xp_rules", launch={"megatron": "--toy-parallel-size"})
 '''
 
 CHECK = '''
@@ -48,6 +53,7 @@ plans = enumerate_plans(spec, space).plans
 found = SearchResult(plans, AnalyticalPredictor().predict_table(spec, graph_for(spec.model), plans), 80.0, 80.0)
 print(json.dumps({
     "toy": str(toy), "plain": str(plain), "gpus": toy.gpus, "errors": plan_errors(toy, spec),
+    "ruled": plan_errors(Plan.parse("dp=8,xp=3"), spec),
     "parts": TIME_PARTS, "hidden": HIDDEN_KINDS, "overlap": OVERLAP_KINDS,
     "degrees": sorted({p.xp for p in plans}),
     "explained": explain(found, found.table.iter_time_s.argsort(), spec, 80.0),
@@ -69,6 +75,7 @@ def test_toy_axis_is_enumerated_priced_explained_and_written(tmp_path: Path) -> 
     got = json.loads(out.stdout.splitlines()[-1])
     # a Plan field of its own, written after every older field, leaving older plans' strings as they were
     assert got["toy"].endswith(",xp=2") and got["gpus"] == 8 and got["errors"] == []  # it regroups the 8 ranks
+    assert got["ruled"] == ["xp=3 is not a power of two"]  # its own rules, applied by plan_errors
     assert got["plain"] == "dp=8,tp=1,pp=1,mbs=1,zero=0,recompute=none,sp=false,schedule=1f1b,v=1,placement=tp-dp-pp"
     assert "xp_comm" in got["parts"] and "xp_comm" in got["hidden"] and "xp" in got["overlap"]
     assert got["degrees"] == [2]  # every enumerated plan takes the search space's default for it

@@ -10,7 +10,7 @@ An `Axis` declares everything the rest of ScaleDL asks of a parallel dimension:
 - what it means: words for reports and docs and the sentence the report explains a plan's degree with;
 - how it is launched: its flag or key in each framework's launch file.
 
-Its validity rules against a workload are in `predictor.plan.rules`, by axis name. Every list of time parts,
+Its validity rules against a workload are a function it names (`predictor.plan.rules` applies them). Every list of time parts,
 hidden kinds, overlap kinds and correction terms is generated here from `AXES` (in `PRICING_ORDER`), and so are
 `Plan`'s degree fields, so adding an axis is one entry here and its cost function (and its rules, if it has any).
 """
@@ -57,6 +57,9 @@ class Axis:
     window: str = "compute"  # what its hidden communication runs beside: the stage's "compute" or its "attention"
     overlapped_when: str = ""  # "field=value": always hidden under that plan value (else: by its `overlap` kinds)
     launch: Mapping[str, str] = field(default_factory=dict)
+    rules: str = ""  # "module:function" (plan, spec) -> every reason its degree cannot run the workload
+    # The other axes whose ranks its group spans (dp: gradients sync over the context-parallel ranks too).
+    group_with: tuple[str, ...] = ()
     multiplies_gpus: bool = True
     # Its place in a plan string: the plan field its degree follows ("" first; None: after every other field).
     written_after: str | None = None
@@ -76,6 +79,11 @@ class Axis:
 
     def degree(self, plan: object) -> int:
         return int(getattr(plan, self.name))
+
+    @property
+    def group_axes(self) -> tuple[str, ...]:
+        """The axes whose ranks form one group of it."""
+        return (self.name, *self.group_with)
 
 
 def resolve(path: str) -> Callable[..., Any]:
@@ -105,7 +113,7 @@ AXES: tuple[Axis, ...] = (
          group="tp", nvlink=True, parts=(TimePart("tp_comm", "tensor-parallel communication", "tp_comm"),),
          hidden={"tp_comm": "tensor-parallel"}, overlap=("tp",),
          stage_cost="predictor.models.stage_costs:tp_stage_time", cost_fields=_WORK_FIELDS,
-         written_after="dp", first_format=True,
+         written_after="dp", first_format=True, rules="predictor.plan.rules:tp_rules",
          launch={"megatron": "--tensor-model-parallel-size", "torchtitan": "parallelism.tensor_parallel_degree",
                  "deepspeed": "--tensor-model-parallel-size"}),
     Axis("cp", "context parallel", "the sequence of every layer (2·cp load-balanced chunks)",
@@ -119,12 +127,13 @@ AXES: tuple[Axis, ...] = (
          stage_cost="predictor.models.stage_costs:cp_stage_time",
          cost_fields=("pp", "v", "tp", "sp", "cp", "ep", "mbs", "cp_comm"), window="attention",
          overlapped_when="cp_comm=ring", space_default=(1,), written_after="placement",
+         rules="predictor.plan.rules:cp_rules",
          launch={"megatron": "--context-parallel-size", "torchtitan": "parallelism.context_parallel_degree"}),
     Axis("dp", "data parallel", "the global batch",
          "gradient all-reduce or reduce-scatter (over dp·cp ranks), weight all-gather with ZeRO/FSDP",
          "optimizer state, gradients and weights divided by dp·cp with ZeRO 1/2/3", order=2,
          explain="dp={degree} spends {share:.0f} % in gradient sync{over}", facts="predictor.models.stage_costs:dp_explained",
-         group="dp", parts=(TimePart("dp_comm", "data-parallel gradient sync", "dp_comm"),),
+         group="dp", group_with=("cp",), parts=(TimePart("dp_comm", "data-parallel gradient sync", "dp_comm"),),
          hidden={"dp_grad": "gradient reduction", "dp_param": "parameter all-gather"},
          overlap=("dp", "param"), written_after="", first_format=True, launch={"torchtitan": "parallelism.data_parallel_shard_degree"}),
     Axis("pp", "pipeline parallel", "the layers into pp stages (pp·v chunks interleaved)",
@@ -133,7 +142,7 @@ AXES: tuple[Axis, ...] = (
                  "({share:.0f} % of the time)", facts="predictor.models.stage_costs:pp_explained",
          parts=(TimePart("pp_bubble", "pipeline bubble", "pp", comm=False),
                 TimePart("pp_p2p", "pipeline send/recv", "pp")), hidden={"pp_p2p": "pipeline send/recv"},
-         overlap=("pp",), written_after="tp", first_format=True,
+         overlap=("pp",), written_after="tp", first_format=True, rules="predictor.plan.rules:pp_rules",
          launch={"megatron": "--pipeline-model-parallel-size", "torchtitan": "parallelism.pipeline_parallel_degree",
                  "deepspeed": "--pipeline-model-parallel-size"}),
     Axis("ep", "expert parallel", "the routed experts of each MoE layer (E/ep per rank)",
@@ -146,6 +155,7 @@ AXES: tuple[Axis, ...] = (
          hidden={"ep_comm": "expert all-to-all"}, overlap=("ep",),
          stage_cost="predictor.models.stage_costs:ep_stage_time", cost_fields=_WORK_FIELDS,
          multiplies_gpus=False, space_default=(1,), written_after="cp_comm", choices="predictor.moe:expert_degrees",
+         rules="predictor.moe:ep_rules",
          launch={"megatron": "--expert-model-parallel-size", "torchtitan": "parallelism.expert_parallel_degree"}),
     *_plugin_axes(),
 )
@@ -157,6 +167,9 @@ PRICING_ORDER: tuple[Axis, ...] = tuple(sorted(AXES, key=lambda a: a.order))
 # GPU count order ranks: ep regroups the ranks of a stage for its expert layers (`predictor.parallel.expert_groups`).
 DEFAULT_ORDER: tuple[str, ...] = tuple(a.name for a in PRICING_ORDER if a.multiplies_gpus)
 RANK_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
+# The axes whose ranks make up one pipeline stage, in the default rank order: what an axis that does not multiply
+# the GPU count regroups (Megatron-Core builds the expert layers' groups from them).
+STAGE_RANK_AXES: tuple[str, ...] = tuple(a for a in DEFAULT_ORDER if a != "pp")
 # Axes whose groups must stay inside an NVLink domain (`Axis.nvlink`).
 NVLINK_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.nvlink)
 # The axes of the first plan format, whose permutations are the placements a search tries.

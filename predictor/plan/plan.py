@@ -15,7 +15,7 @@ from functools import cache, cached_property
 from math import prod
 from typing import Any, Callable, Literal
 
-from predictor.plan.axes import AXES, AXIS_NAMES, DEFAULT_ORDER, OVERLAP_KINDS
+from predictor.plan.axes import AXES, AXIS, AXIS_NAMES, DEFAULT_ORDER, OVERLAP_KINDS
 from predictor.plan.placement import complete_order, placement_error, placements
 
 Schedule = Literal["gpipe", "1f1b", "interleaved"]
@@ -309,6 +309,10 @@ class Plan:
     def group_span(self, axis: str) -> int:
         """How many consecutive global ranks one `axis` group covers; within a node iff <= gpus_per_node."""
         return self.stride(axis) * (getattr(self, axis) - 1) + 1
+
+    def group_size(self, axis: str) -> int:
+        """Ranks in one group of `axis`: its degree times those of the other axes its group spans (`Axis.group_with`)."""
+        return prod(getattr(self, a) for a in AXIS[axis].group_axes)
 
     def group_ranks(self, axes: tuple[str, ...]) -> list[int]:
         """Global ranks of the group of `axes` (one axis, or several whose ranks form one group) holding rank 0."""

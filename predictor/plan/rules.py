@@ -1,4 +1,5 @@
-"""Whether a plan can run a workload: each axis's validity rules (by axis name) and `plan_errors`.
+"""Whether a plan can run a workload: the validity rules of tp, pp and cp, and `plan_errors`, which applies every
+axis's rules (`Axis.rules`) and the options'.
 
 `plan_errors` returns every reason a plan is rejected (degrees that do not multiply to the GPU count, each axis's
 rules, divisibility of the batch, tensor parallel inside an NVLink domain) so that callers (the CLI, the search
@@ -7,9 +8,10 @@ space) can explain themselves. Memory capacity is not checked here: that needs a
 
 from __future__ import annotations
 
+from functools import cache
 from typing import TYPE_CHECKING, Callable
 
-from predictor.plan.axes import AXES, AXIS_NAMES
+from predictor.plan.axes import AXES, resolve
 from predictor.plan.placement import cross_domain_axes, nvlink_domain, spans_text
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,7 +28,7 @@ def _dims_missing(spec: "WorkloadSpec", *names: str) -> list[str]:
     return [n for n in names if getattr(m, n) is None]
 
 
-def _tp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
+def tp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
     """Megatron's tensor parallelism splits attention heads, query groups, hidden and FFN columns."""
     if plan.tp == 1:
         return []
@@ -55,7 +57,7 @@ def embedding_and_loss_in_split(plan: "Plan", blocks: int) -> bool:
     return plan.pp > 1 and blocks % chunks != 0 and (blocks + 2) % chunks == 0
 
 
-def _pp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
+def pp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
     """A pipeline splits the repeated blocks evenly over pp·v chunks (the embedding and the loss may count
     as a layer each, see `embedding_and_loss_in_split`); a mixture of experts over any pp·v chunks up to its
     layers, as Megatron-Core's pipeline layout does (the prediction spreads the layers evenly)."""
@@ -73,7 +75,7 @@ def _pp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
     return []
 
 
-def _cp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
+def cp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
     """Megatron-Core and torchtitan split a causal sequence into 2·cp chunks (rank i holds chunks i and
     2cp-1-i, which balances the causal mask's work), so 2·cp must divide the sequence length."""
     if plan.cp == 1:
@@ -88,36 +90,16 @@ def _cp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
     return []
 
 
-def _ep_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
-    """Megatron-Core (`validate_args`, `parallel_state.initialize_model_parallel`) and torchtitan: expert
-    parallelism regroups a stage's dp·tp·cp ranks for the expert layers (expert tensor parallelism 1), so ep
-    must divide dp·tp·cp and the experts; Megatron-Core runs MoE beside tp only with sequence parallelism."""
-    m = spec.model
-    if plan.ep == 1:
-        return []
-    if not m.is_moe:
-        return [f"ep={plan.ep} shards experts, but the model has none (ep=1 for a dense model)"]
-    errors = []
-    if m.experts % plan.ep:
-        errors.append(f"ep={plan.ep} does not divide experts={m.experts}")
-    ranks = plan.dp * plan.tp * plan.cp
-    if ranks % plan.ep:
-        errors.append(f"ep={plan.ep} does not divide dp*tp*cp = {plan.dp}*{plan.tp}*{plan.cp} = {ranks}, the ranks of a "
-                      f"pipeline stage that the expert layers regroup")
-    return errors
-
-
-# Each axis's rules, by name: why a degree cannot run a workload (every reason).
-AXIS_RULES: dict[str, Callable[["Plan", "WorkloadSpec"], list[str]]] = {
-    "tp": _tp_rules, "cp": _cp_rules, "pp": _pp_rules, "ep": _ep_rules,
-}
-assert set(AXIS_RULES) <= set(AXIS_NAMES), "rules for an axis the registry does not have"
+@cache
+def _axis_rules() -> tuple[Callable[["Plan", "WorkloadSpec"], list[str]], ...]:
+    """Each axis's rules, resolved when first asked for (an axis's rules may live beside its cost function)."""
+    return tuple(resolve(axis.rules) for axis in AXES if axis.rules)
 
 
 def plan_errors(plan: "Plan", spec: "WorkloadSpec", allow_cross_node_tp: bool = False) -> list[str]:
     """Every reason `plan` cannot run `spec`; an empty list means structurally valid.
 
-    Each axis checks its own rules (`AXIS_RULES`); the rest are the options'. Tensor and
+    Each axis checks its own rules (`Axis.rules`); the rest are the options'. Tensor and
     context parallelism outside an NVLink domain run, slowly: `allow_cross_node_tp` accepts them
     (`placement_warnings` says what they cost). Memory capacity is not checked here: that needs a
     prediction (see the search space).
@@ -129,16 +111,15 @@ def plan_errors(plan: "Plan", spec: "WorkloadSpec", allow_cross_node_tp: bool = 
         product = "*".join(a.name for a in AXES if a.multiplies_gpus)
         values = "*".join(str(a.degree(plan)) for a in AXES if a.multiplies_gpus)
         errors.append(f"{product} = {values} = {plan.gpus} but the cluster has {c.gpus} GPUs")
-    for axis in AXES:
-        rules = AXIS_RULES.get(axis.name)
-        errors += rules(plan, spec) if rules else []
+    for rules in _axis_rules():
+        errors += rules(plan, spec)
     if gb % (plan.dp * plan.mbs):
         errors.append(f"dp*mbs = {plan.dp}*{plan.mbs} does not divide global_batch={gb}")
     elif plan.schedule == "interleaved" and plan.microbatches(gb) % plan.pp:
         errors.append(f"interleaved schedule needs micro-batches ({plan.microbatches(gb)}) to be a multiple of pp={plan.pp}")
     if plan.sp and plan.tp == 1:
         errors.append("sp=true needs tp > 1 (sequence parallelism splits along the tensor-parallel group)")
-    if plan.zero > 0 and plan.dp * plan.cp == 1:
+    if plan.zero > 0 and plan.group_size("dp") == 1:
         errors.append(f"zero={plan.zero} shards over data parallel ranks but dp=1; use zero=0")
     if not allow_cross_node_tp and plan.tp > 1:
         domain = nvlink_domain(spec)
