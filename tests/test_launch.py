@@ -204,6 +204,8 @@ def test_deepspeed_config_carries_the_megatron_deepspeed_arguments() -> None:
     (LLAMA_FP8, "dp=4,tp=2,cp=2,mbs=2,zero=3,sp=true,overlap=none", "overlap must include dp+param"),
     (TITAN_1, "dp=8,mbs=1,zero=1", "ZeRO-1"),
     (TITAN_2, "dp=8,cp=2,mbs=1,zero=0", "zero=0"),
+    (TITAN_2, "dp=8,tp=2,mbs=1,zero=0,sp=true", "cannot run with tp=2"),  # DDP only alone
+    (QWEN_TITAN, "dp=16,mbs=2,zero=0,ep=8", "cannot run with ep=8"),
     (TITAN_1, "dp=8,mbs=1,zero=3,overlap=dp", "overlap must include param"),  # FSDP2 always prefetches
     (DS, "dp=16,mbs=4,zero=3,overlap=dp", "overlap must include both dp and param"),
     (_spec("deepspeed", "llama3-8b", "h100", 1, 64, "fp8"), "dp=8,mbs=1,zero=1", "fp8"),

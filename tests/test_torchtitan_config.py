@@ -169,10 +169,12 @@ def config_manager() -> Any:
     try:
         installed = version("torchtitan")
     except PackageNotFoundError:
-        pytest.skip("torchtitan 0.2 is not installed (pip install --no-deps torchtitan==0.2.2 triton; pip install tyro)")
+        pytest.skip("torchtitan 0.2 is not installed (pip install --no-deps torchtitan==0.2.2 triton; "
+                    "pip install tyro)")
     if not installed.startswith("0.2."):
         pytest.skip(f"torchtitan {installed} has no --job.config_file TOML loader (0.2 has)")
-    return pytest.importorskip("torchtitan.config.manager", reason="torchtitan 0.2 imports tyro and triton").ConfigManager
+    manager = pytest.importorskip("torchtitan.config.manager", reason="torchtitan 0.2 imports tyro and triton")
+    return manager.ConfigManager
 
 
 @pytest.mark.parametrize("spec, text", PLANS, ids=IDS)

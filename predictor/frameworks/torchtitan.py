@@ -2,12 +2,12 @@
 
 Plans it runs: `torchtitan/config/job_config.py` (`Parallelism`), `distributed/parallel_dims.py` (`fsdp_enabled =
 dp_shard_enabled or cp_enabled`: FSDP2 whenever cp > 1), `models/llama3/infra/parallelize.py`
-(`fsdp_reshard_after_forward` never = ZeRO-2, always = ZeRO-3, default = never with a pipeline; DDP replicate = ZeRO-0;
-no ZeRO-1), TP always with sequence-parallel norms, async TP (`enable_async_tensor_parallel`, off by default),
-`distributed/pipeline_parallel.py` (`torch.distributed.pipelining` GPipe, 1F1B, Interleaved1F1B; a multi-stage
-schedule needs >= 2 stages per rank), CP, float8 (torchao); mesh order pp-dp-cp-tp (tp innermost). FSDP2 prefetches
-all-gathers and overlaps reduce-scatters, DDP overlaps its bucketed all-reduce, neither can be switched off; SDPA
-flash attention.
+(`fsdp_reshard_after_forward` never = ZeRO-2, always = ZeRO-3, default = never with a pipeline; DDP replicate =
+ZeRO-0, with no other parallelism; no ZeRO-1), TP always with sequence-parallel norms, async TP
+(`enable_async_tensor_parallel`, off by default), `distributed/pipeline_parallel.py` (`torch.distributed.pipelining`
+GPipe, 1F1B, Interleaved1F1B; a multi-stage schedule needs >= 2 stages per rank), CP, float8 (torchao); mesh order
+pp-dp-cp-tp (tp innermost). FSDP2 prefetches all-gathers and overlaps reduce-scatters, DDP overlaps its bucketed
+all-reduce, neither can be switched off; SDPA flash attention.
 
 Launch file: `torchtitan.toml` for `torchtitan.train --job.config_file`, the job config of torchtitan 0.2.2 (PyPI;
 `torchtitan/config/job_config.py`, loaded by `config/manager.py`'s ConfigManager), the last release with that TOML
@@ -41,6 +41,11 @@ def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     if plan.zero == 0 and plan.cp > 1:
         errors.append(f"shards with FSDP2 over the context-parallel ranks whenever cp > 1, so zero=0 (DDP) "
                       f"cannot run with cp={plan.cp} (use zero=2 or 3)")
+    beside = [f"{axis}={getattr(plan, axis)}" for axis in ("tp", "pp", "ep") if getattr(plan, axis) > 1]
+    if plan.zero == 0 and plan.dp > 1 and beside:
+        errors.append(f"runs DDP (zero=0) only as the sole parallelism (\"DDP has not supported > 1D parallelism\"; "
+                      f"experts shard over FSDP2 ranks), so zero=0 with dp={plan.dp} cannot run with "
+                      f"{', '.join(beside)} (use zero=2 or 3)")
     if plan.tp > 1 and not plan.sp:
         errors.append("always runs tensor parallelism with sequence-parallel norms (use sp=true)")
     if plan.schedule == "interleaved" and plan.v == 1:
@@ -75,9 +80,9 @@ MEMORY = MemoryFacts(NAME, grad_bytes=4.0, master_bytes=0.0, moment_bytes=4.0, g
                      grad_bucket_bytes=0.0, prefetch_params=0.0, workspace_bytes=32 * MIB)
 
 # Its own search space, the default of `scaledl plan` for it: FSDP2 with resharding after forward (zero=3) and without
-# (zero=2), or DDP (zero=0), beside tensor parallelism with sequence-parallel norms, torch.distributed.pipelining's 1F1B
-# and Interleaved1F1B, expert parallelism for a mixture of experts, and context parallelism for sequences of
-# cp_from_tokens or more (the rules keep what it runs).
+# (zero=2) beside tensor parallelism with sequence-parallel norms, torch.distributed.pipelining's 1F1B and
+# Interleaved1F1B, expert parallelism for a mixture of experts, and context parallelism for sequences of cp_from_tokens
+# or more, or DDP (zero=0) alone (the rules keep what it runs).
 SPACE: dict[str, Any] = {
     "description": "torchtitan (FSDP2 zero 2/3 or DDP, tp with sp, 1F1B/interleaved pp, ep for MoE, cp for long "
                    "sequences)",
