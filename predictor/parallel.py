@@ -80,6 +80,7 @@ class Layout:
     blocks_per_stage: np.ndarray  # (pp,) repeated blocks held by each pipeline rank (all its chunks)
     microbatches: int
     tokens: int  # sequence positions per sample
+    rank_tokens: float  # the sequence positions of a sample one rank holds (tokens over the cp ranks)
     tp_group: Group
     dp_group: Group  # the gradient-sync group: dp·cp ranks
     cp_group: Group
@@ -90,6 +91,10 @@ class Layout:
     act_bytes: int
     param_bytes: int
     grad_bytes: int
+
+    def groups(self) -> tuple[Group, ...]:
+        """Every communication group a rank joins (a group of one rank communicates with nobody)."""
+        return self.tp_group, self.dp_group, self.cp_group, self.ep_group, self.edp_group
 
 
 _SHARD_CACHE: dict[tuple, tuple[weakref.ref, ShardedNodes]] = {}
@@ -307,6 +312,7 @@ def apply_plan(spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device
     return Layout(
         plan=plan, nodes=nodes, stage_counts=counts, blocks_per_stage=blocks,
         microbatches=plan.microbatches(spec.training.global_batch), tokens=graph.tokens,
+        rank_tokens=graph.tokens / plan.cp,
         tp_group=groups.tp, dp_group=groups.dp, cp_group=groups.cp, ep_group=groups.ep, edp_group=groups.edp,
         pp_link_inter=groups.pp_link_inter, p2p_elems=p2p,
         act_bytes=BYTES[prec], param_bytes=BYTES[prec], grad_bytes=BYTES[prec],

@@ -27,7 +27,7 @@ def xp_stage_time(spec, lay, cfg, device):
 AXIS = Axis("xp", "toy parallel", "nothing", "one exchange per layer", "nothing", order=2, multiplies_gpus=False,
             explain="xp={degree} spends {share:.0f} % of the time in its toy exchange",
             parts=(TimePart("xp_comm", "toy exchange", "tp_comm"),), hidden={"xp_comm": "toy exchange"},
-            overlap=("xp",), stage_cost="toy_axis:xp_stage_time", cost_fields=("pp", "v", "xp"),
+            overlap=("xp",), stage_cost="toy_axis:xp_stage_time",
             space_default=(2,), rules="toy_axis:xp_rules", launch={"megatron": "--toy-parallel-size"})
 '''
 

@@ -5,14 +5,14 @@ Model states follow ZeRO (Rajbhandari et al. 2020): mixed-precision Adam keeps 2
 the optimizer state over dp, ZeRO-2 also the gradients, ZeRO-3 also the weights. Activations
 come from the layer graph's per-node saved elements (Korthikanti et al. 2023 accounting) under
 the recomputation mode, times the micro-batches a stage holds at once under the schedule. ZeRO
-shards over the gradient-sync group, dp·cp ranks (Megatron-Core's data-parallel group with
+shards over the gradient-sync group (`Layout.dp_group`: Megatron-Core's data-parallel group with
 context parallelism). A fused attention kernel saves Q, K, V, its output and the softmax
 statistics instead of the s² scores (FlashAttention, Dao et al. 2022). FP8 and FP4 training keep
 bf16 weights and fp32 master weights as bf16 training does, plus a low-precision copy of every
 linear's weight for the GEMMs (Transformer Engine keeps the FP8 weight and its transpose,
 2 bytes per parameter; NVFP4 the same at half a byte each plus 1/16 for block scales).
-Routed experts' model states are divided by ep (each rank holds E/ep experts) and sharded by ZeRO over the
-expert-data-parallel group (dp·tp·cp/ep ranks, Megatron-Core's distributed optimizer over expert parameters);
+Routed experts' model states are those of the experts a rank holds (`predictor.parallel` shards them) and sharded
+by ZeRO over the expert-data-parallel group (Megatron-Core's distributed optimizer over expert parameters);
 the token dispatch keeps a send and a receive buffer of the busiest MoE layer's tokens·top_k·hidden elements,
 scaled by the routing imbalance (dropless routing sizes them to the tokens that arrive).
 """
@@ -119,7 +119,8 @@ def model_state_bytes(spec: WorkloadSpec, layout: Layout) -> tuple[np.ndarray, n
     psi, psi_exp = stage_params(layout)  # local parameters per pipeline rank, and the experts' among them
 
     def sharded(stage: int) -> np.ndarray:
-        """Parameters per rank once ZeRO `stage` shards them: dense ones over dp·cp, experts' over expert-dp."""
+        """Parameters per rank once ZeRO `stage` shards them: dense ones over the gradient-sync group, experts'
+        over expert-dp."""
         if plan.zero < stage:
             return psi
         return (psi - psi_exp) / layout.dp_group.size + psi_exp / layout.edp_group.size
@@ -133,7 +134,7 @@ def buffer_bytes(layout: Layout, psi: np.ndarray, imbalance: float = 1.0) -> np.
     """Communication buffers per pipeline rank (`psi`: its parameters), with the MoE dispatch buffers."""
     plan = layout.plan
     dispatch = 2 * float(layout.nodes.dispatch.max(initial=0.0)) * plan.mbs * layout.act_bytes * imbalance
-    return _buffers(layout, psi) + (dispatch if plan.ep > 1 else 0.0)
+    return _buffers(layout, psi) + (dispatch if layout.ep_group.size > 1 else 0.0)
 
 
 def _buffers(layout: Layout, psi: np.ndarray) -> np.ndarray:

@@ -3,7 +3,7 @@
 `rank_memory` composes, per pipeline stage, from `MemoryFacts` (the framework), `Levers` (what the run recomputes,
 offloads or shrinks) and the plan's layout:
 - weights, gradients, optimizer state: the framework's buffers under the plan's ZeRO stage (dense parameters over
-  dp·cp, routed experts over the expert-data-parallel group);
+  the gradient-sync group, routed experts over the expert-data-parallel group);
 - activations: the saved tensors of `predictor.memory.saved` for each layer the stage holds, times the micro-batches
   in flight under the schedule, with the last stage's loss tensors;
 - working set: what exists only while one layer (or the loss, or a recomputed layer) runs backward;
@@ -107,7 +107,7 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
     """(saved activation bytes, backward working bytes, bytes per lever module, bytes one micro-batch offloads to
     the host) per pipeline stage."""
     plan = layout.plan
-    tokens = layout.tokens / plan.cp * plan.mbs  # tokens of one micro-batch on one rank (before tp's sequence split)
+    tokens = layout.rank_tokens * plan.mbs  # tokens of one micro-batch on one rank (before tp's sequence split)
     flight = in_flight(layout)
     if facts.saved == "graph":  # eager modules: the layer graph's per-node saved elements
         keep, one_block = saved_per_sample(layout, "full" if levers.full else ("selective" if levers.recompute
@@ -168,7 +168,8 @@ def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Leve
     dense_dp, exp_dp = layout.dp_group.size, layout.edp_group.size
 
     def shard(stage: int) -> np.ndarray:
-        """Parameters per rank once ZeRO `stage` shards them (dense over dp·cp, experts over expert-dp)."""
+        """Parameters per rank once ZeRO `stage` shards them (dense over the gradient-sync group, experts over
+        expert-dp)."""
         return psi if plan.zero < stage else (psi - psi_exp) / dense_dp + psi_exp / exp_dp
 
     gemm = (layout.nodes.kind == "linear") & (layout.nodes.group != "post") & (layout.nodes.group != "pre")
@@ -196,7 +197,7 @@ def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Leve
     if plan.zero >= 3:
         weights = weights * shard(3) / np.maximum(psi, 1.0) + (2 * largest + facts.prefetch_params) * param_bytes
     grads = shard(facts.grads_sharded_from) * grad_bytes
-    if plan.zero >= facts.grads_sharded_from and plan.dp * plan.cp > 1:  # the unsharded gradients being reduced
+    if plan.zero >= facts.grads_sharded_from and dense_dp > 1:  # the unsharded gradients being reduced
         grads = grads + largest * grad_bytes
     if facts.fp32_grad_partition and plan.zero in (1, 2):  # the fp32 gradient partition the step reads
         grads = grads + shard(1) * 4.0
@@ -209,19 +210,18 @@ def _buffers(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, imbalance: 
     """Pipeline send/recv, the MoE dispatch send and receive buffers (sized, dropless, to the tokens the busiest rank
     receives: `imbalance` times the balanced share), a gradient bucket and the GEMM workspaces."""
     plan = layout.plan
-    tokens = layout.tokens / plan.cp * plan.mbs
+    tokens = layout.rank_tokens * plan.mbs
     h = spec.model.hidden or 0
     pp = 2 * tokens * h / (plan.tp if plan.sp else 1) * A if plan.pp > 1 else 0.0
-    ep = 2 * tokens * (spec.model.top_k or 0) * h / plan.tp * A * imbalance if plan.ep > 1 else 0.0
-    bucket = facts.grad_bucket_bytes if plan.dp * plan.cp > 1 else 0.0
-    return np.full(plan.pp, pp + ep + bucket + facts.workspace_bytes)
+    dispatch = 2 * tokens * (spec.model.top_k or 0) * h / plan.tp * A * imbalance if layout.ep_group.size > 1 else 0.0
+    bucket = facts.grad_bucket_bytes if layout.dp_group.size > 1 else 0.0
+    return np.full(plan.pp, pp + dispatch + bucket + facts.workspace_bytes)
 
 
 def runtime_bytes(layout: Layout, facts: MemoryFacts) -> float:
     """Memory outside the caching allocator: the CUDA context and the buffers of each NCCL communicator a rank
-    joins (tp, cp, dp·cp, pp, ep, expert-dp groups of more than one rank)."""
-    plan = layout.plan
-    groups = sum(g > 1 for g in (plan.tp, plan.cp, layout.dp_group.size, plan.pp, plan.ep, layout.edp_group.size))
+    joins (its groups of more than one rank, and the pipeline's)."""
+    groups = sum(g.size > 1 for g in layout.groups()) + (layout.plan.pp > 1)
     return facts.cuda_context_bytes + groups * facts.nccl_bytes_per_group
 
 

@@ -22,7 +22,7 @@ from predictor.workload import ModelSpec
 
 @dataclass(frozen=True)
 class Saved:
-    """One saved tensor: bytes per token of the rank's sequence share (seq_len / cp), the recompute module that
+    """One saved tensor: bytes per token of the rank's sequence share (`Layout.rank_tokens`), the recompute module that
     drops it ('' when nothing short of full recomputation does) and the offload module that moves it."""
 
     name: str

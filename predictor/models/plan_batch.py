@@ -28,14 +28,15 @@ from predictor.models.roofline import AnalyticalConfig, call_costs, fused_attent
 from predictor.models.stage_costs import compute_parts, dp_time, offload_waits, optimizer_time, p2p_time
 from predictor.parallel import Layout, apply_plan, plan_groups
 from predictor.plan import AXIS_NAMES, HIDDEN_KINDS, OVERLAP_KINDS, STAGE_AXES, Axis, Plan, nvlink_domain
-from predictor.plan.axes import resolve
+from predictor.plan.axes import SHARDING_FIELDS, resolve
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
 from predictor.prediction_table import PredictionTable, row_sums
 from predictor.workload import WorkloadSpec
 
 _DEGREES = attrgetter(*AXIS_NAMES)
+_SHARDING = attrgetter(*SHARDING_FIELDS)
 # Per stage axis: the plan fields its cost reads (a memo key), and the plan value that always hides it.
-_COST_FIELDS = tuple(attrgetter(*a.cost_fields) for a in STAGE_AXES)
+_COST_FIELDS = tuple(attrgetter(*SHARDING_FIELDS, *a.cost_fields) for a in STAGE_AXES)
 STAGE_NAMES = tuple(a.name for a in STAGE_AXES)
 _ALWAYS_HIDDEN = tuple(tuple(a.overlapped_when.split("=")) if a.overlapped_when else None for a in STAGE_AXES)
 
@@ -134,7 +135,7 @@ class PlanPieces:
         return self.group_ids.setdefault(group, len(self.group_ids))
 
     def _groups(self, plan: Plan, key: tuple) -> tuple:
-        """(dp·cp and expert-dp group ids, whether pipeline neighbours sit in different NVLink domains, then each
+        """(gradient-sync and expert-dp group ids, whether pipeline neighbours sit in different NVLink domains, then each
         stage axis's group id: None for an axis without a group of its own)."""
         g = plan_groups(plan, self.domain, self.device)
         ids = (self._group_id(g.dp), self._group_id(g.edp), g.pp_link_inter,
@@ -225,21 +226,21 @@ class PlanPieces:
         found: list[tuple[int, ...]] = []
         scalars: list[tuple[float, ...]] = []
         for plan in plans:
-            tp, pp, cp, ep, v, sp, mbs, zero, rc, d = (plan.tp, plan.pp, plan.cp, plan.ep, plan.v, plan.sp, plan.mbs,
-                                                      plan.zero, (plan.recompute, plan.recompute_layers, plan.offload),
-                                                      plan.dp)
-            gkey = (_DEGREES(plan), plan.placement)
+            pp, v, sp, mbs, zero, rc, d = (plan.pp, plan.v, plan.sp, plan.mbs, plan.zero,
+                                           (plan.recompute, plan.recompute_layers, plan.offload), plan.dp)
+            degrees = _DEGREES(plan)
+            gkey = (degrees, plan.placement)
             dp_g, edp_g, inter, *axis_groups = self.groups.get(gkey) or self._groups(plan, gkey)
             m = batch // (d * mbs)
-            sharding = (pp, v, tp, sp, cp, ep)
+            sharding = _SHARDING(plan)
             comm_keys = tuple((fields(plan), group) if axis.degree(plan) > 1 else None
                               for axis, fields, group in zip(STAGE_AXES, _COST_FIELDS, axis_groups))
             stage_key = (sharding, mbs, rc, comm_keys)
             memory_key = (sharding, d, zero, mbs, rc, plan.schedule, m, plan.optimizer_offload, plan.moments, plan.grads)
             keys = ((sharding, d, zero, m if zero >= 3 else 0, dp_g, edp_g),
-                    (inter, mbs, tp if sp else 1, cp) if pp > 1 else None,
+                    (inter, mbs, sharding) if pp > 1 else None,
                     (sharding, zero >= 1, d, plan.optimizer_offload, plan.moments),
-                    (plan.overlap, ep, pp, plan.schedule, zero, tp, sp))  # what the frameworks' overlap reads
+                    (plan.overlap, degrees, plan.schedule, zero, sp))  # what the frameworks' overlap reads
             stage, memory = stage_rows.get(stage_key), memory_rows.get(memory_key)
             got = [index.get(key) for index, key in zip(rest, keys)]
             if stage is None or memory is None or None in got:

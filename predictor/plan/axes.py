@@ -53,7 +53,7 @@ class Axis:
     hidden: Mapping[str, str] = field(default_factory=dict)  # kinds of `Prediction.hidden_comm` it reports: words
     overlap: tuple[str, ...] = ()  # kinds of a plan's `overlap` that hide its communication
     stage_cost: str = ""  # "module:function" (spec, layout, config, device) -> seconds per pipeline stage and micro-batch
-    cost_fields: tuple[str, ...] = ()  # the plan fields `stage_cost` reads, beyond its group
+    cost_fields: tuple[str, ...] = ()  # the plan fields `stage_cost` reads beyond `SHARDING_FIELDS` and its group
     window: str = "compute"  # what its hidden communication runs beside: the stage's "compute" or its "attention"
     overlapped_when: str = ""  # "field=value": always hidden under that plan value (else: by its `overlap` kinds)
     launch: Mapping[str, str] = field(default_factory=dict)
@@ -92,8 +92,8 @@ def resolve(path: str) -> Callable[..., Any]:
     return getattr(import_module(module), name)
 
 
-# What a stage's per-layer computation reads: the work of its layers, under any axis's cost.
-_WORK_FIELDS: tuple[str, ...] = ("pp", "v", "tp", "sp", "cp", "ep", "mbs", "recompute", "recompute_layers")
+# What a stage's per-layer computation reads beyond how its layers are sharded, under any axis's cost.
+_WORK_FIELDS: tuple[str, ...] = ("mbs", "recompute", "recompute_layers")
 
 
 
@@ -125,7 +125,7 @@ AXES: tuple[Axis, ...] = (
          group="cp", parts=(TimePart("cp_comm", "context-parallel K/V exchange", "tp_comm"),),
          hidden={"cp_comm": "context-parallel"},
          stage_cost="predictor.models.stage_costs:cp_stage_time",
-         cost_fields=("pp", "v", "tp", "sp", "cp", "ep", "mbs", "cp_comm"), window="attention",
+         cost_fields=("mbs", "cp_comm"), window="attention",
          overlapped_when="cp_comm=ring", space_default=(1,), written_after="placement",
          rules="predictor.plan.rules:cp_rules",
          launch={"megatron": "--context-parallel-size", "torchtitan": "parallelism.context_parallel_degree"}),
@@ -170,6 +170,9 @@ RANK_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
 # The axes whose ranks make up one pipeline stage, in the default rank order: what an axis that does not multiply
 # the GPU count regroups (Megatron-Core builds the expert layers' groups from them).
 STAGE_RANK_AXES: tuple[str, ...] = tuple(a for a in DEFAULT_ORDER if a != "pp")
+# The plan fields that split a stage's layers over its ranks: every degree but dp's (which replicates them), with
+# tp's sequence split and pp's virtual stages. Every stage cost reads them (`Axis.cost_fields` names the rest).
+SHARDING_FIELDS: tuple[str, ...] = (*(a.name for a in AXES if a.name != "dp"), "sp", "v")
 # Axes whose groups must stay inside an NVLink domain (`Axis.nvlink`).
 NVLINK_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.nvlink)
 # The axes of the first plan format, whose permutations are the placements a search tries.
