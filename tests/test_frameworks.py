@@ -104,6 +104,7 @@ def _toy_read(text: str, spec: WorkloadSpec) -> Plan:
 
 
 TOY = Framework("toy", "ToyTrain", _toy_rules, lambda plan: frozenset({"dp"}), frozenset({"dp"}), fused_attention=True,
+                attention_kernel="fused: a toy kernel",
                 precisions=("bf16",), memory=dataclasses.replace(FRAMEWORKS["megatron"].memory, framework="toy"),
                 space={"dp": "auto", "tp": "auto", "pp": [1], "mbs": [1, 2], "zero": [0, 1], "recompute": ["none"],
                        "sp": [False, True], "schedule": ["1f1b"], "placement": ["tp-dp-pp"]},

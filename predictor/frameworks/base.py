@@ -77,7 +77,8 @@ class Framework:
     - `overlappable`: what it can overlap at all (a plan's `overlap` may switch kinds off, or on where the framework
       offers them; the rules refuse a switch the framework does not have);
     - `fused_attention`: whether its attention is a fused (flash) kernel, which saves no s² scores and skips the
-      masked half of causal attention;
+      masked half of causal attention; `attention_kernel` names that kernel, as a prediction's extra does beside
+      the seconds it takes (`extra['framework_s']['attention']`);
     - `constants`: the analytical model's constants calibrated on measurements of it, by device generation
       (`recorded_constants`);
     - `memory`: what it keeps on a GPU (`predictor.memory.accounting` prices a rank with them);
@@ -92,6 +93,7 @@ class Framework:
     default_overlap: Callable[[Plan], frozenset[str]]
     overlappable: frozenset[str]
     fused_attention: bool
+    attention_kernel: str
     precisions: tuple[str, ...]
     memory: MemoryFacts
     space: Mapping[str, Any]

@@ -163,6 +163,8 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
 
 
 DEEPSPEED = Framework(NAME, "DeepSpeed", _rules, _default_overlap, frozenset({"dp", "param"}), fused_attention=False,
+                      attention_kernel="unfused: Megatron-DeepSpeed's baddbmm, fused scale-mask-softmax, dropout and bmm "
+                                       "(no --use-flash-attn)",
                       precisions=("fp32", "fp16", "bf16"), memory=MEMORY, space=SPACE,
                       constants=recorded_constants(NAME), launch=Launch(JSON_FILE, _write, _read, _model_errors),
                       never={"schedule": ("gpipe", "interleaved"), "orders": other_orders(ORDERS)},

@@ -400,6 +400,7 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
 
 
 MEGATRON = Framework(NAME, "Megatron-Core", _rules, _default_overlap, frozenset(OVERLAP_KINDS), fused_attention=True,
+                     attention_kernel="fused: Transformer Engine's DotProductAttention (FlashAttention or cuDNN)",
                      precisions=("fp32", "fp16", "bf16", "fp8", "fp4"), memory=MEMORY, space=SPACE,
                      constants=recorded_constants(NAME), launch=Launch(ARGS_FILE, _write, _read, _model_errors),
                      never={"schedule": ("gpipe",), "orders": other_orders(ORDERS)}, recompute_modules=True,

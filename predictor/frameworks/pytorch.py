@@ -46,5 +46,6 @@ SPACE: dict[str, Any] = {
 }
 
 PYTORCH = Framework(NAME, "ScaleDL's runner", _rules, _nothing, frozenset(), fused_attention=False,
+                    attention_kernel="unfused: eager PyTorch matmul, softmax and matmul",
                     precisions=("fp32", "fp16", "bf16"), memory=MEMORY, space=SPACE,
                     constants=recorded_constants(NAME))

@@ -269,6 +269,7 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
 
 
 TORCHTITAN = Framework(NAME, "torchtitan", _rules, _default_overlap, frozenset(OVERLAP_KINDS) - {"ep"},
-                       fused_attention=True, precisions=("fp32", "bf16", "fp8"), memory=MEMORY, space=SPACE,
+                       fused_attention=True, attention_kernel="fused: PyTorch scaled_dot_product_attention (flash)",
+                       precisions=("fp32", "bf16", "fp8"), memory=MEMORY, space=SPACE,
                        constants=recorded_constants(NAME), launch=Launch(TOML_FILE, _write, _read, _model_errors),
                        never={"zero": (1,), "orders": other_orders(ORDERS)})

@@ -71,6 +71,7 @@ class AnalyticalPredictor(Predictor):
         table = pieces.table(graph, plans)
         if self.given is None:
             table.shared_extra["constants"] = constants_note(pieces.framework, generation(pieces.device))
+        table.shared_extra["attention_kernel"] = pieces.framework.attention_kernel
         if spec.model.is_moe:  # all of a mixture of experts' parameters, and those one token passes (top_k experts)
             table.shared_extra.update(params=graph.params, active_params=active_params(graph.params, spec.model))
         return table

@@ -38,6 +38,11 @@ _SHARDING = attrgetter(*SHARDING_FIELDS)
 # Per stage axis: the plan fields its cost reads (a memo key), and the plan value that always hides it.
 _COST_FIELDS = tuple(attrgetter(*SHARDING_FIELDS, *a.cost_fields) for a in STAGE_AXES)
 STAGE_NAMES = tuple(a.name for a in STAGE_AXES)
+# The parts of an iteration a framework's kernels and costs set (`Prediction.extra['framework_s']`, seconds before
+# overlap): its attention kernel's forward, backward and recomputed forward; the host's pace beyond the kernels
+# (its per-operator cost); its per-call cost on every collective and send/recv. Two frameworks on one plan and
+# device differ in time by these and by what each overlaps.
+FRAMEWORK_PARTS: tuple[str, ...] = ("attention", "host", "calls")
 _ALWAYS_HIDDEN = tuple(tuple(a.overlapped_when.split("=")) if a.overlapped_when else None for a in STAGE_AXES)
 
 
@@ -110,12 +115,14 @@ class PlanPieces:
         self.layouts: dict[tuple, Layout] = {}
         self.psi: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         # per pipeline stage: the layers' forward, backward, host forward, host backward, MoE host waits
-        # forward, backward, attention (`stage_costs.compute_parts`); each stage axis's communication; memory parts
-        self.compute = _Stages(7)
+        # forward, backward, attention, attention with its recomputation, tp per-call seconds
+        # (`stage_costs.compute_parts`); each stage axis's communication; memory parts
+        self.compute = _Stages(9)
         self.comm = tuple(_Stages(1) for _ in STAGE_AXES)
         self.memory = _Stages(len(MEMORY_PARTS))  # bytes of each MEMORY_PARTS entry
-        # per plan: gradient sync and parameter gather, one p2p send, the optimizer step, overlapped kinds
-        self.dp = _Scalars(2)
+        # per plan: gradient sync, parameter gather and their per-call seconds, one p2p send, the optimizer step,
+        # overlapped kinds
+        self.dp = _Scalars(3)
         self.p2p = _Scalars(1)
         self.optimizer = _Scalars(1)
         self.overlap = _Scalars(len(OVERLAP_KINDS))
@@ -275,7 +282,7 @@ class PlanPieces:
         m, mbs, v, pp, gpus, zero3 = scalars[:6]
         always = scalars[6:].astype(bool)
         n = len(m)
-        stage = np.empty((5 + n_comm, n))
+        stage = np.empty((11 + n_comm, n))
         peak_gib, memory_parts = np.empty(n), np.empty((n, len(MEMORY_PARTS)))
         offsets = np.concatenate([[0], np.cumsum(pp, dtype=np.int64)]).astype(np.int64)
         stage_gib = np.empty(offsets[-1])
@@ -284,14 +291,20 @@ class PlanPieces:
             stage[:, sel] = self._slowest_stage(index[:, sel], depth)
             at = offsets[sel][:, None] + np.arange(depth)
             stage_gib[at], peak_gib[sel], memory_parts[sel] = self._peak_memory(index[:, sel], depth)
-        f_s, b_s, comm_s, (att_s, kern_s, others) = stage[0], stage[1], stage[2:2 + n_comm], stage[2 + n_comm:]
+        f_s, b_s, comm_s = stage[0], stage[1], stage[2:2 + n_comm]
+        att_s, kern_s, others, *path = stage[2 + n_comm:]
         # Fill and drain: the other stages' micro-batch time before the slowest stage starts and after it ends,
         # (Σ t − max t)/v; (p-1)/v of the slowest stage's time when the stages are balanced (Narayanan et al. 2021).
         bubble = others / v
         compute = m * (f_s + b_s)
         dp_row, p2p_row, optimizer_row, overlap_row = range(n_comm + 2, n_comm + 6)
-        grad_sync, param_gather = self.dp.array()[index[dp_row]].T
-        pp_p2p = np.where(pp > 1, 2 * (m * v + pp - 1) * self.p2p.array()[index[p2p_row], 0], 0.0)
+        grad_sync, param_gather, dp_calls = self.dp.array()[index[dp_row]].T
+        sends = np.where(pp > 1, 2 * (m * v + pp - 1), 0.0)
+        pp_p2p = sends * self.p2p.array()[index[p2p_row], 0]
+        # What the framework's own kernels and costs add to the iteration before overlap: the slowest stage's
+        # micro-batches plus the other stages' fill and drain (as compute and pp_bubble count them)
+        attention, host, tp_calls = (m * at + other / v for at, other in zip(path[::2], path[1::2]))
+        framework = np.stack([attention, host, tp_calls + dp_calls + sends * self.p2p_s], axis=1)
         optimizer = self.optimizer.array()[index[optimizer_row], 0]
         on = dict(zip(OVERLAP_KINDS, self.overlap.array()[index[overlap_row]].T.astype(bool)))
 
@@ -324,22 +337,25 @@ class PlanPieces:
             peak_memory_gib=peak_gib, stage_memory_gib=stage_gib, stage_offsets=offsets, memory_breakdown=memory_parts,
             tflops_per_gpu=tflops, mfu=tflops * 1e12 / self.device.flops(spec.training.precision),
             hidden=np.stack([hide[k] for k in HIDDEN_KINDS], axis=1),
-            extra={"kernel_compute_s": m * kern_s},  # compute without the host: < compute when host-bound
+            extra={"kernel_compute_s": m * kern_s,  # compute without the host: < compute when host-bound
+                   "framework_s": framework}, extra_names={"framework_s": FRAMEWORK_PARTS},
         )
 
     def _slowest_stage(self, index: np.ndarray, depth: int) -> np.ndarray:
         """Of plans with `depth` pipeline stages, the slowest stage's forward, backward, each stage axis's
-        communication, attention and kernel seconds per micro-batch, and the other stages' seconds per micro-batch
-        (rows)."""
-        t_f, t_b, host_f, host_b, sync_f, sync_b, attention = self.compute.gather(index[0], depth)
+        communication, attention and kernel seconds per micro-batch, the other stages' seconds per micro-batch, and
+        for each of FRAMEWORK_PARTS the slowest stage's seconds per micro-batch and the other stages' sum (rows)."""
+        t_f, t_b, host_f, host_b, sync_f, sync_b, attention, attention_all, calls = self.compute.gather(index[0], depth)
         comm = [rows.gather(index[1 + k], depth)[0] for k, rows in enumerate(self.comm)]
         if self.device.measured:  # synchronous: the host's work adds to the kernels'
             fwd, bwd = t_f + host_f, t_b + host_b
+            host = host_f + host_b
         else:  # asynchronous GPU: a host-bound micro-batch stretches its compute to the host's pace, less the time
             # it waits on tensor-parallel collectives
             tp = comm[STAGE_NAMES.index("tp")]
             stretch = np.maximum(1.0, (host_f + host_b - tp) / np.maximum(t_f + t_b, 1e-30))
             fwd, bwd = t_f * stretch + sync_f, t_b * stretch + sync_b
+            host = (t_f + t_b) * (stretch - 1)
         per_mb = fwd + bwd
         for c in comm:
             per_mb = per_mb + c
@@ -349,7 +365,8 @@ class PlanPieces:
             return np.take_along_axis(x, s, axis=1)[:, 0]
 
         return np.stack([at_s(fwd), at_s(bwd), *(at_s(c) for c in comm), at_s(attention), at_s(t_f + t_b),
-                         row_sums(per_mb) - at_s(per_mb)])
+                         row_sums(per_mb) - at_s(per_mb),
+                         *(r for x in (attention_all, host, calls) for r in (at_s(x), row_sums(x) - at_s(x)))])
 
     def _peak_memory(self, index: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Of plans with `depth` pipeline stages: GiB per stage, the peak GiB and the peak rank's MEMORY_PARTS GiB."""

@@ -29,8 +29,10 @@ DDP_BUCKET_BYTES = 25 * 2**20
 def compute_parts(spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: Device,
                   config: AnalyticalConfig) -> np.ndarray:
     """Per pipeline rank, one micro-batch, as rows: the layers' forward and backward (with recomputation), the
-    host's forward and backward operator time, the MoE dispatchers' host waits in forward and backward, and the
-    attention cores' forward + backward (what a cp ring hides behind).
+    host's forward and backward operator time, the MoE dispatchers' host waits in forward and backward, the
+    attention cores' forward + backward (what a cp ring hides behind), the same with their recomputed forward (the
+    attention kernel's whole share of the layers' time), and the tensor-parallel collectives' per-call seconds (part
+    of the tp communication): the last two name what a framework's attention kernel and its per-call cost add.
 
     A measured device is synchronous: host and kernels add. On a GPU the host runs ahead and a host-bound
     micro-batch stretches its compute to the host's pace; each MoE layer's dispatcher waits for the host once
@@ -43,12 +45,14 @@ def compute_parts(spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: De
     t_f = counts @ fwd
     t_b = counts @ bwd + again @ fwd
     attention = counts[:, nodes.attention] @ (fwd + bwd)[nodes.attention]
+    attention_all = attention + again[:, nodes.attention] @ fwd[nodes.attention]
     ops = np.array([HOST_OPS.get(k, 1) for k in nodes.kind], dtype=float) * cfg.host_op_s
     host_f = counts @ ops
     host_b = 2 * host_f + again @ ops
     sync_f = counts @ (nodes.experts * nodes.gemm_batch) * cfg.expert_host_s
     sync_b = sync_f * 2 + again @ (nodes.experts * nodes.gemm_batch) * cfg.expert_host_s
-    return np.stack([t_f, t_b, host_f, host_b, sync_f, sync_b, attention])
+    calls = tp_calls(lay) * call_costs(cfg, device)[0] if plan.tp > 1 else np.zeros_like(t_f)
+    return np.stack([t_f, t_b, host_f, host_b, sync_f, sync_b, attention, attention_all, calls])
 
 
 def offload_waits(t_f: np.ndarray, t_b: np.ndarray, to_host: np.ndarray, device: Device) -> np.ndarray:
@@ -122,29 +126,44 @@ def _tp_time(layout: Layout, calls: np.ndarray, elems: np.ndarray, call_s: float
     return calls * (comm.allreduce(size, g) + call_s)
 
 
-def tp_stage_time(spec: WorkloadSpec, lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndarray:
-    """Tensor-parallel seconds per pipeline rank for one micro-batch: the collectives, and on a
-    measured device the runtime's own cost per sharded linear (`tp_linear_s`, DTensor on CPU)."""
+def _tp_collectives(lay: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per pipeline rank and micro-batch: the forward and backward tp all-reduces (RS+AG pairs with sp) and the
+    elements they move; the recomputed forward repeats the blocks' forward all-reduces."""
     plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
-    framework = counts @ nodes.tp_linear * device.extra.get("tp_linear_s", 0.0)
-    call_s = call_costs(cfg, device)[0]
     rep = nodes.repeated
     fwd_calls = counts @ nodes.tp_fwd_ar
     bwd_calls = counts @ nodes.tp_bwd_ar
     fwd_elems = counts @ (nodes.tp_fwd_ar * nodes.tp_payload) * plan.mbs
     bwd_elems = counts @ (nodes.tp_bwd_ar * nodes.tp_payload) * plan.mbs
-    if plan.recompute == "full":  # the recomputed forward repeats the blocks' forward all-reduces
+    if plan.recompute == "full":
         share = full_share(lay)
         fwd_calls = fwd_calls + share * (counts[:, rep] @ nodes.tp_fwd_ar[rep])
         fwd_elems = fwd_elems + share * (counts[:, rep] @ (nodes.tp_fwd_ar * nodes.tp_payload)[rep]) * plan.mbs
+    return fwd_calls, bwd_calls, fwd_elems, bwd_elems
+
+
+def tp_calls(lay: Layout) -> np.ndarray:
+    """Tensor-parallel collective calls per pipeline rank and micro-batch (a reduce-scatter and an all-gather each
+    with sp): what a per-call cost is charged for."""
+    fwd_calls, bwd_calls, _, _ = _tp_collectives(lay)
+    return (fwd_calls + bwd_calls) * (2 if lay.plan.sp else 1)
+
+
+def tp_stage_time(spec: WorkloadSpec, lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndarray:
+    """Tensor-parallel seconds per pipeline rank for one micro-batch: the collectives, and on a
+    measured device the runtime's own cost per sharded linear (`tp_linear_s`, DTensor on CPU)."""
+    framework = lay.stage_counts @ lay.nodes.tp_linear * device.extra.get("tp_linear_s", 0.0)
+    call_s = call_costs(cfg, device)[0]
+    fwd_calls, bwd_calls, fwd_elems, bwd_elems = _tp_collectives(lay)
     collectives = _tp_time(lay, fwd_calls, fwd_elems, call_s) + _tp_time(lay, bwd_calls, bwd_elems, call_s)
     return collectives + framework
 
 
-def dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float, g: comm.Group) -> tuple[float, float]:
-    """(gradient sync, parameter all-gather) seconds of the stage whose sync is slowest, call by call over
-    the group `g` (dp·cp ranks; the expert-data-parallel ranks for the experts): each call pays the link
-    latency, and on a measured device `call_s` (its in-step cost).
+def dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float,
+            g: comm.Group) -> tuple[float, float, float]:
+    """(gradient sync, parameter all-gather, the per-call seconds among them) of the stage whose sync is slowest,
+    call by call over the group `g` (dp·cp ranks; the expert-data-parallel ranks for the experts): each call pays
+    the link latency and `call_s` (a measured device's in-step cost, or the framework's per-call cost).
 
     ZeRO-0/1: DDP buckets (DDP_BUCKET_BYTES) all-reduced, or reduce-scattered and the updated
     weights all-gathered. ZeRO-2/3: one FSDP unit per block plus one for the rest of the stage, each
@@ -153,22 +172,24 @@ def dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float, g: c
     """
     plan = lay.plan
     if g.size == 1 or not psi.any():
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     grads, weights = psi * lay.grad_bytes, psi * lay.param_bytes
     if plan.zero <= 1:
-        calls = np.maximum(1.0, np.ceil(grads / DDP_BUCKET_BYTES))
+        grad_calls = np.maximum(1.0, np.ceil(grads / DDP_BUCKET_BYTES))
         if plan.zero == 0:
-            grad, param = calls * (comm.allreduce(grads / calls, g) + call_s), np.zeros_like(psi)
+            param_calls = np.zeros_like(psi)
+            grad, param = grad_calls * (comm.allreduce(grads / grad_calls, g) + call_s), param_calls
         else:
-            grad = calls * (comm.reduce_scatter(grads / calls, g) + call_s)
-            param = calls * (comm.allgather(weights / calls, g) + call_s)
+            param_calls = grad_calls
+            grad = grad_calls * (comm.reduce_scatter(grads / grad_calls, g) + call_s)
+            param = param_calls * (comm.allgather(weights / param_calls, g) + call_s)
     else:
         units = np.ceil(lay.blocks_per_stage) + 1
-        gathers = 2 * microbatches if plan.zero >= 3 else 1
-        grad = units * (comm.reduce_scatter(grads / units, g) + call_s)
-        param = units * gathers * (comm.allgather(weights / units, g) + call_s)
+        grad_calls, param_calls = units, units * (2 * microbatches if plan.zero >= 3 else 1)
+        grad = grad_calls * (comm.reduce_scatter(grads / units, g) + call_s)
+        param = param_calls * (comm.allgather(weights / units, g) + call_s)
     worst = int(np.argmax(grad + param))
-    return float(grad[worst]), float(param[worst])
+    return float(grad[worst]), float(param[worst]), float((grad_calls + param_calls)[worst] * call_s)
 
 
 def optimizer_time(spec: WorkloadSpec, lay: Layout, psi: np.ndarray, psi_exp: np.ndarray, device: Device,

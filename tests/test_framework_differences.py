@@ -1,0 +1,56 @@
+"""Megatron-Core and DeepSpeed on one A100 plan without overlap differ only by what the two frameworks do differently,
+each difference named in the prediction (issue 34): their attention kernels, the host's pace beyond the kernels
+and the per-call costs (`extra['framework_s']`), with the constants that price them named in `extra['constants']`.
+"""
+
+import pytest
+
+from predictor.graph_cache import graph_for
+from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.plan_batch import FRAMEWORK_PARTS
+from predictor.plan import Plan, plan_errors
+from predictor.prediction import Prediction
+from predictor.workload import WorkloadSpec, parse_spec
+
+# Time parts the named differences can move: the computation and the fill and drain it sets (attention, host), and
+# the communication parts that charge a per-call cost.
+MOVED = {"compute", "pp_bubble", "tp_comm", "pp_p2p", "dp_comm"}
+
+
+def _spec(model: dict, framework: str, nodes: int, batch: int) -> WorkloadSpec:
+    return parse_spec({"model": model, "training": {"global_batch": batch, "precision": "bf16", "framework": framework},
+                       "cluster": {"device": "a100-80gb", "nodes": nodes, "gpus_per_node": 8}})
+
+
+def _predict(model: dict, framework: str, nodes: int, batch: int, plan: str) -> Prediction:
+    spec = _spec(model, framework, nodes, batch)
+    parsed = Plan.parse(plan)
+    assert plan_errors(parsed, spec) == []
+    return AnalyticalPredictor().predict(spec, graph_for(spec.model), [parsed])[0]
+
+
+# GPT-3 175B on 1,024 A100 (kernel-bound) and a 350M GPT on one node (host-bound at micro-batch 1), neither
+# overlapping anything.
+CASES = [({"preset": "gpt3-175b"}, 128, 1536, "dp=16,tp=8,pp=8,mbs=1,zero=1,recompute=full,sp=false,overlap=none"),
+         ({"preset": "gpt3-350m"}, 1, 32, "dp=2,tp=2,pp=2,mbs=1,recompute=full,sp=false,overlap=none")]
+
+
+@pytest.mark.parametrize("model,nodes,batch,plan", CASES)
+def test_megatron_and_deepspeed_differ_by_the_named_parts_only(model, nodes, batch, plan):
+    megatron, deepspeed = (_predict(model, fw, nodes, batch, plan) for fw in ("megatron", "deepspeed"))
+    for part in set(megatron.breakdown) - MOVED:
+        assert megatron.breakdown[part] == pytest.approx(deepspeed.breakdown[part], rel=1e-12, abs=1e-15), part
+    assert set(megatron.extra["framework_s"]) == set(FRAMEWORK_PARTS)
+    named = {k: megatron.extra["framework_s"][k] - deepspeed.extra["framework_s"][k] for k in FRAMEWORK_PARTS}
+    moved = sum(megatron.breakdown[k] - deepspeed.breakdown[k] for k in MOVED)
+    assert moved == pytest.approx(sum(named.values()), rel=1e-9, abs=1e-9 * megatron.iter_time_s)
+    # the fused kernel skips the masked half of causal attention and the s² scores' passes through memory
+    assert named["attention"] < 0
+    assert megatron.extra["attention_kernel"].startswith("fused")
+    assert deepspeed.extra["attention_kernel"].startswith("unfused")
+
+
+def test_megatron_on_ampere_is_priced_from_first_principles_and_says_so():
+    model, nodes, batch, plan = CASES[0]
+    note = _predict(model, "megatron", nodes, batch, plan).extra["constants"]
+    assert note.startswith("first principles") and "ampere" in note
