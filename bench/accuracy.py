@@ -10,9 +10,9 @@ is reported as in-file, next to its cross-validated one):
   model, nothing fitted on either (`bench.vtrain_eval`);
 - Megatron-Bridge 25.11 recipes, dense and MoE apart: in-file (the Megatron-Core constants chosen on every row of
   the file) and leave-one-system-out (chosen without the row's system) (`bench.modern_eval`);
-- SimuMax B200 Llama 3 70B iteration time (12 runs, `bench.memory_eval.simumax_workload`; that script checks their
-  memory): the recorded Megatron-Core constants, chosen on the Megatron-Bridge file, so nothing is fitted on these
-  runs and the in-file figure is the cross-validated one;
+- SimuMax B200 Llama 3 70B iteration time (12 BF16 runs of 4 plans, `bench.memory_eval.simumax_workload`; that script
+  checks their memory): Megatron-Core's BF16 linear GEMM rate on Blackwell chosen on them (`bench.simumax_time`),
+  in-file and leave-one-plan-out, every other constant as recorded from the Megatron-Bridge file;
 - the CPU dataset: the shipped ScaleDL checkpoint on the configurations its training held out (20 % of each
   architecture, seed 0: the split its accuracy record names), without retraining. The paper's protocols, which
   retrain every method, are `bench.paper_table` (about 50 minutes).
@@ -42,13 +42,11 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
-import pandas as pd
 
-from bench import accuracy_tables, common, interval_coverage, memory_eval, modern_eval, vtrain_eval
+from bench import accuracy_tables, common, interval_coverage, memory_eval, modern_eval, simumax_time, vtrain_eval
 from bench.common import RESULTS, ROOT
 from predictor import evaluate as ev
 from predictor.evaluate import BRIDGE_DEVICES
-from predictor.graph_cache import graph_for
 from predictor.hardware import GENERATIONS
 from predictor.machine import cpu_model_name
 from predictor.models.registry import checkpoint_path, load_predictor
@@ -143,12 +141,12 @@ def bridge_tables(shared: Path) -> Iterator[Figures]:
 
 def simumax_table(shared: Path) -> Iterator[Figures]:
     (path,) = common.ground_truth(shared, memory_eval.SIMUMAX)
-    df = pd.read_csv(path, comment="#")
-    built = [memory_eval.simumax_workload(r) for r in df.to_dict("records")]
-    predicted = modern_eval.predict_rows([(spec, graph_for(spec.model), plan) for spec, plan in built], None)
-    workloads = df[["layers", "global_batch"]].astype(str).agg("/".join, axis=1).to_numpy()
-    yield figures("SimuMax B200 Llama 3 70B time", df["iteration_ms"].to_numpy() / 1e3, predicted, workloads,
-                  "nothing (recorded Megatron-Core constants, chosen on Megatron-Bridge)", "megatron/blackwell")
+    result = simumax_time.fit(path)
+    yield figures("SimuMax B200 Llama 3 70B time, in-file", result.measured, result.in_file, result.workloads,
+                  f"Megatron-Core's {simumax_time.FIELD} chosen on every plan (the other constants chosen on "
+                  f"Megatron-Bridge)")
+    yield figures("SimuMax B200 Llama 3 70B time, leave-one-plan-out", result.measured, result.cv, result.workloads,
+                  f"{simumax_time.FIELD} chosen without the row's plan", "megatron/blackwell")
 
 
 def cpu_table(_shared: Path) -> Iterator[Figures]:

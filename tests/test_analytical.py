@@ -176,6 +176,22 @@ def test_layer_times_exposed_and_cached():
     assert fwd[i] == pytest.approx(GRAPH.nodes[i].fwd_flops / 8 / (312e12 * eff) + 3e-6)
 
 
+def test_a_16_bit_runs_linears_take_bf16_gemm_eff_max():
+    """bf16_gemm_eff_max prices the linears of a bf16 run only: its attention keeps gemm_eff_max, and an fp8 run's
+    linears keep fp8_gemm_eff · gemm_eff_max."""
+    own = AnalyticalConfig(bf16_gemm_eff_max=0.4)
+    fc1 = [n.name for n in GRAPH.nodes].index("fc1")
+    attention = [n.kind for n in GRAPH.nodes].index("attention")
+    base, _ = layer_times(SPEC, GRAPH, 8, True, 1, A100, AnalyticalConfig())
+    slow, _ = layer_times(SPEC, GRAPH, 8, True, 1, A100, own)
+    assert slow[fc1] - 3e-6 == pytest.approx((base[fc1] - 3e-6) * AnalyticalConfig().gemm_eff_max / 0.4)
+    assert slow[attention] == base[attention]
+    fp8 = parse_spec({"model": {"preset": "gpt3-175b"}, "training": {"global_batch": 1536, "precision": "fp8"},
+                      "cluster": {"device": "h100", "nodes": 128, "gpus_per_node": 8}})
+    h100 = get_device("h100")
+    assert (layer_times(fp8, GRAPH, 8, True, 1, h100, own)[0] == layer_times(fp8, GRAPH, 8, True, 1, h100)[0]).all()
+
+
 def test_a_measured_device_prices_each_collective_on_its_own_link():
     """DDP all-reduces on the all-reduce link, ZeRO-3 on the reduce-scatter and all-gather links, and
     pipeline messages on the send/recv link (a measured CPU's gloo ops differ 3-8x)."""

@@ -14,7 +14,8 @@ from orchestrator.cli import main
 from orchestrator.commands import plan as plan_command
 from predictor.device_resolver import spec_device
 from predictor.frameworks import FRAMEWORKS, LaunchError, as_run, framework_for, launch_files, read_back, run_errors
-from predictor.frameworks.base import Framework, Launch
+from predictor.frameworks import base
+from predictor.frameworks.base import Framework, Launch, recorded_constants
 from predictor.graph_cache import graph_for
 from predictor.hardware import DEVICES
 from predictor.models.analytical import AnalyticalPredictor
@@ -42,11 +43,36 @@ def test_each_framework_is_one_module_holding_its_whole_profile():
     # Megatron-Core's constants calibrated on Megatron-Bridge's Hopper and Blackwell recipes price those generations
     # only; A100s and the other frameworks keep first principles.
     megatron = FRAMEWORKS["megatron"].constants
-    assert set(megatron) == {"hopper", "blackwell"}
+    assert set(megatron) == {"hopper", "blackwell", "b200"}
     assert framework_config(FRAMEWORKS["megatron"], "hopper") == AnalyticalConfig(**megatron["hopper"])
     assert megatron["hopper"]["gemm_eff_max"] < AnalyticalConfig().gemm_eff_max
+    # its BF16 linears' rate measured on B200 alone (SimuMax's runs, bench/simumax_time.py) prices B200 only
+    b200 = framework_config(FRAMEWORKS["megatron"], "blackwell", "b200")
+    assert b200 == dataclasses.replace(framework_config(FRAMEWORKS["megatron"], "blackwell"), **megatron["b200"])
+    assert b200.bf16_gemm_eff_max < device_config("blackwell").gemm_eff_max
+    assert framework_config(FRAMEWORKS["megatron"], "blackwell", "gb200").bf16_gemm_eff_max is None
     assert framework_config(FRAMEWORKS["megatron"], "ampere") == AnalyticalConfig()
     assert framework_config(FRAMEWORKS["torchtitan"], "hopper") == device_config("hopper") != AnalyticalConfig()  # device facts
+
+
+def test_a_devices_own_constants_go_over_its_generations(tmp_path, monkeypatch):
+    """Constants measured on one device alone (by_device) price that device over its generation's; the generation's
+    other devices keep the generation's."""
+    path = tmp_path / "framework-constants.json"
+    path.write_text(json.dumps({"toy": {"constants": {"gemm_eff_max": 0.6, "overlap_eff": 0.5},
+                                        "generations": ["hopper", "blackwell"],
+                                        "by_device": {"b200": {"constants": {"bf16_gemm_eff_max": 0.45,
+                                                                             "overlap_eff": 0.3}}}}}))
+    monkeypatch.setattr(base, "CONSTANTS_FILE", path)
+    constants = recorded_constants("toy")
+    assert constants == {"hopper": {"gemm_eff_max": 0.6, "overlap_eff": 0.5},
+                         "blackwell": {"gemm_eff_max": 0.6, "overlap_eff": 0.5},
+                         "b200": {"bf16_gemm_eff_max": 0.45, "overlap_eff": 0.3}}
+    toy = dataclasses.replace(FRAMEWORKS["pytorch"], constants=constants)
+    assert framework_config(toy, "blackwell", "b200") == dataclasses.replace(
+        device_config("blackwell"), gemm_eff_max=0.6, overlap_eff=0.3, bf16_gemm_eff_max=0.45)
+    assert framework_config(toy, "blackwell", "gb200") == dataclasses.replace(
+        device_config("blackwell"), gemm_eff_max=0.6, overlap_eff=0.5)
 
 
 def test_framework_for_decides_once_which_framework_applies():

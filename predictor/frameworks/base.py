@@ -25,17 +25,22 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # Constants of the analytical model calibrated per framework on public measurements of it (bench/modern_eval.py
 # --record writes them: chosen on the whole file, its leave-one-system-out figure recorded beside them), one entry per
-# framework: {"constants": {AnalyticalConfig field: value}, "source": ...}; a framework absent keeps first principles.
+# framework: {"constants": {AnalyticalConfig field: value}, "generations": [...], "source": ...}, and under
+# "by_device" the constants measured on one device alone ({device: {"constants": ..., "source": ...}}, e.g.
+# bench/simumax_time.py --record); a framework absent keeps first principles.
 CONSTANTS_FILE = Path(__file__).resolve().parent.parent / "checkpoints" / "framework-constants.json"
 
 
 def recorded_constants(name: str) -> dict[str, dict[str, float]]:
-    """The calibrated constants `CONSTANTS_FILE` holds for framework `name`, by the device generations they were
-    fitted on ({} where it holds none): a generation without its own fit is priced from first principles."""
+    """The calibrated constants `CONSTANTS_FILE` holds for framework `name`, keyed by the device generations they were
+    fitted on and by the devices with constants measured on them alone ({} where it holds none): a generation
+    without a fit is priced from first principles, and a device's own constants price that device only
+    (`predictor.models.roofline.framework_config`)."""
     if not CONSTANTS_FILE.is_file():
         return {}
     entry = json.loads(CONSTANTS_FILE.read_text()).get(name, {})
-    return {generation: dict(entry["constants"]) for generation in entry.get("generations", ())}
+    return {**{generation: dict(entry["constants"]) for generation in entry.get("generations", ())},
+            **{device: dict(own["constants"]) for device, own in entry.get("by_device", {}).items()}}
 
 
 class LaunchError(ValueError):
@@ -79,8 +84,8 @@ class Framework:
     - `fused_attention`: whether its attention is a fused (flash) kernel, which saves no s² scores and skips the
       masked half of causal attention; `attention_kernel` names that kernel, as a prediction's extra does beside
       the seconds it takes (`extra['framework_s']['attention']`);
-    - `constants`: the analytical model's constants calibrated on measurements of it, by device generation
-      (`recorded_constants`);
+    - `constants`: the analytical model's constants calibrated on measurements of it, by device generation and by
+      device (`recorded_constants`);
     - `memory`: what it keeps on a GPU (`predictor.memory.accounting` prices a rank with them);
     - `space`: its own search space, what a search of a spec it trains tries unless told otherwise: the fields of a
       `search_spaces.SpaceConfig` (which reads it under the framework's name), as data;

@@ -28,11 +28,13 @@ from predictor.workload import WorkloadSpec
 _KEPT_WORKLOADS = 8
 
 
-def constants_note(framework: Framework, gen: str) -> str:
-    """Which constants price a prediction: the framework's calibration for the device generation, or first principles
-    where none was fitted on it (a constant fitted on one generation never prices another)."""
+def constants_note(framework: Framework, gen: str, device: str = "") -> str:
+    """Which constants price a prediction: the framework's calibration for the device generation (and the device's own
+    constants where some were measured on it), or first principles where none was fitted on it (a constant fitted on
+    one generation never prices another)."""
     if gen in framework.constants:
-        return f"{framework.name} constants calibrated on {gen}"
+        own = f" and on {device}" if device in framework.constants else ""
+        return f"{framework.name} constants calibrated on {gen}{own}"
     fitted = ", ".join(sorted(framework.constants)) or "no generation"
     facts = f"; GEMM efficiency from the {gen} device facts" if gemm_facts(gen, "bf16") else ""
     return f"first principles: {framework.name} has no constants fitted on {gen} (fitted on {fitted}){facts}"
@@ -70,7 +72,8 @@ class AnalyticalPredictor(Predictor):
         pieces = self.pieces(spec, graph)
         table = pieces.table(graph, plans)
         if self.given is None:
-            table.shared_extra["constants"] = constants_note(pieces.framework, generation(pieces.device))
+            table.shared_extra["constants"] = constants_note(pieces.framework, generation(pieces.device),
+                                                             pieces.device.name)
         table.shared_extra["attention_kernel"] = pieces.framework.attention_kernel
         if spec.model.is_moe:  # all of a mixture of experts' parameters, and those one token passes (top_k experts)
             table.shared_extra.update(params=graph.params, active_params=active_params(graph.params, spec.model))
@@ -80,7 +83,7 @@ class AnalyticalPredictor(Predictor):
         """The pieces of (spec, graph) under this predictor's device and constants, kept across calls."""
         device = self.device or spec_device(spec)
         framework = framework_for(spec, device)
-        config = self.given or framework_config(framework, generation(device))
+        config = self.given or framework_config(framework, generation(device), device.name)
         pieces = self._pieces.get(id(spec))
         if pieces is None or not pieces.serves(spec, graph, device, framework, config):
             if len(self._pieces) >= _KEPT_WORKLOADS:

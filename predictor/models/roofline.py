@@ -60,6 +60,12 @@ class AnalyticalConfig:
         of the same shape reaching gemm_eff_max (Transformer Engine's casts, scaling and amax
         reductions ride on every linear). From the generation's public FP8 GEMM figures where the catalogue has
         them (`device_config`: Hopper 0.989, Blackwell 0.866), else 1.0; calibrated as overlap_eff.
+    bf16_gemm_eff_max: gemm_eff_max of the linear layers' GEMMs in a 16-bit (bf16/fp16) run, where a framework's
+        16-bit GEMM rate on a generation was measured apart from its low-precision runs; None: gemm_eff_max. A
+        framework's gemm_eff_max chosen on FP8 runs only fixes its product with fp8_gemm_eff for the linears, so it
+        says nothing of their BF16 rate. Attention and an FP8/FP4 run's linears keep gemm_eff_max. Prior: the
+        generation's public BF16 GEMM table (`device_config`, Blackwell 0.679); Megatron-Core on B200: chosen
+        leave-one-plan-out on SimuMax's B200 BF16 runs (bench/simumax_time.py), and recorded for that device only.
     grouped_gemm_eff: fraction of a dense GEMM's efficiency (at the same per-expert shape) a routed expert's
         grouped GEMM reaches, with its token permutation and unpermutation (Megatron-Core's grouped GEMM and
         permute fusion, TE). 1.0 from first principles; calibrated on the MoE rows (bench/modern_eval.py).
@@ -95,6 +101,7 @@ class AnalyticalConfig:
     overlap_eff: float = 1.0
     overlap_slowdown: float = 0.0
     fp8_gemm_eff: float = 1.0
+    bf16_gemm_eff_max: float | None = None
     grouped_gemm_eff: float = 1.0
     a2a_eff: float = 1.0
     expert_host_s: float = 0.0
@@ -105,7 +112,14 @@ class AnalyticalConfig:
     def for_device(self, device: Device) -> "AnalyticalConfig":
         if not device.measured:
             return self
-        return replace(self, gemm_eff_max=1.0, gemm_half_dim=32.0, tile=0, bw_eff=1.0, launch_s=0.0)
+        return replace(self, gemm_eff_max=1.0, bf16_gemm_eff_max=None, gemm_half_dim=32.0, tile=0, bw_eff=1.0,
+                       launch_s=0.0)
+
+    def linear_eff_max(self, precision: str) -> float:
+        """gemm_eff_max of the linears' GEMMs at the run's `precision` (`bf16_gemm_eff_max` in a 16-bit run)."""
+        if precision not in HALF_PRECISIONS or self.bf16_gemm_eff_max is None:
+            return self.gemm_eff_max
+        return self.bf16_gemm_eff_max
 
 
 # The constants bench/modern_eval.py calibrates per framework and device generation (`Framework.constants`).
@@ -114,10 +128,12 @@ CALIBRATED_FIELDS: tuple[str, ...] = ("fp8_gemm_eff", "overlap_eff", "overlap_sl
 MOE_CALIBRATED_FIELDS: tuple[str, ...] = ("grouped_gemm_eff", "a2a_eff", "expert_host_s")
 
 
-def framework_config(framework: Framework, generation: str) -> AnalyticalConfig:
-    """The analytical constants of `framework` on a device `generation`: its calibration recorded for that generation
-    over the generation's first principles (`device_config`; those alone where none was fitted on it)."""
-    recorded = framework.constants.get(generation, {})
+def framework_config(framework: Framework, generation: str, device: str | None = None) -> AnalyticalConfig:
+    """The analytical constants of `framework` on a `device` of a `generation`: the constants recorded for the device
+    alone over those recorded for its generation, over the generation's first principles (`device_config`; those
+    alone where none was fitted on it). A constant measured on one device (B200, a 1,000 W board) does not price
+    the others of its generation: GB200 and GB300 run other power limits and data-sheet peaks."""
+    recorded = {**framework.constants.get(generation, {}), **framework.constants.get(device or "", {})}
     known = {f.name for f in fields(AnalyticalConfig)}
     return replace(device_config(generation), **{k: v for k, v in recorded.items() if k in known})
 
@@ -192,6 +208,8 @@ def gemm_efficiency(m, n, k, batch, cfg: AnalyticalConfig, sms: int = 0):
 _TIME_CACHE: dict[tuple, tuple[weakref.ref, tuple[np.ndarray, np.ndarray]]] = {}
 # Precisions whose GEMMs run on low-precision tensor cores while the rest of the step stays in bf16.
 LOW_PRECISIONS: tuple[str, ...] = ("fp8", "fp4")
+# 16-bit training precisions: whose linears `AnalyticalConfig.bf16_gemm_eff_max` prices.
+HALF_PRECISIONS: tuple[str, ...] = ("bf16", "fp16")
 # A fused causal attention kernel (FlashAttention, cuDNN via Transformer Engine) skips the tiles above the
 # diagonal: half the s² work of the unmasked product (Dao 2023, FlashAttention-2 §3.1).
 CAUSAL_FUSED_WORK = 0.5
@@ -247,7 +265,10 @@ def _layer_times(spec, graph, tp, sp, mbs, device, cfg, cp, fused, ep):
     is_gemm = nodes.gemm_m > 0
     m = nodes.gemm_m * np.where(nodes.attention, 1, mbs)
     batch = nodes.gemm_batch * np.where(nodes.attention, mbs, 1)
-    eff = gemm_efficiency(m, nodes.gemm_n, nodes.gemm_k, batch, cfg, sms) * np.where(nodes.experts, cfg.grouped_gemm_eff, 1.0)
+    # gemm_efficiency is proportional to gemm_eff_max: the linears (experts included) scale to their own maximum.
+    linear = cfg.linear_eff_max(prec) / cfg.gemm_eff_max
+    eff = (gemm_efficiency(m, nodes.gemm_n, nodes.gemm_k, batch, cfg, sms) * np.where(nodes.attention, 1.0, linear)
+           * np.where(nodes.experts, cfg.grouped_gemm_eff, 1.0))
     causal = CAUSAL_FUSED_WORK * sliding_window_work(spec.model)
     work = np.where(nodes.attention & fused & (spec.model.family in DECODER_FAMILIES), causal, 1.0)
     fwd_f = nodes.fwd_flops * mbs * work
