@@ -70,8 +70,8 @@ class AnalyticalConfig:
         grouped GEMM reaches, with its token permutation and unpermutation (Megatron-Core's grouped GEMM and
         permute fusion, TE). 1.0 from first principles; calibrated on the MoE rows (bench/modern_eval.py).
     a2a_eff: share of the link bandwidth the MoE token dispatch and combine all-to-alls reach (many messages
-        of tokens·top_k·hidden/ep bytes each, NCCL's all-to-all through its p2p path). 1.0 from first
-        principles; calibrated with grouped_gemm_eff.
+        of a rank's tokens·top_k·hidden over the group's size each, NCCL's all-to-all through its p2p path). 1.0
+        from first principles; calibrated with grouped_gemm_eff.
     expert_host_s: seconds per local expert, MoE layer and forward pass (twice per backward) that the GPU waits
         for the host: Megatron-Core's alltoall token dispatcher copies the tokens-per-expert counts to the host
         to size its all-to-all (a device-to-host synchronisation per MoE layer), after which the host launches
@@ -79,9 +79,9 @@ class AnalyticalConfig:
         quantisation: a few eager operators at `host_op_s` each per local expert) before the GPU can go on.
         0 from first principles (no synchronisation); calibrated with grouped_gemm_eff.
     moe_imbalance: the tokens the busiest expert rank receives over the balanced share, which every rank of
-        the ep group waits for; it stretches the experts' time and sizes the dispatch buffers. 1.0: balanced
-        routing, as the published runs force it (Megatron-Bridge recipes); real routing with an auxiliary
-        loss lies above 1.
+        the expert-parallel group waits for; it stretches the experts' time and sizes the dispatch buffers. 1.0:
+        balanced routing, as the published runs force it (Megatron-Bridge recipes); real routing with an
+        auxiliary loss lies above 1.
     call_s: a collective or pipeline send/recv call's cost beyond its α-β time (the framework's
         and the communication library's own work per call). 0 from first principles; learned from
         measured iterations with host_op_s by `predictor.models.calibration`. A measured CPU's
@@ -229,19 +229,21 @@ def sliding_window_work(model: ModelSpec) -> float:
 
 
 def layer_times(spec: WorkloadSpec, graph: LayerGraph, tp: int, sp: bool, mbs: int, device: Device,
-                cfg: AnalyticalConfig | None = None, cp: int = 1, ep: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Forward and backward seconds of one occurrence of each graph node on one tp·cp rank at micro-batch `mbs`.
+                cfg: AnalyticalConfig | None = None, **degrees: int) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of one occurrence of each graph node on one rank at micro-batch `mbs`, the
+    nodes sharded by `tp`, `sp` and the other axes' `degrees` (`predictor.parallel.shard_nodes`).
 
     The learned predictor falls back to this for layers it has no timings for.
     """
     cfg = (cfg or AnalyticalConfig()).for_device(device)
     prec = spec.training.precision
     fused = fused_attention(spec, device)
-    key = (id(graph), tp, sp, mbs, cp, ep, device.name, device.flops(prec), device.mem_bandwidth, prec, cfg, fused)
+    key = (id(graph), tp, sp, mbs, tuple(sorted(degrees.items())), device.name, device.flops(prec),
+           device.mem_bandwidth, prec, cfg, fused)
     hit = _TIME_CACHE.get(key)
     if hit is not None and hit[0]() is graph:
         return hit[1]
-    value = _layer_times(spec, graph, tp, sp, mbs, device, cfg, cp, fused, ep)
+    value = _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, degrees)
     _TIME_CACHE[key] = (weakref.ref(graph, lambda _r, k=key: _TIME_CACHE.pop(k, None)), value)
     return value
 
@@ -251,8 +253,8 @@ def fused_attention(spec: WorkloadSpec, device: Device) -> bool:
     return framework_for(spec, device).fused_attention
 
 
-def _layer_times(spec, graph, tp, sp, mbs, device, cfg, cp, fused, ep):
-    nodes = shard_nodes(graph, tp, sp, spec.model.heads, cp, ep)
+def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, degrees):
+    nodes = shard_nodes(graph, tp, sp, spec.model.heads, **degrees)
     prec = spec.training.precision
     eb = BYTES[prec]
     low = prec in LOW_PRECISIONS
@@ -283,7 +285,7 @@ def _layer_times(spec, graph, tp, sp, mbs, device, cfg, cp, fused, ep):
     # Unfused attention: the s² scores make extra passes through memory (the GEMM I/O is counted above).
     passes = 0.0 if fused else cfg.score_passes
     scores = np.where(nodes.attention, nodes.gemm_m * nodes.gemm_n * batch * eb, 0.0)
-    # The ep group waits for its busiest rank: its experts run moe_imbalance times the balanced share.
+    # The expert-parallel group waits for its busiest rank: its experts run moe_imbalance times the balanced share.
     busiest = np.where(nodes.experts, cfg.moe_imbalance, 1.0)
     fwd, bwd = fwd * busiest, bwd * busiest
     fwd = fwd + passes * scores / bw + cfg.launch_s

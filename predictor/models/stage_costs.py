@@ -39,7 +39,7 @@ def compute_parts(spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: De
     per pass (forward, backward, a recomputed forward), which then launches its local experts' kernels:
     expert_host_s per local expert (gemm_batch = E/ep)."""
     plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
-    fwd, bwd = layer_times(spec, graph, plan.tp, plan.sp, plan.mbs, device, config, plan.cp, plan.ep)
+    fwd, bwd = layer_times(spec, graph, plan.tp, plan.sp, plan.mbs, device, config, cp=plan.cp, ep=plan.ep)
     cfg = config.for_device(device)
     again = recomputed_forward(graph, lay)  # (pp, nodes): forwards each backward repeats
     t_f = counts @ fwd
