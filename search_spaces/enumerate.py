@@ -172,9 +172,10 @@ def _variants(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int], m
                                placement=placement, overlap=overlap, cp_comm=cp_comm, **degrees)
 
 
-def all_errors(plan: Plan, spec: WorkloadSpec, space: SpaceConfig) -> list[str]:
-    """Structural reasons and the framework's: why a search does not propose `plan`."""
-    return plan_errors(plan, spec, space.allow_cross_node_tp) + framework_for(spec).errors(plan, spec)
+def all_errors(plan: Plan, spec: WorkloadSpec, space: SpaceConfig, framework: Framework | None = None) -> list[str]:
+    """Structural reasons and the framework's: why a search does not propose `plan`. `framework`: the spec's, which
+    a caller checking many plans looks up once."""
+    return plan_errors(plan, spec, space.allow_cross_node_tp) + (framework or framework_for(spec)).errors(plan, spec)
 
 
 def candidates(spec: WorkloadSpec, space: SpaceConfig) -> Iterator[Plan]:
@@ -202,7 +203,7 @@ def _add_variants(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, o
                       "overlap": overlap, "recompute_layers": 0, "offload": "none",
                       "optimizer_offload": 0.0, "moments": "fp32", "grads": "fp32"}
             plan = Plan.trusted({**values, **blind})
-            errors = plan_errors(plan, spec, space.allow_cross_node_tp) + framework.errors(plan, spec)
+            errors = all_errors(plan, spec, space, framework)
             if errors:
                 for reason in errors:
                     result.rejected[reason] += repeats
