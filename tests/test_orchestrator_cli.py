@@ -1,4 +1,5 @@
-"""`scaledl plan` as users run it: a real subprocess, embedded Ray, report files, clean errors."""
+"""`scaledl plan` as users run it: a real subprocess, embedded Ray, report files, clean errors. The subprocess is
+`python -m orchestrator.cli` in this checkout (the `scaledl` console script runs whichever checkout is installed)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-SCALEDL = Path(sys.executable).parent / "scaledl"
+SCALEDL = [sys.executable, "-m", "orchestrator.cli"]  # run from ROOT, which -m puts first on sys.path
 SMALL = {"model": {"preset": "gpt3-125m"}, "training": {"global_batch": 32},
          "cluster": {"device": "a100-40gb", "nodes": 1, "gpus_per_node": 8}}
 
 
 def scaledl(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SCALEDL), *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run([*SCALEDL, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 def write_spec(tmp_path: Path, **extra) -> str:
@@ -61,9 +62,9 @@ def test_empty_space_says_why(tmp_path) -> None:
 def test_ctrl_c_then_resume_from_the_command_line(tmp_path) -> None:
     spec, out = write_spec(tmp_path), tmp_path / "out"
     # Random search over 30 groups of the full space: one small trial each, so Ctrl-C lands mid-search.
-    args = [str(SCALEDL), "plan", spec, "--out", str(out), "--predictor", "analytical", "--space", "full",
+    args = ["plan", spec, "--out", str(out), "--predictor", "analytical", "--space", "full",
             "--searcher", "random", "--max-trials", "30"]
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*SCALEDL, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while not list((out / "evaluated").glob("*.pkl")):  # interrupt once the first batch is stored
         assert proc.poll() is None and time.time() < deadline, proc.stderr.read() if proc.poll() is not None else ""
@@ -73,7 +74,7 @@ def test_ctrl_c_then_resume_from_the_command_line(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr.read()[-3000:]  # Ctrl-C ends the search, not the command
     first = json.loads((out / "report.json").read_text())
     assert first["ranked"] and first["search"]["trials"] < 30
-    run = scaledl(*args[1:], "--resume")
+    run = scaledl(*args, "--resume")
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     # the resumed run evaluates only the groups the first one had not stored
@@ -127,7 +128,7 @@ def test_a_custom_module_is_predicted_and_searched_end_to_end(tmp_path) -> None:
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(SCALEDL), *args], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+        return subprocess.run([*SCALEDL, *args], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
 
     ok = run("predict", str(path), "--plan", "dp=8,mbs=2", "--predictor", "analytical", "--json")
     assert ok.returncode == 0, ok.stderr[-2000:]
