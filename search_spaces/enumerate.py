@@ -25,7 +25,7 @@ from itertools import product
 from typing import Iterable, Iterator
 
 from predictor.plan import AXES, Axis
-from predictor.plan.axes import resolve
+from predictor.plan.axes import OPTION_AXIS, OPTIONS, resolve
 from predictor.frameworks import Framework, framework_for
 from predictor.plan import Plan, plan_errors
 from predictor.workload import WorkloadSpec
@@ -116,22 +116,22 @@ def runnable_space(space: SpaceConfig, framework: Framework) -> SpaceConfig:
 # Plan fields that neither `plan_errors` nor any framework's rules read: candidates that differ only in them
 # have the same errors, so `enumerate_plans` checks one of each such group (tests/test_search_space.py fails
 # if a rule starts reading one).
-RULE_BLIND: tuple[str, ...] = ("recompute", "cp_comm")
+RULE_BLIND: tuple[str, ...] = ("recompute", *OPTIONS)
 
 
 @dataclass(frozen=True)
 class _Options:
     """The option values of the space at one set of degrees, in the candidates' loop order: zero, recompute,
-    then `read` (sp, schedule, v, placement, overlap), cp_comm innermost."""
+    then `read` (sp, schedule, v, placement, overlap), the axes' options (`tuned`) innermost."""
 
     zero: list[int]
     recompute: list[str]
     read: list[tuple[bool, str, int, str, str]]
-    cp_comm: list[str]
+    tuned: list[dict[str, str]]
 
     @property
     def count(self) -> int:
-        return len(self.zero) * len(self.recompute) * len(self.read) * len(self.cp_comm)
+        return len(self.zero) * len(self.recompute) * len(self.read) * len(self.tuned)
 
 
 def _options(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int]) -> _Options:
@@ -145,9 +145,11 @@ def _options(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int]) ->
             seen.add(key)
             placements.append(placement)
     pp = degrees["pp"]
-    # Options that mean nothing at these degrees take one value: no cp exchange without cp, and sequence
-    # parallelism only splits along a tensor-parallel group (plan_errors refuses sp=true with tp=1).
-    cp_comms = space.cp_comm if degrees.get("cp", 1) > 1 else ["ring"]
+    # Options that mean nothing at these degrees take one value: an axis's options their default at degree 1, and
+    # sequence parallelism only splits along a tensor-parallel group (plan_errors refuses sp=true with tp=1).
+    tuned = [dict(zip(OPTIONS, chosen)) for chosen in product(*(
+        getattr(space, option) if degrees.get(OPTION_AXIS[option], 1) > 1 else [values[0]]
+        for option, values in OPTIONS.items()))]
     sps = space.sp if degrees["tp"] > 1 else [sp for sp in space.sp if not sp]
     timings: list[tuple[str, int]] = []
     for schedule in space.schedule:
@@ -158,7 +160,7 @@ def _options(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int]) ->
             timings += [(schedule, Plan(pp=pp, schedule=schedule, v=v).v) for v in _virtual_stages(spec, space, pp)]
     read = [(sp, schedule, v, placement, overlap)
             for sp, (schedule, v), placement, overlap in product(sps, timings, placements, space.overlap)]
-    return _Options(list(space.zero), list(space.recompute), read, list(cp_comms))
+    return _Options(list(space.zero), list(space.recompute), read, tuned)
 
 
 def _variants(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int], mbs: int) -> Iterator[Plan]:
@@ -167,9 +169,9 @@ def _variants(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int], m
     for zero in options.zero:
         for recompute in options.recompute:
             for sp, schedule, v, placement, overlap in options.read:
-                for cp_comm in options.cp_comm:
+                for tuned in options.tuned:
                     yield Plan(mbs=mbs, zero=zero, recompute=recompute, sp=sp, schedule=schedule, v=v,
-                               placement=placement, overlap=overlap, cp_comm=cp_comm, **degrees)
+                               placement=placement, overlap=overlap, **tuned, **degrees)
 
 
 def all_errors(plan: Plan, spec: WorkloadSpec, space: SpaceConfig, framework: Framework | None = None) -> list[str]:
@@ -191,11 +193,11 @@ def _add_variants(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, o
     """Check the candidates of `_variants` at the `fixed` degrees and micro-batch, one per RULE_BLIND group,
     and add them to `result` in `_variants`' order: a group's errors count once per member, each in the order
     its first member would have met it."""
-    if not options.recompute or not options.cp_comm:
+    if not options.recompute or not options.tuned:
         return
     framework = framework_for(spec)
-    repeats = len(options.recompute) * len(options.cp_comm)
-    blind = {"recompute": options.recompute[0], "cp_comm": options.cp_comm[0]}
+    repeats = len(options.recompute) * len(options.tuned)
+    blind = {"recompute": options.recompute[0], **options.tuned[0]}
     for zero in options.zero:
         valid: list[dict[str, object]] = []
         for sp, schedule, v, placement, overlap in options.read:
@@ -210,8 +212,8 @@ def _add_variants(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, o
             else:
                 valid.append(values)
         result.checked += repeats * len(options.read)
-        result.plans += [Plan.trusted({**values, "recompute": recompute, "cp_comm": cp_comm})
-                         for recompute in options.recompute for values in valid for cp_comm in options.cp_comm]
+        result.plans += [Plan.trusted({**values, "recompute": recompute, **tuned})
+                         for recompute in options.recompute for values in valid for tuned in options.tuned]
 
 
 def _add_prototype(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int],
@@ -244,7 +246,8 @@ def sample_plans(spec: WorkloadSpec, space: SpaceConfig, count: int, seed: int =
     plans of (degrees, mbs) prototypes taken in a random order until `count` are valid. Cheap where a whole space
     would take seconds (millions of candidates), and a sample of every prototype's variants alike. With `near`, half
     of them come first from the prototypes nearest that plan (fewest halvings and doublings of its degrees and
-    micro-batch: where a wider space's better plan usually is, e.g. tp=8 as tp=4 with cp=2), the rest at random."""
+    micro-batch: where a wider space's better plan usually is, e.g. tp=8 as tp=4 with another axis at 2), the rest
+    at random."""
     result = Enumeration(plans=[], checked=0)
     space = runnable_space(space, framework_for(spec))
     prototypes = list(_degrees(spec, space))
@@ -290,8 +293,8 @@ def explain(plan: Plan, spec: WorkloadSpec, space: SpaceConfig) -> list[str]:
             reasons.append(f"{axis}={value} exceeds the space's max_{axis}={cap}")
     for axis in CHOICE_AXES:
         value = getattr(plan, axis)
-        if axis == "cp_comm" and plan.cp == 1:
-            continue
+        if axis in OPTION_AXIS and getattr(plan, OPTION_AXIS[axis]) == 1:
+            continue  # an axis's option means nothing at degree 1
         if value not in getattr(space, axis):
             reasons.append(f"{axis}={str(value).lower()} is not in the space's {axis} values {getattr(space, axis)}")
     return reasons + all_errors(plan, spec, space)

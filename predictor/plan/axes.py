@@ -57,6 +57,9 @@ class Axis:
     window: str = "compute"  # what its hidden communication runs beside: the stage's "compute" or its "attention"
     overlapped_when: str = ""  # "field=value": always hidden under that plan value (else: by its `overlap` kinds)
     launch: Mapping[str, str] = field(default_factory=dict)
+    # Plan fields that tune how it communicates, each with its values (the first its default). They mean nothing at
+    # degree 1, where a search tries the default only, and no validity rule reads them (`RULE_BLIND`).
+    options: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     rules: str = ""  # "module:function" (plan, spec) -> every reason its degree cannot run the workload
     # The other axes whose ranks its group spans (dp: gradients sync over the context-parallel ranks too).
     group_with: tuple[str, ...] = ()
@@ -126,7 +129,8 @@ AXES: tuple[Axis, ...] = (
          hidden={"cp_comm": "context-parallel"},
          stage_cost="predictor.models.stage_costs:cp_stage_time",
          cost_fields=("mbs", "cp_comm"), window="attention",
-         overlapped_when="cp_comm=ring", space_default=(1,), written_after="placement",
+         overlapped_when="cp_comm=ring", options={"cp_comm": ("ring", "allgather")}, space_default=(1,),
+         written_after="placement",
          rules="predictor.plan.rules:cp_rules",
          launch={"megatron": "--context-parallel-size", "torchtitan": "parallelism.context_parallel_degree"}),
     Axis("dp", "data parallel", "the global batch",
@@ -173,6 +177,9 @@ STAGE_RANK_AXES: tuple[str, ...] = tuple(a for a in DEFAULT_ORDER if a != "pp")
 # The plan fields that split a stage's layers over its ranks: every degree but dp's (which replicates them), with
 # tp's sequence split and pp's virtual stages. Every stage cost reads them (`Axis.cost_fields` names the rest).
 SHARDING_FIELDS: tuple[str, ...] = (*(a.name for a in AXES if a.name != "dp"), "sp", "v")
+# Each axis option's values (the first its default), and the axis it tunes (`Axis.options`).
+OPTIONS: dict[str, tuple[str, ...]] = {o: values for a in AXES for o, values in a.options.items()}
+OPTION_AXIS: dict[str, str] = {o: a.name for a in AXES for o in a.options}
 # Axes whose groups must stay inside an NVLink domain (`Axis.nvlink`).
 NVLINK_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.nvlink)
 # The axes of the first plan format, whose permutations are the placements a search tries.

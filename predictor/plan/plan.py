@@ -15,7 +15,7 @@ from functools import cache, cached_property
 from math import prod
 from typing import Any, Callable, Literal
 
-from predictor.plan.axes import AXES, AXIS, AXIS_NAMES, DEFAULT_ORDER, OVERLAP_KINDS
+from predictor.plan.axes import AXES, AXIS, AXIS_NAMES, DEFAULT_ORDER, OPTIONS, OVERLAP_KINDS
 from predictor.plan.placement import complete_order, placement_error, placements
 
 Schedule = Literal["gpipe", "1f1b", "interleaved"]
@@ -38,7 +38,7 @@ SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
 PLACEMENTS: tuple[str, ...] = placements()
 # Axes whose degrees multiply into the GPU count.
 GPU_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
-CP_COMM: tuple[str, ...] = ("ring", "allgather")
+CP_COMM: tuple[str, ...] = OPTIONS["cp_comm"]
 
 
 @cache
@@ -130,8 +130,9 @@ def _parse_fraction(key: str, raw: str) -> float:
 _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "mbs": _parse_int, "zero": _parse_int, "v": _parse_int, "sp": _parse_bool,
     "recompute": _parse_text, "schedule": _parse_text, "placement": _parse_text, "overlap": _parse_text,
-    "cp_comm": _parse_text, "recompute_layers": _parse_int, "offload": _parse_text,
+    "recompute_layers": _parse_int, "offload": _parse_text,
     "optimizer_offload": _parse_fraction, "moments": _parse_text, "grads": _parse_text,
+    **{option: _parse_text for option in OPTIONS},
 }
 # Fields every plan string writes; the others (added with later axes and options) only when they differ
 # from their defaults, so a plan that could be written before keeps its string and its dataset ids.
@@ -210,7 +211,7 @@ class Plan:
     v: int = 1
     placement: str = "tp-dp-pp"
     overlap: str = "auto"
-    cp_comm: str = "ring"
+    cp_comm: str = CP_COMM[0]
     recompute_layers: int = 0
     offload: str = "none"
     optimizer_offload: float = 0.0
@@ -261,8 +262,10 @@ class Plan:
             raise PlanError(f"plan field 'moments' must be one of {', '.join(MOMENTS)}, got {self.moments!r}")
         if self.grads not in GRADS:
             raise PlanError(f"plan field 'grads' must be one of {', '.join(GRADS)}, got {self.grads!r}")
-        if self.cp_comm not in CP_COMM:
-            raise PlanError(f"plan field 'cp_comm' must be one of {', '.join(CP_COMM)}, got {self.cp_comm!r}")
+        for option, values in OPTIONS.items():
+            value = getattr(self, option)
+            if value not in values:
+                raise PlanError(f"plan field '{option}' must be one of {', '.join(values)}, got {value!r}")
 
     @classmethod
     def trusted(cls, values: dict[str, Any]) -> "Plan":
