@@ -6,8 +6,9 @@ Each row is one set of measurements, predicted by the model that prices it, and 
 (../shared/ground_truth/README.md says what each file may be used for; a figure of constants chosen on the same rows
 is reported as in-file, next to its cross-validated one):
 
-- vTrain A100, single-node (1,440 runs) and multi-node (109 runs on 64-512 GPUs, evaluation only): the analytical
-  model, nothing fitted on either (`bench.vtrain_eval`);
+- vTrain A100, single-node (1,440 runs): in-file and leave-one-model-out (DeepSpeed's host constants on A100 chosen
+  on the file's every row, and without the row's model), and multi-node (109 runs on 64-512 GPUs, evaluation only):
+  the recorded constants, nothing fitted on it (`bench.vtrain_eval`);
 - Megatron-Bridge 25.11 recipes, dense and MoE apart: in-file (the Megatron-Core constants chosen on every row of
   the file) and leave-one-system-out (chosen without the row's system) (`bench.modern_eval`);
 - SimuMax B200 Llama 3 70B iteration time (12 BF16 runs of 4 plans, `bench.memory_eval.simumax_workload`; that script
@@ -121,10 +122,19 @@ def coverage(held: list[HeldOut]) -> dict[str, dict[str, float]]:
 
 
 def vtrain_tables(shared: Path) -> Iterator[Figures]:
-    for name, path in zip(("single-node", "multi-node"), common.ground_truth(shared, *vtrain_eval.FILES)):
-        df = vtrain_eval.predict_file(path, "analytical").dropna(subset=["predicted (ms)"])
-        yield figures(f"vTrain A100 {name}", df["iteration time (ms)"].to_numpy(), df["predicted (ms)"].to_numpy(),
-                      vtrain_eval.workloads(df), "nothing", "deepspeed/ampere")
+    single, multi = common.ground_truth(shared, *vtrain_eval.FILES)
+    key = f"{vtrain_eval.FRAMEWORK}/{GENERATIONS[vtrain_eval.DEVICE]}"
+    cal = vtrain_eval.calibrate(single)
+    measured, workloads = cal.frame["iteration time (ms)"].to_numpy(), vtrain_eval.workloads(cal.frame)
+    yield figures("vTrain A100 single-node, in-file", measured, cal.frame["predicted (ms)"].to_numpy(), workloads,
+                  "DeepSpeed host and per-call constants chosen on every row of the file")
+    yield figures("vTrain A100 single-node, leave-one-model-out", measured,
+                  cal.frame["cross-validated (ms)"].to_numpy(), workloads, "constants chosen without the row's model",
+                  key)
+    df = vtrain_eval.predict_file(multi, "analytical").dropna(subset=["predicted (ms)"])
+    yield figures("vTrain A100 multi-node", df["iteration time (ms)"].to_numpy(), df["predicted (ms)"].to_numpy(),
+                  vtrain_eval.workloads(df), "nothing (recorded DeepSpeed constants, chosen on the single-node file)",
+                  key)
 
 
 def bridge_tables(shared: Path) -> Iterator[Figures]:

@@ -54,9 +54,11 @@ def test_pipeline_bubble_is_the_other_stages_time():
         ideal = pred.breakdown["compute"] + pred.breakdown["tp_comm"]
         balanced = ideal * (p - 1) / (v * m)
         assert 0.95 * balanced < pred.breakdown["pp_bubble"] < balanced  # the last stage also holds the head
-    spec = _spec(nodes=1, batch=8, framework="deepspeed")  # unfused attention keeps this small model device-bound
+    # unfused attention at the first-principles host cost keeps this small model device-bound
+    spec = _spec(nodes=1, batch=8, framework="deepspeed")
     graph = gpt_graph(1024, 16, 512, 4, 51200)
-    whole, piped = AnalyticalPredictor().predict(spec, graph, [Plan.parse("mbs=1"), Plan.parse("pp=2,mbs=1")])
+    whole, piped = AnalyticalPredictor(AnalyticalConfig()).predict(spec, graph, [Plan.parse("mbs=1"),
+                                                                                 Plan.parse("pp=2,mbs=1")])
     per_mb = piped.breakdown["compute"] / 8
     assert piped.breakdown["pp_bubble"] < 0.8 * per_mb
     assert per_mb + piped.breakdown["pp_bubble"] == pytest.approx(whole.breakdown["compute"] / 8, rel=1e-9)

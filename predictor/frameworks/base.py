@@ -24,10 +24,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from predictor.workload import WorkloadSpec
 
 # Constants of the analytical model calibrated per framework on public measurements of it (bench/modern_eval.py
-# --record writes them: chosen on the whole file, its leave-one-system-out figure recorded beside them), one entry per
-# framework: {"constants": {AnalyticalConfig field: value}, "generations": [...], "source": ...}, and under
-# "by_device" the constants measured on one device alone ({device: {"constants": ..., "source": ...}}, e.g.
-# bench/simumax_time.py --record); a framework absent keeps first principles.
+# --record writes Megatron-Core's, bench/vtrain_eval.py --record DeepSpeed's: chosen on the whole file, its
+# cross-validated figure recorded beside them), one entry per framework: {"constants": {AnalyticalConfig field:
+# value}, "generations": [...], "source": ...}, and under "by_device" the constants measured on one device alone
+# ({device: {"constants": ..., "source": ...}}, e.g. bench/simumax_time.py --record); a framework absent keeps first
+# principles.
 CONSTANTS_FILE = Path(__file__).resolve().parent.parent / "checkpoints" / "framework-constants.json"
 
 

@@ -2,7 +2,8 @@
 
 Per layer: max(FLOPs / (peak · eff(GEMM shape)), bytes / (bandwidth · bw_eff)) plus a kernel launch
 cost. Every constant is in `AnalyticalConfig` with its reason; nothing here is fit to measured
-iterations except the framework constants `bench/modern_eval.py --record` writes.
+iterations except the framework constants `bench/modern_eval.py --record` (Megatron-Core on Hopper and Blackwell)
+and `bench/vtrain_eval.py --record` (DeepSpeed on Ampere) write.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ class AnalyticalConfig:
         blog, 2021; H. He, "Making Deep Learning Go Brrrr From First Principles", 2022). A GPU
         runs asynchronously behind the host, so a stage's micro-batch takes max(device, host);
         small layers are host-bound. On a measured CPU the host is the device: the costs add.
-        Operators per node are in HOST_OPS; backward issues ~2 per forward operator.
+        Operators per node are in HOST_OPS; backward issues ~2 per forward operator. Recorded for DeepSpeed on
+        Ampere (vTrain's single-node runs of Megatron-DeepSpeed, leave-one-model-out): 40 µs per counted operator,
+        which also carries the operators the graph does not count.
     overlap_eff: fraction of the computation a framework's overlapped communication can hide behind
         (gradient reduce-scatter behind the last micro-batch's backward, parameter all-gather behind a
         forward, tensor-parallel collectives behind their GEMMs, pipeline send/recv and context-parallel
@@ -84,8 +87,9 @@ class AnalyticalConfig:
         auxiliary loss lies above 1.
     call_s: a collective or pipeline send/recv call's cost beyond its α-β time (the framework's
         and the communication library's own work per call). 0 from first principles; learned from
-        measured iterations with host_op_s by `predictor.models.calibration`. A measured CPU's
-        step costs (collective_call_s, p2p_call_s in Device.extra) take precedence.
+        measured iterations with host_op_s by `predictor.models.calibration`; recorded for DeepSpeed on Ampere
+        with host_op_s (150 µs). A measured CPU's step costs (collective_call_s, p2p_call_s in Device.extra) take
+        precedence.
     step_p2p: whether a pipeline send/recv is charged a measured CPU's in-step p2p cost (p2p_call_s).
         This model charges it: without it, it predicts the CPU dataset's in-domain training rows of
         pipeline plans 41 % off instead of 30 %. ScaleDL's composition does not (see ScaleDLPredictor).
