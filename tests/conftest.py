@@ -1,13 +1,37 @@
-"""Fixtures shared by the test modules: the local Ray cluster that validation runs place their ranks on, and this
-machine's measured CPU profile."""
+"""Fixtures shared by the test modules: the local Ray cluster that validation runs place their ranks on, this
+machine's measured CPU profile, and the command line of the checkout under test."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Scaledl:
+    """`scaledl ARGS...` as `python -m orchestrator.cli` run from this checkout's root, which -m puts first on
+    sys.path: the `scaledl` console script imports whichever checkout is installed, not the one under test."""
+
+    argv = [sys.executable, "-m", "orchestrator.cli"]
+
+    def run(self, *args: str, **kwargs: Any) -> subprocess.CompletedProcess:
+        """Run to its end (ten minutes at most), its output captured as text."""
+        return subprocess.run([*self.argv, *args], cwd=ROOT, capture_output=True, text=True, timeout=600, **kwargs)
+
+    def start(self, *args: str, **kwargs: Any) -> subprocess.Popen:
+        """Start it and return at once, for a test that signals or watches the running command."""
+        return subprocess.Popen([*self.argv, *args], cwd=ROOT, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def scaledl() -> Scaledl:
+    return Scaledl()
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,6 @@ from orchestrator.history import History
 from tests.stored_predictions import store
 
 ROOT = Path(__file__).resolve().parents[1]
-SCALEDL = Path(sys.executable).parent / "scaledl"
 SPEC = str(ROOT / "examples" / "bert-cpu2.yaml")
 SETTLE_S = 30.0  # what may still run this long after the signal is left behind
 
@@ -141,17 +140,17 @@ class Run:
 
 
 @pytest.fixture
-def launch(tmp_path: Path) -> Iterator[Callable[..., Run]]:
-    """Start `scaledl ARGS...` with a Ray of its own (or the one under `ray_tmp`); whatever a failing
-    test leaves, the Ray under `ray_tmp` included, is killed after it."""
+def launch(scaledl, tmp_path: Path) -> Iterator[Callable[..., Run]]:
+    """Start `scaledl ARGS...` of this checkout with a Ray of its own (or the one under `ray_tmp`); whatever a
+    failing test leaves, the Ray under `ray_tmp` included, is killed after it."""
     runs: list[Run] = []
 
     def start(*args: str, ray_tmp: str | None = None) -> Run:
         ray_tmp = ray_tmp or ray_tmpdir()
         log = tmp_path / f"stderr-{len(runs)}.txt"
         with open(log, "w") as err:
-            proc = subprocess.Popen([str(SCALEDL), *args], cwd=ROOT, env=ray_env(ray_tmp), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+            proc = scaledl.start(*args, env=ray_env(ray_tmp), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=err, start_new_session=True)
         runs.append(Run(proc, ray_tmp, log))
         return runs[-1]
 
@@ -239,8 +238,8 @@ def test_a_cluster_it_joined_is_left_alone(launch, tmp_path: Path) -> None:
         s.bind(("", 0))
         port = s.getsockname()[1]
     try:
-        head = subprocess.run([str(SCALEDL.parent / "ray"), "start", "--head", f"--port={port}", "--num-cpus=2",
-                               "--include-dashboard=false", "--disable-usage-stats"],
+        head = subprocess.run([str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}",
+                               "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
                               env=ray_env(ray_tmp), capture_output=True, text=True, timeout=300)
         assert head.returncode == 0, head.stderr
         # Its processes but the idle workers, which may retire of their own accord.

@@ -4,8 +4,6 @@ the search over ep, and `scaledl predict` / `scaledl plan` on a small MoE."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +25,6 @@ from predictor.presets import MODEL_PRESETS
 from predictor.workload import ModelSpec, SpecError, parse_spec
 from search_spaces import enumerate_plans, load_space
 
-ROOT = Path(__file__).resolve().parents[1]
 MOE_PRESETS = [name for name, p in MODEL_PRESETS.items() if "experts" in p]
 # Total and active parameters the models' publishers give (billions): Mistral's Mixtral posts, Qwen3's model
 # cards, OpenAI's gpt-oss model card (active without the embedding), the DeepSeek-V3 report (671B, 37B active).
@@ -172,11 +169,10 @@ def test_scaledl_predict_a_small_moe(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 @pytest.mark.slow
-def test_scaledl_plan_a_small_moe_searches_ep(tmp_path: Path) -> None:
+def test_scaledl_plan_a_small_moe_searches_ep(scaledl, tmp_path: Path) -> None:
     spec = _small_spec_file(tmp_path, recompute=["none"], zero=[1], max_mbs=2)
-    run = subprocess.run([str(Path(sys.executable).parent / "scaledl"), "plan", spec, "--out", str(tmp_path / "out"),
-                          "--space", "full", "--predictor", "analytical", "--top-k", "3"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    run = scaledl.run("plan", spec, "--out", str(tmp_path / "out"), "--space", "full", "--predictor", "analytical",
+                      "--top-k", "3")
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert all(r["fields"]["ep"] in (1, 2, 4, 8) for r in report["ranked"])

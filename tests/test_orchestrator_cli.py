@@ -1,5 +1,5 @@
-"""`scaledl plan` as users run it: a real subprocess, embedded Ray, report files, clean errors. The subprocess is
-`python -m orchestrator.cli` in this checkout (the `scaledl` console script runs whichever checkout is installed)."""
+"""`scaledl plan` as users run it: a real subprocess (this checkout's, conftest's `scaledl`), embedded Ray, report
+files, clean errors."""
 
 from __future__ import annotations
 
@@ -7,21 +7,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-SCALEDL = [sys.executable, "-m", "orchestrator.cli"]  # run from ROOT, which -m puts first on sys.path
 SMALL = {"model": {"preset": "gpt3-125m"}, "training": {"global_batch": 32},
          "cluster": {"device": "a100-40gb", "nodes": 1, "gpus_per_node": 8}}
-
-
-def scaledl(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*SCALEDL, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 def write_spec(tmp_path: Path, **extra) -> str:
@@ -30,9 +23,9 @@ def write_spec(tmp_path: Path, **extra) -> str:
     return str(path)
 
 
-def test_plan_writes_a_ranked_report(tmp_path) -> None:
+def test_plan_writes_a_ranked_report(scaledl, tmp_path) -> None:
     spec = write_spec(tmp_path, search={"recompute": ["none"], "max_pp": 2})
-    run = scaledl("plan", spec, "--out", str(tmp_path / "out"), "--top-k", "3", "--predictor", "analytical")
+    run = scaledl.run("plan", spec, "--out", str(tmp_path / "out"), "--top-k", "3", "--predictor", "analytical")
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["search"]["complete"] and report["predictor"]["name"] == "analytical"
@@ -41,30 +34,30 @@ def test_plan_writes_a_ranked_report(tmp_path) -> None:
     assert (tmp_path / "out" / "launch" / "megatron_args.txt").exists()
 
 
-def test_unknown_space_is_a_clean_error(tmp_path) -> None:
-    run = scaledl("plan", write_spec(tmp_path), "--out", str(tmp_path / "o"), "--space", "nope")
+def test_unknown_space_is_a_clean_error(scaledl, tmp_path) -> None:
+    run = scaledl.run("plan", write_spec(tmp_path), "--out", str(tmp_path / "o"), "--space", "nope")
     assert run.returncode == 2 and "known spaces" in run.stderr and "Traceback" not in run.stderr
 
 
-def test_bad_search_section_names_the_field(tmp_path) -> None:
+def test_bad_search_section_names_the_field(scaledl, tmp_path) -> None:
     # Megatron-Core's own space (the default) has no GPipe schedule: a spec may not widen it.
-    run = scaledl("plan", write_spec(tmp_path, search={"schedule": ["gpipe"]}), "--out", str(tmp_path / "o"))
+    run = scaledl.run("plan", write_spec(tmp_path, search={"schedule": ["gpipe"]}), "--out", str(tmp_path / "o"))
     assert run.returncode == 2 and "search.schedule" in run.stderr and "Traceback" not in run.stderr
 
 
-def test_empty_space_says_why(tmp_path) -> None:
+def test_empty_space_says_why(scaledl, tmp_path) -> None:
     spec = write_spec(tmp_path, training={"global_batch": 12})  # dp=8 cannot split 12 samples
-    run = scaledl("plan", spec, "--out", str(tmp_path / "o"), "--space", "zero-dp")
+    run = scaledl.run("plan", spec, "--out", str(tmp_path / "o"), "--space", "zero-dp")
     assert run.returncode == 2 and "no valid plan" in run.stderr and "does not divide global_batch=12" in run.stderr
 
 
 @pytest.mark.slow
-def test_ctrl_c_then_resume_from_the_command_line(tmp_path) -> None:
+def test_ctrl_c_then_resume_from_the_command_line(scaledl, tmp_path) -> None:
     spec, out = write_spec(tmp_path), tmp_path / "out"
     # Random search over 30 groups of the full space: one small trial each, so Ctrl-C lands mid-search.
     args = ["plan", spec, "--out", str(out), "--predictor", "analytical", "--space", "full",
             "--searcher", "random", "--max-trials", "30"]
-    proc = subprocess.Popen([*SCALEDL, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = scaledl.start(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while not list((out / "evaluated").glob("*.pkl")):  # interrupt once the first batch is stored
         assert proc.poll() is None and time.time() < deadline, proc.stderr.read() if proc.poll() is not None else ""
@@ -74,7 +67,7 @@ def test_ctrl_c_then_resume_from_the_command_line(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr.read()[-3000:]  # Ctrl-C ends the search, not the command
     first = json.loads((out / "report.json").read_text())
     assert first["ranked"] and first["search"]["trials"] < 30
-    run = scaledl(*args, "--resume")
+    run = scaledl.run(*args, "--resume")
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     # the resumed run evaluates only the groups the first one had not stored
@@ -82,17 +75,18 @@ def test_ctrl_c_then_resume_from_the_command_line(tmp_path) -> None:
     assert first["search"]["evaluated_plans"] < report["search"]["evaluated_plans"]
 
 
-def test_a_missing_predictor_file_fails_before_ray_starts(tmp_path) -> None:
-    run = scaledl("plan", write_spec(tmp_path), "--out", str(tmp_path / "out"), "--predictor", str(tmp_path / "nope.pt"))
+def test_a_missing_predictor_file_fails_before_ray_starts(scaledl, tmp_path) -> None:
+    run = scaledl.run("plan", write_spec(tmp_path), "--out", str(tmp_path / "out"),
+                      "--predictor", str(tmp_path / "nope.pt"))
     assert run.returncode == 2
     assert "nope.pt' is neither 'analytical', 'auto' nor an existing checkpoint file" in run.stderr
     assert not (tmp_path / "out").exists()
 
 
-def test_a_predictor_that_does_not_load_is_a_clear_error(tmp_path) -> None:
+def test_a_predictor_that_does_not_load_is_a_clear_error(scaledl, tmp_path) -> None:
     bad = tmp_path / "bad.pt"
     bad.write_text("not a checkpoint")
-    run = scaledl("plan", write_spec(tmp_path), "--out", str(tmp_path / "out"), "--predictor", str(bad))
+    run = scaledl.run("plan", write_spec(tmp_path), "--out", str(tmp_path / "out"), "--predictor", str(bad))
     assert run.returncode == 2, run.stderr[-2000:]
     assert "could not be loaded in a replica" in run.stderr and "Traceback" not in run.stderr.splitlines()[-1]
 
@@ -119,7 +113,7 @@ CUSTOM = {"model": {"module": "user_model:build", "kwargs": {"d": 64, "n": 4}, "
           "cluster": {"device": "a100-40gb", "nodes": 1, "gpus_per_node": 8}}
 
 
-def test_a_custom_module_is_predicted_and_searched_end_to_end(tmp_path) -> None:
+def test_a_custom_module_is_predicted_and_searched_end_to_end(scaledl, tmp_path) -> None:
     """A user's `module:` model on their PYTHONPATH: predict gives figures for a plan it can run and names why
     tp cannot split it; plan searches only what the model allows and writes its report."""
     (tmp_path / "user_model.py").write_text(USER_MODEL)
@@ -128,7 +122,7 @@ def test_a_custom_module_is_predicted_and_searched_end_to_end(tmp_path) -> None:
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*SCALEDL, *args], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+        return scaledl.run(*args, env=env)
 
     ok = run("predict", str(path), "--plan", "dp=8,mbs=2", "--predictor", "analytical", "--json")
     assert ok.returncode == 0, ok.stderr[-2000:]
@@ -142,17 +136,17 @@ def test_a_custom_module_is_predicted_and_searched_end_to_end(tmp_path) -> None:
     assert report["ranked"] and all(r["fields"]["tp"] == 1 and r["fields"]["pp"] == 1 for r in report["ranked"])
 
 
-def test_plan_searches_several_cluster_sizes_in_one_run(tmp_path) -> None:
+def test_plan_searches_several_cluster_sizes_in_one_run(scaledl, tmp_path) -> None:
     """--nodes: one search over every size's plans, ranked by cost, with the time-cost front and bad input refused."""
     spec = write_spec(tmp_path, search={"recompute": ["none"], "max_pp": 2})
     out = tmp_path / "out"
-    run = scaledl("plan", spec, "--out", str(out), "--nodes", "1-2", "--predictor", "analytical", "--rank-by", "cost",
-                  "--train-tokens", "1e9", "--price-per-gpu-hour", "2", "--budget-usd", "1e9")
+    run = scaledl.run("plan", spec, "--out", str(out), "--nodes", "1-2", "--predictor", "analytical",
+                      "--rank-by", "cost", "--train-tokens", "1e9", "--price-per-gpu-hour", "2", "--budget-usd", "1e9")
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert [z["nodes"] for z in report["sizes"]] == [1, 2] and report["search"]["complete"]
     assert {r["nodes"] for r in report["ranked"]} == {1, 2} and report["pareto"]
     assert report["ranked"][0]["cost_usd_to_train"] == min(r["cost_usd_to_train"] for r in report["ranked"])
     assert "Pareto front" in (out / "report.md").read_text()
-    bad = scaledl("plan", spec, "--out", str(out), "--budget-usd", "5")
+    bad = scaledl.run("plan", spec, "--out", str(out), "--budget-usd", "5")
     assert bad.returncode == 2 and "--train-tokens" in bad.stderr and "Traceback" not in bad.stderr

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +12,6 @@ import yaml
 
 from orchestrator.validation.placement import rank_bundles, shared_cpus, unplaceable
 from predictor.plan import Plan
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_ranks_ask_for_an_equal_share_of_too_few_cpus() -> None:
@@ -32,7 +28,7 @@ def test_ranks_ask_for_an_equal_share_of_too_few_cpus() -> None:
 
 
 @pytest.mark.slow
-def test_plan_validate_runs_more_ranks_than_the_machine_has_cores(tmp_path: Path) -> None:
+def test_plan_validate_runs_more_ranks_than_the_machine_has_cores(scaledl, tmp_path: Path) -> None:
     """`scaledl plan SPEC --validate 1` on its embedded Ray (one CPU per core) with twice as many ranks as cores."""
     ranks = 2 * (os.cpu_count() or 1)
     spec = {"model": {"family": "gpt2", "hidden": 64, "layers": 2, "heads": 2, "seq_len": 32, "vocab": 256},
@@ -42,9 +38,7 @@ def test_plan_validate_runs_more_ranks_than_the_machine_has_cores(tmp_path: Path
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     out = tmp_path / "out"
-    run = subprocess.run([str(Path(sys.executable).parent / "scaledl"), "plan", str(path), "--out", str(out),
-                          "--predictor", "analytical", "--validate", "1"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=600)
+    run = scaledl.run("plan", str(path), "--out", str(out), "--predictor", "analytical", "--validate", "1")
     assert run.returncode == 0, run.stderr[-3000:]
     assert "Token authentication" not in run.stdout + run.stderr  # Ray's warning on every run, named away
     (result,) = json.loads((out / "report.json").read_text())["validation"]["plans"]
