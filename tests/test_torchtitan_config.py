@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
 
-from predictor.frameworks import as_run, framework_for, launch_files, read_back
+from predictor.frameworks import as_run, framework_for, launch_files, read_back, run_errors
 from predictor.frameworks.torchtitan import FLAVORS, TOML_FILE, UNREGISTERED
 from predictor.plan import Plan
 from predictor.workload import WorkloadSpec, parse_spec
@@ -73,6 +73,7 @@ def _spec(preset: str, nodes: int, global_batch: int, precision: str = "bf16", *
 LONG_70B = _spec("llama3-70b", 8, 1024, seq_len=32768)
 L8B = _spec("llama3-8b", 1, 64)
 L8B_FP8 = _spec("llama3-8b", 1, 64, "fp8")
+SEQ_5000 = _spec("llama3-8b", 1, 64, seq_len=5000)  # 5000 = 8 * 625: tp*2*cp = 8 divides it, 16 does not
 PLANS = [
     (LONG_70B, "dp=2,tp=8,pp=2,cp=2,mbs=1,zero=3,sp=true,schedule=interleaved,v=4,recompute=full"),
     (LONG_70B, "dp=2,tp=8,pp=2,cp=2,mbs=1,zero=2,sp=true,cp_comm=allgather,recompute=selective"),
@@ -85,6 +86,7 @@ PLANS = [
     (_spec("qwen3-30b-a3b", 4, 512), "dp=8,tp=4,mbs=1,zero=3,sp=true,ep=8"),
     (_spec("deepseek-v3", 32, 4096), "dp=32,pp=8,mbs=1,zero=2,schedule=interleaved,v=4,ep=8"),
     (_spec("mixtral-8x7b", 4, 256), "dp=32,mbs=1,zero=3,ep=8"),  # a llama4 flavor to register
+    (SEQ_5000, "dp=2,tp=2,cp=2,mbs=1,zero=3,sp=true"),
 ]
 IDS = [f"{s.model.preset}:{s.training.precision}:{p}" for s, p in PLANS]
 
@@ -156,6 +158,18 @@ def test_every_written_setting_is_a_job_config_field_torchtitan_accepts(spec: Wo
     path = tmp_path / TOML_FILE
     path.write_text(written)
     assert asdict(read_back(path, spec)) == asdict(as_run(plan, framework_for(spec)))
+
+
+@pytest.mark.parametrize("spec, text, divisor", [
+    (SEQ_5000, "tp=4,cp=2,mbs=1,zero=3,sp=true", 16),  # 2*cp = 4 divides 5000: only torchtitan's tp factor fails
+    (_spec("llama3-8b", 1, 64, seq_len=4095), "dp=8,mbs=1,zero=3", 2),  # tp = cp = 1 still asks for an even one
+], ids=["seq5000-tp4-cp2", "seq4095"])
+def test_a_seq_len_that_tp_2_cp_does_not_divide_is_refused(spec: WorkloadSpec, text: str, divisor: int) -> None:
+    """Every model's parallelize asserts seq_len % (tp * 2 * cp) == 0 (ParallelDims.seq_len_divisor); the structural
+    cp rule asks only for 2*cp, so the refusal is torchtitan's alone, naming the field and what divides."""
+    (error,) = run_errors(Plan.parse(text), spec)
+    assert error.startswith("torchtitan needs model.seq_len divisible by tp*2*cp = ") and f"= {divisor} " in error
+    assert f"seq_len={spec.model.tokens} is not (use a model.seq_len that is a multiple of {divisor}" in error
 
 
 def test_the_flavors_the_writer_names_are_ones_torchtitan_ships() -> None:

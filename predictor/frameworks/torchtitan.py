@@ -3,11 +3,12 @@
 Plans it runs: `torchtitan/config/job_config.py` (`Parallelism`), `distributed/parallel_dims.py` (`fsdp_enabled =
 dp_shard_enabled or cp_enabled`: FSDP2 whenever cp > 1), `models/llama3/infra/parallelize.py`
 (`fsdp_reshard_after_forward` never = ZeRO-2, always = ZeRO-3, default = never with a pipeline; DDP replicate =
-ZeRO-0, with no other parallelism; no ZeRO-1), TP always with sequence-parallel norms, async TP
-(`enable_async_tensor_parallel`, off by default), `distributed/pipeline_parallel.py` (`torch.distributed.pipelining`
-GPipe, 1F1B, Interleaved1F1B; a multi-stage schedule needs >= 2 stages per rank), CP, float8 (torchao); mesh order
-pp-dp-cp-tp (tp innermost). FSDP2 prefetches all-gathers and overlaps reduce-scatters, DDP overlaps its bucketed
-all-reduce, neither can be switched off; SDPA flash attention.
+ZeRO-0, with no other parallelism; no ZeRO-1; seq_len divisible by tp·2·cp, `ParallelDims.seq_len_divisor`), TP
+always with sequence-parallel norms, async TP (`enable_async_tensor_parallel`, off by default),
+`distributed/pipeline_parallel.py` (`torch.distributed.pipelining` GPipe, 1F1B, Interleaved1F1B; a multi-stage
+schedule needs >= 2 stages per rank), CP, float8 (torchao); mesh order pp-dp-cp-tp (tp innermost). FSDP2
+prefetches all-gathers and overlaps reduce-scatters, DDP overlaps its bucketed all-reduce, neither can be switched
+off; SDPA flash attention.
 
 Launch file: `torchtitan.toml` for `torchtitan.train --job.config_file`, the job config of torchtitan 0.2.2 (PyPI;
 `torchtitan/config/job_config.py`, loaded by `config/manager.py`'s ConfigManager), the last release with that TOML
@@ -48,6 +49,13 @@ def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
                       f"{', '.join(beside)} (use zero=2 or 3)")
     if plan.tp > 1 and not plan.sp:
         errors.append("always runs tensor parallelism with sequence-parallel norms (use sp=true)")
+    divisor, tokens = plan.tp * 2 * plan.cp, spec.model.tokens
+    if tokens % divisor:
+        other = f", or tp and cp whose tp*2*cp divides {tokens}" if tokens % 2 == 0 else ""
+        errors.append(f"needs model.seq_len divisible by tp*2*cp = {plan.tp}*2*{plan.cp} = {divisor} (its "
+                      f"parallelize asserts it: sequence-parallel norms split the sequence over tp, context "
+                      f"parallelism into 2*cp chunks), which seq_len={tokens} is not (use a model.seq_len that is a "
+                      f"multiple of {divisor}{other})")
     if plan.schedule == "interleaved" and plan.v == 1:
         errors.append("needs at least 2 stages per rank for Interleaved1F1B (use v >= 2 or schedule=1f1b)")
     if plan.rank_order not in ORDERS:
