@@ -3,7 +3,7 @@
 ../shared/ground_truth/simumax_b200_llama70b.csv holds 12 real Megatron-LM + Transformer Engine runs on 8 B200 in
 BF16 with nothing overlapped: four plans (tp1/pp2, tp2, tp4, tp8) at 4, 8 and 32 micro-batches. The recorded
 Megatron-Core constants were chosen on the FP8 rows of megatron_bridge_2511.csv, which fix gemm_eff_max only through
-its product with fp8_gemm_eff for the linears: they say nothing of a BF16 linear's rate. Here the one constant those
+its product with the FP8 GEMM's device-fact efficiency for the linears: they say nothing of a BF16 linear's rate. Here the one constant those
 runs measure, `AnalyticalConfig.bf16_gemm_eff_max` on B200, is searched over GRID with every other constant as
 recorded for Blackwell. The file's README allows a constant chosen by cross-validation inside it: each plan's
 three runs are held out together and predicted with the value the other three plans choose (leave-one-plan-out);

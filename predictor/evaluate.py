@@ -163,7 +163,9 @@ BRIDGE_PRESETS: dict[str, str] = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama
                                   "Qwen3_235B_a22B": "qwen3-235b-a22b"}
 # Rows that train with multi-token prediction (one MTP layer, as DeepSeek-V3 was trained).
 BRIDGE_MTP: dict[str, int] = {"DeepSeekV3 (w/ MTP)": 1}
-BRIDGE_PRECISIONS: dict[str, str] = {"BF16": "bf16", "FP8-CS": "fp8", "FP8-MX": "fp8"}
+# Each precision column value as the spec's (precision, Transformer Engine recipe).
+BRIDGE_PRECISIONS: dict[str, tuple[str, str | None]] = {"BF16": ("bf16", None), "FP8-CS": ("fp8", "current"),
+                                                        "FP8-MX": ("fp8", "mxfp8")}
 
 
 def bridge_measured_s(row: dict) -> float:
@@ -181,9 +183,10 @@ def bridge_workload(row: dict) -> tuple[WorkloadSpec, Plan] | None:
         return None
     degrees = {axis: int(row[axis]) for axis in AXIS_NAMES if axis in row}
     gpus, tp, vp = int(row["gpus"]), degrees["tp"], int(row["vp"])
+    precision, recipe = BRIDGE_PRECISIONS[row["precision"]]
     spec = parse_spec({
         "model": {"preset": preset, "seq_len": int(row["seq_len"]), "mtp_layers": BRIDGE_MTP.get(row["model"], 0)},
-        "training": {"global_batch": int(row["gbs"]), "precision": BRIDGE_PRECISIONS[row["precision"]],
+        "training": {"global_batch": int(row["gbs"]), "precision": precision, "recipe": recipe,
                      "framework": "megatron"},
         "cluster": {"device": BRIDGE_DEVICES[row["system"]], "nodes": gpus // 8, "gpus_per_node": 8}})
     plan = Plan(**degrees, dp=gpus // prod(degrees.get(axis, 1) for axis in GPU_AXES), mbs=int(row["mbs"]),

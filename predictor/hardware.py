@@ -217,3 +217,20 @@ def gemm_facts(gen: str, precision: str) -> list[GemmFact]:
                      tuple((int(b), int(m), int(n), int(k), t * TFLOPS) for b, m, n, k, t in e.get("points", ())),
                      e.get("best_tflops", 0.0) * TFLOPS, e.get("scaling", ""))
             for e in device_facts()["gemm"] if e["generation"] == gen and e["precision"] == precision]
+
+
+def tensor_core_facts(gen: str) -> dict:
+    """What a generation's tensor cores run of Transformer Engine's low-precision recipes: `recipes` (the names it
+    trains with), `fp8_tn_only` (whether an FP8 GEMM's columnwise operand must be a transposed copy) and, where it
+    emulates FP8 block scaling, `blockwise_runs_as`. A generation without FP8 tensor cores runs none."""
+    entry = next((e for e in device_facts()["low_precision_recipes"] if e["generation"] == gen and "recipes" in e), None)
+    return entry or {"recipes": [], "fp8_tn_only": True}
+
+
+def default_recipe(precision: str, gen: str) -> str:
+    """The recipe a spec without `training.recipe` runs: NVFP4 for FP4; for FP8, MXFP8 where the generation has
+    block-scaled tensor cores, else per-tensor current scaling (Megatron-Core's `--fp8-recipe mxfp8` and
+    `tensorwise`, as Megatron-Bridge's FP8 performance recipes run)."""
+    if precision == "fp4":
+        return "nvfp4"
+    return "mxfp8" if "mxfp8" in tensor_core_facts(gen)["recipes"] else "current"

@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from predictor.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, MEASURED_FRAMEWORK
-from predictor.hardware import DEVICES
+from predictor.hardware import DEVICES, GENERATIONS, tensor_core_facts
 from predictor.presets import MODEL_PRESETS
 
 Family = Literal["gpt", "gpt2", "bert", "t5", "vit", "deit", "llama", "qwen3", "gemma2", "gemma3", "mixtral",
@@ -253,9 +253,20 @@ class ModelSpec(_Strict):
         return self.seq_len or 0
 
 
+# Precisions whose linears' GEMMs run on low-precision tensor cores while the rest of the step stays in BF16.
+LOW_PRECISIONS: tuple[str, ...] = ("fp8", "fp4")
+# Transformer Engine's recipes (predictor.models.lowprec), by the precision their GEMMs run in.
+RECIPE_PRECISION: dict[str, str] = {"delayed": "fp8", "current": "fp8", "blockwise": "fp8", "mxfp8": "fp8",
+                                    "nvfp4": "fp4"}
+
+
 class TrainingSpec(_Strict):
     global_batch: int = Field(strict=True, gt=0, le=_MAX_TOKENS, description="samples per iteration over all data-parallel ranks")
     precision: Literal["fp32", "fp16", "bf16", "fp8", "fp4"] = "bf16"
+    recipe: Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"] | None = Field(
+        default=None, description="fp8/fp4: Transformer Engine's scaling recipe (FP8 delayed or current per-tensor "
+                                  "scaling, FP8 block scaling, MXFP8; NVFP4 for fp4); default MXFP8 for fp8 on a "
+                                  "device with block-scaled tensor cores (Blackwell), else current scaling")
     optimizer: Literal["adam", "sgd"] = "adam"
     framework: str | None = Field(
         default=None, description=f"what trains it (predictor.frameworks: {', '.join(FRAMEWORKS)}): its runnable "
@@ -347,7 +358,20 @@ class WorkloadSpec(_Strict):
                                  f"measured in fp32, fp16 and bf16 only")
         elif precision not in device.peak_flops:
             raise ValueError(f"training.precision {precision!r} is not available on device {name!r}; its "
-                             f"precisions: {', '.join(device.peak_flops)}")
+                             f"precisions: {', '.join(device.peak_flops)}: set training.precision to one of them")
+        recipe = self.training.recipe
+        if recipe is not None:
+            wanted = RECIPE_PRECISION[recipe]
+            if wanted != precision:
+                fits = [r for r, p in RECIPE_PRECISION.items() if p == precision]
+                fix = f"a recipe of {precision} ({', '.join(fits)})" if fits else "no recipe"
+                raise ValueError(f"training.recipe {recipe!r} runs {wanted} GEMMs, not {precision}: set "
+                                 f"training.precision to {wanted}, or {fix}")
+            runs = tensor_core_facts(GENERATIONS[name])["recipes"]
+            if recipe not in runs:
+                raise ValueError(f"training.recipe {recipe!r} needs block-scaled tensor cores (Blackwell); device "
+                                 f"{name!r} has none: set training.recipe to one it runs ({', '.join(runs)}) or use a "
+                                 f"Blackwell device")
         framework = self.training.framework
         if framework not in (None, MEASURED_FRAMEWORK) and (device is None or self.cluster.device_profile is not None):
             raise ValueError(f"training.framework {framework!r} runs on GPUs; a measured device ({name}) runs "

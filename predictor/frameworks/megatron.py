@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from predictor.frameworks.base import (LEVERS, Framework, Launch, args_text, degree_args, hidden, inverse,
                                        other_orders, overlap_value, parse_args, read_degrees, recorded_constants)
-from predictor.hardware import DEVICES
+from predictor.hardware import GENERATIONS, default_recipe
 from predictor.memory.facts import MIB, MemoryFacts
 from predictor.plan import OVERLAP_KINDS, Plan, embedding_and_loss_in_split, offloaded, overlap_kinds
 
@@ -120,6 +120,8 @@ _RECOMPUTE_ARGS = {"none": [], "selective": ["--recompute-granularity", "selecti
                             "--recompute-num-layers", "1"]}
 _CP_COMM = {"ring": "p2p", "allgather": "all_gather"}
 _SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+# Megatron-LM's --fp8-recipe for each of Transformer Engine's FP8 recipes (megatron/training/arguments.py).
+_FP8_RECIPES = {"delayed": "delayed", "current": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
 _OVERLAP_FLAGS = (("dp", "--overlap-grad-reduce"), ("param", "--overlap-param-gather"), ("tp", "--tp-comm-overlap"),
                   ("ep", "--overlap-moe-expert-parallel-comm"))
 
@@ -219,12 +221,6 @@ SPELLING = Spelling(llama=("--swiglu", "--normalization", "RMSNorm", "--position
                     gqa=("--group-query-attention", "--num-query-groups"), moe=_moe_args)
 
 
-def _block_scaled(spec: "WorkloadSpec") -> bool:
-    """Whether the device has block-scaled tensor cores (MXFP8, NVFP4): Blackwell, the catalogue's fp4 devices."""
-    device = DEVICES[spec.cluster.device]
-    return device is not None and "fp4" in device.peak_flops
-
-
 def _uneven(plan: Plan, blocks: int) -> bool:
     """Whether the pp·v chunks split the layers unevenly even with the embedding and the loss counted as layers (a
     mixture of experts, `predictor.plan.rules`): Megatron-LM's argument check then needs a pipeline layout."""
@@ -301,8 +297,8 @@ def megatron_args(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     if precision == "fp8":
         # FP8 parameters in the param buffer (no BF16 copy), as Megatron-Bridge's FP8 performance recipes run and
         # the memory prediction assumes (MEMORY.fp8_param_gather)
-        args += ["--fp8-format", "hybrid", "--fp8-recipe", "mxfp8" if _block_scaled(spec) else "tensorwise",
-                 "--fp8-param-gather"]
+        recipe = spec.training.recipe or default_recipe(precision, GENERATIONS[spec.cluster.device])
+        args += ["--fp8-format", "hybrid", "--fp8-recipe", _FP8_RECIPES[recipe], "--fp8-param-gather"]
     elif precision == "fp4":
         args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
     return args + _lever_args(plan)

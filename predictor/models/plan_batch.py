@@ -24,6 +24,7 @@ from predictor.layer_graph import LayerGraph
 from predictor.memory import GIB, buffer_bytes, in_flight, kv_share, model_state_bytes, saved_per_sample, stage_params
 from predictor.memory.accounting import memory_parts_by_stage, offloaded_bytes
 from predictor.memory.levers import Levers, levers_of
+from predictor.models.lowprec import recipe_of
 from predictor.models.roofline import AnalyticalConfig, call_costs, fused_attention
 from predictor.models.stage_costs import compute_parts, dp_time, offload_waits, optimizer_time, p2p_time
 from predictor.parallel import Layout, apply_plan, plan_groups
@@ -182,7 +183,8 @@ class PlanPieces:
         return tuple(float(k in kinds) for k in OVERLAP_KINDS)
 
     def _levers(self, plan: Plan) -> Levers:
-        return levers_of(plan, self.framework.memory, "mx" if "fp4" in self.device.peak_flops else "cs")
+        recipe = recipe_of(self.spec, self.device)  # a block-scaled recipe keeps row- and columnwise weight copies
+        return levers_of(plan, self.framework.memory, "mx" if recipe is not None and recipe.own_columnwise else "cs")
 
     def _compute_row(self, graph: LayerGraph, lay: Layout) -> np.ndarray:
         """`compute_parts`, with the GPU's stalls on activation offloading added to the MoE waits (both are device

@@ -16,9 +16,10 @@ import numpy as np
 
 from predictor.plan import DECODER_FAMILIES
 from predictor.frameworks import Framework, framework_for
-from predictor.hardware import DEVICES, Device, GemmFact, gemm_facts
+from predictor.hardware import DEVICES, Device, GemmFact, device_facts, gemm_facts
 from predictor.layer_graph import LayerGraph
 from predictor.parallel import BYTES, shard_nodes
+from predictor.models.lowprec import low_precision_gemms, quantisation_times, recipe_of
 from predictor.workload import ModelSpec, WorkloadSpec
 
 
@@ -59,10 +60,12 @@ class AnalyticalConfig:
         kernels take SMs and memory bandwidth from the GEMMs they run beside (Megatron-LM's
         `--tp-comm-overlap` and FSDP docs give 1-3 SMs per channel of 132). 0 from first principles;
         calibrated with overlap_eff.
-    fp8_gemm_eff: fraction of the dense FP8/FP4 peak an FP8/FP4 GEMM reaches relative to a bf16 GEMM
-        of the same shape reaching gemm_eff_max (Transformer Engine's casts, scaling and amax
-        reductions ride on every linear). From the generation's public FP8 GEMM figures where the catalogue has
-        them (`device_config`: Hopper 0.989, Blackwell 0.866), else 1.0; calibrated as overlap_eff.
+    fp8_gemm_eff: fraction of the dense FP8 peak an FP8 GEMM kernel reaches relative to a bf16 GEMM of the same
+        shape reaching gemm_eff_max: the kernel alone, its operands already quantised (the quantisation kernels
+        and copies are priced apart, `predictor.models.lowprec`). From the generation's public FP8 GEMM figures
+        where the catalogue has them (`device_config`: Hopper 0.989, Blackwell 0.866), else 1.0.
+    fp4_gemm_eff: the same for an NVFP4 GEMM against the dense FP4 peak: Blackwell 0.586, from Transformer Engine's
+        pre-quantised benchmark of one layer's GEMMs on B300 (`device_config`), else 1.0.
     bf16_gemm_eff_max: gemm_eff_max of the linear layers' GEMMs in a 16-bit (bf16/fp16) run, where a framework's
         16-bit GEMM rate on a generation was measured apart from its low-precision runs; None: gemm_eff_max. A
         framework's gemm_eff_max chosen on FP8 runs only fixes its product with fp8_gemm_eff for the linears, so it
@@ -105,6 +108,7 @@ class AnalyticalConfig:
     overlap_eff: float = 1.0
     overlap_slowdown: float = 0.0
     fp8_gemm_eff: float = 1.0
+    fp4_gemm_eff: float = 1.0
     bf16_gemm_eff_max: float | None = None
     grouped_gemm_eff: float = 1.0
     a2a_eff: float = 1.0
@@ -127,7 +131,7 @@ class AnalyticalConfig:
 
 
 # The constants bench/modern_eval.py calibrates per framework and device generation (`Framework.constants`).
-CALIBRATED_FIELDS: tuple[str, ...] = ("fp8_gemm_eff", "overlap_eff", "overlap_slowdown", "gemm_eff_max")
+CALIBRATED_FIELDS: tuple[str, ...] = ("overlap_eff", "overlap_slowdown", "gemm_eff_max")
 # Calibrated after them, on the MoE rows only, with the dense constants fixed: they act on MoE layers alone.
 MOE_CALIBRATED_FIELDS: tuple[str, ...] = ("grouped_gemm_eff", "a2a_eff", "expert_host_s")
 
@@ -180,7 +184,22 @@ def device_config(generation: str) -> AnalyticalConfig:
         ratio = (_fact_fraction(fp8[0]) / eff if fp8[0].points and bf16[0].points
                  else _best_fraction(fp8[0]) / _best_fraction(bf16[0]))
         low = {"fp8_gemm_eff": round(min(ratio, 1.0), 3)}
+    fp4 = _layer_gemm_ratio(generation, "nvfp4", "fp4")
+    if fp4 is not None:
+        low["fp4_gemm_eff"] = round(fp4, 3)
     return replace(AnalyticalConfig(), gemm_eff_max=round(eff, 3), **low)
+
+
+def _layer_gemm_ratio(generation: str, recipe: str, precision: str) -> float | None:
+    """A recipe's GEMM efficiency relative to BF16 from a catalogue benchmark of one layer's GEMMs with pre-quantised
+    operands: (BF16 time / its time) over (its peak / the BF16 peak); None where the generation has none."""
+    entry = next((e for e in device_facts()["low_precision_recipes"]
+                  if e["generation"] == generation and recipe in e.get("layer_gemm_ms", {}).get("pre_quantized", {})),
+                 None)
+    if entry is None:
+        return None
+    device, ms = DEVICES[entry["device"]], entry["layer_gemm_ms"]["pre_quantized"]
+    return ms["bf16"] / ms[recipe] * device.flops("bf16") / device.flops(precision)
 
 
 def call_costs(cfg: AnalyticalConfig, device: Device) -> tuple[float, float]:
@@ -210,8 +229,6 @@ def gemm_efficiency(m, n, k, batch, cfg: AnalyticalConfig, sms: int = 0):
 
 
 _TIME_CACHE: dict[tuple, tuple[weakref.ref, tuple[np.ndarray, np.ndarray]]] = {}
-# Precisions whose GEMMs run on low-precision tensor cores while the rest of the step stays in bf16.
-LOW_PRECISIONS: tuple[str, ...] = ("fp8", "fp4")
 # 16-bit training precisions: whose linears `AnalyticalConfig.bf16_gemm_eff_max` prices.
 HALF_PRECISIONS: tuple[str, ...] = ("bf16", "fp16")
 # A fused causal attention kernel (FlashAttention, cuDNN via Transformer Engine) skips the tiles above the
@@ -242,12 +259,13 @@ def layer_times(spec: WorkloadSpec, graph: LayerGraph, tp: int, sp: bool, mbs: i
     cfg = (cfg or AnalyticalConfig()).for_device(device)
     prec = spec.training.precision
     fused = fused_attention(spec, device)
+    recipe = recipe_of(spec, device)
     key = (id(graph), tp, sp, mbs, tuple(sorted(degrees.items())), device.name, device.flops(prec),
-           device.mem_bandwidth, prec, cfg, fused)
+           device.mem_bandwidth, prec, recipe, cfg, fused)
     hit = _TIME_CACHE.get(key)
     if hit is not None and hit[0]() is graph:
         return hit[1]
-    value = _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, degrees)
+    value = _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, degrees, recipe)
     _TIME_CACHE[key] = (weakref.ref(graph, lambda _r, k=key: _TIME_CACHE.pop(k, None)), value)
     return value
 
@@ -257,14 +275,14 @@ def fused_attention(spec: WorkloadSpec, device: Device) -> bool:
     return framework_for(spec, device).fused_attention
 
 
-def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, degrees):
+def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, degrees, recipe):
     nodes = shard_nodes(graph, tp, sp, spec.model.heads, **degrees)
     prec = spec.training.precision
     eb = BYTES[prec]
-    low = prec in LOW_PRECISIONS
-    # FP8/FP4 recipes cast the linears' GEMMs only; attention and everything else stay in bf16.
-    linear_peak = device.flops(prec) * (cfg.fp8_gemm_eff if low else 1.0)
-    peak = np.where(nodes.attention, device.flops("bf16") if low else linear_peak, linear_peak)
+    peak = np.full(len(nodes.kind), device.flops(prec))
+    if recipe is not None:  # the recipe's GEMMs at its peak; attention, router, embedding and output layer in BF16
+        low_peak = device.flops(recipe.precision) * (cfg.fp4_gemm_eff if recipe.precision == "fp4" else cfg.fp8_gemm_eff)
+        peak = np.where(low_precision_gemms(nodes), low_peak, device.flops("bf16"))
     vector_peak = device.flops("fp32")
     bw = device.mem_bandwidth * cfg.bw_eff
     sms = int(device.extra.get("sms", 0))
@@ -294,4 +312,7 @@ def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, degrees):
     fwd, bwd = fwd * busiest, bwd * busiest
     fwd = fwd + passes * scores / bw + cfg.launch_s
     bwd = bwd + 2 * passes * scores / bw + 2 * cfg.launch_s
+    if recipe is not None:  # the quantisation kernels before the GEMMs, each after the kernel it reads from
+        quant_f, quant_b = quantisation_times(graph, nodes, mbs, recipe, device, bw, cfg.launch_s)
+        fwd, bwd = fwd + quant_f * busiest, bwd + quant_b * busiest
     return fwd, bwd

@@ -14,6 +14,7 @@ from predictor import comm
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import optimizer_bytes_per_param
+from predictor.models.lowprec import recipe_of, weight_quantisation_s
 from predictor.models.roofline import HOST_OPS, AnalyticalConfig, call_costs, layer_times
 from predictor.memory.levers import recomputed_nodes
 from predictor.moe import alltoall
@@ -198,7 +199,8 @@ def optimizer_time(spec: WorkloadSpec, lay: Layout, psi: np.ndarray, psi_exp: np
     parameters per pipeline rank, `psi_exp` the routed experts' among them), read and written with the
     gradients and weights. BF16 moments read and write half their bytes. The `optimizer_offload` fraction steps
     on the host (Megatron-Core's HybridDeviceOptimizer, DeepSpeed's CPU Adam), memory-bound over host DRAM,
-    after its gradients cross the host link and before its updated weights cross back."""
+    after its gradients cross the host link and before its updated weights cross back. In FP8 or FP4 the updated
+    weights are quantised once per step (`lowprec.weight_quantisation_s`), with them."""
     plan = lay.plan
     state = optimizer_bytes_per_param(spec.training.optimizer, spec.training.precision)
     if plan.moments == "bf16":
@@ -207,7 +209,11 @@ def optimizer_time(spec: WorkloadSpec, lay: Layout, psi: np.ndarray, psi_exp: np
     shard, expert_shard = (plan.dp * plan.cp, lay.edp_group.size) if plan.zero >= 1 else (1, 1)
     local = float(((psi - psi_exp) / shard + psi_exp / expert_shard).max())
     host = plan.optimizer_offload
-    on_device = (1 - host) * local * opt_bytes / (device.mem_bandwidth * cfg.bw_eff)
+    bw = device.mem_bandwidth * cfg.bw_eff
+    on_device = (1 - host) * local * opt_bytes / bw
+    recipe = recipe_of(spec, device)
+    if recipe is not None:
+        on_device += weight_quantisation_s(lay.nodes, lay.stage_counts, recipe, device, bw, cfg.launch_s)
     if not host or device.host_link is None:
         return on_device
     on_host = host * local * opt_bytes / device.host_memory_bandwidth
