@@ -96,10 +96,26 @@ def _bytes(tensors: list[Saved]) -> float:
     return float(sum(s.per_token for s in tensors))
 
 
-def _by_module(tensors: list[Saved], scale: float, into: dict[str, float]) -> None:
-    for s in tensors:
-        for module in filter(None, s.recompute.split("+") + [s.offload]):
-            into[module] = into.get(module, 0.0) + s.per_token * scale
+@dataclass(frozen=True)
+class _LayerKind:
+    """One kind of layer (dense or MoE) under the plan's levers: each (lever module, bytes per token) of the tensors
+    it keeps, and bytes per token of its input (all a recomputed layer keeps), of every tensor, of what the levers
+    leave, of what stays on the device (offloading aside), and of its backward pass's working memory."""
+
+    module_bytes: list[tuple[str, float]]
+    layer_in: float
+    full_bytes: float
+    left_bytes: float
+    on_device_bytes: float
+    working: float
+
+    @classmethod
+    def of(cls, d: Dims, facts: MemoryFacts, is_moe: bool, levers: Levers) -> "_LayerKind":
+        full = layer_tensors(d, facts, is_moe)
+        left = kept(full, levers.recompute, levers.offload)
+        modules = [(m, t.per_token) for t in left for m in filter(None, t.recompute.split("+") + [t.offload])]
+        return cls(modules, full[0].per_token, _bytes(full), _bytes(left),
+                   _bytes(kept(full, levers.recompute, frozenset())), backward_working(d, is_moe))
 
 
 def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: MemoryFacts,
@@ -118,6 +134,8 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
     dense, moe = _layers_per_stage(graph, layout, spec.model.is_moe)
     acts, working, modules, to_host = np.zeros(plan.pp), np.zeros(plan.pp), [], np.zeros(plan.pp)
     chunks = plan.v  # Megatron counts recompute_layers per model chunk
+    # A layer's tensors, what the levers leave of them, and their bytes are the same on every stage: found once.
+    kinds = {is_moe: _LayerKind.of(d, facts, is_moe, levers) for is_moe, n in ((False, dense), (True, moe)) if (n > 0).any()}
     for s in range(plan.pp):
         per_module: dict[str, float] = {}
         remaining = {"full": int(levers.recompute_layers if levers.recompute_layers is not None else 10**9) * chunks,
@@ -127,22 +145,21 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
             n = float(n_layers)
             if n <= 0:
                 continue
-            full = layer_tensors(d, facts, is_moe)
-            left = kept(full, levers.recompute, levers.offload)
-            on_device = kept(full, levers.recompute, frozenset())
+            k = kinds[is_moe]
             recomputed = min(n, remaining["full"]) if levers.full else 0.0
             remaining["full"] -= recomputed
             offloaded = min(n - recomputed, remaining["offload"])
             remaining["offload"] -= offloaded
             normal = n - recomputed - offloaded
-            layer_in = full[0].per_token  # a recomputed layer keeps its input
-            per_layer = normal * _bytes(left) + recomputed * layer_in
-            to_host[s] += (normal * (_bytes(on_device) - _bytes(left)) + offloaded * _bytes(left)) * tokens
+            per_layer = normal * k.left_bytes + recomputed * k.layer_in
+            to_host[s] += (normal * (k.on_device_bytes - k.left_bytes) + offloaded * k.left_bytes) * tokens
             acts[s] += per_layer * tokens * flight[s]
-            _by_module(left, normal * tokens * flight[s], per_module)
-            one = backward_working(d, is_moe) + (_bytes(full) if recomputed else 0.0)
+            scale = normal * tokens * flight[s]
+            for module, per_token in k.module_bytes:
+                per_module[module] = per_module.get(module, 0.0) + per_token * scale
+            one = k.working + (k.full_bytes if recomputed else 0.0)
             if offloaded:  # double-buffered host copies: one layer's tensors in flight to or from the host
-                one += _bytes(left)
+                one += k.left_bytes
             peak_working = max(peak_working, one * tokens)
         if s == plan.pp - 1:
             loss = loss_tensors(d, facts, levers.te_cross_entropy) * max(1, spec.model.mtp_layers + 1)
