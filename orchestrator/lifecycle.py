@@ -126,6 +126,17 @@ def _callers_sigterm() -> Iterator[None]:
             handler(signal.SIGTERM, None)  # under terminating(): raised instead of Ray's SystemExit
 
 
+def shutdown_ray_meanwhile() -> threading.Thread:
+    """`ray.shutdown()` in a thread, started; join it before leaving. Over a second of it is Ray waiting: it stops
+    its autoscaler monitor after the GCS, so the monitor's SIGTERM handler hangs reporting to the dead GCS until
+    Ray's one-second grace ends in a SIGKILL. A caller with work left that needs no Ray does it meanwhile."""
+    import ray
+
+    closing = threading.Thread(target=ray.shutdown, name="ray-shutdown")
+    closing.start()
+    return closing
+
+
 def _drain(fd: int) -> bytes:
     """What a non-blocking pipe holds: here the numbers of the signals that arrived."""
     data = b""

@@ -1,11 +1,11 @@
 """One planning run, shared by `scaledl plan` and `python -m orchestrator.job`: spec -> valid plans ->
-replicas -> Ray Tune search -> report files.
+replicas -> search (Ray Tune, or batches sent straight to the replicas) -> report files.
 
 With several cluster sizes (`--nodes`) the valid plans of every size are concatenated into one search (a plan's
 degrees multiply to its size's GPU count, so the plan names its size), and the replicas hold the one graph.
 
 Ray is embedded (a private local instance, never someone else's) unless an address is given; the
-plans are enumerated and the layer graph built while Ray starts, and the Tune search starts while the
+plans are enumerated and the layer graph built while Ray starts, and the search starts while the
 replicas load, since each takes a second or more and neither needs the other to begin.
 """
 
@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from orchestrator.lifecycle import init_ray
+from orchestrator.lifecycle import init_ray, shutdown_ray_meanwhile
+from orchestrator.search import SearchError, SearchOptions, choose_searcher, run_search, uses_tune
 from predictor.device_resolver import spec_device
 from predictor.memory.facts import HEADROOM
 from predictor.models.registry import check_predictor_name
@@ -103,10 +104,20 @@ def _graph(model: Any) -> Any:
     return graph_for(model)
 
 
-def _import_search() -> None:
-    """Import the search and report modules (Ray Tune, pandas, matplotlib: seconds) while Ray starts."""
+def _enumerate(specs: list[WorkloadSpec], space: SpaceConfig, options: SearchOptions) -> Enumeration:
+    """The valid plans of every size; then, should the search of them run Ray Tune, its import (seconds), here while
+    Ray starts."""
+    enumeration = enumerate_sizes(specs, space)
+    n = len(enumeration.plans)
+    if n and uses_tune(choose_searcher(options.searcher, n, options.exhaustive_limit), n, options):
+        import orchestrator.tune_search  # noqa: F401
+    return enumeration
+
+
+def _import_report() -> None:
+    """Import the report modules (matplotlib, plotly: a second and more) while Ray starts."""
+    import plotly.graph_objects  # noqa: F401
     import orchestrator.report  # noqa: F401
-    import orchestrator.search  # noqa: F401
     from orchestrator.plots import pyplot
 
     pyplot()
@@ -143,6 +154,8 @@ def run_plan(req: PlanRequest) -> "Report":
         except ValidationError as err:
             raise SpecError(f"{req.spec} on {n} nodes (--nodes): " + "; ".join(e["msg"] for e in err.errors())) from None
     device = spec_device(spec)
+    options = SearchOptions(searcher=req.searcher, budget_s=req.budget_s, max_trials=req.max_trials,
+                            headroom=req.headroom, resume=req.resume, seed=req.seed)
     last = [t0]
 
     def lap(name: str) -> None:
@@ -158,8 +171,8 @@ def run_plan(req: PlanRequest) -> "Report":
     sys.setswitchinterval(1e-4)
     try:
         with ThreadPoolExecutor(3) as ex:
-            enumerating = ex.submit(enumerate_sizes, specs, space)
-            graph_job, imports = ex.submit(_graph, spec.model), ex.submit(_import_search)
+            enumerating = ex.submit(_enumerate, specs, space, options)
+            graph_job, imports = ex.submit(_graph, spec.model), ex.submit(_import_report)
             started = _connect(req.address)
             lap("ray_init_s")
             try:
@@ -182,21 +195,20 @@ def run_plan(req: PlanRequest) -> "Report":
     from orchestrator.replicas import ReplicaPool
     from orchestrator.report import TrainingGoal, build_report, print_report, write_report
     from orchestrator.lever_search import Repredictor, explore_levers
-    from orchestrator.search import SearchError, SearchOptions, run_search
     from orchestrator.wider_space import best_of_sample
 
     console = Console(quiet=not req.show)
     pool = None
+    closing = None
     try:
-        # One replica per ~4,000 plans (a replica predicts thousands per second), at most one per CPU.
+        # One replica per ~2,000 plans, at most one per CPU: a replica's first plans are its slowest (each new
+        # stage shape is priced once, then memoised), so two split even a few thousand plans' cold start.
         replicas = req.replicas or min(max(1, int(ray.cluster_resources().get("CPU", 1))),
-                                       -(-len(enumeration.plans) // 4000), 8)
+                                       -(-len(enumeration.plans) // 2000), 8)
         pool = ReplicaPool.start(req.predictor, spec, graph, count=replicas, sizes=specs)
-        options = SearchOptions(searcher=req.searcher, budget_s=req.budget_s, max_trials=req.max_trials,
-                                headroom=req.headroom, resume=req.resume, seed=req.seed)
         key = (spec.model_dump_json(), space_name, space.model_dump_json(), req.predictor, [s.cluster.nodes for s in specs])
-        # Tune's first trial process takes over a second to boot (a Ray worker, then `import ray.tune`),
-        # so the search starts now and the replicas load meanwhile; the first batch waits for them.
+        # The search starts now and the replicas load meanwhile (Tune's first trial process takes over a second to
+        # boot: a Ray worker, then `import ray.tune`); the first batch waits for them.
         with ThreadPoolExecutor(1) as ex:
             ready = ex.submit(_wait_ready, pool)
             with Progress(TextColumn("searching {task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -219,10 +231,15 @@ def run_plan(req: PlanRequest) -> "Report":
         done = time.perf_counter()
         req.timings["replicas_ready_s"] = ready_at - last[0]  # overlapped with the search's start
         lap("search_s")
+        if not req.validate:  # nothing left needs Ray: it shuts down while the report is made
+            pool.shutdown()
+            pool = None
+            if started:
+                closing = shutdown_ray_meanwhile()
         repredictor = Repredictor(req.predictor, graph, sized_spec)
         result = explore_levers(result, specs, repredictor)
         lap("levers_s")
-        # What the search costs once the predictor can answer (Tune's start-up overlapped the loading).
+        # What the search costs once the predictor can answer (the search's start overlapped the loading).
         after = max(done - ready_at, 1e-9)
         result.stats["search_after_ready_s"] = round(after, 3)
         result.stats["plans_per_s_after_ready"] = round(result.stats["evaluated_plans"] / after, 1)
@@ -254,7 +271,9 @@ def run_plan(req: PlanRequest) -> "Report":
     finally:
         if pool is not None:
             pool.shutdown()
-        if started:
+        if closing is not None:
+            closing.join()
+        elif started:
             ray.shutdown()
     lap("shutdown_s")
     req.timings["total_s"] = time.perf_counter() - t0

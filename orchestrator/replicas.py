@@ -115,6 +115,16 @@ class PredictorReplica:
             return Answers(join_tables(tables), np.asarray(rows, dtype=int), errors)
 
 
+@dataclass
+class Sent:
+    """Chunks of plans sent to the replicas: where each starts in the batch, its plans, its replica and its answer."""
+
+    starts: list[int]
+    chunks: list[list[Plan]]
+    owners: list[int]
+    refs: list[Any]
+
+
 # The most plans in one replica call: a vectorised predictor's arrays of a bigger batch outgrow the CPU's caches
 # (the analytical one predicts 8,192 plans at a time about twice as fast per plan as 20,000), and a dead replica's
 # retried call stays short.
@@ -147,18 +157,24 @@ class ReplicaPool:
         """Wait until every replica has loaded its predictor; their `info()`."""
         return ray.get([r.info.remote() for r in self.replicas])
 
-    def predict(self, plans: Sequence[Plan]) -> Answers:
-        """Split `plans` over the replicas (at least two chunks each, so one's answer travels while the next is
-        predicted; starting at a random replica, so concurrent callers spread), gather in order; a chunk whose
-        replica died for good is re-sent to the next replica."""
+    def submit(self, plans: Sequence[Plan]) -> "Sent":
+        """Send `plans` to the replicas (at least two chunks each, so one's answer travels while the next is
+        predicted; starting at a random replica, so concurrent callers spread) without waiting; `gather` answers."""
         size = max(self.chunk, min(MAX_CHUNK, -(-len(plans) // (2 * len(self.replicas)))))
-        starts = range(0, len(plans), size)
+        starts = list(range(0, len(plans), size))
         chunks = [list(plans[i:i + size]) for i in starts]
         first = random.randrange(len(self.replicas))
         owners = [(first + i) % len(self.replicas) for i in range(len(chunks))]
-        refs = [self.replicas[r].predict.remote(c) for c, r in zip(chunks, owners)]
+        return Sent(starts, chunks, owners, [self.replicas[r].predict.remote(c) for c, r in zip(chunks, owners)])
+
+    def gather(self, sent: "Sent") -> Answers:
+        """The answers of a `submit`, in order; a chunk whose replica died for good is re-sent to the next replica."""
         return Answers.merge([(start, self._get(ref, chunk, owner))
-                              for start, chunk, owner, ref in zip(starts, chunks, owners, refs)])
+                              for start, chunk, owner, ref in zip(sent.starts, sent.chunks, sent.owners, sent.refs)])
+
+    def predict(self, plans: Sequence[Plan]) -> Answers:
+        """`plans` answered by the replicas (`submit`, then `gather`)."""
+        return self.gather(self.submit(plans))
 
     def _get(self, ref: Any, chunk: list[Plan], owner: int) -> Answers:
         tries = len(self.replicas)

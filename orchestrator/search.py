@@ -1,14 +1,17 @@
-"""The plan search: Ray Tune trials that each evaluate a batch of valid plans through the replicas.
+"""The plan search: batches of valid plans evaluated by the predictor replicas, as Ray Tune trials or, for a small
+exhaustive search, sent to the replicas straight from here.
 
-Tune runs ~30 trials/s at best, so a trial is a batch (exhaustive: a chunk of the valid plans;
-random: a group; Optuna TPE: a group chosen by a conditional tree, see `search_spaces.tune_space`),
-never one plan. Trials hand their answers to a `ResultStore` actor on the driver's node, which
-writes each batch to `OUT/evaluated/` atomically; so the search is anytime (a budget or Ctrl-C
-stops Tune, what was evaluated is kept), and a failing trial costs only its batch (retried twice,
-then recorded as errored).
+A batch, never one plan, is the unit (Tune runs ~30 trials/s at best): exhaustive, a chunk of the valid plans;
+random, a group; Optuna TPE, a group chosen by a conditional tree (see `search_spaces.tune_space`). Each batch's
+answers go to a `ResultStore`, which writes it to `OUT/evaluated/` atomically; so the search is anytime (a budget
+or Ctrl-C stops it, what was evaluated is kept), and a failing batch costs only itself (retried twice, then
+recorded as errored). An exhaustive search of at most `DIRECT_LIMIT` plans is a few seconds of predicting, which
+Tune's start (a trial process booting Ray and importing Tune, seconds on two cores) would dominate: its batches go
+to the replicas from the driver, which keeps the store, and Tune is not imported. The sampling searchers and
+larger exhaustive searches run Tune (`orchestrator.tune_search`).
 
 `--resume` continues from the stored batches, after Ctrl-C, a crash or a spent budget alike: a new
-Tune run over what is left (exhaustive and random: the batches not stored yet; Optuna: the same
+run over what is left (exhaustive and random: the batches not stored yet; Optuna: the same
 seeded TPE, whose trials on stored groups answer from the store at once, so it replays its history
 and goes on). Not `Tuner.restore`: Tune counts a run stopped by its budget as finished, so restoring
 it continues nothing, and a restored run keeps the old budget.
@@ -18,23 +21,23 @@ Plans predicted above the device memory, less a headroom, are kept as infeasible
 from __future__ import annotations
 
 import hashlib
-import logging
 import math
-import os
+import signal
+import threading
 import time
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from types import FrameType
 from typing import Any, Callable, Iterator
 
 import numpy as np
 import ray
-from ray import tune
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from orchestrator.replicas import ReplicaPool, join_tables
-from orchestrator.store import Batch, ResultStore, SearchError, memory_reason, prepare_store
+from orchestrator.replicas import Answers, ReplicaPool, Sent, join_tables
+from orchestrator.store import Batch, Outcome, ResultStore, SearchError, memory_reason, prepare_store
 from predictor.plan import Plan
 from predictor.prediction import Prediction
 from predictor.prediction_table import PredictionTable
@@ -43,20 +46,22 @@ from search_spaces import GROUP_AXES, TuneSpace
 
 SEARCHERS = ("auto", "exhaustive", "optuna", "random")
 EXHAUSTIVE_LIMIT = 2_000_000  # predicting every plan beats sampling while the driver holds their columns (~1.5 kB a plan)
+DIRECT_LIMIT = 100_000  # an exhaustive search up to this many plans runs without Tune (a few seconds of predicting)
 MAX_BATCH = 131_072
 STORE_FORMAT = "plan-indices-table-2"  # stored batches: plans by their index in the enumeration, answers as columns (2: stage memories end to end)
-EXPERIMENT = "search"
+RETRIES = 2  # a failing batch is tried this many more times before it is recorded as failed (Tune's max_failures)
 
 
 @dataclass
 class SearchOptions:
     searcher: str = "auto"
-    budget_s: float | None = None  # wall-clock budget of the Tune run
+    budget_s: float | None = None  # wall-clock budget of the search
     max_trials: int | None = None  # Optuna / random: trials (groups) to try; default: all groups, at most 256
     exhaustive_limit: int = EXHAUSTIVE_LIMIT  # auto: exhaustive up to this many valid plans, else Optuna
+    direct_limit: int = DIRECT_LIMIT  # exhaustive up to this many valid plans: without Tune
     headroom: float = HEADROOM  # memory kept free: feasible iff peak <= capacity * (1 - headroom)
     batch_size: int | None = None  # exhaustive: plans per trial (default: 2 rounds of trials, 256..MAX_BATCH plans)
-    concurrency: int = 1  # trials in flight; each is a process, and the replicas do the work in parallel
+    concurrency: int = 1  # trials in flight (without Tune: batches, plus the next one); the replicas work in parallel
     seed: int = 0
     resume: bool = False
 
@@ -119,69 +124,6 @@ class SearchResult:
                 + [Evaluated(p, None, error=e) for p, e in self.failed])
 
 
-# A trial process's copy of the space, by its object id: Tune's `with_parameters` would unpickle every plan of the
-# space again for each trial the process runs (seconds a trial for a big space under Optuna's hundreds of trials).
-_SPACES: dict[str, TuneSpace] = {}
-
-
-def _space(ref: Any) -> TuneSpace:
-    if ref.hex() not in _SPACES:
-        _SPACES.clear()
-        _SPACES[ref.hex()] = ray.get(ref)
-    return _SPACES[ref.hex()]
-
-
-def _trial(config: dict[str, Any], space_ref: list[Any], pool: ReplicaPool, store: Any) -> None:
-    """One Tune trial: predict the batch the config addresses (unless stored already) and report its best.
-    `space_ref`: [the TuneSpace's ObjectRef] (in a list, so Tune passes the reference, not the space)."""
-    space = _space(space_ref[0])
-    key = space.key(config)
-    summary = ray.get(store.summary.remote(key))
-    cached = summary is not None
-    if summary is None:
-        members = space.members(config)
-        start = time.perf_counter()
-        answers = pool.predict([space.plans[i] for i in members])
-        summary = ray.get(store.add.remote(key, np.asarray(members, dtype=np.int64), answers, time.perf_counter() - start))
-    tune.report({**summary, "cached": cached})
-
-
-class _Progress(tune.Callback):
-    """Forwards each finished batch to the caller's progress function (e.g. a rich progress bar)."""
-
-    def __init__(self, on_batch: Callable[[int, float], None]) -> None:
-        self.on_batch: Callable[[int, float], None] | None = on_batch
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"on_batch": None}  # Tune pickles its run config; a live progress bar stays in this process
-
-    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:  # noqa: ANN001 - Tune's signature
-        if self.on_batch is not None and not result.get("cached"):
-            self.on_batch(int(result.get("plans", 0)), float(result.get("score", math.inf)))
-
-
-@contextmanager
-def _quiet_tune() -> Iterator[None]:
-    """Tune without its console tables and per-trial result files, for this search only (other Tune
-    users in the process, e.g. validation runs, keep their defaults)."""
-    settings = {"RAY_AIR_NEW_OUTPUT": "0",  # the legacy reporter is silent at verbose=0; ours is the bar
-                "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1"}  # results live in the store: CSV/JSON/TBX only cost time
-    saved = {k: os.environ.get(k) for k in settings}
-    logger = logging.getLogger("ray.tune")
-    level = logger.level
-    os.environ.update(settings)
-    logger.setLevel(logging.ERROR)  # e.g. "could not fetch metrics", which the missing loggers would cause
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def choose_searcher(requested: str, n_plans: int, limit: int) -> str:
     if requested not in SEARCHERS:
         raise SearchError(f"unknown searcher {requested!r}; use one of {', '.join(SEARCHERS)}")
@@ -194,9 +136,14 @@ def fingerprint(*parts: Any) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
+def uses_tune(searcher: str, n_plans: int, options: SearchOptions) -> bool:
+    """Whether the search of `n_plans` by `searcher` (chosen) runs Ray Tune."""
+    return searcher != "exhaustive" or n_plans > options.direct_limit
+
+
 def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib: float,
                options: SearchOptions, key: str, on_batch: Callable[[int, float], None] | None = None) -> SearchResult:
-    """Search `plans` (all valid) with Ray Tune; returns every evaluated plan and the search statistics.
+    """Search `plans` (all valid) through the replicas; returns every evaluated plan and the search statistics.
 
     `key` identifies the workload/space/predictor so `--resume` never mixes two searches.
     """
@@ -209,83 +156,126 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
     space = TuneSpace(plans, batch_size=batch)
     limit_gib = capacity_gib * (1 - options.headroom)
     out_dir = out_dir.resolve()
-    storage = out_dir / "tune"
-    experiment = storage / EXPERIMENT
     if options.resume and not (out_dir / "evaluated" / "FINGERPRINT").is_file():
         raise SearchError(f"nothing to resume in {out_dir}; run without --resume")
-    # The store runs on this (the driver's) node, so its directory is this process's --out.
     prepare_store(out_dir / "evaluated", fingerprint(key, searcher, batch, options.seed, STORE_FORMAT), options.resume)
-    store = ray.remote(ResultStore).options(
-        num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
-    ).remote(str(out_dir / "evaluated"), options.resume, limit_gib, capacity_gib)
-    trainable = tune.with_resources(tune.with_parameters(_trial, space_ref=[ray.put(space)], pool=pool, store=store),
-                                    {"cpu": 0.25})
-    callbacks = [_Progress(on_batch)] if on_batch else []
-    run_config = tune.RunConfig(name=EXPERIMENT, storage_path=str(storage), verbose=0, callbacks=callbacks,
-                                failure_config=tune.FailureConfig(max_failures=2, fail_fast=False))  # a lost node: retry the batch
-    started = time.perf_counter()
     done = {p.stem for p in (out_dir / "evaluated").glob("*.pkl")} if options.resume else set()
-    param_space = _param_space(space, searcher, options, done)
-    grid = None
-    if param_space is not None:  # None: a resumed search with nothing left to evaluate
-        tuner = tune.Tuner(trainable, param_space=param_space, tune_config=_tune_config(space, searcher, options),
-                           run_config=run_config)
-        with _quiet_tune():
-            grid = tuner.fit()
-    elapsed, ended = time.perf_counter() - started, time.time()
-    batches, (predicted, predict_s), first_call = ray.get(store.all.remote())
-    # The Tune run less its one-off start (the first trial's process boots Ray and imports Tune: ~1 s).
-    running = ended - first_call if first_call is not None else None
-    result = _collect(batches, plans, limit_gib, capacity_gib)
-    ray.kill(store)
-    errors = [str(e).splitlines()[0] for e in grid.errors] if grid is not None and grid.num_errors else []
+    tuned = uses_tune(searcher, len(plans), options)
+    started = time.perf_counter()
+    if tuned:
+        from orchestrator.tune_search import run_tune
+
+        run = run_tune(space, searcher, pool, out_dir, limit_gib, capacity_gib, options, done, on_batch)
+    else:
+        store = ResultStore(str(out_dir / "evaluated"), options.resume, limit_gib, capacity_gib)
+        run = _run_direct(space, pool, store, options, done, on_batch)
+    elapsed = time.perf_counter() - started
+    predicted, predict_s = run.predicted
+    # The run less its one-off start (with Tune, the first trial's process boots Ray and imports Tune: ~1 s).
+    running = run.ended - run.first_call if run.first_call is not None else None
+    result = _collect(run.batches, plans, limit_gib, capacity_gib)
     evaluated = len(result.plans) + len(result.failed)
     result.stats.update({
-        "searcher": searcher, "valid_plans": len(plans), "evaluated_plans": evaluated,
+        "searcher": searcher, "tune": tuned, "valid_plans": len(plans), "evaluated_plans": evaluated,
         "feasible_plans": int((~result.infeasible).sum()), "complete": evaluated == len(plans),
-        "trials": len(grid) if grid is not None else 0, "trials_failed": len(errors), "trial_errors": errors[:5],
+        "trials": run.trials, "trials_failed": len(run.errors), "trial_errors": run.errors[:5],
         "batches_reused": len(done),
         "batch_size": batch if searcher == "exhaustive" else None, "groups": len(space.groups),
         "group_axes": list(GROUP_AXES), "budget_s": options.budget_s, "search_s": round(elapsed, 3),
-        # plans/s over the whole Tune run (its start included), once the first trial runs, and while
-        # trials were predicting.
+        # plans/s over the whole run (its start included), once the first batch ran, and while waiting for
+        # the replicas' answers.
         "plans_per_s": round(evaluated / elapsed, 1) if elapsed > 0 else None,
         "running_s": round(running, 3) if running is not None else None,
         "plans_per_s_running": round(evaluated / running, 1) if running else None,
         "predict_s": round(predict_s, 3),
         "plans_per_s_predicting": round(predicted / predict_s, 1) if predict_s else None,
         "resumed": options.resume, "headroom": options.headroom, "memory_limit_gib": round(limit_gib, 3),
-        "tune_experiment": str(experiment),
+        "tune_experiment": run.experiment,
     })
     return result
 
 
-def _param_space(space: TuneSpace, searcher: str, options: SearchOptions, done: set[str]) -> dict[str, Any] | None:
-    """Tune's param_space; for a grid, only the batches not in `done` (stored by the run being resumed),
-    None when none is left."""
-    if searcher == "optuna":
-        return {}  # the define-by-run function (space.suggest) is the space
-    grid = space.grid(searcher, options.seed)
-    axis, values = next(iter(grid.items()))
-    if searcher == "random" and options.max_trials:
-        values = values[: options.max_trials]
-    values = [v for v in values if space.key({axis: v}) not in done]
-    return {axis: tune.grid_search(values)} if values else None
+def _run_direct(space: TuneSpace, pool: ReplicaPool, store: ResultStore, options: SearchOptions, done: set[str],
+                on_batch: Callable[[int, float], None] | None) -> Outcome:
+    """The exhaustive batches of `space` not in `done`, sent to the replicas from here, `options.concurrency` + 1 in
+    flight so the replicas predict the next batch while one is stored. Stops at the budget or a first Ctrl-C, as a
+    Tune run does, keeping what was stored."""
+    todo = deque(b for b in range(space.n_batches) if space.key({"batch": b}) not in done)
+    deadline = time.monotonic() + options.budget_s if options.budget_s else math.inf
+    flight: deque[tuple[int, list[int], Sent]] = deque()  # a batch: its index, its plans' indices, its chunks
+    trials, errors = 0, []
+    first_call = time.time() if todo else None
+    with _ctrl_c_stops() as interrupted:
+        try:
+            while todo or flight:
+                while todo and len(flight) <= options.concurrency:
+                    b = todo.popleft()
+                    members = space.batch(b)
+                    flight.append((b, members, pool.submit([space.plans[i] for i in members])))
+                b, members, sent = flight.popleft()
+                waited, left = time.perf_counter(), deadline - time.monotonic()
+                if left <= 0 or not _arrive(sent, left):
+                    break  # the budget is spent; the batch in flight is left unstored, as Tune stops its trial
+                trials += 1
+                try:
+                    answers = _answers(pool, sent, [space.plans[i] for i in members])
+                except Exception as err:  # noqa: BLE001 - a failed batch is recorded, as Tune records a failed trial
+                    errors.append(f"batch {b}: {type(err).__name__}: {err}".splitlines()[0])
+                    continue
+                summary = store.add(space.key({"batch": b}), np.asarray(members, dtype=np.int64), answers,
+                                    time.perf_counter() - waited)
+                if on_batch is not None:
+                    on_batch(summary["plans"], summary["score"])
+        except KeyboardInterrupt:
+            if not interrupted:
+                raise  # not a Ctrl-C: a SIGTERM (lifecycle.terminating) ends the command
+    batches, predicted, _ = store.all()
+    return Outcome(batches, predicted, first_call, time.time(), trials, errors, None)
 
 
-def _tune_config(space: TuneSpace, searcher: str, options: SearchOptions) -> tune.TuneConfig:
-    common = dict(metric="score", mode="min", reuse_actors=True, time_budget_s=options.budget_s,
-                  max_concurrent_trials=options.concurrency)
-    if searcher != "optuna":
-        return tune.TuneConfig(num_samples=1, **common)
-    import optuna
-    from ray.tune.search.optuna import OptunaSearch
+def _arrive(sent: Sent, seconds: float) -> bool:
+    """Wait up to `seconds` (> 0) for every chunk of `sent` to be answered (or to fail); whether they were."""
+    if seconds == math.inf:
+        return True
+    ready, _ = ray.wait(sent.refs, num_returns=len(sent.refs), timeout=seconds)
+    return len(ready) == len(sent.refs)
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    algo = OptunaSearch(space=space.suggest, metric="score", mode="min",
-                        sampler=optuna.samplers.TPESampler(seed=options.seed, n_startup_trials=16))
-    trials = options.max_trials or min(len(space.groups), 256)
-    return tune.TuneConfig(search_alg=algo, num_samples=trials, **common)
+
+def _answers(pool: ReplicaPool, sent: Sent, plans: list[Plan]) -> Answers:
+    """The answers of the batch `plans`, sent as `sent`; a batch that fails is sent again, `RETRIES` times at most."""
+    tries = RETRIES
+    while True:
+        try:
+            return pool.gather(sent)
+        except Exception:  # noqa: BLE001 - retried like a failed Tune trial; the last failure is raised
+            if not tries:
+                raise
+            tries -= 1
+            sent = pool.submit(plans)
+
+
+@contextmanager
+def _ctrl_c_stops() -> Iterator[list[int]]:
+    """A first Ctrl-C (SIGINT) in the block ends the search, as it ends a Tune run: the handler notes it in the list
+    the block gets and raises KeyboardInterrupt (the one exception Ray's blocking calls let through), so the block
+    tells it from a SIGTERM's KeyboardInterrupt (lifecycle.terminating); a second Ctrl-C meets the previous handler.
+    Main thread only, where signals are handled; without a Python SIGINT handler to come back to, none is set."""
+    seen: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+    if not callable(previous) or threading.current_thread() is not threading.main_thread():
+        yield seen
+        return
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        seen.append(signum)
+        signal.signal(signal.SIGINT, previous)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _collect(batches: dict[str, Batch], plans: list[Plan], limit_gib: float, capacity_gib: float) -> SearchResult:

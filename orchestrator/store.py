@@ -1,7 +1,8 @@
 """Where a search's answers go: one actor on the driver's node that keeps each trial's batch and writes it
 to `OUT/evaluated/` atomically, so the search is anytime and resumable.
 
-Kept apart from `orchestrator.search` so the store's worker process does not import Ray Tune.
+Kept apart from `orchestrator.search` and `orchestrator.tune_search` so the store's worker process imports
+neither; a search without Tune keeps its store in the driver (the same class, not an actor).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 import pickle
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,22 @@ from orchestrator.replicas import Answers
 
 # A stored batch: the indices (into the search's valid plans) of the plans it holds, in batch order, and their answers.
 Batch = tuple[np.ndarray, Answers]
+
+
+@dataclass
+class Outcome:
+    """What one search run left: the store's batches by key, the plans it predicted and the seconds spent waiting for
+    them, when the first batch asked the store (time.time; None if none did) and when the run ended, the trials
+    (batches) it ran, the first lines of the errors of those that failed, and Tune's experiment directory (None
+    without Tune)."""
+
+    batches: dict[str, Batch]
+    predicted: tuple[int, float]
+    first_call: float | None
+    ended: float
+    trials: int
+    errors: list[str]
+    experiment: str | None
 
 
 class SearchError(RuntimeError):

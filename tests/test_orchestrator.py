@@ -1,9 +1,11 @@
-"""The Ray search on an embedded local Ray: right answer, replica crash, failing trials, budgets, resume, memory."""
+"""The Ray search on an embedded local Ray: right answer, replica crash, failing trials, budgets, resume, memory;
+each of those both as a Ray Tune run and as the small exhaustive search that sends its batches to the replicas."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,10 @@ from predictor.models.analytical import AnalyticalPredictor  # noqa: E402
 from search_spaces import enumerate_plans, load_space  # noqa: E402
 from tests.gpt3_search import CAPACITY, GRAPH, PLANS, SPEC, best_direct, best_found  # noqa: E402
 
+# The two ways an exhaustive search runs: PLANS is small, so by default without Tune; a direct_limit of 0 makes it Tune.
+RUNNERS = {"tune": {"direct_limit": 0}, "direct": {}}
+runner = pytest.mark.parametrize("runner", list(RUNNERS))
+
 
 @pytest.fixture(scope="module")
 def pool():
@@ -27,19 +33,31 @@ def pool():
     ray.shutdown()
 
 
-def test_exhaustive_search_finds_the_direct_answer(pool, tmp_path) -> None:
+@runner
+def test_exhaustive_search_finds_the_direct_answer(pool, tmp_path, runner) -> None:
     batches = []
-    result = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=300), key="t",
+    result = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=300, **RUNNERS[runner]), key="t",
                         on_batch=lambda n, best: batches.append(n))
     assert result.stats["searcher"] == "exhaustive" and result.stats["complete"]
+    assert result.stats["tune"] == (runner == "tune") and (result.stats["tune_experiment"] is not None) == result.stats["tune"]
     assert sorted(str(e.plan) for e in result.evaluated) == sorted(map(str, PLANS))
     assert best_found(result) == best_direct()
     assert sum(batches) == len(PLANS)  # the progress callback saw every batch
     assert all(not i["gpu_ids"] for i in pool.ready())  # no GPU in this cluster: the replicas run on CPUs
-    assert len(list((tmp_path / "evaluated").glob("*.pkl"))) == result.stats["trials"]
-    # The running time excludes the trial process's start, so it is shorter and its rate higher.
-    assert 0 < result.stats["running_s"] < result.stats["search_s"]
-    assert result.stats["plans_per_s_running"] > result.stats["plans_per_s"]
+    assert len(list((tmp_path / "evaluated").glob("*.pkl"))) == result.stats["trials"] == -(-len(PLANS) // 300)
+    if runner == "tune":  # the running time excludes the trial process's start, so it is shorter and its rate higher
+        assert 0 < result.stats["running_s"] < result.stats["search_s"]
+        assert result.stats["plans_per_s_running"] > result.stats["plans_per_s"]
+
+
+def test_tune_and_direct_searches_give_the_same_answers(pool, tmp_path) -> None:
+    """The same plans, predictions and files either way: which runs the batches is no part of the answer."""
+    results = {name: run_search(PLANS, pool, tmp_path / name, CAPACITY, SearchOptions(batch_size=500, **options),
+                                key="same") for name, options in RUNNERS.items()}
+    rows = {name: sorted((str(e.plan), e.prediction, e.infeasible) for e in r.evaluated) for name, r in results.items()}
+    assert rows["tune"] == rows["direct"] and len(rows["tune"]) == len(PLANS)
+    files = {name: sorted(p.name for p in (tmp_path / name / "evaluated").iterdir()) for name in RUNNERS}
+    assert files["tune"] == files["direct"]
 
 
 def test_memory_infeasible_plans_are_kept_with_the_reason_never_ranked(pool, tmp_path) -> None:
@@ -52,7 +70,8 @@ def test_memory_infeasible_plans_are_kept_with_the_reason_never_ranked(pool, tmp
     assert best_found(result) == best_direct(headroom=0.5)
 
 
-def test_killing_a_replica_mid_search_keeps_the_answer(pool, tmp_path) -> None:
+@runner
+def test_killing_a_replica_mid_search_keeps_the_answer(pool, tmp_path, runner) -> None:
     before = {i["pid"] for i in pool.ready()}
     killed = []
 
@@ -61,19 +80,21 @@ def test_killing_a_replica_mid_search_keeps_the_answer(pool, tmp_path) -> None:
             ray.kill(pool.replicas[0], no_restart=False)
             killed.append(True)
 
-    result = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=100, concurrency=2), key="k",
-                        on_batch=kill_once)
+    result = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=100, concurrency=2, **RUNNERS[runner]),
+                        key="k", on_batch=kill_once)
     assert killed and result.stats["complete"] and result.stats["trials_failed"] == 0
     assert best_found(result) == best_direct()
     after = {i["pid"] for i in pool.ready()}
     assert after != before  # the killed replica runs again, in a new process
 
 
-def test_a_failing_trial_is_recorded_not_fatal(pool, tmp_path) -> None:
+@runner
+def test_a_failing_trial_is_recorded_not_fatal(pool, tmp_path, runner) -> None:
     broken = ReplicaPool.start("analytical", SPEC, GRAPH, count=1, max_restarts=0)
     broken.ready()
     ray.kill(broken.replicas[0], no_restart=True)
-    result = run_search(PLANS, broken, tmp_path, CAPACITY, SearchOptions(batch_size=len(PLANS)), key="f")
+    result = run_search(PLANS, broken, tmp_path, CAPACITY, SearchOptions(batch_size=len(PLANS), **RUNNERS[runner]),
+                        key="f")
     assert result.stats["trials_failed"] == result.stats["trials"] > 0
     assert result.evaluated == [] and result.stats["trial_errors"]
 
@@ -81,41 +102,57 @@ def test_a_failing_trial_is_recorded_not_fatal(pool, tmp_path) -> None:
 @pytest.mark.parametrize("searcher", ["optuna", "random"])
 def test_sampling_searchers_stay_in_budget_and_valid(pool, tmp_path, searcher) -> None:
     result = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(searcher=searcher, max_trials=12), key=searcher)
-    assert result.stats["searcher"] == searcher
+    assert result.stats["searcher"] == searcher and result.stats["tune"]
     assert 0 < result.stats["trials"] <= 12
     valid = set(map(str, PLANS))
     assert result.evaluated and all(str(e.plan) in valid for e in result.evaluated)
     assert not result.stats["complete"]
 
 
-def test_budget_stops_early_with_what_was_found_and_resume_completes(pool, tmp_path) -> None:
-    result = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=20, concurrency=1, budget_s=0.5),
-                        key="b")
+@runner
+def test_budget_stops_early_with_what_was_found_and_resume_completes(pool, tmp_path, runner) -> None:
+    options = {"batch_size": 20, "concurrency": 1, **RUNNERS[runner]}
+    # Each batch stored takes 0.1 s here too (the progress callback), so the budget ends the search.
+    result = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(budget_s=0.5, **options), key="b",
+                        on_batch=lambda n, best: time.sleep(0.1))
     assert not result.stats["complete"] and result.stats["trials"] < len(PLANS) / 20
     assert all(e.prediction is not None for e in result.evaluated)
-    resumed = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=20, concurrency=1, resume=True),
-                         key="b")
+    resumed = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(resume=True, **options), key="b")
     assert resumed.stats["complete"] and resumed.stats["batches_reused"] == len(result.evaluated) // 20
     assert resumed.stats["trials"] == -(-len(PLANS) // 20) - resumed.stats["batches_reused"]
     assert best_found(resumed) == best_direct()
-    again = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=20, resume=True), key="b")
-    assert again.stats["complete"] and again.stats["trials"] == 0  # nothing left: no Tune run at all
+    again = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(resume=True, **options), key="b")
+    assert again.stats["complete"] and again.stats["trials"] == 0  # nothing left: no batch runs at all
 
 
-def test_ctrl_c_keeps_what_was_found_and_resume_completes(pool, tmp_path) -> None:
+@runner
+def test_ctrl_c_keeps_what_was_found_and_resume_completes(pool, tmp_path, runner) -> None:
     def interrupt_once(n: int, best: float) -> None:
         if not interrupted:
             interrupted.append(n)
-            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does: Tune saves its state and stops
+            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does: the search stops, keeping what it stored
 
     interrupted: list[int] = []
-    first = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=100, concurrency=1), key="r",
-                       on_batch=interrupt_once)
+    options = {"batch_size": 100, "concurrency": 1, **RUNNERS[runner]}
+    before = signal.getsignal(signal.SIGINT)
+    first = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(**options), key="r", on_batch=interrupt_once)
     assert interrupted and 0 < len(first.evaluated) < len(PLANS) and not first.stats["complete"]
-    resumed = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=100, concurrency=1, resume=True),
-                         key="r")
+    if runner == "direct":  # its own handler is gone again (Tune leaves its own installed)
+        assert signal.getsignal(signal.SIGINT) is before
+    resumed = run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(resume=True, **options), key="r")
     assert resumed.stats["resumed"] and resumed.stats["complete"]
     assert best_found(resumed) == best_direct()
+
+
+def test_sigterm_during_a_direct_search_is_not_taken_for_ctrl_c(pool, tmp_path) -> None:
+    """Under lifecycle.terminating a SIGTERM raises KeyboardInterrupt too; the search lets it end the command."""
+    from orchestrator.lifecycle import Terminated, terminating
+
+    def terminate(n: int, best: float) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(Terminated), terminating():
+        run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=100), key="s", on_batch=terminate)
 
 
 def test_resume_refuses_another_search(pool, tmp_path) -> None:

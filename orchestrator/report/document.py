@@ -61,7 +61,8 @@ def summary(report: Report) -> list[str]:
             f"{'/'.join(str(z.nodes) for z in report.sizes)}x{report.spec.cluster.gpus_per_node} GPUs; "
             f"predictor {report.predictor['name']} ({accuracy_text(report.predictor.get('accuracy'))}).",
             f"Space {sp.name}: {sp.candidates} candidates, {sp.valid} valid; searcher {s['searcher']} "
-            f"evaluated {s['evaluated_plans']} plans in {s['trials']} trials ({s['trials_failed']} failed), "
+            f"evaluated {s['evaluated_plans']} plans in {s['trials']} {'trials' if s.get('tune', True) else 'batches'} "
+            f"({s['trials_failed']} failed), "
             f"{s['search_s']} s, {s['plans_per_s']} plans/s; {report.ranked_total} fit in memory, "
             f"{report.infeasible_total} do not" + over]
 
