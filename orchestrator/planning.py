@@ -231,7 +231,9 @@ def run_plan(req: PlanRequest) -> "Report":
         done = time.perf_counter()
         req.timings["replicas_ready_s"] = ready_at - last[0]  # overlapped with the search's start
         lap("search_s")
-        if not req.validate:  # nothing left needs Ray: it shuts down while the report is made
+        # Nothing left needs Ray: it shuts down while the report is made. Not after a Tune run, whose objects (a
+        # stopped run's above all) this thread may still free, which Ray takes for a use after shutdown and exits.
+        if not req.validate and not result.stats["tune"]:
             pool.shutdown()
             pool = None
             if started:
