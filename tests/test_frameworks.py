@@ -115,7 +115,8 @@ def test_a_prediction_says_which_constants_price_it():
         (pred,) = AnalyticalPredictor().predict(spec, graph_for(spec.model), [Plan.parse("dp=8")])
         notes[device] = pred.extra["constants"]
     assert notes["h100"] == "megatron constants calibrated on hopper"
-    assert notes["a100-80gb"].startswith("first principles: megatron has no constants fitted on ampere")
+    assert notes["a100-80gb"].startswith("first principles: megatron has no constants fitted on ampere "
+                                         "(fitted on blackwell, hopper; on b200 alone)")
 
 
 # A framework added in one place: this module object, registered by the fixture below. Nothing else names it.

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from predictor.device_resolver import spec_device
 from predictor.frameworks import Framework, framework_for
-from predictor.hardware import Device, gemm_facts, generation
+from predictor.hardware import GENERATIONS, Device, gemm_facts, generation
 from predictor.layer_graph import LayerGraph
 from predictor.models.base import Predictor
 from predictor.models.plan_batch import PlanPieces
@@ -35,7 +35,10 @@ def constants_note(framework: Framework, gen: str, device: str = "") -> str:
     if gen in framework.constants:
         own = f" and on {device}" if device in framework.constants else ""
         return f"{framework.name} constants calibrated on {gen}{own}"
-    fitted = ", ".join(sorted(framework.constants)) or "no generation"
+    generations = set(GENERATIONS.values())
+    fitted = ", ".join(sorted(key for key in framework.constants if key in generations)) or "no generation"
+    devices = sorted(key for key in framework.constants if key not in generations)
+    fitted += f"; on {', '.join(devices)} alone" if devices else ""
     facts = f"; GEMM efficiency from the {gen} device facts" if gemm_facts(gen, "bf16") else ""
     return f"first principles: {framework.name} has no constants fitted on {gen} (fitted on {fitted}){facts}"
 
