@@ -37,7 +37,7 @@ import numpy as np
 import ray
 
 from orchestrator.replicas import Answers, ReplicaPool, Sent, join_tables
-from orchestrator.store import Batch, Outcome, ResultStore, SearchError, memory_reason, prepare_store
+from orchestrator.store import RETRIES, Batch, Outcome, ResultStore, SearchError, memory_reason, prepare_store
 from predictor.plan import Plan
 from predictor.prediction import Prediction
 from predictor.prediction_table import PredictionTable
@@ -49,7 +49,6 @@ EXHAUSTIVE_LIMIT = 2_000_000  # predicting every plan beats sampling while the d
 DIRECT_LIMIT = 100_000  # an exhaustive search up to this many plans runs without Tune (a few seconds of predicting)
 MAX_BATCH = 131_072
 STORE_FORMAT = "plan-indices-table-2"  # stored batches: plans by their index in the enumeration, answers as columns (2: stage memories end to end)
-RETRIES = 2  # a failing batch is tried this many more times before it is recorded as failed (Tune's max_failures)
 
 
 @dataclass

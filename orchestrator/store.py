@@ -20,6 +20,8 @@ from orchestrator.replicas import Answers
 
 # A stored batch: the indices (into the search's valid plans) of the plans it holds, in batch order, and their answers.
 Batch = tuple[np.ndarray, Answers]
+# A failing batch is tried this many more times before it is recorded as failed, with Tune or without.
+RETRIES = 2
 
 
 @dataclass

@@ -23,7 +23,7 @@ from ray import tune
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator.replicas import ReplicaPool
-from orchestrator.store import Outcome, ResultStore
+from orchestrator.store import RETRIES, Outcome, ResultStore
 from search_spaces import TuneSpace
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def run_tune(space: TuneSpace, searcher: str, pool: ReplicaPool, out_dir: Path, 
     callbacks = [_Progress(on_batch)] if on_batch else []
     storage = out_dir / "tune"
     run_config = tune.RunConfig(name=EXPERIMENT, storage_path=str(storage), verbose=0, callbacks=callbacks,
-                                failure_config=tune.FailureConfig(max_failures=2, fail_fast=False))  # a lost node: retry the batch
+                                failure_config=tune.FailureConfig(max_failures=RETRIES, fail_fast=False))  # a lost node: retry the batch
     param_space = _param_space(space, searcher, options, done)
     grid = None
     if param_space is not None:  # None: a resumed search with nothing left to evaluate
