@@ -44,6 +44,34 @@ def ape(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
     return 100 * np.abs(np.asarray(predicted) - np.asarray(measured)) / np.asarray(measured)
 
 
+@dataclass(frozen=True)
+class GroupChoice:
+    """Candidates chosen by MAPE on measured runs: the one chosen on every run (`in_file`), the one chosen without
+    each group's runs (`without`, by group), and each run's prediction by the candidate chosen without its group
+    (`cv`, the cross-validated prediction)."""
+
+    in_file: int
+    without: dict[str, int]
+    cv: np.ndarray
+
+
+def leave_one_group_out(predicted: np.ndarray, measured: np.ndarray, groups: np.ndarray) -> GroupChoice:
+    """Choose among candidates, `predicted` holding one row of the runs' predictions per candidate, by MAPE against
+    `measured`: on every run, and per group (a plan, a model) on the other groups' runs to predict its own."""
+    errors = np.abs(predicted - measured) / measured
+
+    def best(rows: np.ndarray) -> int:
+        return int(np.argmin(errors[:, rows].mean(axis=1)))
+
+    cv = np.empty(len(measured))
+    without = {}
+    for group in sorted(set(groups)):
+        held = groups == group
+        without[group] = best(~held)
+        cv[held] = predicted[without[group], held]
+    return GroupChoice(best(np.ones(len(measured), dtype=bool)), without, cv)
+
+
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
     """Spearman rank correlation (ties ranked by their mean); NaN under 3 values or when either side is constant."""
     if len(a) < 3:

@@ -74,20 +74,9 @@ def fit(path: Path) -> Fit:
     plans = df[["tp", "pp", "dp"]].astype(str).agg("/".join, axis=1).to_numpy()
     base = base_config()
     table = np.array([modern_eval.predict_rows(rows, replace(base, **{FIELD: value})) for value in GRID])
-    errors = np.abs(table / measured - 1)
-
-    def best(on: np.ndarray) -> int:
-        return int(np.argmin(errors[:, on].mean(axis=1)))
-
-    cv = np.empty(len(measured))
-    chosen = {}
-    for plan in sorted(set(plans)):
-        held = plans == plan
-        i = best(~held)
-        chosen[plan] = float(GRID[i])
-        cv[held] = table[i, held]
-    i = best(np.ones(len(measured), dtype=bool))
-    return Fit(df, measured, plans, table[i], cv, chosen, float(GRID[i]))
+    choice = common.leave_one_group_out(table, measured, plans)
+    return Fit(df, measured, plans, table[choice.in_file], choice.cv,
+               {plan: float(GRID[i]) for plan, i in choice.without.items()}, float(GRID[choice.in_file]))
 
 
 def record(result: Fit) -> None:

@@ -94,20 +94,10 @@ def calibrate(path: Path) -> Calibration:
     frames = [predict_file(path, AnalyticalPredictor(cfg)).dropna(subset=["predicted (ms)"]) for cfg in grid]
     df = frames[0].drop(columns="predicted (ms)")
     measured = df["iteration time (ms)"].to_numpy()
-    predicted = [f["predicted (ms)"].to_numpy() for f in frames]
-    folds = models(df)
-
-    def best(rows: np.ndarray) -> int:
-        return int(np.argmin([modern_eval.mape(p[rows], measured[rows]) for p in predicted]))
-
-    everywhere = best(np.ones(len(df), dtype=bool))
-    df["predicted (ms)"], df["cross-validated (ms)"], chosen = predicted[everywhere], np.nan, {}
-    for model in sorted(set(folds)):
-        held = folds == model
-        k = best(~held)
-        chosen[model] = grid[k]
-        df.loc[held, "cross-validated (ms)"] = predicted[k][held]
-    return Calibration(df, grid[everywhere], chosen)
+    predicted = np.array([f["predicted (ms)"].to_numpy() for f in frames])
+    choice = common.leave_one_group_out(predicted, measured, models(df))
+    df["predicted (ms)"], df["cross-validated (ms)"] = predicted[choice.in_file], choice.cv
+    return Calibration(df, grid[choice.in_file], {model: grid[k] for model, k in choice.without.items()})
 
 
 def constants_text(cfg: AnalyticalConfig) -> str:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from bench import accuracy
+from bench.common import leave_one_group_out
 
 MEASURED = np.array([1.0, 2.0, 4.0])
 
@@ -58,3 +59,14 @@ def test_interval_coverage_per_key_holds_out_each_workload():
     assert covered["fw/gen"]["rows"] == 40 and 50 < covered["fw/gen"]["coverage_pct"] < 95
     assert covered["fw/other"] == {"rows": 3, "coverage_pct": None}  # one workload: no interval without it
     accuracy.HELD_OUT.clear()
+
+
+def test_a_held_out_group_is_predicted_by_the_candidate_the_other_groups_choose():
+    measured = np.array([1.0, 1.0, 2.0, 2.0])
+    groups = np.array(["a", "a", "b", "b"])
+    # Candidate 0 is exact on group a and 50 % off on b; candidate 1 the reverse; candidate 2 is 10 % off everywhere.
+    predicted = np.array([[1.0, 1.0, 3.0, 3.0], [1.5, 1.5, 2.0, 2.0], [1.1, 1.1, 2.2, 2.2]])
+    choice = leave_one_group_out(predicted, measured, groups)
+    assert choice.in_file == 2
+    assert choice.without == {"a": 1, "b": 0}
+    assert choice.cv.tolist() == [1.5, 1.5, 3.0, 3.0]
