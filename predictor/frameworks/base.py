@@ -172,7 +172,7 @@ def as_run(plan: Plan, framework: Framework) -> Plan:
     ranks, tp, pp); cp_comm and schedule at their defaults where cp or pp is 1; placement as the rank order.
     """
     exchanged: set[str] = set()
-    if plan.dp * plan.cp > 1:
+    if plan.group_size("dp") > 1:
         exchanged |= {"dp", "param"} if plan.zero >= 1 else {"dp"}
     exchanged |= {kind for kind in ("tp", "pp", "ep") if getattr(plan, kind) > 1}
     kinds = framework.overlap(plan) & exchanged

@@ -63,7 +63,7 @@ def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     wanted = overlap_kinds(plan.overlap)
     if wanted is None:
         return errors
-    always = {"dp"} if plan.dp * plan.cp > 1 else set()
+    always = {"dp"} if plan.group_size("dp") > 1 else set()
     if plan.zero >= 2:
         always.add("param")
     if plan.pp > 1:

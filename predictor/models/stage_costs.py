@@ -179,7 +179,7 @@ def dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float,
         grad_calls = np.maximum(1.0, np.ceil(grads / DDP_BUCKET_BYTES))
         if plan.zero == 0:
             param_calls = np.zeros_like(psi)
-            grad, param = grad_calls * (comm.allreduce(grads / grad_calls, g) + call_s), param_calls
+            grad, param = grad_calls * (comm.allreduce(grads / grad_calls, g) + call_s), np.zeros_like(psi)
         else:
             param_calls = grad_calls
             grad = grad_calls * (comm.reduce_scatter(grads / grad_calls, g) + call_s)
@@ -206,7 +206,7 @@ def optimizer_time(spec: WorkloadSpec, lay: Layout, psi: np.ndarray, psi_exp: np
     if plan.moments == "bf16":
         state -= 4.0 if spec.training.optimizer == "adam" else 2.0
     opt_bytes = 2 * state + lay.grad_bytes + lay.param_bytes
-    shard, expert_shard = (plan.dp * plan.cp, lay.edp_group.size) if plan.zero >= 1 else (1, 1)
+    shard, expert_shard = (plan.group_size("dp"), lay.edp_group.size) if plan.zero >= 1 else (1, 1)
     local = float(((psi - psi_exp) / shard + psi_exp / expert_shard).max())
     host = plan.optimizer_offload
     bw = device.mem_bandwidth * cfg.bw_eff
