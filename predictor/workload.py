@@ -263,7 +263,7 @@ RECIPE_PRECISION: dict[str, str] = {"delayed": "fp8", "current": "fp8", "blockwi
 class TrainingSpec(_Strict):
     global_batch: int = Field(strict=True, gt=0, le=_MAX_TOKENS, description="samples per iteration over all data-parallel ranks")
     precision: Literal["fp32", "fp16", "bf16", "fp8", "fp4"] = "bf16"
-    recipe: Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"] | None = Field(
+    recipe: Literal[tuple(RECIPE_PRECISION)] | None = Field(
         default=None, description="fp8/fp4: Transformer Engine's scaling recipe (FP8 delayed or current per-tensor "
                                   "scaling, FP8 block scaling, MXFP8; NVFP4 for fp4); default MXFP8 for fp8 on a "
                                   "device with block-scaled tensor cores (Blackwell), else current scaling")

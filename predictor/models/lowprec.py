@@ -47,7 +47,7 @@ import numpy as np
 from predictor.hardware import Device, default_recipe, generation, tensor_core_facts
 from predictor.layer_graph import LayerGraph
 from predictor.parallel import ShardedNodes
-from predictor.workload import LOW_PRECISIONS, WorkloadSpec
+from predictor.workload import LOW_PRECISIONS, RECIPE_PRECISION, WorkloadSpec
 
 SOURCE_BYTES = 2.0  # the BF16 tensor a quantisation kernel reads (activations, gradients and the weights' copy)
 
@@ -78,7 +78,7 @@ RECIPES: dict[str, Recipe] = {
     "mxfp8": Recipe("mxfp8", "fp8", 1.0, 1 / 32, amax_pass=False, own_columnwise=True),
     "nvfp4": Recipe("nvfp4", "fp4", 0.5, 1 / 16, amax_pass=True, own_columnwise=True),
 }
-assert {r.precision for r in RECIPES.values()} == set(LOW_PRECISIONS)
+assert {name: r.precision for name, r in RECIPES.items()} == RECIPE_PRECISION  # the names a spec may ask for
 
 # Modules the layer graph keeps apart that Megatron-Core runs as one TE linear on one input (linear_qkv, linear_fc1):
 # by their last path component, under one parent.
