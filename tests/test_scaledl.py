@@ -55,7 +55,8 @@ def test_training_beats_the_untrained_composition_on_held_out_real_rows(fitted, 
     learned, _ = predict_samples(fitted, test)
     plain = ScaleDLPredictor(use_gnn=False, use_global=False).fit(TrainingData(train))  # factors all 1
     untrained, _ = predict_samples(plain, test)
-    analytical, _ = predict_samples(AnalyticalPredictor(), test)
+    # ScaleDL composes first principles (AnalyticalConfig), not DeepSpeed's constants recorded on these rows.
+    analytical, _ = predict_samples(AnalyticalPredictor(AnalyticalConfig()), test)
     # No layer data for A100 and no dispatch term on a GPU: the plain sum is the analytical time.
     assert all(overhead_seconds(graph_of(s.spec), s.plan, s.spec) == 0 for s in test)
     np.testing.assert_allclose(untrained, analytical, rtol=1e-9)
@@ -257,8 +258,9 @@ def test_small_data_chooses_its_epochs_by_cross_validation_and_may_keep_the_comp
     chosen: list[int] = []
     cv_epochs = gnn_training.cv_epochs
     monkeypatch.setattr(gnn_training, "cv_epochs", lambda *a: chosen.append(cv_epochs(*a)) or chosen[-1])
-    priced, _ = predict_samples(AnalyticalPredictor(), small)  # A100 has no layer timings: plain sum = analytical
-    composition, _ = predict_samples(AnalyticalPredictor(), test)
+    first_principles = AnalyticalPredictor(AnalyticalConfig())  # what ScaleDL composes, before any calibration
+    priced, _ = predict_samples(first_principles, small)  # A100 has no layer timings: plain sum = analytical
+    composition, _ = predict_samples(first_principles, test)
     kept = 0
     for draw in range(6):
         noise = np.random.default_rng(draw).normal(0.0, 0.2, len(small))
