@@ -8,6 +8,7 @@ so one imports another's functions (bench/accuracy.py runs the eval scripts' tab
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,26 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SHARED = ROOT.parent / "shared"
+
+
+def merge_json(path: Path, entries: dict) -> None:
+    """Replace the top-level `entries` of the JSON file at `path` (created when missing), keeping its other keys, and
+    write it atomically, so a script that records one framework's or one device's figures leaves the others'."""
+    table = json.loads(path.read_text()) if path.is_file() else {}
+    table.update(entries)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(table, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+    print(f"recorded in {path}")
+
+
+def record_constants(path: Path, framework: str, entry: dict, device: str | None = None) -> None:
+    """Store `framework`'s constants in the framework-constants file at `path`: `entry` as its generations' fit,
+    keeping the per-device fits other files chose, or, given `device`, as that device's own fit."""
+    current = (json.loads(path.read_text()) if path.is_file() else {}).get(framework, {})
+    by_device = {**current.get("by_device", {}), **({device: entry} if device else {})}
+    merged = {**(current if device else entry), **({"by_device": by_device} if by_device else {})}
+    merge_json(path, {framework: merged})
 
 
 def parser(doc: str, shared: bool = False) -> argparse.ArgumentParser:

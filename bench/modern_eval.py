@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import datetime
 import itertools
-import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -239,36 +238,25 @@ def main() -> int:
     return 0
 
 
-def write_json(path: Path, table: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(table, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
-
-
 def record(cfg: AnalyticalConfig, cv_by_system: dict[str, tuple[float, int]], rows: int, cv_all: float,
            moe_rows: int, moe_cv: float, measured: np.ndarray, cv: np.ndarray) -> None:
     """Store the Megatron-Core constants and each device's cross-validated accuracy (atomically), with the residual
     quantiles of its prediction intervals: pooled over every dense row's leave-one-system-out residual (`measured`
     against `cv`), since two or three rows per system cannot place an 80 % interval's tails."""
     today = datetime.date.today().isoformat()
-    constants = json.loads(CONSTANTS_FILE.read_text()) if CONSTANTS_FILE.is_file() else {}
-    own = {k: v for k, v in constants.get("megatron", {}).items() if k == "by_device"}  # other files' fits
-    constants["megatron"] = {**own, "constants": {k: asdict(cfg)[k] for k in (*CALIBRATED_FIELDS, *MOE_CALIBRATED_FIELDS)},
-                             "generations": sorted({GENERATIONS[d] for d in BRIDGE_DEVICES.values()}),
-                             "source": f"{FILE}: {rows} dense rows, chosen on all of them; leave-one-system-out "
-                                       f"MAPE {100 * cv_all:.1f}%; MoE constants on its {moe_rows} MoE rows with the "
-                                       f"dense ones fixed, leave-one-system-out MAPE {100 * moe_cv:.1f}%", "measured_by": "bench/modern_eval.py --record",
-                             "date": today}
-    write_json(CONSTANTS_FILE, constants)
-    accuracy = json.loads(ANALYTICAL_ACCURACY.read_text()) if ANALYTICAL_ACCURACY.is_file() else {}
+    common.record_constants(CONSTANTS_FILE, "megatron", {
+        "constants": {k: asdict(cfg)[k] for k in (*CALIBRATED_FIELDS, *MOE_CALIBRATED_FIELDS)},
+        "generations": sorted({GENERATIONS[d] for d in BRIDGE_DEVICES.values()}),
+        "source": f"{FILE}: {rows} dense rows, chosen on all of them; leave-one-system-out MAPE {100 * cv_all:.1f}%; "
+                  f"MoE constants on its {moe_rows} MoE rows with the dense ones fixed, leave-one-system-out MAPE "
+                  f"{100 * moe_cv:.1f}%",
+        "measured_by": "bench/modern_eval.py --record", "date": today})
     quantiles = {**residual_quantiles(measured, cv), "pooled": f"the {rows} dense rows of every system, each held out with its system"}
-    for system, (error, n) in cv_by_system.items():
-        accuracy[BRIDGE_DEVICES[system]] = {
-            "mape_pct": round(100 * error, 2), "rows": n, "date": today, "framework": "megatron",
-            "source": f"{FILE} (Megatron-Core recipes, dense rows; {system} held out while the framework constants "
-                      f"were chosen)", "measured_by": "bench/modern_eval.py --record", "residual_quantiles": quantiles}
-    write_json(ANALYTICAL_ACCURACY, accuracy)
-    print(f"recorded in {CONSTANTS_FILE} and {ANALYTICAL_ACCURACY}")
+    common.merge_json(ANALYTICAL_ACCURACY, {BRIDGE_DEVICES[system]: {
+        "mape_pct": round(100 * error, 2), "rows": n, "date": today, "framework": "megatron",
+        "source": f"{FILE} (Megatron-Core recipes, dense rows; {system} held out while the framework constants were "
+                  f"chosen)", "measured_by": "bench/modern_eval.py --record", "residual_quantiles": quantiles}
+        for system, (error, n) in cv_by_system.items()})
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ Blackwell devices (GB200, GB300, B300) run other power limits and data-sheet pea
 from __future__ import annotations
 
 import datetime
-import json
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -81,16 +80,12 @@ def fit(path: Path) -> Fit:
 
 def record(result: Fit) -> None:
     """Store the in-file value as Megatron-Core's own B200 constant, with its cross-validated MAPE."""
-    constants = json.loads(CONSTANTS_FILE.read_text()) if CONSTANTS_FILE.is_file() else {}
-    entry = constants.setdefault("megatron", {})
-    entry.setdefault("by_device", {})[DEVICE] = {
+    common.record_constants(CONSTANTS_FILE, "megatron", {
         "constants": {FIELD: result.in_file_value},
         "source": f"{memory_eval.SIMUMAX}: {len(result.measured)} BF16 runs of {len(set(result.plans))} plans on 8 "
                   f"B200, chosen on all of them (MAPE {100 * modern_eval.mape(result.in_file, result.measured):.1f}%); "
                   f"leave-one-plan-out MAPE {100 * modern_eval.mape(result.cv, result.measured):.1f}%",
-        "measured_by": "bench/simumax_time.py --record", "date": datetime.date.today().isoformat()}
-    modern_eval.write_json(CONSTANTS_FILE, constants)
-    print(f"recorded in {CONSTANTS_FILE}")
+        "measured_by": "bench/simumax_time.py --record", "date": datetime.date.today().isoformat()}, device=DEVICE)
 
 
 def main() -> int:

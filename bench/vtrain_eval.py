@@ -26,7 +26,6 @@ the analytical predictor on this device.
 from __future__ import annotations
 
 import datetime
-import json
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -176,27 +175,21 @@ def record_constants(cal: Calibration, source: str) -> None:
     with the file's leave-one-model-out MAPE."""
     df = cal.frame
     cv = modern_eval.mape(df["cross-validated (ms)"].to_numpy(), df["iteration time (ms)"].to_numpy())
-    constants = json.loads(CONSTANTS_FILE.read_text()) if CONSTANTS_FILE.is_file() else {}
-    constants[FRAMEWORK] = {"constants": {k: asdict(cal.in_file)[k] for k in GRID},
+    common.record_constants(CONSTANTS_FILE, FRAMEWORK, {"constants": {k: asdict(cal.in_file)[k] for k in GRID},
                             "generations": [GENERATIONS[DEVICE]],
                             "source": f"{source}: {len(df)} rows of Megatron-DeepSpeed on 2-8 A100, chosen on all of "
                                       f"them; leave-one-model-out MAPE {100 * cv:.1f}%",
-                            "measured_by": "bench/vtrain_eval.py --record", "date": datetime.date.today().isoformat()}
-    modern_eval.write_json(CONSTANTS_FILE, constants)
-    print(f"recorded in {CONSTANTS_FILE}")
+                            "measured_by": "bench/vtrain_eval.py --record", "date": datetime.date.today().isoformat()})
 
 
 def record(df: pd.DataFrame, source: str) -> None:
     """Merge this device's measured accuracy, with the residual quantiles of its prediction intervals, into the
     analytical accuracy file (atomically)."""
     ok = df.dropna(subset=["predicted (ms)"])
-    table = json.loads(ANALYTICAL_ACCURACY.read_text()) if ANALYTICAL_ACCURACY.is_file() else {}
-    table[DEVICE] = {**headline(df), "framework": FRAMEWORK,
+    common.merge_json(ANALYTICAL_ACCURACY, {DEVICE: {**headline(df), "framework": FRAMEWORK,
                      "source": f"{source} (vTrain, 64-512 A100s; never fitted on)",
                      "measured_by": "bench/vtrain_eval.py --record", "date": datetime.date.today().isoformat(),
-                     "residual_quantiles": residual_quantiles(ok["iteration time (ms)"], ok["predicted (ms)"])}
-    modern_eval.write_json(ANALYTICAL_ACCURACY, table)
-    print(f"recorded in {ANALYTICAL_ACCURACY}")
+                     "residual_quantiles": residual_quantiles(ok["iteration time (ms)"], ok["predicted (ms)"])}})
 
 
 if __name__ == "__main__":

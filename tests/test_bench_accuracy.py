@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bench import accuracy
-from bench.common import leave_one_group_out
+from bench.common import leave_one_group_out, record_constants
 
 MEASURED = np.array([1.0, 2.0, 4.0])
 
@@ -70,3 +70,20 @@ def test_a_held_out_group_is_predicted_by_the_candidate_the_other_groups_choose(
     assert choice.in_file == 2
     assert choice.without == {"a": 1, "b": 0}
     assert choice.cv.tolist() == [1.5, 1.5, 3.0, 3.0]
+
+
+def test_recording_one_framework_keeps_the_other_fits(tmp_path):
+    """Each calibration script records its own entry of the constants file: a generation fit keeps the per-device fits
+    another file chose, a device fit keeps the generation's, and other frameworks are untouched."""
+    path = tmp_path / "framework-constants.json"
+    record_constants(path, "deepspeed", {"constants": {"call_s": 1e-4}, "generations": ["ampere"]})
+    record_constants(path, "megatron", {"constants": {"bf16_gemm_eff_max": 0.45}}, device="b200")
+    record_constants(path, "megatron", {"constants": {"gemm_eff_max": 0.65}, "generations": ["hopper"]})
+    assert json.loads(path.read_text()) == {
+        "deepspeed": {"constants": {"call_s": 1e-4}, "generations": ["ampere"]},
+        "megatron": {"constants": {"gemm_eff_max": 0.65}, "generations": ["hopper"],
+                     "by_device": {"b200": {"constants": {"bf16_gemm_eff_max": 0.45}}}}}
+    record_constants(path, "megatron", {"constants": {"bf16_gemm_eff_max": 0.5}}, device="b200")
+    assert json.loads(path.read_text())["megatron"]["constants"] == {"gemm_eff_max": 0.65}
+    assert json.loads(path.read_text())["megatron"]["by_device"]["b200"]["constants"] == {"bf16_gemm_eff_max": 0.5}
+    assert not list(tmp_path.glob("*.tmp"))
