@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from dataclasses import replace
 
 import pytest
 
@@ -152,7 +153,8 @@ def test_device_facts_are_sourced_and_describe_catalogue_devices():
             assert len(entry["source"]) > 20, (section, entry)  # a citation, not a placeholder
             if "generation" in entry:
                 assert entry["generation"] in set(GENERATIONS.values())
-                assert entry["device"] in DEVICES and GENERATIONS[entry["device"]] == entry["generation"]
+                if "datasheet_gbps" not in entry:  # a device outside the catalogue names its data-sheet bandwidth
+                    assert entry["device"] in DEVICES and GENERATIONS[entry["device"]] == entry["generation"]
     # a GEMM table's achieved rate never exceeds the device's dense peak at that precision
     for entry in facts["gemm"]:
         peak = DEVICES[entry["device"]].flops(entry["precision"])
@@ -176,4 +178,5 @@ def test_first_principles_take_gemm_efficiency_from_the_generations_public_table
     assert len(errors) > 20 and max(errors) < 0.3 and sum(errors) / len(errors) < 0.12
     # Blackwell's BF16 GEMMs reach a smaller share of their peak than Hopper's (XLA's tables: 63 % vs 79 % at 4096³)
     assert device_config("blackwell").gemm_eff_max < device_config("hopper").gemm_eff_max < 0.95
-    assert device_config("ampere") == AnalyticalConfig()  # no public table in the catalogue: the defaults
+    # no public GEMM table in the catalogue: the default GEMM constants (its bandwidth share is the device facts')
+    assert replace(device_config("ampere"), bw_eff=0.9) == AnalyticalConfig()

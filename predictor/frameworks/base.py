@@ -84,7 +84,9 @@ class Framework:
       offers them; the rules refuse a switch the framework does not have);
     - `fused_attention`: whether its attention is a fused (flash) kernel, which saves no s² scores and skips the
       masked half of causal attention; `attention_kernel` names that kernel, as a prediction's extra does beside
-      the seconds it takes (`extra['framework_s']['attention']`);
+      the seconds it takes (`extra['framework_s']['attention']`); `attention_backends` names, per device generation,
+      the kernel of the device facts' attention figures it runs (`predictor.models.attention`), none where its
+      library's choice there is not catalogued;
     - `constants`: the analytical model's constants calibrated on measurements of it, by device generation and by
       device (`recorded_constants`);
     - `memory`: what it keeps on a GPU (`predictor.memory.accounting` prices a rank with them);
@@ -111,6 +113,7 @@ class Framework:
     # Whether it recomputes named modules and a count of full layers (Megatron-Core's --recompute-modules and
     # --recompute-method block --recompute-num-layers); the others recompute none, selective or full only.
     recompute_modules: bool = False
+    attention_backends: Mapping[str, str] = field(default_factory=dict)
     # The memory levers of LEVERS it pulls (its rules may narrow their values).
     levers: frozenset[str] = frozenset()
 

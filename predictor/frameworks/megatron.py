@@ -395,9 +395,14 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
                 overlap=overlap_value(kinds), cp_comm=cp_comm, **_read_levers(args))
 
 
+# Transformer Engine's DotProductAttention backend where both are installed (its get_attention_backend): FlashAttention
+# on Ampere; FusedAttention (cuDNN) on Hopper and later, "to give FusedAttention preference on Hopper+ for performance
+# reasons" (transformer_engine/pytorch/attention/dot_product_attention/utils.py).
+TE_ATTENTION = {"ampere": "flash-attention-2", "hopper": "cudnn", "blackwell": "cudnn"}
+
 MEGATRON = Framework(NAME, "Megatron-Core", _rules, _default_overlap, frozenset(OVERLAP_KINDS), fused_attention=True,
                      attention_kernel="fused: Transformer Engine's DotProductAttention (FlashAttention or cuDNN)",
                      precisions=("fp32", "fp16", "bf16", "fp8", "fp4"), memory=MEMORY, space=SPACE,
                      constants=recorded_constants(NAME), launch=Launch(ARGS_FILE, _write, _read, _model_errors),
                      never={"schedule": ("gpipe",), "orders": other_orders(ORDERS)}, recompute_modules=True,
-                     levers=frozenset(LEVERS))
+                     levers=frozenset(LEVERS), attention_backends=TE_ATTENTION)

@@ -280,4 +280,6 @@ TORCHTITAN = Framework(NAME, "torchtitan", _rules, _default_overlap, frozenset(O
                        fused_attention=True, attention_kernel="fused: PyTorch scaled_dot_product_attention (flash)",
                        precisions=("fp32", "bf16", "fp8"), memory=MEMORY, space=SPACE,
                        constants=recorded_constants(NAME), launch=Launch(TOML_FILE, _write, _read, _model_errors),
-                       never={"zero": (1,), "orders": other_orders(ORDERS)})
+                       never={"zero": (1,), "orders": other_orders(ORDERS)},
+                       # PyTorch's SDPA flash backend is FlashAttention-2's kernels, built into PyTorch
+                       attention_backends={gen: "flash-attention-2" for gen in ("ampere", "hopper", "blackwell")})

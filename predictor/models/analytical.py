@@ -17,7 +17,7 @@ from predictor.hardware import GENERATIONS, Device, gemm_facts, generation
 from predictor.layer_graph import LayerGraph
 from predictor.models.base import Predictor
 from predictor.models.plan_batch import PlanPieces
-from predictor.models.roofline import AnalyticalConfig, framework_config
+from predictor.models.roofline import AnalyticalConfig, fused_attention_curves, framework_config
 from predictor.moe import active_params
 from predictor.plan import Plan
 from predictor.prediction import Prediction
@@ -41,6 +41,24 @@ def constants_note(framework: Framework, gen: str, device: str = "") -> str:
     fitted += f"; on {', '.join(devices)} alone" if devices else ""
     facts = f"; GEMM efficiency from the {gen} device facts" if gemm_facts(gen, "bf16") else ""
     return f"first principles: {framework.name} has no constants fitted on {gen} (fitted on {fitted}){facts}"
+
+
+def attention_note(framework: Framework, spec: WorkloadSpec, device: Device) -> str:
+    """What prices the attention of a prediction: the device facts' figures of the framework's fused kernel on the
+    device's generation, or where they do not (unfused attention, no figures of the kernel, constants fitted on the
+    generation) the batched-GEMM model, and why."""
+    curves = fused_attention_curves(spec, device)
+    if curves is not None:
+        return f"device facts: {curves.how}"
+    if not framework.fused_attention:
+        return "first principles: unfused attention as batched GEMMs plus the scores' passes through memory"
+    gen = generation(device)
+    kernel = framework.attention_backends.get(gen)
+    if kernel and (gen in framework.constants or device.name in framework.constants):
+        return (f"batched GEMMs at {framework.title}'s gemm_eff_max fitted on {gen} (with attention priced so); "
+                f"device facts of {kernel} not used")
+    return (f"first principles (GEMM efficiency): the device facts have no figures of {kernel or 'its fused kernel'} "
+            f"on {gen} at {spec.training.precision}")
 
 
 class AnalyticalPredictor(Predictor):
@@ -78,6 +96,7 @@ class AnalyticalPredictor(Predictor):
             table.shared_extra["constants"] = constants_note(pieces.framework, generation(pieces.device),
                                                              pieces.device.name)
         table.shared_extra["attention_kernel"] = pieces.framework.attention_kernel
+        table.shared_extra["attention_rate"] = attention_note(pieces.framework, spec, pieces.device)
         if spec.model.is_moe:  # all of a mixture of experts' parameters, and those one token passes (top_k experts)
             table.shared_extra.update(params=graph.params, active_params=active_params(graph.params, spec.model))
         return table

@@ -16,9 +16,10 @@ import numpy as np
 
 from predictor.plan import DECODER_FAMILIES
 from predictor.frameworks import Framework, framework_for
-from predictor.hardware import DEVICES, Device, GemmFact, device_facts, gemm_facts
+from predictor.hardware import DEVICES, GB, Device, GemmFact, device_facts, gemm_facts, generation
 from predictor.layer_graph import LayerGraph
 from predictor.parallel import BYTES, shard_nodes
+from predictor.models.attention import BWD_FLOPS, AttentionCurves, attention_curves
 from predictor.models.lowprec import low_precision_gemms, quantisation_times, recipe_of
 from predictor.workload import ModelSpec, WorkloadSpec
 
@@ -37,8 +38,11 @@ class AnalyticalConfig:
         cost is comparable to one tile's math. Measured CPUs: 32 (register/cache blocking of a
         single-thread BLAS kernel is tens of elements).
     tile: GEMM output tile edge for wave quantisation over the device's SMs (same guide).
-    bw_eff: achieved fraction of HBM bandwidth by streaming kernels (BabelStream-class results on
-        A100/H100 reach ~90% of the data sheet); measured devices: 1.0.
+    bw_eff: achieved fraction of the data sheet's HBM bandwidth by streaming kernels (the elementwise and normalisation
+        layers, unfused softmax, the quantisation passes). Where the generation has STREAM-like measurements in the
+        device facts, `device_config` takes their geometric mean (Ampere 0.882: memcpy and copy benchmarks on A100 40GB
+        and A800 80GB; Blackwell 0.840: CCCL's BabelStream on B200); elsewhere 0.9 (BabelStream-class results reach
+        ~90 % of the data sheet); measured devices: 1.0.
     launch_s: per-kernel launch and inter-kernel gap on a GPU, a few microseconds (CUDA launch
         latency as shown in NVIDIA's CUDA Graphs material); forward of a node ~1 kernel, backward ~2.
     score_passes: extra memory passes over the attention scores beyond the two batched GEMMs
@@ -91,7 +95,7 @@ class AnalyticalConfig:
     call_s: a collective or pipeline send/recv call's cost beyond its α-β time (the framework's
         and the communication library's own work per call). 0 from first principles; learned from
         measured iterations with host_op_s by `predictor.models.calibration`; recorded for DeepSpeed on Ampere
-        with host_op_s (150 µs). A measured CPU's step costs (collective_call_s, p2p_call_s in Device.extra) take
+        with host_op_s (100 µs). A measured CPU's step costs (collective_call_s, p2p_call_s in Device.extra) take
         precedence.
     step_p2p: whether a pipeline send/recv is charged a measured CPU's in-step p2p cost (p2p_call_s).
         This model charges it: without it, it predicts the CPU dataset's in-domain training rows of
@@ -170,14 +174,25 @@ def _best_fraction(fact: GemmFact) -> float:
     return max([p[4] for p in fact.points] + [fact.best]) / peak
 
 
+def _stream_fraction(generation: str) -> float | None:
+    """The geometric mean of achieved over data-sheet bandwidth of the generation's STREAM-like catalogue entries."""
+    shares = [e["achieved_gbps"] * GB / (e["datasheet_gbps"] * GB if "datasheet_gbps" in e
+                                         else DEVICES[e["device"]].mem_bandwidth)
+              for e in device_facts()["memory_bound"] if e["generation"] == generation and e.get("stream")]
+    return float(np.exp(np.mean(np.log(shares)))) if shares else None
+
+
 @cache
 def device_config(generation: str) -> AnalyticalConfig:
     """First principles on a device generation: `gemm_eff_max` from the public bf16 GEMM table of that generation
-    (predictor/data/device_facts.json) and `fp8_gemm_eff` from its fp8 one relative to it (by the curve where both
-    give shapes, else by their best figures); the defaults where the catalogue has none."""
+    (predictor/data/device_facts.json), `fp8_gemm_eff` from its fp8 one relative to it (by the curve where both
+    give shapes, else by their best figures) and `bw_eff` from its STREAM-like bandwidth figures; the defaults where
+    the catalogue has none."""
+    stream = _stream_fraction(generation)
+    base = AnalyticalConfig() if stream is None else replace(AnalyticalConfig(), bw_eff=round(stream, 3))
     bf16, fp8 = gemm_facts(generation, "bf16"), gemm_facts(generation, "fp8")
     if not bf16:
-        return AnalyticalConfig()
+        return base
     eff = _fact_fraction(bf16[0])
     low = {}
     if fp8:
@@ -187,7 +202,7 @@ def device_config(generation: str) -> AnalyticalConfig:
     fp4 = _layer_gemm_ratio(generation, "nvfp4", "fp4")
     if fp4 is not None:
         low["fp4_gemm_eff"] = round(fp4, 3)
-    return replace(AnalyticalConfig(), gemm_eff_max=round(eff, 3), **low)
+    return replace(base, gemm_eff_max=round(eff, 3), **low)
 
 
 def _layer_gemm_ratio(generation: str, recipe: str, precision: str) -> float | None:
@@ -259,13 +274,14 @@ def layer_times(spec: WorkloadSpec, graph: LayerGraph, tp: int, sp: bool, mbs: i
     cfg = (cfg or AnalyticalConfig()).for_device(device)
     prec = spec.training.precision
     fused = fused_attention(spec, device)
+    curves = fused_attention_curves(spec, device)
     recipe = recipe_of(spec, device)
     key = (id(graph), tp, sp, mbs, tuple(sorted(degrees.items())), device.name, device.flops(prec),
-           device.mem_bandwidth, prec, recipe, cfg, fused)
+           device.mem_bandwidth, prec, recipe, cfg, fused, curves and curves.how)
     hit = _TIME_CACHE.get(key)
     if hit is not None and hit[0]() is graph:
         return hit[1]
-    value = _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, degrees, recipe)
+    value = _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, degrees, recipe, curves)
     _TIME_CACHE[key] = (weakref.ref(graph, lambda _r, k=key: _TIME_CACHE.pop(k, None)), value)
     return value
 
@@ -275,7 +291,27 @@ def fused_attention(spec: WorkloadSpec, device: Device) -> bool:
     return framework_for(spec, device).fused_attention
 
 
-def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, degrees, recipe):
+# Precisions whose runs' fused attention is a 16-bit kernel (an FP8/FP4 recipe leaves attention in BF16: Megatron-Core's
+# --fp8-dot-product-attention is off by default); an FP32 run's attention has no catalogued kernel.
+FUSED_KERNEL_PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4")
+
+
+def fused_attention_curves(spec: WorkloadSpec, device: Device) -> AttentionCurves | None:
+    """The device facts' figures of the fused-attention kernel the spec's framework runs on the device's generation
+    (`Framework.attention_backends`): the first principles of its attention where none of the framework's constants
+    were fitted on the generation. None where its attention is unfused, the catalogue has no figures of its kernel
+    there, or its constants were fitted on the generation (or the device) with attention as batched GEMMs at their
+    `gemm_eff_max`, as recorded constants override the GEMM facts: attention then prices as those GEMMs."""
+    framework = framework_for(spec, device)
+    gen = generation(device)
+    kernel = framework.attention_backends.get(gen)
+    if (not framework.fused_attention or kernel is None or spec.training.precision not in FUSED_KERNEL_PRECISIONS
+            or gen in framework.constants or device.name in framework.constants):
+        return None
+    return attention_curves(gen, kernel)
+
+
+def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, degrees, recipe, curves):
     nodes = shard_nodes(graph, tp, sp, spec.model.heads, **degrees)
     prec = spec.training.precision
     eb = BYTES[prec]
@@ -304,6 +340,13 @@ def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, degrees, recipe):
     compute_rate = np.where(is_gemm, peak * eff, vector_peak)
     fwd = np.maximum(fwd_f / compute_rate, io_bytes / bw)
     bwd = np.maximum(bwd_f / compute_rate, 2 * io_bytes / bw)
+    if curves is not None:  # the kernel's published rate at the rank's query length and head dimension
+        causal = spec.model.family in DECODER_FAMILIES
+        att = nodes.attention
+        rate_f = curves.rate(False, causal, nodes.gemm_k, nodes.gemm_m)
+        rate_b = curves.rate(True, causal, nodes.gemm_k, nodes.gemm_m)
+        fwd = np.where(att, np.maximum(fwd_f / rate_f, io_bytes / bw), fwd)
+        bwd = np.where(att, np.maximum(BWD_FLOPS * fwd_f / rate_b, 2 * io_bytes / bw), bwd)
     # Unfused attention: the s² scores make extra passes through memory (the GEMM I/O is counted above).
     passes = 0.0 if fused else cfg.score_passes
     scores = np.where(nodes.attention, nodes.gemm_m * nodes.gemm_n * batch * eb, 0.0)
