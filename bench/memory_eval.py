@@ -45,13 +45,14 @@ FRAGMENTATION_GRID = tuple(np.round(np.arange(0.0, 0.1001, 0.005), 3))
 # (BF16 moments). Every recipe reduces gradients in BF16 (set_llama3_common_configs, set_llama31_common_configs,
 # set_deepseek_v3_common_configs: grad_reduce_in_fp32 = False; the MoE recipes' main_grads_dtype = bf16) and uses
 # Transformer Engine's cross-entropy (_set_common_perf_overrides: cross_entropy_fusion_impl = "te"). Keyed by
-# (system, model).
+# (system, model). DGX-H100 Llama 3 8B sets none: the row ran Megatron-FSDP (fsdp=8), the recipe version whose
+# LLAMA3_8B_H100_FP8_CS_BASE_CONFIG sets use_megatron_fsdp=True and no recompute_num_layers (the version with
+# recompute_num_layers=5 there runs no FSDP).
 _MOE_OPTIMIZER = {"bf16_moments": True}
 _EVERY_RECIPE = {"bf16_grads": True, "te_cross_entropy": True}
 RECIPE_LEVERS: dict[tuple[str, str], dict] = {
     ("DGX-GB300", "LLAMA3_70B"): {"offload_layers": 20},
     ("DGX-GB200", "LLAMA3_70B"): {"offload_layers": 40},
-    ("DGX-H100", "LLAMA3_8B"): {"recompute": frozenset({"full"}), "recompute_layers": 5},
     ("DGX-GB300", "DeepSeekV3 (w/o MTP)"): {"recompute": frozenset({"mla_up_proj"}), **_MOE_OPTIMIZER},
     ("DGX-GB200", "DeepSeekV3 (w/o MTP)"): {"recompute": frozenset({"mla_up_proj"}), **_MOE_OPTIMIZER},
     ("DGX-B200", "DeepSeekV3 (w/ MTP)"): {"recompute": frozenset({"mla_up_proj"}), **_MOE_OPTIMIZER},
