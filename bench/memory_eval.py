@@ -73,6 +73,30 @@ def recipe_levers(row: dict) -> Levers:
     return Levers(**kwargs)
 
 
+def recipe_plan(row: dict, plan: Plan) -> Plan:
+    """The row's plan with the levers of its recipe that are plan fields."""
+    levers = recipe_levers(row)
+    changes: dict[str, object] = {}
+    if levers.full:
+        changes.update(recompute="full", recompute_layers=levers.recompute_layers or 0)
+    elif levers.recompute:
+        changes["recompute"] = "+".join(sorted(levers.recompute))
+    if levers.offload_layers:
+        changes["offload"] = f"layers:{levers.offload_layers}"
+    if levers.bf16_moments:
+        changes["moments"] = "bf16"
+    if levers.bf16_grads:
+        changes["grads"] = "bf16"
+    return plan.with_(**changes)
+
+
+def recipe_workload(row: dict) -> tuple[WorkloadSpec, Plan] | None:
+    """One Megatron-Bridge row's workload and plan as its recipe ran: `bridge_workload`'s parallel plan with the
+    levers of its recipe that are plan fields (`recipe_plan`); None where no preset describes the model."""
+    built = bridge_workload(row)
+    return None if built is None else (built[0], recipe_plan(row, built[1]))
+
+
 def simumax_workload(row: dict) -> tuple[WorkloadSpec, Plan]:
     """One SimuMax row as it ran: Llama 3 70B at the row's depth on one node of 8 B200, BF16 Megatron-Core with the
     distributed optimizer, sequence parallelism under tp, and no communication overlapped (the file's header)."""

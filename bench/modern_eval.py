@@ -1,7 +1,9 @@
 """Accuracy of the analytical model on Megatron-Core performance recipes (H100, B200, GB200, GB300).
 
-Predicts every row of ../shared/ground_truth/megatron_bridge_2511.csv with its exact plan
-(`predictor.evaluate.bridge_workload`, MoE rows with their expert parallel size) and prints per-row errors
+Predicts every row of ../shared/ground_truth/megatron_bridge_2511.csv with its exact plan as its recipe ran it
+(`bench.memory_eval.recipe_workload`: the parallel plan of `predictor.evaluate.bridge_workload`, MoE rows with their
+expert parallel size, with the recipe's recomputed modules, offloaded layers and BF16 gradients and moments, which
+change both the time and the memory) and prints per-row errors
 and the MAPE of the dense rows and of the MoE rows apart.
 
 The file may calibrate constants that describe the framework or the hardware, never a row: the
@@ -39,7 +41,8 @@ import pandas as pd
 
 from bench import common
 from predictor.device_resolver import get_device
-from predictor.evaluate import BRIDGE_DEVICES, bridge_measured_s, bridge_workload
+from bench.memory_eval import recipe_workload
+from predictor.evaluate import BRIDGE_DEVICES, bridge_measured_s
 from predictor.frameworks.base import CONSTANTS_FILE
 from predictor.hardware import GENERATIONS
 from predictor.graph_cache import graph_for
@@ -177,7 +180,7 @@ def evaluate(path: Path, calibrate_constants: bool = True, recorded: bool = True
     """Every row of the file predicted; `calibrate_constants` adds the leave-one-system-out and in-file columns,
     `recorded` the column of the constants recorded in CONSTANTS_FILE (when that file exists)."""
     df = load_rows(path)
-    built = [(i, *bridge_workload(r)) for i, r in enumerate(df.to_dict("records")) if bridge_workload(r) is not None]
+    built = [(i, *w) for i, r in enumerate(df.to_dict("records")) if (w := recipe_workload(r)) is not None]
     dense = Rows(df, [(i, spec, plan) for i, spec, plan in built if not spec.model.is_moe])
     moe = Rows(df, [(i, spec, plan) for i, spec, plan in built if spec.model.is_moe])
     out = Evaluation(dense, moe, len(df) - len(built), {"first principles": first_principles(dense.rows)},

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench import common
+from bench.memory_eval import recipe_workload
 from bench.modern_eval import FILE, Rows, load_rows
 from predictor.device_resolver import get_device
-from predictor.evaluate import bridge_workload
 from predictor.frameworks import framework_for
 from predictor.hardware import GENERATIONS
 from predictor.models.analytical import AnalyticalPredictor
@@ -85,7 +85,7 @@ def row_parts(spec, graph, plan, measured_s: float, label: dict[str, str]) -> Ro
 def moe_rows(path) -> list[RowParts]:
     """Every MoE row of the file with its predicted parts."""
     df = load_rows(path)
-    built = [(i, *w) for i, r in enumerate(df.to_dict("records")) if (w := bridge_workload(r)) is not None]
+    built = [(i, *w) for i, r in enumerate(df.to_dict("records")) if (w := recipe_workload(r)) is not None]
     rows = Rows(df, [(i, spec, plan) for i, spec, plan in built if spec.model.is_moe])
     out = []
     for (spec, graph, plan), measured, (_, r) in zip(rows.rows, rows.measured, rows.frame.iterrows()):

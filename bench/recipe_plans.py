@@ -21,12 +21,11 @@ import numpy as np
 import pandas as pd
 
 from bench import common
-from bench.memory_eval import BRIDGE, recipe_levers
+from bench.memory_eval import BRIDGE, recipe_workload
 from orchestrator.lever_search import Repredictor, explore_levers
 from orchestrator.planning import sized_spec
 from orchestrator.search import SearchResult
 from predictor.device_resolver import get_device
-from predictor.evaluate import bridge_workload
 from predictor.graph_cache import graph_for
 from predictor.hardware import GIB
 from predictor.memory.facts import HEADROOM
@@ -34,23 +33,6 @@ from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
 from search_spaces import enumerate_plans
 from search_spaces.space import load_space, narrow
-
-
-def recipe_plan(row: dict, plan: Plan) -> Plan:
-    """The row's plan with the levers of its recipe that are plan fields."""
-    levers = recipe_levers(row)
-    changes: dict[str, object] = {}
-    if levers.full:
-        changes.update(recompute="full", recompute_layers=levers.recompute_layers or 0)
-    elif levers.recompute:
-        changes["recompute"] = "+".join(sorted(levers.recompute))
-    if levers.offload_layers:
-        changes["offload"] = f"layers:{levers.offload_layers}"
-    if levers.bf16_moments:
-        changes["moments"] = "bf16"
-    if levers.bf16_grads:
-        changes["grads"] = "bf16"
-    return plan.with_(**changes)
 
 
 def _search(spec, plan: Plan, predictor: Repredictor, limit_gib: float, capacity_gib: float) -> SearchResult:
@@ -73,11 +55,10 @@ def main() -> int:
           f"{'recipe s':>8} {'winner s':>8} winner")
     fits = no_slower = total = 0
     for row in pd.read_csv(path, comment="#").to_dict("records"):
-        built = bridge_workload(row)
+        built = recipe_workload(row)
         if built is None:
             continue
         spec, plan = built
-        plan = recipe_plan(row, plan)
         capacity = get_device(spec.cluster.device).mem_capacity / GIB
         limit = capacity * (1 - HEADROOM)
         predictor = Repredictor(AnalyticalPredictor(), graph_for(spec.model), sized_spec)

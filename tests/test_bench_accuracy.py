@@ -87,3 +87,26 @@ def test_recording_one_framework_keeps_the_other_fits(tmp_path):
     assert json.loads(path.read_text())["megatron"]["constants"] == {"gemm_eff_max": 0.65}
     assert json.loads(path.read_text())["megatron"]["by_device"]["b200"]["constants"] == {"bf16_gemm_eff_max": 0.5}
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_bridge_row_is_priced_with_its_recipe_levers():
+    """The Megatron-Bridge rows are predicted as their recipes ran: GPT-OSS on H100 recomputes its layernorms and
+    expert activations and reduces BF16 gradients (Megatron-Bridge scripts/performance), and those levers lower
+    the predicted peak below the bare parallel plan's, where a Qwen3 recipe also keeps BF16 Adam moments."""
+    from bench.memory_eval import recipe_workload
+    from predictor.evaluate import bridge_workload
+    from predictor.graph_cache import graph_for
+    from predictor.models.analytical import AnalyticalPredictor
+
+    row = {"system": "DGX-H100", "model": "GPT_OSS_120B", "gpus": 64, "precision": "BF16", "gbs": 512, "mbs": 4,
+           "seq_len": 4096, "fsdp": 0, "tp": 1, "pp": 4, "cp": 1, "vp": 1, "ep": 8, "ga": 2}
+    spec, plan = recipe_workload(row)
+    bare = bridge_workload(row)[1]
+    assert (plan.recompute, plan.grads, plan.moments) == ("layernorm+moe_act", "bf16", "fp32")
+    assert plan.with_(recompute=bare.recompute, grads=bare.grads) == bare
+    model = AnalyticalPredictor()
+    levered, plain = model.predict(spec, graph_for(spec.model), [plan, bare])
+    assert levered.peak_memory_gib < plain.peak_memory_gib
+    qwen = recipe_workload({**row, "model": "Qwen3_30B_a3B", "precision": "FP8-CS", "gpus": 16, "pp": 2, "vp": 12,
+                            "mbs": 2})[1]
+    assert (qwen.recompute, qwen.grads, qwen.moments) == ("none", "bf16", "bf16")
