@@ -3,11 +3,18 @@ each difference named in the prediction (issue 34): their attention kernels, the
 and the per-call costs (`extra['framework_s']`), with the constants that price them named in `extra['constants']`.
 """
 
+import numpy as np
 import pytest
 
+from predictor.device_resolver import get_device
+from predictor.evaluate import vtrain_workload
+from predictor.frameworks.deepspeed import DEEPSPEED
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.plan_batch import FRAMEWORK_PARTS
+from predictor.models.roofline import AnalyticalConfig, layer_times, softmax_fallbacks
+from predictor.models.stage_costs import compute_parts
+from predictor.parallel import apply_plan, shard_nodes
 from predictor.plan import Plan, plan_errors
 from predictor.prediction import Prediction
 from predictor.workload import WorkloadSpec, parse_spec
@@ -58,3 +65,30 @@ def test_each_framework_on_ampere_says_which_constants_price_it():
     assert megatron.extra["constants"].startswith("first principles") and "ampere" in megatron.extra["constants"]
     assert deepspeed.extra["constants"] == "deepspeed constants calibrated on ampere"
     assert megatron.extra["framework_s"]["calls"] == 0 < deepspeed.extra["framework_s"]["calls"]
+
+
+def test_megatron_deepspeed_softmax_falls_back_where_its_fused_kernel_does_not_apply():
+    """Megatron-DeepSpeed's fused scale-mask-softmax needs micro-batch x heads per rank divisible by 4 (and keys
+    of at most 2048): a 16-head GPT on tp=8 at micro-batch 1 runs the eager fp32 fallback, whose extra passes over
+    the scores and operators make that rank's attention slower than tp=4's with twice the heads, and its host
+    issue more operators; at micro-batch 2 the kernel runs again."""
+    fallback = DEEPSPEED.softmax_fallback
+    assert fallback.fused(np.array([2, 4, 6, 8]), 1024, 1024).tolist() == [False, True, False, True]
+    assert not fallback.fused(4, 4096, 4096)
+    spec, _ = vtrain_workload({"# GPUs": 8, "tensor parallelism": 8, "hidden size": 1024, "# layers": 12,
+                               "attention heads": 16, "sequence length": 1024, "global batch": 16,
+                               "data parallelism": 1, "pipeline parallelism": 1, "micro batch": 1})
+    graph, device = graph_for(spec.model), get_device("a100-80gb")
+    attention = shard_nodes(graph, 8, False, 16).attention
+
+    def forward(tp: int, mbs: int) -> float:
+        return float(layer_times(spec, graph, tp, False, mbs, device)[0][attention].sum())
+
+    assert forward(8, 1) > forward(4, 1)  # half the scores, yet slower
+    assert forward(8, 2) < forward(4, 2)
+    eager = softmax_fallbacks(shard_nodes(graph, 8, False, 16), 1, False, fallback)
+    assert eager.any() and not softmax_fallbacks(shard_nodes(graph, 8, False, 16), 2, False, fallback).any()
+    layouts = {mbs: apply_plan(spec, graph, Plan(tp=8, mbs=mbs, recompute="full"), device) for mbs in (1, 2)}
+    host = {mbs: compute_parts(spec, graph, lay, device, AnalyticalConfig())[2] for mbs, lay in layouts.items()}
+    layers = layouts[1].stage_counts @ eager  # the forward host time of each attention layer gains the operators
+    assert host[1] == pytest.approx(host[2] + layers * fallback.ops * AnalyticalConfig().host_op_s)

@@ -44,6 +44,20 @@ def recorded_constants(name: str) -> dict[str, dict[str, float]]:
             **{device: dict(own["constants"]) for device, own in entry.get("by_device", {}).items()}}
 
 
+@dataclass(frozen=True)
+class SoftmaxFallback:
+    """An unfused attention's scale-mask-softmax where its fused kernel does not apply.
+
+    `fused(batches, sq, sk)` says (elementwise over arrays) where the fused kernel runs, from the attention batches of
+    one rank (micro-batch times heads per rank) and the query and key lengths; elsewhere the framework runs `ops` more
+    eager operators per forward in its place, which make `passes` (forward, backward) more passes over the s x s
+    scores than the fused kernel does, counted in the run's element size."""
+
+    fused: Callable[[Any, Any, Any], Any]
+    ops: int
+    passes: tuple[float, float]
+
+
 class LaunchError(ValueError):
     """A plan its framework cannot run; the message names each field and why."""
 
@@ -116,6 +130,8 @@ class Framework:
     attention_backends: Mapping[str, str] = field(default_factory=dict)
     # The memory levers of LEVERS it pulls (its rules may narrow their values).
     levers: frozenset[str] = frozenset()
+    # Where its unfused attention's softmax falls back to eager operators (None: its fused kernel always runs).
+    softmax_fallback: SoftmaxFallback | None = None
 
     def runs_value(self, option: str, value: Any) -> bool:
         """False when the framework never runs `option`=`value` (a placement: its completed rank order)."""

@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from predictor.frameworks.base import Framework, Launch, hidden, other_orders, overlap_value, parse_args, recorded_constants
+from predictor.frameworks.base import (Framework, Launch, SoftmaxFallback, hidden, other_orders, overlap_value, parse_args,
+                                       recorded_constants)
 from predictor.frameworks.megatron import QK_NORM_FAMILIES, Spelling, common_args, common_fields
 from predictor.memory.facts import MIB, MemoryFacts
 from predictor.plan import Plan, overlap_kinds
@@ -80,6 +81,21 @@ SPACE: dict[str, Any] = {
     "recompute": ["none", "selective", "full"], "sp": [False, True], "schedule": ["1f1b"], "placement": ["tp-dp-pp"],
     "allow_cross_node_tp": False,
 }
+
+
+
+def _fused_softmax_runs(batches: Any, sq: Any, sk: Any) -> Any:
+    """Megatron-DeepSpeed's `FusedScaleMaskSoftmax.forward` (megatron/model/fused_softmax.py): its CUDA kernel runs
+    only where 16 < sk <= 2048, sq % 4 == 0 and the attention batches (micro-batch times heads per rank) % 4 == 0."""
+    return (sk > 16) & (sk <= 2048) & (sq % 4 == 0) & (batches % 4 == 0)
+
+
+# Elsewhere it runs the eager path in fp32 (apply_query_key_layer_scaling, on by default, sets
+# attention_softmax_in_fp32 and a scale): input.float(), * scale, masked_fill_ (1-byte mask), softmax, .half(): five
+# operators where the fused path runs one kernel. In 2-byte passes over the scores (a read or a write), forward
+# 3 + 4 + 4.5 + 4 + 3 = 18.5 against the kernel's 2; backward (the five autograd nodes: to fp32, softmax backward
+# reading the gradient and the output, masked fill, scale, to fp16) 3 + 6 + 4.5 + 4 + 3 = 20.5 against the kernel's 3.
+SOFTMAX_FALLBACK = SoftmaxFallback(_fused_softmax_runs, ops=4, passes=(16.5, 17.5))
 
 JSON_FILE = "deepspeed_config.json"
 # Megatron-DeepSpeed's arguments inside the DeepSpeed config.
@@ -168,4 +184,4 @@ DEEPSPEED = Framework(NAME, "DeepSpeed", _rules, _default_overlap, frozenset({"d
                       precisions=("fp32", "fp16", "bf16"), memory=MEMORY, space=SPACE,
                       constants=recorded_constants(NAME), launch=Launch(JSON_FILE, _write, _read, _model_errors),
                       never={"schedule": ("gpipe", "interleaved"), "orders": other_orders(ORDERS)},
-                      levers=frozenset({"optimizer_offload"}))
+                      levers=frozenset({"optimizer_offload"}), softmax_fallback=SOFTMAX_FALLBACK)

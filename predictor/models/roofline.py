@@ -16,6 +16,7 @@ import numpy as np
 
 from predictor.plan import DECODER_FAMILIES
 from predictor.frameworks import Framework, framework_for
+from predictor.frameworks.base import SoftmaxFallback
 from predictor.hardware import DEVICES, GB, Device, GemmFact, device_facts, gemm_facts, generation
 from predictor.layer_graph import LayerGraph
 from predictor.parallel import BYTES, shard_nodes
@@ -273,17 +274,26 @@ def layer_times(spec: WorkloadSpec, graph: LayerGraph, tp: int, sp: bool, mbs: i
     """
     cfg = (cfg or AnalyticalConfig()).for_device(device)
     prec = spec.training.precision
-    fused = fused_attention(spec, device)
+    framework = framework_for(spec, device)
+    fused, fallback = framework.fused_attention, framework.softmax_fallback
     curves = fused_attention_curves(spec, device)
     recipe = recipe_of(spec, device)
     key = (id(graph), tp, sp, mbs, tuple(sorted(degrees.items())), device.name, device.flops(prec),
-           device.mem_bandwidth, prec, recipe, cfg, fused, curves and curves.how)
+           device.mem_bandwidth, prec, recipe, cfg, fused, fallback, curves and curves.how)
     hit = _TIME_CACHE.get(key)
     if hit is not None and hit[0]() is graph:
         return hit[1]
-    value = _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, degrees, recipe, curves)
+    value = _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, fallback, degrees, recipe, curves)
     _TIME_CACHE[key] = (weakref.ref(graph, lambda _r, k=key: _TIME_CACHE.pop(k, None)), value)
     return value
+
+
+def softmax_fallbacks(nodes, mbs: int, fused: bool, fallback: SoftmaxFallback | None) -> np.ndarray:
+    """Which of the (sharded) nodes are unfused attention whose softmax runs the framework's eager fallback at
+    micro-batch `mbs` (a node's gemm_batch is its heads per rank, gemm_m and gemm_n the query and key lengths)."""
+    if fused or fallback is None:
+        return np.zeros(len(nodes.kind), dtype=bool)
+    return nodes.attention & ~fallback.fused(nodes.gemm_batch * mbs, nodes.gemm_m, nodes.gemm_n)
 
 
 def fused_attention(spec: WorkloadSpec, device: Device) -> bool:
@@ -311,7 +321,7 @@ def fused_attention_curves(spec: WorkloadSpec, device: Device) -> AttentionCurve
     return attention_curves(gen, kernel)
 
 
-def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, degrees, recipe, curves):
+def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, fallback, degrees, recipe, curves):
     nodes = shard_nodes(graph, tp, sp, spec.model.heads, **degrees)
     prec = spec.training.precision
     eb = BYTES[prec]
@@ -355,6 +365,11 @@ def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, degrees, recipe, 
     fwd, bwd = fwd * busiest, bwd * busiest
     fwd = fwd + passes * scores / bw + cfg.launch_s
     bwd = bwd + 2 * passes * scores / bw + 2 * cfg.launch_s
+    eager = softmax_fallbacks(nodes, mbs, fused, fallback)
+    if eager.any():  # the softmax's eager fallback: more passes over the scores and its extra kernels
+        extra_f, extra_b = fallback.passes
+        fwd = fwd + eager * (extra_f * scores / bw + fallback.ops * cfg.launch_s)
+        bwd = bwd + eager * (extra_b * scores / bw + 2 * fallback.ops * cfg.launch_s)
     if recipe is not None:  # the quantisation kernels before the GEMMs, each after the kernel it reads from
         quant_f, quant_b = quantisation_times(graph, nodes, mbs, recipe, device, bw, cfg.launch_s)
         fwd, bwd = fwd + quant_f * busiest, bwd + quant_b * busiest

@@ -15,7 +15,8 @@ from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import optimizer_bytes_per_param
 from predictor.models.lowprec import recipe_of, weight_quantisation_s
-from predictor.models.roofline import HOST_OPS, AnalyticalConfig, call_costs, layer_times
+from predictor.frameworks import framework_for
+from predictor.models.roofline import HOST_OPS, AnalyticalConfig, call_costs, layer_times, softmax_fallbacks
 from predictor.memory.levers import recomputed_nodes
 from predictor.moe import alltoall
 from predictor.parallel import Layout
@@ -47,7 +48,12 @@ def compute_parts(spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: De
     t_b = counts @ bwd + again @ fwd
     attention = counts[:, nodes.attention] @ (fwd + bwd)[nodes.attention]
     attention_all = attention + again[:, nodes.attention] @ fwd[nodes.attention]
-    ops = np.array([HOST_OPS.get(k, 1) for k in nodes.kind], dtype=float) * cfg.host_op_s
+    framework = framework_for(spec, device)
+    eager = softmax_fallbacks(nodes, plan.mbs, framework.fused_attention, framework.softmax_fallback)
+    ops = np.array([HOST_OPS.get(k, 1) for k in nodes.kind], dtype=float)
+    if eager.any():
+        ops = ops + eager * framework.softmax_fallback.ops
+    ops = ops * cfg.host_op_s
     host_f = counts @ ops
     host_b = 2 * host_f + again @ ops
     sync_f = counts @ (nodes.experts * nodes.gemm_batch) * cfg.expert_host_s
