@@ -2,7 +2,9 @@
 
 α-β model (Thakur, Rabenseifner & Gropp 2005; the ScaleDL paper Eq. 15): a ring step costs the
 link latency α plus bytes / bandwidth. Bandwidths are a link's *bus* bandwidth (NCCL busBw), so
-the (n-1)/n factors below are the algorithm's, not the link's. A group of n ranks that spans
+the (n-1)/n factors below are the algorithm's, not the link's. A catalogue link prices its ring steps
+from its generation's bus-bandwidth curve instead (`predictor.collective_curve`: NCCL's protocols up
+to the cited plateau), and its flat all-reduce is the ring NCCL runs inside a node. A group of n ranks that spans
 nodes has `n_intra` ranks per node and `n_inter = n / n_intra` nodes; a collective over it is
 run hierarchically (reduce-scatter inside the node, the collective across nodes on 1/n_intra of
 the data, all-gather inside), as NCCL does for multi-node rings/trees. All functions take
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from predictor import collective_curve as curve
 from predictor.hardware import Link
 
 
@@ -41,7 +44,7 @@ class Group:
 def _ring_allreduce(size, n: int, link: Link):
     if n <= 1:
         return np.zeros_like(np.asarray(size, dtype=float))
-    return 2 * (n - 1) / n * np.asarray(size, dtype=float) / link.bandwidth + 2 * (n - 1) * link.latency
+    return curve.seconds(2 * (n - 1) / n * np.asarray(size, dtype=float), 2 * (n - 1), link, "all_reduce")
 
 
 def _tree_allreduce(size, n: int, link: Link):
@@ -60,18 +63,21 @@ def tree_beats_ring(size, n: int, link: Link):
     return _tree_allreduce(size, n, link) < _ring_allreduce(size, n, link)
 
 
-def _ring_half(size, n: int, link: Link):
-    """Reduce-scatter or all-gather of `size` bytes (the full buffer) over a ring of n ranks."""
+def _ring_half(size, n: int, link: Link, op: str):
+    """Reduce-scatter or all-gather (`op`) of `size` bytes (the full buffer) over a ring of n ranks."""
     if n <= 1:
         return np.zeros_like(np.asarray(size, dtype=float))
-    return (n - 1) / n * np.asarray(size, dtype=float) / link.bandwidth + (n - 1) * link.latency
+    return curve.seconds((n - 1) / n * np.asarray(size, dtype=float), n - 1, link, op)
 
 
 def allreduce(size, group: Group):
-    """All-reduce of `size` bytes: the faster of ring and recursive doubling at each level (NCCL picks per size)."""
+    """All-reduce of `size` bytes: at each level the faster of ring and recursive doubling (NCCL picks per size),
+    the ring over a link with a catalogue curve, whose protocols already price small messages."""
     g, k = group.n_intra, group.n_inter
 
     def flat(s, n, link):
+        if curve.has_curve(link):
+            return _ring_allreduce(s, n, link)
         return np.minimum(_ring_allreduce(s, n, link), _tree_allreduce(s, n, link))
 
     if k == 1:
@@ -79,7 +85,8 @@ def allreduce(size, group: Group):
     if g == 1:
         return flat(size, k, group.inter)
     size = np.asarray(size, dtype=float)
-    inside = _ring_half(size, g, group.intra_for("reduce_scatter")) + _ring_half(size, g, group.intra_for("all_gather"))
+    inside = (_ring_half(size, g, group.intra_for("reduce_scatter"), "reduce_scatter")
+              + _ring_half(size, g, group.intra_for("all_gather"), "all_gather"))
     return inside + flat(size / g, k, group.inter)
 
 
@@ -88,7 +95,7 @@ def _half_collective(size, group: Group, op: str):
     op's intra-node link; across nodes each node's g NICs carry (k-1)/k of 1/g of the data between them."""
     g, k = group.n_intra, group.n_inter
     size = np.asarray(size, dtype=float)
-    return _ring_half(size, g, group.intra_for(op)) + _ring_half(size / g, k, group.inter)
+    return _ring_half(size, g, group.intra_for(op), op) + _ring_half(size / g, k, group.inter, op)
 
 
 def reduce_scatter(size, group: Group):
@@ -103,4 +110,4 @@ def allgather(size, group: Group):
 
 def p2p(size, link: Link):
     """One send/recv of `size` bytes over `link`."""
-    return np.asarray(size, dtype=float) / link.bandwidth + link.latency
+    return curve.seconds(size, 1, link, "send_recv")

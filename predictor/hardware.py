@@ -22,11 +22,14 @@ TFLOPS = 1e12
 
 @dataclass(frozen=True)
 class Link:
-    """A communication link: achievable bandwidth (bytes/s, one direction) and per-message latency (s)."""
+    """A communication link: bandwidth (bytes/s, one direction) and per-message latency (s) of the α-β model, and the
+    link generation (`nvlink4`, `ib-ndr`, ...) whose public bus-bandwidth curve prices collectives over it where the
+    catalogue has one (`predictor.collective_curve`); a measured or overridden link has none."""
 
     bandwidth: float
     latency: float
     source: str = ""
+    generation: str = ""
 
 
 class UnsupportedPrecision(ValueError):
@@ -61,18 +64,18 @@ class Device:
 
 # NVLink: the data sheets give total bidirectional bandwidth; one direction is half.
 # Inter-node: one 200 Gb/s HDR (A100) or 400 Gb/s NDR (H100/H200) NIC per GPU (DGX reference designs).
-_NVLINK3 = Link(300 * GB, 5e-6, "NVIDIA A100 data sheet: NVLink 600 GB/s bidirectional")
-_NVLINK4 = Link(450 * GB, 5e-6, "NVIDIA H100 data sheet: NVLink 900 GB/s bidirectional")
-_NVLINK2 = Link(150 * GB, 5e-6, "NVIDIA V100 data sheet: NVLink 300 GB/s bidirectional")
-_HDR = Link(25 * GB, 10e-6, "DGX A100 user guide: 8x 200 Gb/s HDR InfiniBand, one per GPU")
-_NDR = Link(50 * GB, 10e-6, "DGX H100 user guide: 8x 400 Gb/s NDR InfiniBand, one per GPU")
-_EDR = Link(12.5 * GB, 10e-6, "DGX-1 V100: 100 Gb/s EDR InfiniBand per GPU pair (conservative per GPU)")
+_NVLINK3 = Link(300 * GB, 5e-6, "NVIDIA A100 data sheet: NVLink 600 GB/s bidirectional", "nvlink3")
+_NVLINK4 = Link(450 * GB, 5e-6, "NVIDIA H100 data sheet: NVLink 900 GB/s bidirectional", "nvlink4")
+_NVLINK2 = Link(150 * GB, 5e-6, "NVIDIA V100 data sheet: NVLink 300 GB/s bidirectional", "nvlink2")
+_HDR = Link(25 * GB, 10e-6, "DGX A100 user guide: 8x 200 Gb/s HDR InfiniBand, one per GPU", "ib-hdr")
+_NDR = Link(50 * GB, 10e-6, "DGX H100 user guide: 8x 400 Gb/s NDR InfiniBand, one per GPU", "ib-ndr")
+_EDR = Link(12.5 * GB, 10e-6, "DGX-1 V100: 100 Gb/s EDR InfiniBand per GPU pair (conservative per GPU)", "ib-edr")
 _NVLINK5 = Link(900 * GB, 5e-6, "NVIDIA DGX B200 / GB200 NVL72 / GB300 NVL72 data sheets: fifth-generation NVLink "
-                                "1.8 TB/s bidirectional per GPU")
+                                "1.8 TB/s bidirectional per GPU", "nvlink5")
 _CX7 = Link(50 * GB, 10e-6, "DGX B200 data sheet: 8x ConnectX-7 400 Gb/s, one per GPU; DGX GB200 user guide: 4x "
-                            "ConnectX-7 400G per 4-GPU compute tray")
+                            "ConnectX-7 400G per 4-GPU compute tray", "ib-ndr")
 _CX8 = Link(100 * GB, 10e-6, "ConnectX-8 800 Gb/s, one per GPU: HGX B300 spec (1.6 TB/s networking, 8 GPUs); "
-                             "NVIDIA GB300 NVL72 enterprise RA (4x ConnectX-8 per 4-GPU compute tray)")
+                             "NVIDIA GB300 NVL72 enterprise RA (4x ConnectX-8 per 4-GPU compute tray)", "ib-xdr")
 
 
 # Host links, achievable one-direction bandwidth of one GPU's pinned host copies (nvbandwidth host_to_device /

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from predictor import comm
+from predictor import collective_curve as curve, comm
 from predictor.plan.axes import STAGE_RANK_AXES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,14 +96,14 @@ def active_params(total: int, model: "ModelSpec") -> int:
 def alltoall(size: float, group: comm.Group, eff: float = 1.0) -> float:
     """Seconds of one all-to-all in which each of the group's n ranks sends `size` bytes spread evenly over
     the n ranks (1/n of it stays local): inside an NVLink domain (n_intra ranks) over NVLink, to the other
-    domains over each GPU's NIC, the two running concurrently; `eff`: the share of link bandwidth an
-    all-to-all's many small messages reach."""
+    domains over each GPU's NIC, the two running concurrently, each at its link's all-to-all curve
+    (`predictor.collective_curve`); `eff`: the share of that bandwidth an all-to-all's many small messages reach."""
     n = group.size
     if n <= 1 or size <= 0:
         return 0.0
     intra = group.intra_for("alltoall")
     intra_bytes = size * (group.n_intra - 1) / n
     inter_bytes = size * (n - group.n_intra) / n
-    t_intra = intra_bytes / (intra.bandwidth * eff) + (group.n_intra - 1) * intra.latency if group.n_intra > 1 else 0.0
-    t_inter = inter_bytes / (group.inter.bandwidth * eff) + group.inter.latency if group.n_inter > 1 else 0.0
+    t_intra = float(curve.seconds(intra_bytes / eff, group.n_intra - 1, intra, "alltoall")) if group.n_intra > 1 else 0.0
+    t_inter = float(curve.seconds(inter_bytes / eff, 1, group.inter, "alltoall")) if group.n_inter > 1 else 0.0
     return max(t_intra, t_inter)
