@@ -71,7 +71,7 @@ def test_half_a_sample_lies_around_the_winners_degrees() -> None:
 
 
 def test_the_full_space_is_named_when_it_beats_the_winner() -> None:
-    report = searched("megatron-3d", headroom=0.8)  # 8 GiB a GPU: ZeRO-2, cp and recomputation pay off
+    report = searched("megatron-3d", headroom=0.875)  # 5 GiB a GPU: ZeRO-2 pays off
     wider = check(report)
     assert wider is not None and wider.space == "full" and wider.sampled >= SAMPLE
     assert wider.iter_time_s < report.ranked[0].iter_time_s * (1 - GAIN)
