@@ -133,6 +133,11 @@ class Framework:
     # Where its unfused attention's softmax falls back to eager operators (None: its fused kernel always runs).
     softmax_fallback: SoftmaxFallback | None = None
 
+    def fitted_on(self, generation: str, device: str) -> bool:
+        """Whether constants were fitted on the device generation or on the device itself: they then override the
+        device facts (a constant fitted on one generation never prices another)."""
+        return generation in self.constants or device in self.constants
+
     def runs_value(self, option: str, value: Any) -> bool:
         """False when the framework never runs `option`=`value` (a placement: its completed rank order)."""
         if option == "placement":

@@ -54,7 +54,7 @@ def attention_note(framework: Framework, spec: WorkloadSpec, device: Device) -> 
         return "first principles: unfused attention as batched GEMMs plus the scores' passes through memory"
     gen = generation(device)
     kernel = framework.attention_backends.get(gen)
-    if kernel and (gen in framework.constants or device.name in framework.constants):
+    if kernel and framework.fitted_on(gen, device.name):
         return (f"batched GEMMs at {framework.title}'s gemm_eff_max fitted on {gen} (with attention priced so); "
                 f"device facts of {kernel} not used")
     return (f"first principles (GEMM efficiency): the device facts have no figures of {kernel or 'its fused kernel'} "

@@ -316,7 +316,7 @@ def fused_attention_curves(spec: WorkloadSpec, device: Device) -> AttentionCurve
     gen = generation(device)
     kernel = framework.attention_backends.get(gen)
     if (not framework.fused_attention or kernel is None or spec.training.precision not in FUSED_KERNEL_PRECISIONS
-            or gen in framework.constants or device.name in framework.constants):
+            or framework.fitted_on(gen, device.name)):
         return None
     return attention_curves(gen, kernel)
 
