@@ -52,8 +52,7 @@ def vtrain_rows(shared: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def bridge_rows(shared: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The dense recipes' measured seconds, their leave-one-system-out predictions and their systems."""
     df = modern_eval.load_rows(shared / "ground_truth" / modern_eval.FILE)
-    built = [(i, *w) for i, r in enumerate(df.to_dict("records")) if (w := modern_eval.recipe_workload(r)) is not None]
-    dense = modern_eval.Rows(df, [(i, spec, plan) for i, spec, plan in built if not spec.model.is_moe])
+    dense = modern_eval.Rows.of(df, modern_eval.recipe_rows(df), moe=False)
     _, cv, _ = modern_eval.calibrate(dense, lambda held: modern_eval.configs())
     return dense.measured, cv, dense.systems
 

@@ -125,6 +125,16 @@ class Rows:
         self.systems = df.loc[self.index, "system"].to_numpy()
         self.frame = df.loc[self.index]
 
+    @classmethod
+    def of(cls, df: pd.DataFrame, built: list[tuple], moe: bool) -> "Rows":
+        """The rows of `built` (`recipe_rows`) whose models are MoE (`moe`) or dense."""
+        return cls(df, [(i, spec, plan) for i, spec, plan in built if spec.model.is_moe == moe])
+
+
+def recipe_rows(df: pd.DataFrame) -> list[tuple]:
+    """The file's rows a preset describes, each as (index, workload, plan) as its recipe ran (`recipe_workload`)."""
+    return [(i, *w) for i, r in enumerate(df.to_dict("records")) if (w := recipe_workload(r)) is not None]
+
 
 def calibrate(rows: Rows, grid_for) -> tuple[dict[str, AnalyticalConfig], np.ndarray, AnalyticalConfig]:
     """Leave-one-system-out: per system, the grid's (`grid_for(system)`) best config on the other systems' rows
@@ -180,9 +190,8 @@ def evaluate(path: Path, calibrate_constants: bool = True, recorded: bool = True
     """Every row of the file predicted; `calibrate_constants` adds the leave-one-system-out and in-file columns,
     `recorded` the column of the constants recorded in CONSTANTS_FILE (when that file exists)."""
     df = load_rows(path)
-    built = [(i, *w) for i, r in enumerate(df.to_dict("records")) if (w := recipe_workload(r)) is not None]
-    dense = Rows(df, [(i, spec, plan) for i, spec, plan in built if not spec.model.is_moe])
-    moe = Rows(df, [(i, spec, plan) for i, spec, plan in built if spec.model.is_moe])
+    built = recipe_rows(df)
+    dense, moe = Rows.of(df, built, moe=False), Rows.of(df, built, moe=True)
     out = Evaluation(dense, moe, len(df) - len(built), {"first principles": first_principles(dense.rows)},
                      {"first principles": first_principles(moe.rows)})
     if CONSTANTS_FILE.is_file() and recorded:

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench import common
-from bench.memory_eval import recipe_workload
-from bench.modern_eval import FILE, Rows, load_rows
+from bench.modern_eval import FILE, Rows, load_rows, recipe_rows
 from predictor.device_resolver import get_device
 from predictor.frameworks import framework_for
 from predictor.hardware import GENERATIONS
@@ -85,8 +84,7 @@ def row_parts(spec, graph, plan, measured_s: float, label: dict[str, str]) -> Ro
 def moe_rows(path) -> list[RowParts]:
     """Every MoE row of the file with its predicted parts."""
     df = load_rows(path)
-    built = [(i, *w) for i, r in enumerate(df.to_dict("records")) if (w := recipe_workload(r)) is not None]
-    rows = Rows(df, [(i, spec, plan) for i, spec, plan in built if spec.model.is_moe])
+    rows = Rows.of(df, recipe_rows(df), moe=True)
     out = []
     for (spec, graph, plan), measured, (_, r) in zip(rows.rows, rows.measured, rows.frame.iterrows()):
         label = {"system": r["system"], "model": r["model"], "precision": r["precision"]}
