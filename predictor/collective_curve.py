@@ -75,8 +75,3 @@ def seconds(bus_bytes, steps: int, link: Link, op: str):
 def has_curve(link: Link) -> bool:
     """Whether collectives over `link` are priced from a catalogue curve (NCCL's ring protocols) rather than α-β."""
     return bool(link.generation and protocols(link.generation, "all_reduce"))
-
-
-def bus_bandwidth(bus_bytes, steps: int, link: Link, op: str):
-    """Bus bandwidth (bytes/s) `op` reaches at `bus_bytes`: what nccl-tests reports as busbw."""
-    return np.asarray(bus_bytes, dtype=float) / seconds(bus_bytes, steps, link, op)
