@@ -60,6 +60,7 @@ class PlanRequest:
     train_tokens: float | None = None  # tokens of the whole run: days and cost to train
     deadline_days: float | None = None  # keep only plans that train within this many days
     budget_usd: float | None = None  # keep only plans that train within this cost
+    trust_module: bool = False  # let the spec's `module:` model run (the user's --trust-module, never the spec's)
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -143,7 +144,7 @@ def run_plan(req: PlanRequest) -> "Report":
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    spec = load_spec(req.spec)
+    spec = load_spec(req.spec, req.trust_module)
     if isinstance(req.predictor, str):
         check_predictor_name(req.predictor)
     space_name, space = resolve_space(spec, req.space)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import logging
 import math
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from predictor.workload import GLOBAL_EVERY, MOE_FAMILIES, ModelSpec, SpecError
+from predictor.workload import GLOBAL_EVERY, MOE_FAMILIES, ModelSpec, SpecError, untrusted_module_error
 
 __all__ = ["GPTModel", "build_model", "example_inputs", "module_args", "training_loss", "output_loss", "param_count", "num_labels",
            "user_model_errors"]
@@ -304,7 +305,17 @@ def user_model_errors(model: ModelSpec, doing: str) -> Iterator[None]:
 
 
 def _import_factory(path: str, model: ModelSpec) -> Any:
+    """The factory a trusted `module:` names, defined in that module itself: not a builtin, nothing of the standard
+    library (`os:system`, `shutil:rmtree`) and nothing the module merely imported, so a spec names code the user
+    wrote or installed as a model, never a utility that runs commands or deletes files."""
     mod_name, _, attr = path.partition(":")
+    if not model.module_trusted:
+        raise SpecError(untrusted_module_error(model))
+    top = mod_name.split(".", 1)[0]
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        kind = "a builtin module" if top in sys.builtin_module_names else "of the standard library"
+        raise SpecError(f"model.module {path!r}: {mod_name!r} is {kind}, not a model; name the module that defines "
+                        f"your model's factory")
     with user_model_errors(model, f"importing {mod_name!r}"):
         try:
             mod = importlib.import_module(mod_name)
@@ -316,6 +327,11 @@ def _import_factory(path: str, model: ModelSpec) -> Any:
     factory = getattr(mod, attr, None)
     if factory is None or not callable(factory):
         raise SpecError(f"model.module {path!r}: {mod_name!r} has no callable {attr!r}")
+    defined_in = getattr(factory, "__module__", None)
+    if defined_in != mod.__name__:
+        where = f"; name it where it is defined: '{defined_in}:{attr}'" if defined_in else ""
+        raise SpecError(f"model.module {path!r}: {attr!r} is not defined in {mod_name!r} (it comes from "
+                        f"{defined_in or 'no module'}){where}")
     return factory
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from predictor.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, MEASURED_FRAMEWORK
 from predictor.hardware import DEVICES, GENERATIONS, tensor_core_facts
@@ -138,6 +138,19 @@ class ModelSpec(_Strict):
     v_head_dim: int | None = Field(default=None, strict=True, gt=0, le=4096)
     mtp_layers: int = Field(default=0, strict=True, ge=0, le=8,
                             description="multi-token prediction depth (DeepSeek-V3 trains with 1; its presets omit it)")
+    # Whether the user let this spec's `module:` run (`--trust-module`, `trust_module=True`): never read from the spec
+    # itself (a private attribute is no field), kept by copies and pickles, so the model zoo imports nothing without it.
+    _module_trusted: bool = PrivateAttr(default=False)
+
+    @property
+    def module_trusted(self) -> bool:
+        return self._module_trusted
+
+    def trusting_module(self) -> "ModelSpec":
+        """This model with its `module:` allowed to run: the caller's decision, as `--trust-module` is the user's."""
+        trusted = self.model_copy()
+        trusted._module_trusted = True
+        return trusted
 
     @model_validator(mode="before")
     @classmethod
@@ -458,15 +471,28 @@ def _check_values(data: Any) -> None:
                             f"-{_MAX_NUMBER:,} and {_MAX_NUMBER:,}")  # `not <=`: NaN too
 
 
-def parse_spec(data: Any) -> WorkloadSpec:
-    """Validate an already-parsed mapping (e.g. from YAML or JSON)."""
+# The command-line flag that lets a spec's `module:` run; named by every refusal.
+TRUST_FLAG = "--trust-module"
+
+
+def parse_spec(data: Any, trust_module: bool = False) -> WorkloadSpec:
+    """Validate an already-parsed mapping (e.g. from YAML or JSON). `trust_module`: the caller lets a `module:` model
+    import and call its factory (the model zoo refuses it otherwise)."""
     if not isinstance(data, dict):
         raise SpecError("a workload spec is a mapping with the keys model, training and cluster")
     _check_values(data)
     try:
-        return WorkloadSpec.model_validate(data)
+        spec = WorkloadSpec.model_validate(data)
     except ValidationError as err:
         raise SpecError(_format_validation_error(err)) from None
+    spec.model._module_trusted = trust_module
+    return spec
+
+
+def untrusted_module_error(model: ModelSpec) -> str:
+    """Why a `module:` model may not run: the message every refusal prints, naming the flag that allows it."""
+    return (f"model.module {model.module!r} would import and run Python code named by the spec; pass {TRUST_FLAG} "
+            f"(scaledl plan / predict, python -m orchestrator.job) if you wrote or checked that module")
 
 
 class _SpecLoader(yaml.SafeLoader):
@@ -508,6 +534,20 @@ class _SpecLoader(yaml.SafeLoader):
             self._sizes[event.anchor] = self._values - before
         return node
 
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """A mapping whose keys are each given once: YAML would keep the last of a repeated key silently, so a
+        spec's second `tp:` or `module:` would win unseen (keys a `<<` merge brings in may be overridden)."""
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise self._refuse(key_node.start_mark, f"key {_shown(key)} is given twice (first on line "
+                                                        f"{seen[key]}); keep one")
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
             return super().construct_object(node, deep)
@@ -548,8 +588,10 @@ def _parse_yaml(text: str) -> Any:
         raise SpecError(f"YAML syntax error{where}: {getattr(err, 'problem', err)}") from None
 
 
-def load_spec(path: str | Path) -> WorkloadSpec:
-    """Read and validate a YAML workload spec (safe_load only; nothing is imported or run)."""
+def load_spec(path: str | Path, trust_module: bool = False) -> WorkloadSpec:
+    """Read and validate a YAML workload spec (safe_load only; nothing is imported or run). A `module:` model is
+    refused unless `trust_module` (the user's `--trust-module`): a spec file, which may come from anyone (a `ray job
+    submit` runs it on the cluster's head node), never decides by itself to run code."""
     path = Path(path)
     text = read_text(path, "spec")
     try:
@@ -558,6 +600,9 @@ def load_spec(path: str | Path) -> WorkloadSpec:
         if isinstance(cluster, dict) and isinstance(cluster.get("device_profile"), str):
             # a relative profile path is relative to the spec file, wherever the command runs
             cluster["device_profile"] = str(path.parent / Path(cluster["device_profile"]).expanduser())
-        return parse_spec(data)
+        spec = parse_spec(data, trust_module)
+        if spec.model.module is not None and not trust_module:
+            raise SpecError(untrusted_module_error(spec.model))
+        return spec
     except SpecError as err:
         raise SpecError(f"{path}: {err}") from None

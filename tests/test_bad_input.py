@@ -44,7 +44,7 @@ def _assert_one_clear_error(code: int, err: str, names: str) -> None:
 
 def _predict(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str, float]:
     start = time.perf_counter()
-    code = main(["predict", *argv, "--predictor", "analytical"])
+    code = main(["predict", *argv, "--predictor", "analytical", "--trust-module"])  # the module entries' own errors
     elapsed = time.perf_counter() - start
     out, err = capsys.readouterr()
     return code, out, err, elapsed
@@ -69,7 +69,7 @@ def test_bad_spec_as_a_subprocess_in_bounded_time_and_memory(name: str, cases: d
     case = cases[name]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(case.path.parent), str(ROOT)])}
     run = subprocess.run([sys.executable, "-m", "orchestrator.cli", "predict", str(case.path), "--plan", PLAN,
-                          "--predictor", "analytical"], cwd=ROOT, env=env, capture_output=True, encoding="utf-8",
+                          "--predictor", "analytical", "--trust-module"], cwd=ROOT, env=env, capture_output=True, encoding="utf-8",
                          errors="replace", timeout=SUBPROCESS_S, preexec_fn=_cap_memory)
     _assert_one_clear_error(run.returncode, run.stderr, case.names)
 

@@ -89,7 +89,7 @@ def test_hf_config_spec() -> None:
 
 
 def test_module_spec_is_imported_and_called() -> None:
-    spec = ModelSpec(**TOY)
+    spec = ModelSpec(**TOY).trusting_module()
     model = build_model(spec, device="cpu")
     assert isinstance(model, Toy) and len(model.blocks) == 3
     inputs = example_inputs(spec, 4, device="cpu")
@@ -103,6 +103,6 @@ def test_module_spec_is_imported_and_called() -> None:
 
 def test_bad_module_spec_names_the_problem() -> None:
     with pytest.raises(ValueError, match="cannot import"):
-        build_model(ModelSpec(module="no_such_pkg_xyz.mod:f", inputs=[{"shape": [4]}]))
+        build_model(ModelSpec(module="no_such_pkg_xyz.mod:f", inputs=[{"shape": [4]}]).trusting_module())
     with pytest.raises(ValueError, match="no callable"):
-        build_model(ModelSpec(module="tests.model_specs:nothing_here", inputs=[{"shape": [4]}]))
+        build_model(ModelSpec(module="tests.model_specs:nothing_here", inputs=[{"shape": [4]}]).trusting_module())

@@ -124,13 +124,16 @@ def test_a_custom_module_is_predicted_and_searched_end_to_end(scaledl, tmp_path)
     def run(*args: str) -> subprocess.CompletedProcess:
         return scaledl.run(*args, env=env)
 
-    ok = run("predict", str(path), "--plan", "dp=8,mbs=2", "--predictor", "analytical", "--json")
+    untrusted = run("predict", str(path), "--plan", "dp=8,mbs=2", "--predictor", "analytical")
+    assert untrusted.returncode == 2 and "--trust-module" in untrusted.stderr and "Traceback" not in untrusted.stderr
+    ok = run("predict", str(path), "--plan", "dp=8,mbs=2", "--predictor", "analytical", "--json", "--trust-module")
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert json.loads(ok.stdout)["iter_time_s"] > 0
-    refused = run("predict", str(path), "--plan", "dp=4,tp=2", "--predictor", "analytical")
+    refused = run("predict", str(path), "--plan", "dp=4,tp=2", "--predictor", "analytical", "--trust-module")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "tp=2 splits attention heads" in refused.stderr and "model.heads" in refused.stderr
-    searched = run("plan", str(path), "--out", str(tmp_path / "out"), "--predictor", "analytical", "--space", "full")
+    searched = run("plan", str(path), "--out", str(tmp_path / "out"), "--predictor", "analytical", "--space", "full",
+                   "--trust-module")
     assert searched.returncode == 0, searched.stderr[-3000:]
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["ranked"] and all(r["fields"]["tp"] == 1 and r["fields"]["pp"] == 1 for r in report["ranked"])

@@ -8,6 +8,7 @@ import gc
 from orchestrator.cli import UsageError
 from predictor.frameworks import FRAMEWORKS
 from predictor.memory.facts import HEADROOM
+from predictor.workload import TRUST_FLAG
 
 HELP = "search the parallel plans of a workload (Ray Tune over predictor replicas) and report the best"
 
@@ -52,6 +53,14 @@ def add_arguments(parser: argparse.ArgumentParser, spec_option: bool = False) ->
     parser.add_argument("--dataset", metavar="DIR", help="with --validate: append the runs to this profile dataset")
     parser.add_argument("--history", metavar="sqlite:///PATH",
                         help="store the top plans' predictions for `scaledl revalidate` to re-measure later")
+    add_trust_argument(parser)
+
+
+def add_trust_argument(parser: argparse.ArgumentParser) -> None:
+    """`--trust-module`: the one way a spec's `module:` model runs (a spec never allows it by itself)."""
+    parser.add_argument(TRUST_FLAG, action="store_true",
+                        help="let the spec's model.module import and call its factory (Python code the spec names: "
+                             "only for a module you wrote or checked)")
 
 
 def parse_nodes(text: str) -> list[int]:
@@ -100,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
             max_trials=args.max_trials, top_k=args.top_k, rank_by=args.rank_by, price_per_gpu_hour=args.price_per_gpu_hour,
             headroom=args.headroom, predictor=args.predictor, address=args.address, replicas=args.replicas,
             resume=args.resume, seed=args.seed, validate=args.validate, dataset=args.dataset, history=args.history,
-            nodes=args.nodes, train_tokens=args.train_tokens, deadline_days=args.deadline_days, budget_usd=args.budget_usd))
+            nodes=args.nodes, train_tokens=args.train_tokens, deadline_days=args.deadline_days, budget_usd=args.budget_usd,
+            trust_module=args.trust_module))
     except SearchError as err:  # e.g. nothing to resume, a predictor that does not load: a message, no traceback
         raise UsageError(str(err)) from None
     # The process ends next: freezing the heap spares the interpreter's final garbage collection of

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.cli import UsageError
+from orchestrator.commands.plan import add_trust_argument
 from predictor.device_resolver import spec_device
 from predictor.models.domain import advice as domain_advice
 from predictor.models.registry import load_predictor
@@ -32,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="analytical, auto (the device's ScaleDL checkpoint: the one `scaledl adapt` fitted to this "
                              "hardware, else the shipped one, else analytical) or a checkpoint path")
     parser.add_argument("--json", action="store_true", help="print JSON: one object, or an array for several plans")
+    add_trust_argument(parser)
 
 
 def _plan_texts(args: argparse.Namespace) -> list[str]:
@@ -133,7 +135,7 @@ def _fit_text(r: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, args.trust_module)
     resolve_space(spec)  # a bad `search:` section is refused here too, as `scaledl plan` refuses it
     texts = _plan_texts(args)
     results, label = predict_texts(spec, texts, args.predictor)
