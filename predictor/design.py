@@ -23,8 +23,9 @@ from functools import cached_property
 
 import numpy as np
 
+from predictor.families import FAMILIES
 from predictor.plan import Plan
-from predictor.workload import VISION_FAMILIES, ModelSpec
+from predictor.workload import ModelSpec
 
 RIDGE = 1e-6  # keeps log det finite while the starting design is rank deficient
 
@@ -62,7 +63,7 @@ class ProfileConfig:
 
     def design_vars(self) -> list[float]:
         m = self.model
-        size = m.image_size if m.family in VISION_FAMILIES else m.seq_len
+        size = m.image_size if m.vision else m.seq_len
         return [float(v) for v in (m.layers, m.hidden, m.heads, size, self.batch, self.plan.mbs)]
 
     def estimated_flops(self) -> float:
@@ -193,9 +194,10 @@ STRATA_SHARE = {"single": 0.5, "dp": 0.1, "fsdp": 0.1, "tp": 0.1, "pp-gpipe": 0.
 
 def _model(family: str, layers: int, hidden: int, heads: int, size: int, vocab: int = GRIDS["cpu"].vocab) -> ModelSpec:
     dims = {"family": family, "hidden": hidden, "heads": heads}
-    if family == "t5":
+    kind = FAMILIES[family].kind
+    if kind == "seq2seq":
         dims.update(layers=layers // 2, decoder_layers=layers // 2, seq_len=size, vocab=vocab)
-    elif family in VISION_FAMILIES:
+    elif kind == "vision":
         dims.update(layers=layers, image_size=size, patch_size=PATCH)
     else:
         dims.update(layers=layers, seq_len=size, vocab=vocab)
@@ -223,7 +225,7 @@ def candidates(family: str, max_procs: int = 2, flop_cap: float | None = None, g
         raise DesignError(f"unknown candidate grid {grid!r}; use {' or '.join(GRIDS)}")
     g = GRIDS[grid]
     cap = g.flop_cap if flop_cap is None else flop_cap
-    sizes = g.image_sizes if family in VISION_FAMILIES else g.text_seq
+    sizes = g.image_sizes if FAMILIES[family].kind == "vision" else g.text_seq
     out = []
     for layers, hidden, heads, size, batch in itertools.product(g.layers, g.hidden, g.heads, sizes, g.batch):
         if hidden % heads or hidden // heads < g.min_head_dim:

@@ -3,7 +3,7 @@
 Building a graph imports torch and traces the model (seconds for GPT-3 175B), while a stored one
 loads in milliseconds; `scaledl plan` is run again and again on the same models. A graph is keyed
 by the model spec and by what it is built from (the source of every module of the graph builder
-`predictor.graph_build`, the model zoo, graph types, presets, tensor-parallel roles and MoE tracing;
+`predictor.graph_build`, the family records, the model zoo, graph types, presets, tensor-parallel roles and MoE tracing;
 the torch and transformers versions), so a change to any of them builds it afresh. Models defined by user code (`module:`) or a config file (`hf_config:`) are kept in memory
 only: their source can change under the same spec. `SCALEDL_GRAPH_CACHE` moves the folder; a read-only one only costs speed.
 """
@@ -21,7 +21,7 @@ from predictor.layer_graph import LayerGraph
 from predictor.workload import ModelSpec
 
 CACHE_DIR = Path(os.environ.get("SCALEDL_GRAPH_CACHE", Path.home() / ".cache" / "scaledl" / "graphs"))
-_BUILT_FROM = ("modelzoo.py", "layer_graph.py", "presets.py", "tp_roles.py", "moe_tracing.py")
+_BUILT_FROM = ("families.py", "modelzoo.py", "layer_graph.py", "presets.py", "tp_roles.py", "moe_tracing.py")
 _MEMORY: dict[str, LayerGraph] = {}
 
 

@@ -24,14 +24,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from predictor.workload import GLOBAL_EVERY, MOE_FAMILIES, ModelSpec, SpecError, untrusted_module_error
+from predictor.families import FAMILIES, IMAGENET_CLASSES, Family, by_hf_model_type
+from predictor.workload import ModelSpec, SpecError, untrusted_module_error
 
 __all__ = ["GPTModel", "build_model", "example_inputs", "module_args", "training_loss", "output_loss", "param_count", "num_labels",
            "user_model_errors"]
 
 _DTYPES = {"int64": torch.int64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-_IMAGENET_CLASSES = 1000
-_T5_TOKENS = {"pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0}  # google-t5 configs
 # Logs the traceback of a failing meta kernel before raising it; a user model's error is told once, as a SpecError.
 _FAKE_TENSOR_LOG = logging.getLogger("torch._subclasses.fake_tensor")
 
@@ -150,126 +149,38 @@ class GPTModel(nn.Module):
 
 def num_labels(model: ModelSpec) -> int:
     """Classes of a vision model's head: `vocab` if given, else ImageNet's 1000."""
-    return model.vocab or _IMAGENET_CLASSES
+    return model.vocab or IMAGENET_CLASSES
 
 
 def _hf_config(model: ModelSpec) -> Any:
-    """The transformers config object for a family spec (dims mapped) or an `hf_config:` spec."""
+    """The transformers config object for a family spec (its record's config builder) or an `hf_config:` spec."""
     import transformers as tf
 
     if model.hf_config is not None:
         cfg = dict(model.hf_config)
         model_type = cfg.pop("model_type")
-        if model_type == "t5":
-            cfg = {**_T5_TOKENS, **cfg}
+        fam = by_hf_model_type(model_type)
+        cfg = {**(fam.config_defaults if fam is not None else {}), **cfg}
         cfg.setdefault("attn_implementation", "sdpa")
         return tf.AutoConfig.for_model(model_type, **cfg)
+    fam = _built_as(model)
+    assert fam.config is not None
+    extra = {**fam.config_defaults, **model.kwargs}  # family specs: kwargs are extra config fields (e.g. t5 d_kv)
+    cfg = fam.config(model, extra)
+    cfg._attn_implementation = "eager" if fam.eager_attention else "sdpa"
+    if fam.moe:  # experts traced with balanced routing (`predictor.moe_tracing`)
+        from predictor.moe_tracing import BALANCED, register_balanced_experts
 
-    h, l, a = model.hidden, model.layers, model.heads
-    ffn = model.ffn_hidden_size
-    extra = dict(model.kwargs)  # family specs: kwargs are extra config fields (e.g. t5 d_kv)
-    fam = model.family
-    if fam == "gpt2":
-        for key in ("bos_token_id", "eos_token_id"):  # GPT-2's are its last token (50256 of 50257)
-            extra.setdefault(key, model.vocab - 1)
-        cfg = tf.GPT2Config(vocab_size=model.vocab, n_positions=model.seq_len, n_embd=h, n_layer=l, n_head=a,
-                            n_inner=ffn, **extra)
-    elif fam == "bert":
-        cfg = tf.BertConfig(vocab_size=model.vocab, hidden_size=h, num_hidden_layers=l, num_attention_heads=a,
-                            intermediate_size=ffn, max_position_embeddings=max(512, model.seq_len or 0), **extra)
-    elif fam == "t5":
-        extra.setdefault("d_kv", h // a)
-        for key, val in _T5_TOKENS.items():
-            extra.setdefault(key, val)
-        cfg = tf.T5Config(vocab_size=model.vocab, d_model=h, d_ff=ffn, num_layers=l,
-                          num_decoder_layers=model.decoder_layers if model.decoder_layers is not None else l,
-                          num_heads=a, feed_forward_proj="relu", **extra)
-    elif fam in ("vit", "deit"):
-        cls = tf.ViTConfig if fam == "vit" else tf.DeiTConfig
-        cfg = cls(hidden_size=h, num_hidden_layers=l, num_attention_heads=a, intermediate_size=ffn,
-                  image_size=model.image_size, patch_size=model.patch_size, num_labels=num_labels(model), **extra)
-    elif fam in MOE_FAMILIES or (fam == "llama" and model.is_moe):
-        cfg = _moe_config(model, extra)
-    elif fam in ("llama", "qwen3", "gemma2", "gemma3"):
-        cls = {"llama": tf.LlamaConfig, "qwen3": tf.Qwen3Config, "gemma2": tf.Gemma2Config,
-               "gemma3": tf.Gemma3TextConfig}[fam]
-        if fam != "llama":
-            extra.setdefault("head_dim", model.head_dim or h // a)  # their configs' defaults are one model's
-        if fam in GLOBAL_EVERY:
-            extra.update(_gemma_attention(model))
-        cfg = cls(vocab_size=model.vocab, hidden_size=h, intermediate_size=ffn, num_hidden_layers=l,
-                  num_attention_heads=a, num_key_value_heads=model.kv_heads or a, max_position_embeddings=model.seq_len,
-                  **({"head_dim": model.head_dim} if fam == "llama" else {}), **extra)
-    else:
-        raise ValueError(f"no HuggingFace config for family {fam!r}")
-    # GPT-OSS's attention sinks and Gemma 2's logit soft-capping have no SDPA path in transformers
-    cfg._attn_implementation = "eager" if fam in ("gpt_oss", "gemma2") else "sdpa"
+        register_balanced_experts()
+        cfg._experts_implementation = BALANCED
     return cfg
 
 
-def _gemma_attention(model: ModelSpec) -> dict[str, Any]:
-    """Gemma's local-global layer pattern as its config's layer_types (every `global_every`-th layer global), or all
-    layers global without a window (its config's default window would otherwise apply)."""
-    layers = model.layers or 0
-    if model.sliding_window is None:
-        return {"layer_types": ["full_attention"] * layers}
-    every = model.global_every or GLOBAL_EVERY[str(model.family)]
-    return {"sliding_window": model.sliding_window,
-            "layer_types": ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(layers)]}
-
-
-def _moe_config(model: ModelSpec, extra: dict[str, Any]) -> Any:
-    """The transformers config of a mixture of experts (`llama` with experts is Mixtral: Llama with MoE MLPs),
-    its experts traced with balanced routing (`predictor.moe_tracing`)."""
-    import transformers as tf
-
-    from predictor.moe_tracing import BALANCED, register_balanced_experts
-
-    register_balanced_experts()
-    common = dict(vocab_size=model.vocab, hidden_size=model.hidden, num_hidden_layers=model.layers,
-                  num_attention_heads=model.heads, num_key_value_heads=model.kv_heads or model.heads,
-                  max_position_embeddings=model.seq_len, num_experts_per_tok=model.top_k, **extra)
-    fam = "mixtral" if model.family == "llama" else model.family
-    if fam == "mixtral":
-        cfg = tf.MixtralConfig(intermediate_size=model.expert_ffn_size, num_local_experts=model.experts,
-                               head_dim=model.head_dim, **common)
-    elif fam == "qwen3_moe":
-        cfg = tf.Qwen3MoeConfig(intermediate_size=model.ffn_hidden_size, moe_intermediate_size=model.expert_ffn_size,
-                                num_experts=model.experts, head_dim=model.head_dim or model.hidden // model.heads,
-                                mlp_only_layers=list(range(model.dense_layers)), norm_topk_prob=True, **common)
-    elif fam == "gpt_oss":
-        cfg = tf.GptOssConfig(intermediate_size=model.expert_ffn_size, num_local_experts=model.experts,
-                              head_dim=model.head_dim or model.hidden // model.heads, **common)
-    else:  # deepseek_v3: multi-head latent attention, shared experts, leading dense layers, grouped sigmoid routing
-        groups = 8 if model.experts % 8 == 0 and model.experts >= 64 else 1
-        cfg = tf.DeepseekV3Config(intermediate_size=model.ffn_hidden_size, moe_intermediate_size=model.expert_ffn_size,
-                                  n_routed_experts=model.experts, n_shared_experts=model.shared_experts,
-                                  first_k_dense_replace=model.dense_layers, q_lora_rank=model.q_lora_rank,
-                                  kv_lora_rank=model.kv_lora_rank or 512, qk_rope_head_dim=model.qk_rope_head_dim or 64,
-                                  qk_nope_head_dim=model.qk_nope_head_dim or 128, v_head_dim=model.v_head_dim or 128,
-                                  n_group=groups, topk_group=min(4, groups), **common)
-    cfg._experts_implementation = BALANCED
-    return cfg
-
-
-def _hf_model_class(family: str) -> type:
-    import transformers as tf
-
-    return {
-        "gpt2": tf.GPT2LMHeadModel,
-        "bert": tf.BertForMaskedLM,
-        "t5": tf.T5ForConditionalGeneration,
-        "vit": tf.ViTForImageClassification,
-        "deit": tf.DeiTForImageClassification,
-        "llama": tf.LlamaForCausalLM,
-        "qwen3": tf.Qwen3ForCausalLM,
-        "gemma2": tf.Gemma2ForCausalLM,
-        "gemma3": tf.Gemma3ForCausalLM,
-        "mixtral": tf.MixtralForCausalLM,
-        "qwen3_moe": tf.Qwen3MoeForCausalLM,
-        "deepseek_v3": tf.DeepseekV3ForCausalLM,
-        "gpt_oss": tf.GptOssForCausalLM,
-    }[family]
+def _built_as(model: ModelSpec) -> Family:
+    """The family a spec is built as: its own, or the one its family becomes with experts (Llama: Mixtral)."""
+    fam = model.family_entry
+    assert fam is not None
+    return FAMILIES[fam.experts_as] if model.is_moe and fam.experts_as else fam
 
 
 def _user_source(model: ModelSpec) -> str | None:
@@ -278,7 +189,8 @@ def _user_source(model: ModelSpec) -> str | None:
         return f"model.module {model.module!r}"
     if model.hf_config is not None:
         return "model.hf_config"
-    return "model.kwargs" if model.kwargs and model.family != "gpt" else None  # our GPT takes no kwargs
+    fam = model.family_entry
+    return "model.kwargs" if model.kwargs and fam is not None and fam.config is not None else None  # our GPT: none
 
 
 @contextmanager
@@ -346,19 +258,20 @@ def build_model(model: ModelSpec, device: str | torch.device = "meta", dtype: to
             raise SpecError(f"model.module {model.module!r}: the factory returned {type(module).__name__}, "
                             f"not a torch.nn.Module")
         return _cast(module, dtype)
-    if model.family == "gpt" and model.hf_config is None:
+    if model.hf_config is None and _built_as(model).config is None:  # ScaleDL's Megatron-style GPT
         with device:
             module = GPTModel(vocab=model.vocab, hidden=model.hidden, layers=model.layers, heads=model.heads,
                               max_seq=model.seq_len, ffn=model.ffn_hidden_size)
         return _cast(module, dtype)
-    family = model.family
+    import transformers as tf
+
+    fam = _built_as(model)
     with user_model_errors(model, "building the model"):
         cfg = _hf_config(model)
-        cls = _hf_model_class("mixtral" if family == "llama" and model.is_moe else family)
         with device:
-            module = cls(cfg)
-    if family == "gpt2":  # its class name does not name its loss; transformers falls back to this one with a warning
-        module.loss_type = "ForCausalLM"
+            module = getattr(tf, fam.model_class)(cfg)
+    if fam.loss_type is not None:  # its class name does not name its loss; transformers falls back to it with a warning
+        module.loss_type = fam.loss_type
     return _cast(module, dtype)
 
 
@@ -367,10 +280,6 @@ def _cast(module: nn.Module, dtype: torch.dtype | None) -> nn.Module:
     if dtype is not None and any(p.is_floating_point() and p.dtype != dtype for p in module.parameters()):
         module = module.to(dtype=dtype)
     return module
-
-
-def _family_of(model: ModelSpec) -> str:
-    return "module" if model.module is not None else str(model.family)
 
 
 def example_inputs(model: ModelSpec, batch: int, device: str | torch.device = "meta",
@@ -383,12 +292,11 @@ def example_inputs(model: ModelSpec, batch: int, device: str | torch.device = "m
     graph builder passes them positionally (see `module_args`).
     """
     device = torch.device(device)
-    fam = _family_of(model)
 
     def ints(shape: tuple[int, ...], high: int) -> torch.Tensor:
         return torch.randint(0, high, shape, device=device, dtype=torch.int64)
 
-    if fam == "module":
+    if model.module is not None:
         out: dict[str, Any] = {}
         for i, inp in enumerate(model.inputs or []):
             shape = (batch, *inp.shape)
@@ -398,7 +306,7 @@ def example_inputs(model: ModelSpec, batch: int, device: str | torch.device = "m
             else:
                 out[f"input_{i}"] = torch.randn(shape, device=device, dtype=dt)
         return out
-    if fam in ("vit", "deit"):
+    if model.vision:
         size = model.image_size
         return {"pixel_values": torch.randn(batch, 3, size, size, device=device, dtype=dtype),
                 "labels": ints((batch,), num_labels(model))}
@@ -406,7 +314,8 @@ def example_inputs(model: ModelSpec, batch: int, device: str | torch.device = "m
     if model.hf_config is not None:
         vocab = model.hf_config.get("vocab_size", vocab)
     inputs: dict[str, Any] = {"input_ids": ints((batch, s), vocab), "labels": ints((batch, s), vocab)}
-    if fam in ("gpt2", "t5", "llama", "qwen3", "gemma2", "gemma3", *MOE_FAMILIES):
+    fam = model.family_entry
+    if fam is not None and fam.generative:
         inputs["use_cache"] = False
     return inputs
 

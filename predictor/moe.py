@@ -71,11 +71,12 @@ def expert_degrees(spec: "WorkloadSpec", divisors: tuple[int, ...]) -> list[int]
 
 def expert_params(model: "ModelSpec") -> int:
     """Parameters of the routed experts of the whole model (what ep shards): per MoE layer E experts of
-    gate, up and down projections (GPT-OSS: with biases)."""
+    gate, up and down projections (with biases where the family's experts have them: GPT-OSS)."""
     if not model.is_moe:
         return 0
     h, f, e = model.hidden or 0, model.expert_ffn_size, model.experts or 0
-    per_expert = 3 * h * f + (2 * f + h if model.family == "gpt_oss" else 0)
+    fam = model.family_entry
+    per_expert = 3 * h * f + (2 * f + h if fam is not None and fam.expert_biases else 0)
     return e * per_expert * moe_layers(model)
 
 

@@ -14,6 +14,7 @@ Roles are decided by the last component of a module's path (and its parent for B
 from __future__ import annotations
 
 import re
+from typing import Mapping
 
 # Block linears by their last path component. Grouped-query attention changes only k/v's widths.
 COLUMN: frozenset[str] = frozenset({
@@ -42,10 +43,14 @@ def in_block(path: str) -> bool:
     return bool(_IN_BLOCK.search(path + "."))
 
 
-def linear_role(path: str, inside_block: bool, out_features: int, vocab: int | None) -> str:
+def linear_role(path: str, inside_block: bool, out_features: int, vocab: int | None,
+                own: Mapping[str, str] | None = None) -> str:
     """Role of a linear layer at `path`: column/row inside blocks, vocab for a head over the vocabulary
-    (`vocab`: the model's vocabulary size, None for a vision model whose classes are no vocabulary)."""
+    (`vocab`: the model's vocabulary size, None for a vision model whose classes are no vocabulary); `own`: the
+    roles of module names of the model's family (`predictor.families.Family.roles`), read first."""
     rest, _, leaf = path.rpartition(".")
+    if own and leaf in own:
+        return own[leaf]
     if not inside_block:  # the LM head (logits over the vocabulary) is vocab parallel; other heads replicated
         return "vocab" if vocab and out_features == vocab else "replicated"
     if leaf in COLUMN:
@@ -57,10 +62,12 @@ def linear_role(path: str, inside_block: bool, out_features: int, vocab: int | N
     return "replicated"
 
 
-def embedding_role(path: str, num_embeddings: int, vocab: int | None) -> str:
+def embedding_role(path: str, num_embeddings: int, vocab: int | None, own: Mapping[str, str] | None = None) -> str:
     """Role of an embedding: vocab parallel for the word embedding, split by heads for a per-head position
-    bias, replicated for positions and token types."""
+    bias, replicated for positions and token types; `own` as for `linear_role`."""
     leaf = path.rpartition(".")[2]
+    if own and leaf in own:
+        return own[leaf]
     if leaf in HEAD_EMBEDDING:
         return "heads"
     return "vocab" if leaf in VOCAB_EMBEDDING or (vocab is not None and num_embeddings == vocab) else "replicated"

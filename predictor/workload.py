@@ -13,25 +13,15 @@ from __future__ import annotations
 import difflib
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from predictor.families import FAMILIES, Family, by_hf_model_type, family as family_record, names as family_names
 from predictor.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, MEASURED_FRAMEWORK
 from predictor.hardware import DEVICES, GENERATIONS, tensor_core_facts
 from predictor.presets import MODEL_PRESETS
-
-Family = Literal["gpt", "gpt2", "bert", "t5", "vit", "deit", "llama", "qwen3", "gemma2", "gemma3", "mixtral",
-                 "qwen3_moe", "deepseek_v3", "gpt_oss"]
-FAMILIES: tuple[str, ...] = ("gpt", "gpt2", "bert", "t5", "vit", "deit", "llama", "qwen3", "gemma2", "gemma3", "mixtral",
-                             "qwen3_moe", "deepseek_v3", "gpt_oss")
-# Mixture-of-experts decoders (predictor.moe): each built from its transformers config class.
-MOE_FAMILIES: tuple[str, ...] = ("mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss")
-VISION_FAMILIES = ("vit", "deit")
-# Local-global attention: one layer in N attends to the whole sequence, the others to the last `sliding_window`
-# tokens (transformers' Gemma2Config / Gemma3TextConfig layer_types).
-GLOBAL_EVERY: dict[str, int] = {"gemma2": 2, "gemma3": 6}
 
 # Attribute names used by HuggingFace configs of the supported families, in lookup order.
 _HF_KEYS: dict[str, tuple[str, ...]] = {
@@ -48,8 +38,6 @@ _HF_KEYS: dict[str, tuple[str, ...]] = {
     "head_dim": ("head_dim",),
     "sliding_window": ("sliding_window",),
 }
-_HF_FAMILY = {"gpt2": "gpt2", "bert": "bert", "t5": "t5", "vit": "vit", "deit": "deit", "llama": "llama",
-              "qwen3": "qwen3", "gemma2": "gemma2", "gemma3_text": "gemma3", **{f: f for f in MOE_FAMILIES}}
 
 # Upper bounds of model dimensions: far above any trained model (GPT-3 175B: hidden 12,288, 96 layers;
 # vocabularies of 256k), far below what overflows a graph or its arithmetic: `layers: 1e12` is a typo, not a workload.
@@ -72,6 +60,15 @@ _MAX_STRING = 4096  # PATH_MAX: the longest string a spec needs (a device_profil
 _MAX_ERRORS = 10  # validation errors listed; a spec of 2,000 unknown keys gets one screen, not 2,000 lines
 
 
+def registered(name: str | None, registry: Mapping[str, Any], what: str, plural: str) -> str | None:
+    """`name` if the registry holds it (or None), else a ValueError with the closest name: usually a typo."""
+    if name is None or name in registry:
+        return name
+    close = difflib.get_close_matches(name, list(registry), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ValueError(f"unknown {what}; {hint}{plural}: {', '.join(registry)}")
+
+
 class SpecError(ValueError):
     """A workload spec that cannot be used; the message is meant for the user as is."""
 
@@ -92,7 +89,7 @@ class InputSpec(_Strict):
 class ModelSpec(_Strict):
     """The model: a family with dims, a preset, a HuggingFace config dict, or an opt-in `module:` factory."""
 
-    family: Family | None = None
+    family: str | None = None
     preset: str | None = None
     hf_config: dict[str, Any] | None = None
     module: str | None = Field(default=None, description="'package.module:factory' returning an nn.Module")
@@ -152,6 +149,13 @@ class ModelSpec(_Strict):
         trusted._module_trusted = True
         return trusted
 
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, name: str | None) -> str | None:
+        """A name outside the registry (`predictor.families.FAMILIES`, read now: a family registered after import is
+        a choice too), with the closest one."""
+        return registered(name, FAMILIES, "family", "families")
+
     @model_validator(mode="before")
     @classmethod
     def _resolve_sources(cls, data: Any) -> Any:
@@ -185,8 +189,9 @@ class ModelSpec(_Strict):
             if not self.inputs:
                 raise ValueError("a module: model needs inputs: [{shape: [...], dtype: ...}] to trace it")
             return self
+        fam = self.family_entry
         missing = [k for k in ("hidden", "layers", "heads") if getattr(self, k) is None]
-        if self.family in VISION_FAMILIES:
+        if self.vision:
             missing += [k for k in ("image_size", "patch_size") if getattr(self, k) is None]
         else:
             missing += [k for k in ("seq_len", "vocab") if getattr(self, k) is None]
@@ -197,16 +202,18 @@ class ModelSpec(_Strict):
             raise ValueError(f"heads={self.heads} must divide hidden={self.hidden}")
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise ValueError(f"kv_heads={self.kv_heads} must divide heads={self.heads}")
-        if (self.experts is None) != (self.top_k is None) or (self.family in MOE_FAMILIES and self.experts is None):
+        if (self.experts is None) != (self.top_k is None) or (fam is not None and fam.moe and self.experts is None):
             raise ValueError(f"a mixture of experts needs both experts and top_k (model {self.family})")
-        if self.experts is not None and (self.family not in (*MOE_FAMILIES, "llama") or self.top_k > self.experts):
+        if self.experts is not None and not (fam is not None and (fam.moe or fam.experts_as)
+                                             and self.top_k <= self.experts):
+            with_experts = family_names(lambda f: f.moe or f.experts_as is not None)
             raise ValueError(f"experts={self.experts}, top_k={self.top_k}: experts need a decoder family "
-                             f"({', '.join((*MOE_FAMILIES, 'llama'))}) and top_k <= experts")
+                             f"({', '.join(with_experts)}) and top_k <= experts")
         if self.global_every is not None and self.sliding_window is None:
             raise ValueError(f"global_every={self.global_every} needs a sliding_window for the other layers")
         if self.dense_layers >= (self.layers or 0) and self.experts is not None:
             raise ValueError(f"dense_layers={self.dense_layers} leaves no MoE layer of layers={self.layers}")
-        if self.family in VISION_FAMILIES and self.image_size % self.patch_size:  # type: ignore[operator]
+        if self.vision and self.image_size % self.patch_size:  # type: ignore[operator]
             raise ValueError(f"patch_size={self.patch_size} must divide image_size={self.image_size}")
         scores = self.heads * self.tokens**2  # the largest tensor of one sample, which tracing builds
         if scores > _MAX_ELEMENTS:
@@ -220,7 +227,8 @@ class ModelSpec(_Strict):
         if self.ffn_hidden is not None:
             return self.ffn_hidden
         h = self.hidden or 0
-        if self.family in ("llama", "qwen3", *MOE_FAMILIES):
+        fam = self.family_entry
+        if fam is not None and fam.gated_ffn:
             return 256 * ((int(8 * h / 3) + 255) // 256)
         return 4 * h
 
@@ -235,8 +243,32 @@ class ModelSpec(_Strict):
         if self.sliding_window is None:
             return 0
         layers = self.layers or 0
-        every = self.global_every or GLOBAL_EVERY.get(str(self.family))
+        fam = self.family_entry
+        every = self.global_every or (fam.global_every if fam is not None else None)
         return layers - layers // every if every else layers
+
+    @property
+    def family_entry(self) -> Family | None:
+        """The family's record (None for a `module:` model)."""
+        return family_record(self.family)
+
+    @property
+    def decoder(self) -> bool:
+        """A decoder family: causal self-attention over one sequence."""
+        fam = self.family_entry
+        return fam is not None and fam.decoder
+
+    @property
+    def seq2seq(self) -> bool:
+        """An encoder-decoder family: two block lists, `layers` and `decoder_layers`."""
+        fam = self.family_entry
+        return fam is not None and fam.kind == "seq2seq"
+
+    @property
+    def vision(self) -> bool:
+        """A vision family: image_size and patch_size instead of seq_len and vocab."""
+        fam = self.family_entry
+        return fam is not None and fam.kind == "vision"
 
     @property
     def expert_ffn_size(self) -> int:
@@ -246,7 +278,7 @@ class ModelSpec(_Strict):
     def num_blocks(self) -> int:
         """Transformer blocks a pipeline splits (encoder + decoder for t5)."""
         layers = self.layers or 0
-        if self.family == "t5":
+        if self.seq2seq:
             return layers + (self.decoder_layers if self.decoder_layers is not None else layers)
         return layers
 
@@ -260,9 +292,9 @@ class ModelSpec(_Strict):
             if first is not None and first.shape and (first.dtype == "int64" or len(first.shape) >= 2):
                 return int(first.shape[0])
             return 1
-        if self.family in VISION_FAMILIES:
+        if self.vision:
             patches = (self.image_size // self.patch_size) ** 2  # type: ignore[operator]
-            return patches + (2 if self.family == "deit" else 1)
+            return patches + self.family_entry.extra_tokens  # type: ignore[union-attr]
         return self.seq_len or 0
 
 
@@ -291,11 +323,7 @@ class TrainingSpec(_Strict):
     def _known_framework(cls, name: str | None) -> str | None:
         """A name outside the registry (`predictor.frameworks.FRAMEWORKS`, read now: a framework registered after
         import is a choice too), with the closest one: usually a typo."""
-        if name is None or name in FRAMEWORKS:
-            return name
-        close = difflib.get_close_matches(name, list(FRAMEWORKS), n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ValueError(f"unknown framework; {hint}frameworks: {', '.join(FRAMEWORKS)}")
+        return registered(name, FRAMEWORKS, "framework", "frameworks")
 
 
 class LinkSpec(_Strict):
@@ -396,15 +424,17 @@ def _dims_from_hf(config: Any) -> dict[str, Any]:
     if not isinstance(config, dict) or "model_type" not in config:
         raise ValueError("hf_config must be a mapping with a model_type (e.g. {model_type: gpt2, n_layer: 12, ...})")
     model_type = config["model_type"]
-    if model_type not in _HF_FAMILY:
-        raise ValueError(f"hf_config.model_type {model_type!r} is not supported; supported: {', '.join(_HF_FAMILY)}")
-    dims: dict[str, Any] = {"family": _HF_FAMILY[model_type]}
+    fam = by_hf_model_type(model_type)
+    if fam is None:
+        supported = ", ".join(f.hf_model_type for f in FAMILIES.values() if f.hf_model_type)
+        raise ValueError(f"hf_config.model_type {model_type!r} is not supported; supported: {supported}")
+    dims: dict[str, Any] = {"family": fam.name}
     for field, keys in _HF_KEYS.items():
         for key in keys:
             if key in config:
                 dims[field] = config[key]
                 break
-    if dims["family"] not in GLOBAL_EVERY:  # Qwen's configs carry a window that use_sliding_window leaves off
+    if fam.global_every is None:  # Qwen's configs carry a window that use_sliding_window leaves off
         dims.pop("sliding_window", None)
     return dims
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.cli import UsageError
 from predictor.design import GRIDS, STRATA_SHARE, DesignError
-from predictor.workload import FAMILIES
+from predictor.families import PROFILED
 
 if TYPE_CHECKING:
     from predictor.profile import ProfileSettings
@@ -17,7 +17,7 @@ HELP = "measure real iterations and per-layer timings of D-optimal/random/full c
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--families", default="t5,gpt2,bert,vit,deit",
+    parser.add_argument("--families", default=",".join(PROFILED),
                         help="comma-separated model families, measured in this order")
     parser.add_argument("--design", choices=("doptimal", "random", "full"), default="doptimal",
                         help="how configurations are chosen from each family's candidate grid")
@@ -48,10 +48,10 @@ def run(args: argparse.Namespace) -> int:
     from predictor.profile import ProfileError, ProfileSettings, select  # pandas: not on every command's start
 
     families = [f.strip() for f in args.families.split(",") if f.strip()]
-    unknown = [f for f in families if f not in FAMILIES or f in ("gpt", "llama")]
+    unknown = [f for f in families if f not in PROFILED]
     if not families or unknown:
         raise UsageError(f"--families: unknown or unsupported {', '.join(unknown) or '(none)'}; "
-                         f"use any of t5, gpt2, bert, vit, deit")
+                         f"use any of {', '.join(PROFILED)}")
     for name in ("budget", "steps", "procs", "layer_repeats"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from predictor.frameworks.base import (Framework, Launch, SoftmaxFallback, hidden, other_orders, overlap_value, parse_args,
                                        recorded_constants)
-from predictor.frameworks.megatron import QK_NORM_FAMILIES, Spelling, common_args, common_fields
+from predictor.frameworks.megatron import Spelling, common_args, common_fields, qk_norm
 from predictor.memory.facts import MIB, MemoryFacts
 from predictor.plan import Plan, overlap_kinds
 
@@ -116,9 +116,9 @@ def _model_errors(spec: "WorkloadSpec") -> list[str]:
     window, its gated MLP is SwiGLU between pre-norms only, and its experts are copies of the dense MLP behind a
     softmax top-k gate, in every layer."""
     m = spec.model
-    unbuilt = {"per-head q/k RMSNorms": m.family in QK_NORM_FAMILIES,
-               f"{m.family}'s GeGLU, post-attention and post-MLP RMSNorms and local attention":
-                   m.family in ("gemma2", "gemma3")}
+    parts = m.family_entry.extra_parts if m.family_entry is not None else ()
+    unbuilt = {"per-head q/k RMSNorms": qk_norm(m), f"{m.family}'s {', '.join(parts)}": parts,
+               "local attention": m.sliding_window is not None and m.local_layers > 0}
     if m.is_moe:
         unbuilt |= {f"shared experts ({m.shared_experts})": m.shared_experts,
                     f"{m.dense_layers} leading dense layers (it puts experts every --expert-interval layers)":

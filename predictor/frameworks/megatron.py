@@ -35,7 +35,7 @@ from predictor.memory.facts import MIB, MemoryFacts
 from predictor.plan import OVERLAP_KINDS, Plan, embedding_and_loss_in_split, offloaded, overlap_kinds
 
 if TYPE_CHECKING:  # pragma: no cover
-    from predictor.workload import WorkloadSpec
+    from predictor.workload import ModelSpec, WorkloadSpec
 
 NAME = "megatron"
 # The rank orders (innermost first) its process groups can build.
@@ -113,8 +113,6 @@ SPACE: dict[str, Any] = {
 }
 
 ARGS_FILE = "megatron_args.txt"
-# Families whose attention normalises each head's queries and keys (an RMSNorm over head_dim): --qk-layernorm.
-QK_NORM_FAMILIES: tuple[str, ...] = ("qwen3", "qwen3_moe", "gemma3")
 _RECOMPUTE_ARGS = {"none": [], "selective": ["--recompute-granularity", "selective"],
                    "full": ["--recompute-granularity", "full", "--recompute-method", "uniform",
                             "--recompute-num-layers", "1"]}
@@ -134,6 +132,12 @@ class Spelling:
     llama: tuple[str, ...]
     gqa: tuple[str, ...]
     moe: Callable[["WorkloadSpec"], list[str]] | None
+
+
+def qk_norm(model: "ModelSpec") -> bool:
+    """Whether the model's attention normalises each head's queries and keys (an RMSNorm over head_dim: Qwen3's and
+    Gemma 3's), which `--qk-layernorm` builds."""
+    return model.family_entry is not None and model.family_entry.qk_norm
 
 
 def _recompute_args(plan: Plan) -> list[str]:
@@ -167,7 +171,7 @@ def _model_args(spec: "WorkloadSpec", spelling: Spelling) -> list[str]:
         args += [*spelling.gqa, str(m.kv_heads)]
     if m.head_dim is not None and m.head_dim * m.heads != m.hidden:  # Qwen3 32B, Mistral NeMo, GPT-OSS
         args += ["--kv-channels", str(m.head_dim)]
-    if m.family in ("llama", "qwen3") or m.is_moe:
+    if (m.family_entry is not None and m.family_entry.llama_args) or m.is_moe:
         untie = "--untie-embeddings-and-output-weights"  # Llama 3.2 ties them (its config's tie_word_embeddings)
         args += [a for a in spelling.llama if a != untie or not m.kwargs.get("tie_word_embeddings")]
         if m.kwargs.get("attention_bias"):  # Qwen2.5's QKV bias
@@ -271,7 +275,7 @@ def megatron_args(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     """
     kinds = hidden(plan)
     args = common_args(plan, spec, NAME, SPELLING)
-    if spec.model.family in QK_NORM_FAMILIES:  # Qwen3's and Gemma 3's per-head q/k RMSNorms
+    if qk_norm(spec.model):
         args.append("--qk-layernorm")
     if plan.zero == 1:
         args.append("--use-distributed-optimizer")
@@ -363,15 +367,14 @@ def _write(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
 
 
 def _model_errors(spec: "WorkloadSpec") -> list[str]:
-    """What of Gemma `pretrain_gpt.py` cannot build from Megatron-LM's arguments (`megatron/training/arguments.py`):
-    its gated activations are --swiglu and --quick-geglu, not GeGLU's tanh GELU, and no flag adds the post-attention
-    and post-MLP RMSNorms or Gemma 2's logit soft-capping. Megatron-Bridge's Gemma model providers build them with
+    """What of a family `pretrain_gpt.py` cannot build from Megatron-LM's arguments (`megatron/training/arguments.py`,
+    the family's `extra_parts`): Gemma's gated activations are --swiglu and --quick-geglu, not GeGLU's tanh GELU, and
+    no flag adds the post-attention and post-MLP RMSNorms or Gemma 2's logit soft-capping. Megatron-Bridge's Gemma model providers build them with
     their own layer specs, so the prediction stands; a pretrain_gpt.py launch would train another model."""
     m = spec.model
-    if m.family not in ("gemma2", "gemma3"):
+    parts = m.family_entry.extra_parts if m.family_entry is not None else ()
+    if not parts:
         return []
-    parts = ["GeGLU with tanh GELU", "the post-attention and post-MLP RMSNorms",
-             *(["logit soft-capping"] if m.family == "gemma2" else [])]
     return [f"Megatron-LM's pretrain_gpt.py cannot build {m.family}'s {', '.join(parts[:-1])} and {parts[-1]} from its "
             f"arguments; run it with Megatron-Bridge's {m.family.capitalize()}ModelProvider"]
 

@@ -100,9 +100,8 @@ SPACE: dict[str, Any] = {
 }
 
 TOML_FILE = "torchtitan.toml"
-# Its model per family (its `model.name`; Llama's is llama3, Mixtral's architecture is its llama4 MoE).
-_MODEL = {"deepseek_v3": "deepseek_v3", "qwen3": "qwen3", "qwen3_moe": "qwen3", "gpt_oss": "gpt_oss",
-          "mixtral": "llama4"}
+# Its model (`model.name`) for a family whose record names none.
+DEFAULT_MODEL = "llama3"
 # torch.distributed.pipelining schedule names; PyTorch's context parallel rotates K/V shards round a ring
 # with all-to-all, or all-gathers them.
 _SCHEDULE = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
@@ -140,8 +139,14 @@ UNREGISTERED = "scaledl"
 def flavor(spec: "WorkloadSpec") -> str | None:
     """torchtitan's shipped flavor of the spec's model, None where none has its dimensions."""
     m = spec.model
-    shipped = FLAVORS.get(_MODEL.get(m.family, "llama3"), {})
+    shipped = FLAVORS.get(model_name(spec) or "", {})
     return next((name for name, dims in shipped.items() if all(getattr(m, k) == v for k, v in dims.items())), None)
+
+
+def model_name(spec: "WorkloadSpec") -> str | None:
+    """torchtitan's model of the spec's family (`model.name`, the family record's spelling), None where it ships none."""
+    fam = spec.model.family_entry
+    return fam.launch_names.get(NAME, DEFAULT_MODEL) if fam is not None else DEFAULT_MODEL
 
 
 def _stage_split(blocks: int, chunks: int) -> tuple[int, int, int]:
@@ -175,7 +180,7 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
     experts without tensor parallelism (expert_tensor_parallel_degree 1, as the prediction prices them).
     """
     m, t = spec.model, spec.training
-    config: dict[str, dict[str, Any]] = {"model": {"name": _MODEL.get(m.family, "llama3"),
+    config: dict[str, dict[str, Any]] = {"model": {"name": model_name(spec),
                                                    "flavor": flavor(spec) or UNREGISTERED}}
     # Under a pipeline the local batch is split into micro-batches; without one, micro-batches accumulate.
     config["training"] = {"local_batch_size": plan.mbs * (plan.microbatches(t.global_batch) if plan.pp > 1 else 1),
@@ -249,8 +254,7 @@ def _write(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
 def _model_errors(spec: "WorkloadSpec") -> list[str]:
     """A family torchtitan has no model of (`torchtitan/models`): it ships Llama 3, Llama 4, Qwen3, DeepSeek-V3 and
     GPT-OSS, no Gemma."""
-    family = spec.model.family
-    return [f"torchtitan ships no {family} model (torchtitan/models)"] if family in ("gemma2", "gemma3") else []
+    return [f"torchtitan ships no {spec.model.family} model (torchtitan/models)"] if model_name(spec) is None else []
 
 
 def _read(text: str, spec: "WorkloadSpec") -> Plan:

@@ -19,7 +19,7 @@ def block_counts(model: ModelSpec) -> list[int]:
     if model.module is not None:
         return []
     layers = model.layers or 0
-    if model.family == "t5":
+    if model.seq2seq:
         dec = model.decoder_layers if model.decoder_layers is not None else layers
         return [layers, dec]
     return [layers]
@@ -28,14 +28,14 @@ def block_counts(model: ModelSpec) -> list[int]:
 def reduced_spec(model: ModelSpec) -> ModelSpec:
     """The same model with one block per block list (one encoder and one decoder block for T5)."""
     update: dict[str, Any] = {"layers": 1}
-    if model.family == "t5":
+    if model.seq2seq:
         update["decoder_layers"] = 1
     if model.hf_config is not None:
         cfg = dict(model.hf_config)
         for key in _HF_LAYER_KEYS:
             if key in cfg:
                 cfg[key] = 1
-        if model.family == "t5":
+        if model.seq2seq:
             cfg["num_decoder_layers"] = 1
             cfg.setdefault("num_layers", 1)
         update["hf_config"] = cfg
@@ -92,10 +92,11 @@ def user_block_list(module: nn.Module) -> list[BlockList]:
 
 def first_block_only(model: ModelSpec, lists: list[BlockList]) -> set[str]:
     """Module paths (in block 0) that the later blocks lack (T5's relative position bias): count 1."""
-    if not any(b.count >= 2 for b in lists) or (model.family == "gpt" and model.hf_config is None):
+    fam = model.family_entry
+    if not any(b.count >= 2 for b in lists) or (model.hf_config is None and fam is not None and fam.config is None):
         return set()  # our GPT's blocks are identical by construction
     update: dict[str, Any] = {"layers": 2}
-    if model.family == "t5":
+    if model.seq2seq:
         update["decoder_layers"] = 2
     spec2 = reduced_spec(model).model_copy(update=update)
     if spec2.hf_config is not None:

@@ -3,6 +3,8 @@ graph, the sharding model and the runner), the other kinds by what they work on.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from torch import nn
 
 from predictor.graph_build.tracing import strip_call
@@ -15,10 +17,11 @@ def tp_role(kind: str, path: str, group: str, mod: nn.Module | None, spec: Model
     """How tensor parallelism shards the node (`TPRole`); `prev_role` is the role of the node just before it."""
     in_block = group in ("block", "enc", "dec")
     if kind == "embedding":  # roles of linears and embeddings: predictor.tp_roles, shared with the runner
-        return embedding_role(strip_call(path), mod.num_embeddings, spec.vocab) if isinstance(mod, nn.Embedding) \
+        return embedding_role(strip_call(path), mod.num_embeddings, spec.vocab, _roles(spec)) \
+            if isinstance(mod, nn.Embedding) \
             else "replicated"
     if kind == "linear":
-        return linear_role(strip_call(path), in_block, d_out, spec.vocab if spec.family not in ("vit", "deit") else None)
+        return linear_role(strip_call(path), in_block, d_out, None if spec.vision else spec.vocab, _roles(spec))
     if kind == "attention":
         return "heads"
     if kind == "experts" or (kind == "activation" and prev_role == "experts"):
@@ -30,3 +33,8 @@ def tp_role(kind: str, path: str, group: str, mod: nn.Module | None, spec: Model
     if kind in ("activation", "dropout") and in_block and prev_role == "column":
         return "column"  # works on the column-parallel FFN output (Megatron shards it too)
     return "replicated"
+
+
+def _roles(spec: ModelSpec) -> Mapping[str, str]:
+    fam = spec.family_entry
+    return fam.roles if fam is not None else {}

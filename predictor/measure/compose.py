@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from predictor.families import names as family_names
 from predictor.moe import runner_ep_error
 from predictor.plan import Plan
 from predictor.workload import ModelSpec
@@ -42,8 +43,6 @@ CP_REFUSAL = ("cp>1: torch 2.13's context_parallel has ring attention only for t
 
 def unsupported(plan: Plan, spec: ModelSpec) -> str:
     """What of `plan` on `spec` this runner cannot run ('' when it runs all of it)."""
-    from predictor.measure.parallelize import LAYOUT_FAMILIES
-
     reasons = []
     if plan.cp > 1:
         reasons.append(CP_REFUSAL)
@@ -51,15 +50,17 @@ def unsupported(plan: Plan, spec: ModelSpec) -> str:
         reasons.append(f"overlap={plan.overlap} (DDP and FSDP2 overlap as they do by default: overlap=auto)")
     if runner_ep_error(plan, spec):
         reasons.append(runner_ep_error(plan, spec))
-    family = spec.family if spec.module is None and spec.hf_config is None else None
-    if family not in LAYOUT_FAMILIES:
-        reasons.append(f"{'family ' + family if family else 'a module: or hf_config: model'} has no layout in the "
-                       f"runner (embeddings, blocks, head: {', '.join(LAYOUT_FAMILIES)})")
-    elif family == "t5":
+    fam = spec.family_entry if spec.module is None and spec.hf_config is None else None
+    if fam is None or fam.layout is None:
+        laid_out = family_names(lambda f: f.layout is not None)
+        reasons.append(f"{'family ' + fam.name if fam else 'a module: or hf_config: model'} has no layout in the "
+                       f"runner (embeddings, blocks, head: {', '.join(laid_out)})")
+    elif fam.layout == "seq2seq":
         if plan.pp * plan.v > 2:
-            reasons.append(f"pp*v = {plan.pp * plan.v} for t5 (cut between encoder and decoder only: at most 2 chunks)")
+            reasons.append(f"pp*v = {plan.pp * plan.v} for {fam.name} (cut between encoder and decoder only: at most "
+                           f"2 chunks)")
         if plan.sp:
-            reasons.append("sp for t5 (the decoder's cross-attention reads the whole encoder sequence)")
+            reasons.append(f"sp for {fam.name} (the decoder's cross-attention reads the whole encoder sequence)")
     if plan.sp and spec.tokens % plan.tp:
         reasons.append(f"sp with tp={plan.tp} not dividing the {spec.tokens} tokens of a sequence")
     return "; ".join(reasons)

@@ -63,7 +63,7 @@ _HEAD_ATTRS = ("num_attention_heads", "num_heads", "n_heads", "n_head")
 
 def _attention_attrs(spec: ModelSpec, path: str, mod: nn.Module) -> dict[str, int]:
     heads = next((getattr(mod, a) for a in _HEAD_ATTRS if isinstance(getattr(mod, a, None), int)), spec.heads)
-    causal = spec.family == "gpt2" or (spec.family == "t5" and path.startswith("decoder") and "SelfAttention" in path)
+    causal = spec.decoder or (spec.seq2seq and path.startswith("decoder") and "SelfAttention" in path)
     return {"heads": heads, "head_dim": (spec.hidden or 0) // heads, "seq": spec.tokens, "kv_seq": spec.tokens,
             "causal": int(causal)}
 
@@ -101,8 +101,7 @@ def layer_nodes(model: nn.Module, spec: ModelSpec) -> list[NodeRef]:
             nodes.append(NodeRef(name, layer_kind(mod), group, count.get(name, 1), (), (), {}))
     from predictor.modelzoo import num_labels
 
-    vision = spec.family in ("vit", "deit")
-    logits = (1, num_labels(spec)) if vision else (1, spec.tokens, spec.vocab or 0)
+    logits = (1, num_labels(spec)) if spec.vision else (1, spec.tokens, spec.vocab or 0)
     nodes.append(NodeRef("loss", "loss", "post", 1, logits, (), {}))
     return nodes
 

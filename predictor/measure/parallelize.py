@@ -29,7 +29,6 @@ from predictor.workload import ModelSpec
 # Attributes holding an attention module's head count; divided by tp on modules whose linears are sharded.
 HEAD_ATTRS = ("num_attention_heads", "num_heads", "n_heads", "n_head", "heads")
 FUSED_QKV = {"c_attn", "query_key_value"}
-LAYOUT_FAMILIES = ("gpt", "llama", "qwen3", "gpt2", "bert", "vit", "deit", "t5", "qwen3_moe", "mixtral")  # the families `layout` cuts into units
 # What selective recomputation recomputes: the attention core (scores, softmax, context; fused or not).
 ATTENTION_CORE_OPS = {
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
@@ -57,14 +56,15 @@ def conv1d_to_linear(model: nn.Module) -> nn.Module:
 
 def tp_roles(model: nn.Module, spec: ModelSpec) -> dict[str, str]:
     """The role (`predictor.tp_roles`) of every linear and embedding of `model`, by module path."""
-    vocab = spec.vocab if spec.family not in ("vit", "deit") else None
+    vocab = None if spec.vision else spec.vocab
+    own = spec.family_entry.roles if spec.family_entry is not None else {}
     roles = {}
     for path, module in model.named_modules():
         if isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D":
             out = module.out_features if isinstance(module, nn.Linear) else module.weight.shape[1]
-            roles[path] = linear_role(path, in_block(path), out, vocab)
+            roles[path] = linear_role(path, in_block(path), out, vocab, own)
         elif isinstance(module, nn.Embedding):
-            roles[path] = embedding_role(path, module.num_embeddings, spec.vocab)
+            roles[path] = embedding_role(path, module.num_embeddings, spec.vocab, own)
     return roles
 
 
@@ -292,19 +292,20 @@ class Layout:
 def layout(model: nn.Module, spec: ModelSpec) -> Layout:
     """How `model` of `spec`'s family splits into pipeline units (T5: the encoder, then decoder and head, whose
     decoder ids are a fixed random row, the same for every sample, so only hidden states cross stages)."""
-    fam = spec.family
-    if fam == "gpt":
+    fam = spec.family_entry
+    kind = fam.layout if fam is not None else None
+    if kind == "megatron":
         return Layout({"emb": model.embedding}, list(model.layers), {"ln": model.final_layernorm, "emb": model.embedding},
                       lambda p, ids: p["emb"](ids),
                       lambda p, x: _vocab_logits(p["ln"](x), p["emb"].word_embeddings.weight), _lm_loss)
-    if fam in ("llama", "qwen3", "qwen3_moe", "mixtral"):  # Llama's layout; the others differ in their MLPs or norms
+    if kind == "hf_decoder":  # Llama's layout: embed_tokens, layers, norm, lm_head, rotary embeddings
         base = model.model
         positions = torch.arange(spec.seq_len or 1, device=base.embed_tokens.weight.device).unsqueeze(0)
         rotary = base.rotary_emb
         return Layout({"emb": base.embed_tokens}, list(base.layers), {"norm": base.norm, "head": model.lm_head},
                       lambda p, ids: p["emb"](ids), lambda p, x: p["head"](p["norm"](x)), _lm_loss,
                       block_kwargs=lambda x: {"position_embeddings": rotary(x, position_ids=positions)})
-    if fam == "gpt2":
+    if kind == "transformer_h":  # GPT-2's
         t = model.transformer
 
         def pre(p: nn.ModuleDict, ids: torch.Tensor) -> torch.Tensor:
@@ -312,15 +313,15 @@ def layout(model: nn.Module, spec: ModelSpec) -> Layout:
             return p["drop"](p["wte"](ids) + p["wpe"](pos))
         return Layout({"wte": t.wte, "wpe": t.wpe, "drop": t.drop}, list(t.h), {"ln_f": t.ln_f, "lm_head": model.lm_head},
                       pre, lambda p, x: p["lm_head"](p["ln_f"](x)), _lm_loss)
-    if fam == "bert":
+    if kind == "masked_lm":  # BERT's
         return Layout({"emb": model.bert.embeddings}, list(model.bert.encoder.layer), {"cls": model.cls},
                       lambda p, ids: p["emb"](input_ids=ids), lambda p, x: p["cls"](x), _lm_loss)
-    if fam in ("vit", "deit"):
-        base = getattr(model, fam)
+    if kind == "vision":
+        base = model.base_model
         layers = base.layers if hasattr(base, "layers") else base.encoder.layer
         return Layout({"emb": base.embeddings}, list(layers), {"norm": base.layernorm, "head": model.classifier},
                       lambda p, px: p["emb"](px), lambda p, x: p["head"](p["norm"](x)[:, 0, :]), F.cross_entropy)
-    if fam == "t5":
+    if kind == "seq2seq":  # T5's
         dec_ids = torch.randint(0, spec.vocab or 2, (1, spec.seq_len or 1))  # one row for every sample: any mbs
         # As T5ForConditionalGeneration.forward: with tied embeddings the decoder output is scaled by
         # d_model^-0.5 before the LM head. Without it the logits are sqrt(d_model) times too large, the
@@ -334,7 +335,7 @@ def layout(model: nn.Module, spec: ModelSpec) -> Layout:
             return p["lm_head"](out * out_scale)
         return Layout({"enc": model.encoder}, [], {"dec": model.decoder, "lm_head": model.lm_head},
                       lambda p, ids: p["enc"](input_ids=ids).last_hidden_state, post, _lm_loss, max_chunks=2)
-    raise ValueError(f"pipeline parallel: no stage split for family {fam!r}")
+    raise ValueError(f"pipeline parallel: no stage split for family {spec.family!r}")
 
 
 def chunk_blocks(blocks: int, chunks: int) -> list[tuple[bool, range, bool]]:

@@ -62,7 +62,7 @@ def graph_of(spec: WorkloadSpec) -> LayerGraph:
 
 
 def _at_depth(model: Any, depth: int) -> Any:
-    return model.model_copy(update={"layers": depth, "decoder_layers": depth if model.family == "t5" else None})
+    return model.model_copy(update={"layers": depth, "decoder_layers": depth if model.seq2seq else None})
 
 
 _REPEATED: dict[str, frozenset[str]] = {}

@@ -14,7 +14,6 @@ from functools import cache
 
 import numpy as np
 
-from predictor.plan import DECODER_FAMILIES
 from predictor.frameworks import Framework, framework_for
 from predictor.frameworks.base import SoftmaxFallback
 from predictor.hardware import DEVICES, GB, Device, GemmFact, device_facts, gemm_facts, generation
@@ -340,7 +339,7 @@ def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, fallback, degrees
     eff = (gemm_efficiency(m, nodes.gemm_n, nodes.gemm_k, batch, cfg, sms) * np.where(nodes.attention, 1.0, linear)
            * np.where(nodes.experts, cfg.grouped_gemm_eff, 1.0))
     causal = CAUSAL_FUSED_WORK * sliding_window_work(spec.model)
-    work = np.where(nodes.attention & fused & (spec.model.family in DECODER_FAMILIES), causal, 1.0)
+    work = np.where(nodes.attention & fused & spec.model.decoder, causal, 1.0)
     fwd_f = nodes.fwd_flops * mbs * work
     bwd_f = nodes.bwd_flops * mbs * work
     gemm_bytes = (m * nodes.gemm_k + nodes.gemm_k * nodes.gemm_n + m * nodes.gemm_n) * batch * eb
@@ -351,7 +350,7 @@ def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, fallback, degrees
     fwd = np.maximum(fwd_f / compute_rate, io_bytes / bw)
     bwd = np.maximum(bwd_f / compute_rate, 2 * io_bytes / bw)
     if curves is not None:  # the kernel's published rate at the rank's query length and head dimension
-        causal = spec.model.family in DECODER_FAMILIES
+        causal = spec.model.decoder
         att = nodes.attention
         rate_f = curves.rate(False, causal, nodes.gemm_k, nodes.gemm_m)
         rate_b = curves.rate(True, causal, nodes.gemm_k, nodes.gemm_m)

@@ -8,10 +8,10 @@ from predictor.plan.placement import (complete_order, cross_domain_axes, nvlink_
 from predictor.plan.plan import (CP_COMM, GPU_AXES, GRADS, MOMENTS, OFFLOAD_MODULES, PLACEMENTS, RECOMPUTE_MODES,
                                  RECOMPUTE_MODULES, SCHEDULES, Plan, PlanError, canonical_recompute, offloaded,
                                  overlap_kinds, recompute_modules)
-from predictor.plan.rules import DECODER_FAMILIES, embedding_and_loss_in_split, plan_errors
+from predictor.plan.rules import embedding_and_loss_in_split, plan_errors
 
 __all__ = [
-    "AXES", "AXIS", "AXIS_NAMES", "Axis", "COMM_PARTS", "CP_COMM", "DECODER_FAMILIES",
+    "AXES", "AXIS", "AXIS_NAMES", "Axis", "COMM_PARTS", "CP_COMM",
     "DEFAULT_ORDER", "GPU_AXES", "GRADS", "HIDDEN_KINDS", "HIDDEN_WORDS", "MOMENTS", "OFFLOAD_MODULES", "OVERLAP_KINDS",
     "PART_WORDS", "PLACEMENTS", "PRICING_ORDER", "Plan", "PlanError", "RECOMPUTE_MODES", "RECOMPUTE_MODULES",
     "SCHEDULES", "STAGE_AXES", "TERM_OF_PART", "TIME_PARTS", "TimePart", "canonical_recompute", "complete_order",

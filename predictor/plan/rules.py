@@ -11,6 +11,7 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING, Callable
 
+from predictor.families import names as family_names
 from predictor.plan.axes import AXES, resolve
 from predictor.plan.placement import cross_domain_axes, nvlink_domain, spans_text
 
@@ -18,9 +19,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from predictor.plan.plan import Plan
     from predictor.workload import WorkloadSpec
 
-# Families whose attention is causal self-attention over one sequence: what context parallelism splits.
-DECODER_FAMILIES: tuple[str, ...] = ("gpt", "gpt2", "llama", "qwen3", "gemma2", "gemma3", "mixtral", "qwen3_moe",
-                                     "deepseek_v3", "gpt_oss")
 
 
 def _dims_missing(spec: "WorkloadSpec", *names: str) -> list[str]:
@@ -81,9 +79,9 @@ def cp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
     if plan.cp == 1:
         return []
     m = spec.model
-    if m.family not in DECODER_FAMILIES:
+    if not m.decoder:
         return [f"cp={plan.cp} splits the sequence of causal self-attention; the model family "
-                f"{m.family or 'of a module: model'} is not a decoder ({', '.join(DECODER_FAMILIES)})"]
+                f"{m.family or 'of a module: model'} is not a decoder ({', '.join(family_names(lambda f: f.decoder))})"]
     if m.tokens % (2 * plan.cp):
         return [f"cp={plan.cp} splits the sequence into 2*cp = {2 * plan.cp} chunks, which does not divide "
                 f"seq_len={m.tokens}"]
