@@ -7,7 +7,7 @@ change both the time and the memory) and prints per-row errors
 and the MAPE of the dense rows and of the MoE rows apart.
 
 The file may calibrate constants that describe the framework or the hardware, never a row: the
-grid of `AnalyticalConfig` constants below (overlap efficiency and slowdown, large-GEMM efficiency) is searched on
+grid of `AnalyticalConfig` constants below (large-GEMM efficiency; overlap is the schedule's, `predictor.models.overlap`) is searched on
 the rows of three systems and scored on the fourth (leave-one-system-out); the cross-validated MAPE is printed
 beside the first-principles one and the in-file one (constants chosen on every row). Each row is priced with the
 grid's constants over its device generation's first principles (`device_config`, as `framework_config` applies
@@ -54,8 +54,6 @@ from predictor.models.roofline import CALIBRATED_FIELDS, MOE_CALIBRATED_FIELDS, 
 FILE = "megatron_bridge_2511.csv"
 # The constants calibrated, each over a range its docstring in AnalyticalConfig argues for.
 GRID: dict[str, tuple[float, ...]] = {
-    "overlap_eff": (0.0, 0.25, 0.5, 0.75, 1.0),
-    "overlap_slowdown": (0.0, 0.1, 0.2, 0.3),
     "gemm_eff_max": (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9),
 }
 assert tuple(GRID) == CALIBRATED_FIELDS

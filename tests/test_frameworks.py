@@ -62,20 +62,20 @@ def test_a_devices_own_constants_go_over_its_generations(tmp_path, monkeypatch):
     """Constants measured on one device alone (by_device) price that device over its generation's; the generation's
     other devices keep the generation's."""
     path = tmp_path / "framework-constants.json"
-    path.write_text(json.dumps({"toy": {"constants": {"gemm_eff_max": 0.6, "overlap_eff": 0.5},
+    path.write_text(json.dumps({"toy": {"constants": {"gemm_eff_max": 0.6, "grouped_gemm_eff": 0.5},
                                         "generations": ["hopper", "blackwell"],
                                         "by_device": {"b200": {"constants": {"bf16_gemm_eff_max": 0.45,
-                                                                             "overlap_eff": 0.3}}}}}))
+                                                                             "grouped_gemm_eff": 0.3}}}}}))
     monkeypatch.setattr(base, "CONSTANTS_FILE", path)
     constants = recorded_constants("toy")
-    assert constants == {"hopper": {"gemm_eff_max": 0.6, "overlap_eff": 0.5},
-                         "blackwell": {"gemm_eff_max": 0.6, "overlap_eff": 0.5},
-                         "b200": {"bf16_gemm_eff_max": 0.45, "overlap_eff": 0.3}}
+    assert constants == {"hopper": {"gemm_eff_max": 0.6, "grouped_gemm_eff": 0.5},
+                         "blackwell": {"gemm_eff_max": 0.6, "grouped_gemm_eff": 0.5},
+                         "b200": {"bf16_gemm_eff_max": 0.45, "grouped_gemm_eff": 0.3}}
     toy = dataclasses.replace(FRAMEWORKS["pytorch"], constants=constants)
     assert framework_config(toy, "blackwell", "b200") == dataclasses.replace(
-        device_config("blackwell"), gemm_eff_max=0.6, overlap_eff=0.3, bf16_gemm_eff_max=0.45)
+        device_config("blackwell"), gemm_eff_max=0.6, grouped_gemm_eff=0.3, bf16_gemm_eff_max=0.45)
     assert framework_config(toy, "blackwell", "gb200") == dataclasses.replace(
-        device_config("blackwell"), gemm_eff_max=0.6, overlap_eff=0.5)
+        device_config("blackwell"), gemm_eff_max=0.6, grouped_gemm_eff=0.5)
 
 
 def test_framework_for_decides_once_which_framework_applies():

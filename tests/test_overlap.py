@@ -5,12 +5,14 @@ import pytest
 from predictor.frameworks import FRAMEWORKS, framework_for, launch_files
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
+from predictor.hardware import DEVICES
+from predictor.models.overlap import COMM_SMS, slowdown
 from predictor.models.roofline import AnalyticalConfig
 from predictor.plan import Plan
 from predictor.workload import parse_spec
 from search_spaces import enumerate_plans, load_space
 
-CFG = AnalyticalConfig(overlap_eff=0.5, overlap_slowdown=0.2)
+CFG = AnalyticalConfig()
 
 
 def _spec(framework="megatron", precision="bf16", nodes=4, seq=4096, device="h100"):
@@ -28,25 +30,40 @@ def _predict(text, spec=SPEC, cfg=CFG):
 
 
 def test_overlap_hides_communication_and_charges_the_slowdown():
-    """Switching overlap off exposes exactly what was hidden; hidden seconds cost `overlap_slowdown` each."""
+    """Switching overlap off exposes exactly what was hidden; each hidden second costs the share of the SMs the
+    communication kernel holds."""
     text = "dp=4,tp=4,pp=2,mbs=1,zero=1,sp=true,schedule=interleaved,v=2"
     on, off = _predict(text), _predict(text + ",overlap=none")
     assert off.hidden_comm == {}
     assert set(on.hidden_comm) == {"tp_comm", "dp_grad", "dp_param", "pp_p2p"}
     hidden = sum(on.hidden_comm.values())
-    assert off.iter_time_s - on.iter_time_s == pytest.approx(hidden * (1 - CFG.overlap_slowdown), rel=1e-9)
-    assert on.breakdown["compute"] - off.breakdown["compute"] == pytest.approx(CFG.overlap_slowdown * hidden)
+    lost = slowdown(DEVICES["h100"])
+    assert lost == pytest.approx(COMM_SMS / 132)
+    assert off.iter_time_s - on.iter_time_s == pytest.approx(hidden * (1 - lost), rel=1e-9)
+    assert on.breakdown["compute"] - off.breakdown["compute"] == pytest.approx(lost * hidden)
     assert on.peak_memory_gib == off.peak_memory_gib
 
 
 def test_what_is_hidden_is_bounded_by_its_window():
-    """Gradient reduction hides behind one micro-batch's backward at most, times the overlap efficiency."""
+    """Gradient reduction hides behind the last micro-batch's backward, less its last bucket; the first and last
+    collectives of a pass have nothing beside them."""
     pred = _predict("dp=32,mbs=1,zero=1")
     full = _predict("dp=32,mbs=1,zero=1,overlap=none")
-    grad_window = pred.hidden_comm["dp_grad"] / CFG.overlap_eff
     m = 64 // 32
-    assert grad_window <= full.breakdown["compute"] / m + 1e-12  # backward of one micro-batch < its fwd + bwd
-    assert pred.hidden_comm["dp_grad"] <= full.breakdown["dp_comm"]
+    assert 0 < pred.hidden_comm["dp_grad"] < full.breakdown["compute"] / m  # backward of one micro-batch < its fwd + bwd
+    assert pred.hidden_comm["dp_grad"] < full.breakdown["dp_comm"]  # the last bucket is exposed
+    assert pred.breakdown["dp_comm"] > 0
+
+
+def test_zero3_gathers_hide_per_pass_and_never_more_than_the_computation():
+    """ZeRO-3 gathers every unit again in every micro-batch's forward and backward: each pass hides all but its first
+    gather, at most its own computation, and all hidden communication together at most the computation beside it."""
+    for text in ("dp=32,mbs=1,zero=3", "dp=8,tp=4,mbs=1,zero=3,sp=true"):
+        on, off = _predict(text), _predict(text + ",overlap=none")
+        lost = slowdown(DEVICES["h100"])
+        assert sum(on.hidden_comm.values()) <= off.breakdown["compute"] * (1 + 1e-12)
+        assert on.hidden_comm["dp_param"] < off.breakdown["dp_comm"]
+        assert on.breakdown["compute"] == pytest.approx(off.breakdown["compute"] + lost * sum(on.hidden_comm.values()))
 
 
 def test_each_framework_overlaps_what_its_recipes_do():

@@ -64,11 +64,13 @@ def attention_note(framework: Framework, spec: WorkloadSpec, device: Device) -> 
 class AnalyticalPredictor(Predictor):
     """Roofline + α-β + schedule model; no learned state.
 
-    Communication a framework overlaps (`predictor.frameworks`) is charged only where it is exposed:
-    gradient reduction behind the backward of the last micro-batch, parameter all-gathers behind a
-    forward (every micro-batch's under ZeRO-3), tensor-parallel collectives and pipeline send/recv
-    behind the stage's computation, the context-parallel ring behind attention; each hidden second
-    slows the computation beside it by `overlap_slowdown`. `Prediction.hidden_comm` keeps what was hidden.
+    Communication a framework overlaps (`predictor.frameworks`) is charged only where it is exposed, as the
+    framework schedules it (`predictor.models.overlap`): gradient buckets beside the rest of the last micro-batch's
+    backward, parameter all-gathers beside the first forward (every pass's, prefetched unit by unit, under ZeRO-3),
+    tensor-parallel collectives beside their GEMMs, the expert all-to-all and pipeline send/recv beside another
+    micro-batch, the context-parallel ring beside attention; the collectives at a pass's edge are exposed, and all
+    of them together hide at most the computation. Each hidden second slows the computation beside it by the share
+    of the SMs the communication kernel holds. `Prediction.hidden_comm` keeps what was hidden.
     """
 
     name = "analytical"

@@ -25,6 +25,7 @@ from predictor.memory import GIB, buffer_bytes, in_flight, kv_share, model_state
 from predictor.memory.accounting import memory_parts_by_stage, offloaded_bytes
 from predictor.memory.levers import Levers, levers_of
 from predictor.models.lowprec import recipe_of
+from predictor.models import overlap
 from predictor.models.roofline import AnalyticalConfig, call_costs, fused_attention
 from predictor.models.stage_costs import compute_parts, dp_time, offload_waits, optimizer_time, p2p_time
 from predictor.parallel import Layout, apply_plan, plan_groups
@@ -121,9 +122,9 @@ class PlanPieces:
         self.compute = _Stages(9)
         self.comm = tuple(_Stages(1) for _ in STAGE_AXES)
         self.memory = _Stages(len(MEMORY_PARTS))  # bytes of each MEMORY_PARTS entry
-        # per plan: gradient sync, parameter gather and their per-call seconds, one p2p send, the optimizer step,
+        # per plan: gradient sync, parameter gather, their per-call seconds and their calls, one p2p send, the optimizer step,
         # overlapped kinds
-        self.dp = _Scalars(3)
+        self.dp = _Scalars(5)
         self.p2p = _Scalars(1)
         self.optimizer = _Scalars(1)
         self.overlap = _Scalars(len(OVERLAP_KINDS))
@@ -279,7 +280,7 @@ class PlanPieces:
 
     def _combine(self, graph: LayerGraph, index: np.ndarray, scalars: np.ndarray) -> PredictionTable:
         """The per-plan arithmetic, over arrays of plans (per pipeline depth over (plans × stages) arrays)."""
-        cfg, spec = self.cfg, self.spec
+        spec = self.spec
         n_comm = len(STAGE_AXES)
         m, mbs, v, pp, gpus, zero3 = scalars[:6]
         always = scalars[6:].astype(bool)
@@ -300,34 +301,24 @@ class PlanPieces:
         bubble = others / v
         compute = m * (f_s + b_s)
         dp_row, p2p_row, optimizer_row, overlap_row = range(n_comm + 2, n_comm + 6)
-        grad_sync, param_gather, dp_calls = self.dp.array()[index[dp_row]].T
+        grad_sync, param_gather, dp_calls, grad_calls, gather_calls = self.dp.array()[index[dp_row]].T
+        one_send = self.p2p.array()[index[p2p_row], 0]
         sends = np.where(pp > 1, 2 * (m * v + pp - 1), 0.0)
-        pp_p2p = sends * self.p2p.array()[index[p2p_row], 0]
+        pp_p2p = sends * one_send
         # What the framework's own kernels and costs add to the iteration before overlap: the slowest stage's
         # micro-batches plus the other stages' fill and drain (as compute and pp_bubble count them)
         attention, host, tp_calls = (m * at + other / v for at, other in zip(path[::2], path[1::2]))
         framework = np.stack([attention, host, tp_calls + dp_calls + sends * self.p2p_s], axis=1)
         optimizer = self.optimizer.array()[index[optimizer_row], 0]
         on = dict(zip(OVERLAP_KINDS, self.overlap.array()[index[overlap_row]].T.astype(bool)))
-
-        def hidden(comm_s: np.ndarray, window: np.ndarray, on: np.ndarray) -> np.ndarray:
-            return np.where(on, np.minimum(comm_s, cfg.overlap_eff * window), 0.0)
-
+        hide = self._hidden(on, always, comm_s, m, f_s, b_s, att_s, kern_s, grad_sync, grad_calls, param_gather,
+                            gather_calls, zero3.astype(bool), pp_p2p, one_send)
         parts: dict[str, np.ndarray] = {}
-        hide: dict[str, np.ndarray] = {}
-        for k, axis in enumerate(STAGE_AXES):  # each stage axis: its communication, hidden beside its window
-            total = m * comm_s[k]
-            window = compute if axis.window == "compute" else m * att_s
+        for k, axis in enumerate(STAGE_AXES):
             (kind,), (part,) = axis.hidden, axis.parts
-            hide[kind] = hidden(total, window, always[k] if axis.overlapped_when else on[axis.overlap[0]])
-            parts[part.name] = total - hide[kind]
-        hide["dp_grad"] = hidden(grad_sync, b_s, on["dp"])
-        hide["dp_param"] = hidden(param_gather, np.where(zero3.astype(bool), compute, f_s), on["param"])
-        hide["pp_p2p"] = hidden(pp_p2p, compute, on["pp"])
-        slowed = hide[HIDDEN_KINDS[0]]
-        for kind in HIDDEN_KINDS[1:]:
-            slowed = slowed + hide[kind]
-        parts.update(compute=compute + cfg.overlap_slowdown * slowed,
+            parts[part.name] = m * comm_s[k] - hide[kind]
+        slowed = sum((hide[kind] for kind in HIDDEN_KINDS), np.zeros_like(compute))
+        parts.update(compute=compute + overlap.slowdown(self.device) * slowed,
                      dp_comm=grad_sync + param_gather - hide["dp_grad"] - hide["dp_param"], pp_bubble=bubble,
                      pp_p2p=pp_p2p - hide["pp_p2p"], optimizer=optimizer)
         breakdown = np.stack([parts[k] for k in TIME_PARTS], axis=1)
@@ -342,6 +333,38 @@ class PlanPieces:
             extra={"kernel_compute_s": m * kern_s,  # compute without the host: < compute when host-bound
                    "framework_s": framework}, extra_names={"framework_s": FRAMEWORK_PARTS},
         )
+
+    @staticmethod
+    def _hidden(on: dict[str, np.ndarray], always: np.ndarray, comm_s: np.ndarray, m: np.ndarray, f_s: np.ndarray,
+                b_s: np.ndarray, att_s: np.ndarray, kern_s: np.ndarray, grad_sync: np.ndarray, grad_calls: np.ndarray,
+                param_gather: np.ndarray, gather_calls: np.ndarray, zero3: np.ndarray, pp_p2p: np.ndarray,
+                one_send: np.ndarray) -> dict[str, np.ndarray]:
+        """Seconds of each HIDDEN_KINDS communication hidden, over plans (`predictor.models.overlap`): each kind the
+        plan overlaps beside the window its framework's schedule gives it, all of them beside the stage's
+        computation."""
+        compute = m * (f_s + b_s)
+        windows = {"compute": compute, "attention": m * att_s, "gemms": m * np.maximum(kern_s - att_s, 0.0)}
+        hide: dict[str, np.ndarray] = {}
+        for k, axis in enumerate(STAGE_AXES):
+            (kind,) = axis.hidden
+            total = m * comm_s[k]
+            edge = total * overlap.EDGE_SHARE.get(kind, 0.0) + comm_s[k] * overlap.EDGE_MICROBATCHES.get(kind, 0.0)
+            if axis.window == "phases":  # half beside the other micro-batch's attention, half beside the rest
+                own = np.minimum(total / 2, windows["attention"]) + np.minimum(total / 2, windows["gemms"])
+                own = np.clip(np.minimum(own, total - edge), 0.0, None)
+            else:
+                own = np.clip(total - edge, 0.0, windows[axis.window])
+            hide[kind] = np.where(always[k] if axis.overlapped_when else on[axis.overlap[0]], own, 0.0)
+        # ZeRO-3 gathers each unit again in every forward and backward; otherwise once, before the first forward
+        passes = np.where(zero3, 2 * m, 1.0)
+        gather_f = overlap.pipelined(param_gather / passes, gather_calls / passes, f_s)
+        gather_b = np.where(zero3, overlap.pipelined(param_gather / passes, gather_calls / passes, b_s), 0.0)
+        hide["dp_param"] = np.where(on["param"], np.where(zero3, m * (gather_f + gather_b), gather_f), 0.0)
+        # the gradient buckets beside the last backward, after what that backward's gathers hide on the communicator
+        grad_window = b_s - np.where(on["param"], gather_b, 0.0)
+        hide["dp_grad"] = np.where(on["dp"], overlap.pipelined(grad_sync, grad_calls, grad_window), 0.0)
+        hide["pp_p2p"] = np.where(on["pp"], np.clip(pp_p2p - 2 * one_send, 0.0, compute), 0.0)
+        return overlap.share_window(hide, compute)
 
     def _slowest_stage(self, index: np.ndarray, depth: int) -> np.ndarray:
         """Of plans with `depth` pipeline stages, the slowest stage's forward, backward, each stage axis's

@@ -55,15 +55,6 @@ class AnalyticalConfig:
         Operators per node are in HOST_OPS; backward issues ~2 per forward operator. Recorded for DeepSpeed on
         Ampere (vTrain's single-node runs of Megatron-DeepSpeed, leave-one-model-out): 40 µs per counted operator,
         which also carries the operators the graph does not count.
-    overlap_eff: fraction of the computation a framework's overlapped communication can hide behind
-        (gradient reduce-scatter behind the last micro-batch's backward, parameter all-gather behind a
-        forward, tensor-parallel collectives behind their GEMMs, pipeline send/recv and context-parallel
-        K/V exchange behind the next computation). 1.0 from first principles (a stream runs beside
-        the kernels until they end); calibrated by `bench/modern_eval.py` (leave-one-system-out).
-    overlap_slowdown: seconds of computation lost per second of communication hidden beside it: NCCL
-        kernels take SMs and memory bandwidth from the GEMMs they run beside (Megatron-LM's
-        `--tp-comm-overlap` and FSDP docs give 1-3 SMs per channel of 132). 0 from first principles;
-        calibrated with overlap_eff.
     fp8_gemm_eff: fraction of the dense FP8 peak an FP8 GEMM kernel reaches relative to a bf16 GEMM of the same
         shape reaching gemm_eff_max: the kernel alone, its operands already quantised (the quantisation kernels
         and copies are priced apart, `predictor.models.lowprec`). From the generation's public FP8 GEMM figures
@@ -109,8 +100,6 @@ class AnalyticalConfig:
     launch_s: float = 3e-6
     score_passes: float = 4.5
     host_op_s: float = 10e-6
-    overlap_eff: float = 1.0
-    overlap_slowdown: float = 0.0
     fp8_gemm_eff: float = 1.0
     fp4_gemm_eff: float = 1.0
     bf16_gemm_eff_max: float | None = None
@@ -135,7 +124,8 @@ class AnalyticalConfig:
 
 
 # The constants bench/modern_eval.py calibrates per framework and device generation (`Framework.constants`).
-CALIBRATED_FIELDS: tuple[str, ...] = ("overlap_eff", "overlap_slowdown", "gemm_eff_max")
+# How much communication hides is the schedule's (`predictor.models.overlap`), not a constant.
+CALIBRATED_FIELDS: tuple[str, ...] = ("gemm_eff_max",)
 # Calibrated after them, on the MoE rows only, with the dense constants fixed: they act on MoE layers alone.
 MOE_CALIBRATED_FIELDS: tuple[str, ...] = ("grouped_gemm_eff", "a2a_eff", "expert_host_s")
 

@@ -66,6 +66,11 @@ ENSEMBLE = 3
 UNSEEN = {"op_costs": True, "ensemble": 1}
 
 
+# Analytical constants a mechanism replaced: a checkpoint saved with them loads without them (the overlap of
+# communication is its framework's schedule, `predictor.models.overlap`; a measured CPU overlapped nothing either way).
+RETIRED_CONSTANTS: frozenset[str] = frozenset({"overlap_eff", "overlap_slowdown"})
+
+
 class ScaleDLPredictor(Predictor):
     """The ScaleDL predictor, extended to tp/pp/ZeRO/recomputation plans and to memory."""
 
@@ -285,7 +290,8 @@ class ScaleDLPredictor(Predictor):
     def restore(cls, state: dict[str, Any]) -> "ScaleDLPredictor":
         """The predictor `_state` describes."""
         self = cls(**state["config"])
-        self.analytical = AnalyticalPredictor(AnalyticalConfig(**state["analytical"]))
+        analytical = {k: v for k, v in state["analytical"].items() if k not in RETIRED_CONSTANTS}
+        self.analytical = AnalyticalPredictor(AnalyticalConfig(**analytical))
         learned = state["learned"]
         self.layerwise.models, self.layerwise.attr_keys = learned["layer_models"], learned["attr_keys"]
         self.layerwise.op_costs_by_device = learned["op_costs"]

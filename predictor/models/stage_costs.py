@@ -167,8 +167,9 @@ def tp_stage_time(spec: WorkloadSpec, lay: Layout, cfg: AnalyticalConfig, device
 
 
 def dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float,
-            g: comm.Group) -> tuple[float, float, float]:
-    """(gradient sync, parameter all-gather, the per-call seconds among them) of the stage whose sync is slowest,
+            g: comm.Group) -> tuple[float, float, float, float, float]:
+    """(gradient sync, parameter all-gather, the per-call seconds among them, the gradient calls, the all-gather calls)
+    of the stage whose sync is slowest,
     call by call over the group `g` (dp·cp ranks; the expert-data-parallel ranks for the experts): each call pays
     the link latency and `call_s` (a measured device's in-step cost, or the framework's per-call cost).
 
@@ -179,7 +180,7 @@ def dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float,
     """
     plan = lay.plan
     if g.size == 1 or not psi.any():
-        return 0.0, 0.0, 0.0
+        return 0.0, 0.0, 0.0, 0.0, 0.0
     grads, weights = psi * lay.grad_bytes, psi * lay.param_bytes
     if plan.zero <= 1:
         grad_calls = np.maximum(1.0, np.ceil(grads / DDP_BUCKET_BYTES))
@@ -196,7 +197,8 @@ def dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float,
         grad = grad_calls * (comm.reduce_scatter(grads / units, g) + call_s)
         param = param_calls * (comm.allgather(weights / units, g) + call_s)
     worst = int(np.argmax(grad + param))
-    return float(grad[worst]), float(param[worst]), float((grad_calls + param_calls)[worst] * call_s)
+    return (float(grad[worst]), float(param[worst]), float((grad_calls + param_calls)[worst] * call_s),
+            float(grad_calls[worst]), float(param_calls[worst]))
 
 
 def optimizer_time(spec: WorkloadSpec, lay: Layout, psi: np.ndarray, psi_exp: np.ndarray, device: Device,

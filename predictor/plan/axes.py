@@ -54,7 +54,9 @@ class Axis:
     overlap: tuple[str, ...] = ()  # kinds of a plan's `overlap` that hide its communication
     stage_cost: str = ""  # "module:function" (spec, layout, config, device) -> seconds per pipeline stage and micro-batch
     cost_fields: tuple[str, ...] = ()  # the plan fields `stage_cost` reads beyond `SHARDING_FIELDS` and its group
-    window: str = "compute"  # what its hidden communication runs beside: the stage's "compute" or its "attention"
+    # what its hidden communication runs beside: the stage's "compute", its "gemms" (all but attention), "attention",
+    # or "phases" (half beside attention, half beside the rest: `predictor.models.overlap`)
+    window: str = "compute"
     overlapped_when: str = ""  # "field=value": always hidden under that plan value (else: by its `overlap` kinds)
     launch: Mapping[str, str] = field(default_factory=dict)
     # Plan fields that tune how it communicates, each with its values (the first its default). They mean nothing at
@@ -114,7 +116,7 @@ AXES: tuple[Axis, ...] = (
          explain="tp={degree} keeps its all-reduces {where} ({share:.0f} % of the time)",
          facts="predictor.models.stage_costs:tp_explained",
          group="tp", nvlink=True, parts=(TimePart("tp_comm", "tensor-parallel communication", "tp_comm"),),
-         hidden={"tp_comm": "tensor-parallel"}, overlap=("tp",),
+         hidden={"tp_comm": "tensor-parallel"}, overlap=("tp",), window="gemms",
          stage_cost="predictor.models.stage_costs:tp_stage_time", cost_fields=_WORK_FIELDS,
          written_after="dp", first_format=True, rules="predictor.plan.rules:tp_rules",
          launch={"megatron": "--tensor-model-parallel-size", "torchtitan": "parallelism.tensor_parallel_degree",
@@ -156,7 +158,7 @@ AXES: tuple[Axis, ...] = (
                  "token all-to-all costs {share:.0f} % of the time exposed",
          facts="predictor.models.stage_costs:ep_explained",
          group="ep", parts=(TimePart("ep_comm", "expert-parallel token all-to-all", "tp_comm"),),
-         hidden={"ep_comm": "expert all-to-all"}, overlap=("ep",),
+         hidden={"ep_comm": "expert all-to-all"}, overlap=("ep",), window="phases",
          stage_cost="predictor.models.stage_costs:ep_stage_time", cost_fields=_WORK_FIELDS,
          multiplies_gpus=False, space_default=(1,), written_after="cp_comm", choices="predictor.moe:expert_degrees",
          rules="predictor.moe:ep_rules",
