@@ -17,7 +17,8 @@ def get_device(name: str, cluster: ClusterSpec | None = None) -> Device:
     """The device `name` with the cluster's intra_node / inter_node link overrides applied.
 
     `cpu` is the cluster's `device_profile` where it names one (the machine a dataset was measured
-    on), else this machine, measured on first use and cached (predictor.measure.device).
+    on), else this machine, measured on first use and cached (predictor.measure.device). A GPU with a
+    `device_profile` (a kernel profile of the user's cluster) takes its measured links and launch and host costs.
     """
     if name not in DEVICES:
         raise KeyError(f"unknown device {name!r}; known devices: {', '.join(DEVICES)}")
@@ -26,7 +27,7 @@ def get_device(name: str, cluster: ClusterSpec | None = None) -> Device:
     if profile is not None:
         from predictor.measure.device import profile_device  # lazy: it imports torch, which pricing a GPU does without
 
-        device = profile_device(profile)
+        device = profile_device(profile, device)
     elif device is None:
         from predictor.measure.device import measured_cpu  # lazy: it imports torch, and measuring spawns processes
 

@@ -22,6 +22,8 @@ import numpy as np
 from predictor import dataset
 from predictor.design import GRIDS, ProfileConfig, candidates, choose
 from predictor.measure.iteration import WorkerPool, measure_iteration
+from predictor.plan import Plan
+from predictor.workload import ModelSpec, WorkloadSpec
 
 
 class ProfileError(ValueError):
@@ -77,6 +79,34 @@ def select(families: list[str], design: str, budget: int, seed: int = 0, max_pro
         else:
             out += [(cfg, label) for cfg in choose(pool, min(budget, len(pool)), design, seed)]
     return out
+
+
+SPEC_MICRO_BATCHES = (1, 2, 4, 8)
+SPEC_BLOCKS = 2  # blocks of a spec's model measured: layers are timed per block, and an iteration of two shows the step
+
+
+def reduced_model(model: ModelSpec, blocks: int = SPEC_BLOCKS) -> ModelSpec:
+    """The spec's model cut to `blocks` repeated blocks (an MoE model keeps one dense block before its MoE ones; a
+    T5 splits them between encoder and decoder), every width as the spec has it: a layer's time depends on its
+    shapes, not on how many copies follow it, and a 405B model's full depth fits no single device. A `module:`
+    or `hf_config:` model without a `layers` field is measured as given."""
+    if model.layers is None or model.layers <= blocks:
+        return model
+    update: dict = {"layers": blocks}
+    if model.dense_layers:
+        update["dense_layers"] = 1
+    if model.decoder_layers:
+        update.update(layers=max(1, blocks // 2), decoder_layers=max(1, blocks // 2))
+    return ModelSpec.model_validate({**model.model_dump(exclude_none=True), **update})
+
+
+def spec_configs(spec: WorkloadSpec, label: str = "spec") -> list[tuple[ProfileConfig, str]]:
+    """A spec's own model (reduced in depth) at one process and micro-batches 1-8 up to its global batch: what
+    `scaledl profile --spec` measures so that the learned predictor sees the user's layers, not only the paper's
+    five families."""
+    model = reduced_model(spec.model)
+    batches = [b for b in SPEC_MICRO_BATCHES if b <= spec.training.global_batch] or [1]
+    return [(ProfileConfig(model, b, Plan(dp=1, mbs=b)), label) for b in batches]
 
 
 def config_row(cfg: ProfileConfig) -> dict:

@@ -11,6 +11,7 @@ explicit dims) so every later stage can read `spec.model.hidden` and friends.
 from __future__ import annotations
 
 import difflib
+import json
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
@@ -326,6 +327,14 @@ class TrainingSpec(_Strict):
         return registered(name, FRAMEWORKS, "framework", "frameworks")
 
 
+def _is_kernel_profile(path: str) -> bool:
+    """Whether the JSON file at `path` is a kernel profile (it has GEMM points), not a CPU's device.json."""
+    try:
+        return "gemm" in json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+
+
 class LinkSpec(_Strict):
     bandwidth_gbps: float = Field(gt=0, description="achievable bus bandwidth, GB/s one direction")
     latency_us: float = Field(ge=0)
@@ -341,20 +350,21 @@ class ClusterSpec(_Strict):
     intra_node: LinkSpec | None = None
     inter_node: LinkSpec | None = None
     device_profile: str | None = Field(
-        default=None, description="cpu only: a measured device profile (a device.json from `scaledl profile` or a "
-                                  "dataset) to price the workload with, instead of measuring this machine")
+        default=None, description="a measured device profile to price the workload with: for cpu a device.json from "
+                                  "`scaledl profile` or a dataset, or a kernel profile (`scaledl profile --kernels`) "
+                                  "instead of measuring this machine; for a GPU a kernel profile of the cluster")
 
     @model_validator(mode="after")
     def _known_device(self) -> "ClusterSpec":
         if self.device not in DEVICES:
             raise ValueError(f"unknown device {self.device!r}; known devices: {', '.join(DEVICES)}")
         if self.device_profile is not None:
-            if DEVICES[self.device] is not None:
-                raise ValueError(f"device_profile is for measured devices (cpu); {self.device!r} is priced from its "
-                                 f"data sheet: remove device_profile or set device: cpu")
             if not Path(self.device_profile).is_file():
                 raise ValueError(f"device_profile {self.device_profile!r} does not exist; give the path of a device.json "
                                  f"written by `scaledl profile` (or remove it to measure this machine)")
+            if DEVICES[self.device] is not None and not _is_kernel_profile(self.device_profile):
+                raise ValueError(f"device_profile {self.device_profile!r} is not a kernel profile; a GPU ({self.device!r}) "
+                                 f"takes one written by `scaledl profile --device cuda --kernels PATH` on its cluster")
         return self
 
     @model_validator(mode="after")
@@ -414,7 +424,7 @@ class WorkloadSpec(_Strict):
                                  f"{name!r} has none: set training.recipe to one it runs ({', '.join(runs)}) or use a "
                                  f"Blackwell device")
         framework = self.training.framework
-        if framework not in (None, MEASURED_FRAMEWORK) and (device is None or self.cluster.device_profile is not None):
+        if framework not in (None, MEASURED_FRAMEWORK) and device is None:
             raise ValueError(f"training.framework {framework!r} runs on GPUs; a measured device ({name}) runs "
                              f"ScaleDL's own runner: use framework: pytorch or leave it out")
         return self

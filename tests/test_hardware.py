@@ -127,11 +127,11 @@ def test_device_profile_errors_name_the_field_and_the_fix(tmp_path):
 
     with pytest.raises(SpecError, match=r"device_profile .*nope.json' does not exist.*scaledl profile"):
         _cpu_spec(device_profile=str(tmp_path / "nope.json"))
-    with pytest.raises(SpecError, match=r"device_profile is for measured devices \(cpu\).*'a100-80gb'"):
+    with pytest.raises(SpecError, match=r"device_profile .* is not a kernel profile; a GPU \('a100-80gb'\).*--kernels"):
         parse_spec({"model": {"preset": "gpt3-1.3b"}, "training": {"global_batch": 8},
                     "cluster": {"device": "a100-80gb", "device_profile": DATASET_PROFILE}})
     (tmp_path / "gpu.json").write_text(json.dumps({"peak_flops": {}, "link": None, "collectives": []}))
-    with pytest.raises(ValueError, match=r"cluster.device_profile .*gpu.json' is not a readable CPU device profile"):
+    with pytest.raises(ValueError, match=r"cluster.device_profile .*gpu.json' is not a readable device profile"):
         spec_device(_cpu_spec(device_profile=str(tmp_path / "gpu.json")))
 
 

@@ -13,7 +13,8 @@ from predictor.families import PROFILED
 if TYPE_CHECKING:
     from predictor.profile import ProfileSettings
 
-HELP = "measure real iterations and per-layer timings of D-optimal/random/full configurations into a dataset"
+HELP = ("measure real iterations and per-layer timings of D-optimal/random/full configurations (or of a spec's own "
+        "model) into a dataset, or this cluster's device kernel profile")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +26,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="value of the dataset's design column (default: the --design name; the paper's "
                              "protocols read 'doptimal' rows only, so extra collections get their own label)")
     parser.add_argument("--budget", type=int, default=200, help="configurations per family (ignored by --design full)")
-    parser.add_argument("--out", required=True, help="dataset directory (created; parquet part files)")
+    parser.add_argument("--out", default=None, help="dataset directory (created; parquet part files)")
+    parser.add_argument("--kernels", default=None, metavar="PATH",
+                        help="measure the device kernel profile of this Ray cluster (GEMM, grouped GEMM, attention, "
+                             "memory-bound, launch, collectives; one actor per node) into PATH (JSON); with --resume "
+                             "an interrupted profile is completed")
+    parser.add_argument("--spec", default=None, metavar="SPEC",
+                        help="measure the spec's own model (any family, MoE, hf_config: or module: models) at reduced "
+                             "depth: whole iterations and every layer, micro-batches 1-8, into --out")
+    parser.add_argument("--address", default=None, help="Ray cluster address for --kernels (default: a local Ray)")
+    parser.add_argument("--gemm-shapes", type=int, default=24, help="GEMM shapes per precision (--kernels)")
+    parser.add_argument("--grouped-shapes", type=int, default=12, help="grouped-GEMM shapes (--kernels)")
     parser.add_argument("--resume", action="store_true", help="continue a killed run: skip configurations already in --out")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plans", default="", help=f"only these plan kinds ({', '.join(STRATA_SHARE)}); default all")
@@ -45,13 +56,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from predictor.profile import ProfileError, ProfileSettings, select  # pandas: not on every command's start
+    if args.device not in ("cpu", "cuda"):
+        raise UsageError(f"--device must be cpu or cuda, got {args.device!r}")
+    if args.device == "cuda" and not args.address:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda: no CUDA GPU on this machine (torch.cuda.is_available() is False); "
+                             "run on a GPU machine, give a GPU cluster's --address, or use --device cpu")
+    if not (args.kernels or args.out):
+        raise UsageError("give --out DIR (a profile dataset), --kernels PATH (a device kernel profile), or both")
+    status = 0
+    if args.kernels:
+        status = run_kernels(args)
+    if args.out and args.spec:
+        status = max(status, run_spec(args))
+    elif args.out:
+        status = max(status, run_families(args))
+    return status
+
+
+def run_families(args: argparse.Namespace) -> int:
+    from predictor.profile import ProfileError, select  # pandas: not on every command's start
 
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     unknown = [f for f in families if f not in PROFILED]
     if not families or unknown:
         raise UsageError(f"--families: unknown or unsupported {', '.join(unknown) or '(none)'}; "
-                         f"use any of {', '.join(PROFILED)}")
+                         f"use any of {', '.join(PROFILED)}, or --spec SPEC for any other model")
     for name in ("budget", "steps", "procs", "layer_repeats"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
@@ -59,15 +91,67 @@ def run(args: argparse.Namespace) -> int:
     bad = [s for s in strata if s not in STRATA_SHARE]
     if bad:
         raise UsageError(f"--plans: unknown plan kinds {', '.join(bad)}; use {', '.join(STRATA_SHARE)}")
-    settings = ProfileSettings(steps=args.steps, warmup=args.warmup, layer_repeats=args.layer_repeats,
-                               layers=not args.no_layers, timeout_s=args.timeout, device=args.device,
-                               dtype=args.dtype, procs=args.procs)
     try:
         grid = args.grid or ("cpu" if args.device == "cpu" else "gpu")
         configs = select(families, args.design, args.budget, args.seed, args.procs, strata or None, args.flop_cap, grid, args.label)
-        return run_with_progress(configs, args.out, args.resume, settings)
+        return run_with_progress(configs, args.out, args.resume, settings_of(args))
     except (ProfileError, DesignError) as err:
         raise UsageError(str(err)) from None
+
+
+def settings_of(args: argparse.Namespace) -> "ProfileSettings":
+    from predictor.profile import ProfileSettings
+
+    return ProfileSettings(steps=args.steps, warmup=args.warmup, layer_repeats=args.layer_repeats,
+                           layers=not args.no_layers, timeout_s=args.timeout, device=args.device, dtype=args.dtype,
+                           procs=args.procs)
+
+
+def run_spec(args: argparse.Namespace) -> int:
+    """The spec's own model, cut to a few blocks, at single-process micro-batches: iterations and layers."""
+    from predictor.profile import ProfileError, spec_configs
+    from predictor.workload import SpecError, load_spec
+
+    try:
+        spec = load_spec(args.spec)
+        configs = spec_configs(spec, args.label or "spec")
+        return run_with_progress(configs, args.out, args.resume, settings_of(args))
+    except (ProfileError, SpecError, OSError) as err:
+        raise UsageError(str(err)) from None
+
+
+def run_kernels(args: argparse.Namespace) -> int:
+    """The device kernel profile of the cluster, with a progress bar per section."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from orchestrator.kernel_profile import profile_cluster
+    from predictor.measure.kernel_profile import KernelProfileError
+
+    for name in ("gemm_shapes", "grouped_shapes"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    console = Console(stderr=True)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console, disable=not console.is_terminal)
+    task = progress.add_task("kernel profile", total=None)
+
+    def on_section(key: str, done: int, total: int) -> None:
+        progress.update(task, total=total, completed=done, description=f"kernel profile: {key}")
+        if not console.is_terminal:
+            print(f"[{done}/{total}] {key}", flush=True)
+
+    try:
+        with progress:
+            profile = profile_cluster(args.device, args.kernels, args.resume, args.address, args.gemm_shapes,
+                                      args.grouped_shapes, args.procs, args.seed, on_section)
+    except (KernelProfileError, DesignError) as err:
+        raise UsageError(str(err)) from None
+    measured = sorted(k for k in profile["sources"] if k != "provenance")
+    print(f"kernel profile of {profile['device']} ({len(profile['measured']['nodes'])} node(s)): "
+          f"{len(measured)} sections measured, {len(profile['missing'])} missing "
+          f"({'; '.join(f'{k}: {v}' for k, v in profile['missing'].items()) or 'none'}); wrote {args.kernels}")
+    return 0
 
 
 def run_with_progress(configs: list, out: str, resume: bool, settings: "ProfileSettings") -> int:

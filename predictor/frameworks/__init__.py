@@ -34,9 +34,9 @@ MEASURED_FRAMEWORK = PYTORCH.name
 
 def framework_for(spec: "WorkloadSpec", device: "Device | None" = None) -> Framework:
     """The framework that trains `spec`: ScaleDL's runner on a measured device (`device` where given, else the spec's:
-    a catalogue-less device or one priced from a measured profile), else `training.framework`, else Megatron-Core."""
-    measured = device.measured if device is not None else (
-        DEVICES.get(spec.cluster.device) is None or spec.cluster.device_profile is not None)
+    a catalogue-less device such as `cpu`, whatever profile prices it), else `training.framework`, else Megatron-Core.
+    A GPU priced with a kernel profile of its cluster runs the spec's framework."""
+    measured = device.measured if device is not None else DEVICES.get(spec.cluster.device) is None
     if measured:
         return FRAMEWORKS[MEASURED_FRAMEWORK]
     return FRAMEWORKS[spec.training.framework or DEFAULT_FRAMEWORK]

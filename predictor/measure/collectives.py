@@ -39,27 +39,43 @@ class CollectivePoint:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free now: the rendezvous of a local process group."""
+    return free_port_on("127.0.0.1")
+
+
+def free_port_on(addr: str) -> int:
+    """A TCP port free now on `addr` (a node's address other nodes reach it at)."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((addr, 0))
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, sizes: tuple[int, ...], reps: int) -> None:
+def _worker(rank: int, world: int, port: int, sizes: tuple[int, ...], reps: int, backend: str = "gloo",
+            addr: str = "127.0.0.1") -> None:
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    device = torch.device("cpu")
+    if backend == "nccl":  # one GPU per rank: the node's GPUs in rank order (one per process across nodes)
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world)
+
+    def wait() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     points = []
     for op in OPS:
         for size in sizes:
             numel = max(size // 4, world)
             numel -= numel % world
-            buf = torch.ones(numel, dtype=torch.float32)
-            part = torch.empty(numel // world, dtype=torch.float32)
+            buf = torch.ones(numel, dtype=torch.float32, device=device)
+            part = torch.empty(numel // world, dtype=torch.float32, device=device)
             times = []
             for i in range(reps + 2):  # two warm-up rounds
                 dist.barrier()
+                wait()
                 t0 = time.perf_counter()
                 if op == "all_reduce":
                     dist.all_reduce(buf)
@@ -71,11 +87,12 @@ def _worker(rank: int, world: int, port: int, sizes: tuple[int, ...], reps: int)
                     dist.send(buf, 1)
                 elif rank == 1:
                     dist.recv(buf, 0)
+                wait()
                 if i >= 2:
                     times.append(time.perf_counter() - t0)
             # Best of the repetitions (other load on the machine only ever adds time); the
             # collective ends when the slowest rank ends: max over ranks.
-            t = torch.tensor([min(times)], dtype=torch.float64)
+            t = torch.tensor([min(times)], dtype=torch.float64, device=device)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             points.append([op, numel * 4, world, float(t.item())])
     if rank == 0:
@@ -89,32 +106,46 @@ def run_local_ranks(module: str, world_size: int, args: list[str], what: str, ti
     """Run `python -m module RANK WORLD PORT *args` as `world_size` fresh single-threaded interpreters on
     127.0.0.1 and return the last line rank 0 printed. Fresh interpreters work from any caller, including
     scripts without a `__main__` guard; a failure raises with the ranks' stderr, `what` naming the benchmark."""
+    return run_ranks(module, range(world_size), world_size, free_port(), args, what, timeout_s)
+
+
+def run_ranks(module: str, ranks: range | list[int], world_size: int, port: int, args: list[str], what: str,
+              timeout_s: float = 120.0) -> str:
+    """Run `python -m module RANK WORLD PORT *args` for each of `ranks` (of a group of `world_size` whose other
+    ranks may run on other nodes, meeting at `port` of rank 0's address, which `args` carry where the module
+    takes one) and return the last line rank 0 printed ('' where rank 0 runs elsewhere)."""
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
            "OMP_NUM_THREADS": "1"}
-    port = free_port()
     procs = [subprocess.Popen([sys.executable, "-m", module, str(r), str(world_size), str(port), *args], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world_size)]
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in ranks]
     try:
         outs = [p.communicate(timeout=timeout_s) for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    if procs[0].returncode != 0 or not outs[0][0].strip():
+    first = list(ranks).index(0) if 0 in ranks else None
+    failed = any(p.returncode != 0 for p in procs) or (first is not None and not outs[first][0].strip())
+    if failed:
         err = "\n".join(o[1].strip()[-2000:] for o in outs if o[1].strip())
         raise RuntimeError(f"{what} failed (exit codes {[p.returncode for p in procs]}): {err}")
-    return outs[0][0].strip().splitlines()[-1]
+    return outs[first][0].strip().splitlines()[-1] if first is not None else ""
 
 
 def benchmark_collectives(sizes: tuple[int, ...] = DEFAULT_SIZES, world_size: int = 2, reps: int = 5,
-                          timeout_s: float = 120.0) -> list[CollectivePoint]:
-    """Measure every op in OPS at every size with `world_size` local single-threaded processes."""
+                          timeout_s: float = 120.0, backend: str = "gloo", ranks: list[int] | None = None,
+                          addr: str = "127.0.0.1", port: int | None = None) -> list[CollectivePoint]:
+    """Measure every op in OPS at every size over `world_size` single-threaded processes on `backend` (gloo on
+    CPU tensors, nccl with one GPU each). All ranks run here by default; `ranks` runs only those, the rest of
+    the group running on other nodes and meeting at `addr`:`port` (rank 0's). Rank 0's runner gets the points;
+    a runner without rank 0 gets []."""
     if world_size < 2:
         raise ValueError(f"world_size must be >= 2 to measure collectives, got {world_size}")
-    line = run_local_ranks("predictor.measure.collectives", world_size, [str(reps), ",".join(map(str, sizes))],
-                           "collective benchmark", timeout_s)
-    return [CollectivePoint(*row) for row in json.loads(line)]
+    ranks = list(range(world_size)) if ranks is None else ranks
+    line = run_ranks("predictor.measure.collectives", ranks, world_size, port or free_port(),
+                     [str(reps), ",".join(map(str, sizes)), backend, addr], f"{backend} collective benchmark", timeout_s)
+    return [CollectivePoint(*row) for row in json.loads(line)] if line else []
 
 
 def _coefficients(op: str, n: int, tree: bool = False) -> tuple[float, float]:
@@ -172,6 +203,15 @@ def fit_op_links(points: list[CollectivePoint], source: str = "measured") -> dic
             for op in sorted({p.op for p in points})}
 
 
+def bus_bandwidth(point: CollectivePoint) -> float:
+    """nccl-tests' bus bandwidth of a measured point, bytes/s: the bytes each rank's link carries over the time
+    (all-reduce 2(n-1)/n of the buffer, all-gather and reduce-scatter (n-1)/n, send/recv the message), which is
+    what `predictor.collective_curve` prices a collective by."""
+    n = point.world_size
+    share = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n}.get(point.op, 1.0)
+    return point.bytes * share / point.seconds
+
+
 if __name__ == "__main__":
-    _rank, _world, _port, _reps, _sizes = sys.argv[1:6]
-    _worker(int(_rank), int(_world), int(_port), tuple(int(x) for x in _sizes.split(",")), int(_reps))
+    _rank, _world, _port, _reps, _sizes, *_rest = sys.argv[1:]
+    _worker(int(_rank), int(_world), int(_port), tuple(int(x) for x in _sizes.split(",")), int(_reps), *_rest)

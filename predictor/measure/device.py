@@ -19,13 +19,14 @@ import os
 import tempfile
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from predictor.hardware import Device, Link
 from predictor.machine import cpu_model_name
-from predictor.measure.collectives import CollectivePoint, benchmark_collectives, fit_link, fit_op_links
+from predictor.measure.collectives import CollectivePoint, benchmark_collectives, bus_bandwidth, fit_link, fit_op_links
 from predictor.measure.step_costs import idle_seconds, measure_step_costs
 from predictor.workload import SpecError
 
@@ -214,18 +215,61 @@ def save_cpu_profile(path: str | Path) -> None:
     _write_atomic(Path(path), _cpu_record())
 
 
-def profile_device(path: str | Path) -> Device:
-    """The `cpu` Device of a measured profile file (a dataset's device.json, `scaledl profile`'s output),
-    whatever machine it was measured on: a spec that names it is priced as on that machine."""
-    key = f"profile:{path}"
+def profile_device(path: str | Path, base: Device | None = None) -> Device:
+    """The Device of a measured profile file, whatever machine it was measured on: a spec that names it is priced as
+    on that machine. A dataset's device.json (`scaledl profile`'s device record) or a kernel profile
+    (`scaledl profile --kernels`): of a CPU, the measured `cpu` device; of GPUs, the catalogue's `base` with the
+    cluster's measured links and launch and host costs (`kernel_profile_device`)."""
+    key = f"profile:{path}:{base.name if base else 'cpu'}"
     if key not in _MEMO:
         path = Path(path).resolve()
         try:
             record = json.loads(path.read_text())
-            device = _device_from(record, f"in {path.name}")
+            if "gemm" in record:
+                device = kernel_profile_device(record, base, f"in {path.name}")
+            else:
+                device = _device_from(record, f"in {path.name}")
         except (OSError, ValueError, KeyError, TypeError) as err:
-            raise SpecError(f"cluster.device_profile {str(path)!r} is not a readable CPU device profile "
+            raise SpecError(f"cluster.device_profile {str(path)!r} is not a readable device profile "
                             f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); point it at a "
-                            f"device.json written by `scaledl profile` or shipped with a dataset") from None
+                            f"device.json written by `scaledl profile`, shipped with a dataset, or a kernel profile "
+                            f"written by `scaledl profile --kernels`") from None
         _MEMO[key] = device
     return _MEMO[key]
+
+
+def _link_points(record: dict, link: str) -> list[CollectivePoint]:
+    """A kernel profile's collective points over `link` back as seconds (bus bytes over bus bandwidth)."""
+    ranks = record["measured"]["ranks_per_node"] if link == "intra_node" else len(record["measured"]["nodes"])
+    points = []
+    for op, rows in record.get("collectives", {}).get(link, {}).items():
+        for nbytes, busbw in rows:
+            share = bus_bandwidth(CollectivePoint(op, int(nbytes), ranks, 1.0)) / nbytes
+            points.append(CollectivePoint(op, int(nbytes), ranks, nbytes * share / busbw))
+    return points
+
+
+def kernel_profile_device(record: dict, base: Device | None, where: str) -> Device:
+    """A kernel profile as a Device. Of a CPU (`base` None): measured peaks (each precision's fastest GEMM), copy
+    bandwidth and per-op gloo links inside the node, as `measured_cpu`. Of GPUs: the catalogue device `base` with
+    its links replaced by the α-β fits of the measured collectives (inside a node, across nodes) and `extra`'s
+    launch_s and host_op_s, which price the launches and host-bound steps in place of first principles."""
+    when = record.get("measured", {}).get("at", "?")
+    source = f"kernel profile {where} ({record['sources'].get('provenance', record['device'])})"
+    intra, inter = _link_points(record, "intra_node"), _link_points(record, "inter_node")
+    costs = {k: float(record[k]) for k in ("launch_s", "host_op_s") if k in record}
+    if base is None:
+        peaks = {p: max(row[-1] for row in v["points"]) for p, v in record["gemm"].items() if v.get("points")}
+        bandwidth = max(row[-1] for row in record["memory_bound"]["points"])
+        link = fit_link(intra, source) if intra else Link(float("inf"), 0.0, f"{source}: no collectives measured")
+        capacity = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        hardware = record["measured"]["nodes"][0].get("cpu", "cpu")
+        return Device("cpu", peaks, bandwidth, capacity, link, fit_link(inter, source) if inter else link,
+                      f"measured {where} ({hardware}) at {when}", measured=True,
+                      op_links=fit_op_links(intra, source) if intra else {}, model=hardware)
+    changes: dict = {"extra": {**base.extra, **costs}, "source": f"{base.source}; {source}"}
+    if intra:
+        changes["intra_node"] = fit_link(intra, f"{source}, inside a node")
+    if inter:
+        changes["inter_node"] = fit_link(inter, f"{source}, across nodes")
+    return replace(base, **changes)

@@ -107,7 +107,7 @@ class AnalyticalPredictor(Predictor):
         """The pieces of (spec, graph) under this predictor's device and constants, kept across calls."""
         device = self.device or spec_device(spec)
         framework = framework_for(spec, device)
-        config = self.given or framework_config(framework, generation(device), device.name)
+        config = self.given or framework_config(framework, generation(device), device.name, device.extra)
         pieces = self._pieces.get(id(spec))
         if pieces is None or not pieces.serves(spec, graph, device, framework, config):
             if len(self._pieces) >= _KEPT_WORKLOADS:

@@ -130,14 +130,21 @@ CALIBRATED_FIELDS: tuple[str, ...] = ("gemm_eff_max",)
 MOE_CALIBRATED_FIELDS: tuple[str, ...] = ("grouped_gemm_eff", "a2a_eff", "expert_host_s")
 
 
-def framework_config(framework: Framework, generation: str, device: str | None = None) -> AnalyticalConfig:
+# A kernel profile's measured costs (`Device.extra`) that replace first principles' values.
+MEASURED_COSTS: tuple[str, ...] = ("launch_s", "host_op_s")
+
+
+def framework_config(framework: Framework, generation: str, device: str | None = None,
+                     measured: dict[str, float] | None = None) -> AnalyticalConfig:
     """The analytical constants of `framework` on a `device` of a `generation`: the constants recorded for the device
-    alone over those recorded for its generation, over the generation's first principles (`device_config`; those
-    alone where none was fitted on it). A constant measured on one device (B200, a 1,000 W board) does not price
-    the others of its generation: GB200 and GB300 run other power limits and data-sheet peaks."""
+    alone over those recorded for its generation, over the cluster's `measured` launch and host costs (a kernel
+    profile's, `MEASURED_COSTS`), over the generation's first principles (`device_config`; those alone where none
+    was fitted on it). A constant measured on one device (B200, a 1,000 W board) does not price the others of its
+    generation: GB200 and GB300 run other power limits and data-sheet peaks."""
     recorded = {**framework.constants.get(generation, {}), **framework.constants.get(device or "", {})}
     known = {f.name for f in fields(AnalyticalConfig)}
-    return replace(device_config(generation), **{k: v for k, v in recorded.items() if k in known})
+    costs = {k: v for k, v in (measured or {}).items() if k in MEASURED_COSTS}
+    return replace(device_config(generation), **{**costs, **{k: v for k, v in recorded.items() if k in known}})
 
 
 # GEMMs whose every dimension reaches this are where the saturating curve of `gemm_efficiency` describes a public

@@ -1,0 +1,258 @@
+"""A device kernel profile measured on this machine: the sections, their provenance, the file.
+
+A profile is one JSON file in the shipped device profiles' format (predictor/data/profiles/):
+
+    {"device": ..., "generation": ..., "sources": {section: how it was measured, ...},
+     "gemm": {precision: {"points": [[batch, m, n, k, flop_per_s], ...]}},
+     "grouped_gemm": {precision: {"points": [[groups, tokens_per_group, n, k, flop_per_s], ...]}},
+     "attention": {backend: {"fwd": [[seq, head_dim, flop_per_s], ...], "bwd": [...]}},
+     "memory_bound": {"points": [[bytes, bytes_per_s], ...]}, "launch_s": ..., "host_op_s": ...,
+     "collectives": {"intra_node" | "inter_node": {op: [[bytes, bus_bytes_per_s], ...]}},
+     "missing": {section: why no figure}, "measured": {fingerprint, versions, date, nodes, ranks}}
+
+`sections` lists what to measure on a device class; `NodeProfiler` measures one section on this node's device
+(a Ray actor per node runs it: `orchestrator.kernel_profile`); `combine` takes several nodes' answers of a section
+to one (the median of each point, their spread in its source); `place` puts an answer into the profile. The
+profile is rewritten atomically after every section, so a long run resumes from the sections it has (`done`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from predictor.measure.kernel_shapes import GRIDS, attention_shapes, d_optimal, gemm_candidates, grouped_candidates
+
+FORMAT = 1
+# Precisions a device class's GEMMs, grouped GEMMs and attention are measured in (fp8 where the GPU has it).
+PRECISIONS = {"cpu": {"gemm": ("fp32", "bf16"), "grouped_gemm": ("fp32",), "attention": "fp32"},
+              "cuda": {"gemm": ("bf16", "fp32", "fp8"), "grouped_gemm": ("bf16",), "attention": "bf16"}}
+HOW = {
+    "gemm": "torch.matmul of (batch, m, k) x (batch, k, n) (fp8: torch._scaled_mm per batch element, unit scales, "
+            "bf16 out; fp32 without TF32, PyTorch's default), shapes chosen D-optimally (Fedorov exchange over a "
+            "quadratic model of log2 batch, m, n, k)",
+    "grouped_gemm": "torch._grouped_mm over groups of equal tokens (torchtitan's MoE kernel), shapes chosen "
+                    "D-optimally over log2 groups, tokens per group, n, k",
+    "attention": "torch.nn.functional.scaled_dot_product_attention, unmasked, FLOPs counted as FlashAttention's "
+                 "benchmarks count them (4·b·h·s²·d forward, 2.5x backward)",
+    "memory_bound": "device-to-device copy, read + write counted",
+    "launch": "launch_s: a tiny kernel run back to back (GPU: replayed from a CUDA graph; CPU: the dispatcher); "
+              "host_op_s: host time of one eager operator that autograd records",
+    "collectives": "torch.distributed all-reduce, all-gather, reduce-scatter and send/recv (gloo on CPU, NCCL on "
+                   "GPU), best of 5 after 2 warm-ups, as nccl-tests' bus bandwidth",
+}
+
+
+class KernelProfileError(ValueError):
+    """A kernel profile request or file that cannot be used as given; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Section:
+    """One thing to measure: `key` names where its answer goes (e.g. 'gemm.bf16', 'attention.flash')."""
+
+    key: str
+    kind: str
+    args: dict[str, Any]
+
+
+def sections(device_kind: str, gemm_budget: int = 24, grouped_budget: int = 12, seed: int = 0,
+             backends: tuple[str, ...] = (), precisions: dict[str, Any] | None = None) -> list[Section]:
+    """What a profile of a `device_kind` ('cpu' or 'cuda') device measures, in order (the intra- and inter-node
+    collectives are run by the caller, which knows the nodes). `backends`: the attention backends this device has."""
+    grid = GRIDS[device_kind]
+    precs = precisions or PRECISIONS[device_kind]
+    gemm = [list(s) for s in d_optimal(gemm_candidates(grid), gemm_budget, seed)]
+    grouped = [list(s) for s in d_optimal(grouped_candidates(grid), grouped_budget, seed)]
+    out = [Section(f"gemm.{p}", "gemm", {"precision": p, "shapes": gemm}) for p in precs["gemm"]]
+    out += [Section(f"grouped_gemm.{p}", "grouped_gemm", {"precision": p, "shapes": grouped}) for p in precs["grouped_gemm"]]
+    out += [Section(f"attention.{b}", "attention", {"backend": b, "precision": precs["attention"],
+                                                     "shapes": [list(s) for s in attention_shapes(grid)]}) for b in backends]
+    out += [Section("memory_bound", "memory_bound", {"sizes": list(grid.copy_bytes)}),
+            Section("launch", "launch", {})]
+    return out
+
+
+class NodeProfiler:
+    """Measures sections on this process's device: `cpu` (one thread, as one rank of a `cpu` cluster) or `cuda`."""
+
+    def __init__(self, device_kind: str) -> None:
+        import torch
+
+        if device_kind == "cuda" and not torch.cuda.is_available():
+            raise KernelProfileError("--device cuda: no CUDA GPU is visible on this node (torch.cuda.is_available() is "
+                                     "False); run on a GPU node or use --device cpu")
+        self.kind = device_kind
+        self.device = torch.device("cuda", 0) if device_kind == "cuda" else torch.device("cpu")
+        if device_kind == "cpu":
+            torch.set_num_threads(1)
+
+    def attention_backends(self) -> list[str]:
+        from predictor.measure.kernels import attention_backends
+
+        return list(attention_backends(self.device))
+
+    def identity(self) -> dict[str, Any]:
+        """This node's hardware and software: what the profile's provenance records and `revalidate` compares."""
+        import torch
+
+        from predictor.machine import cpu_model_name
+
+        ident = {"cpu": cpu_model_name(), "cores": os.cpu_count(), "torch": torch.__version__}
+        if self.kind == "cuda":
+            props = torch.cuda.get_device_properties(self.device)
+            ident.update(gpu=props.name, gpus=torch.cuda.device_count(), memory_bytes=props.total_memory,
+                         cuda=torch.version.cuda, sms=props.multi_processor_count)
+        return ident
+
+    def measure(self, section: Section) -> Any:
+        """The section's answer (JSON-able); raises where this device cannot run it (the caller records why)."""
+        from predictor.measure import kernels as k
+
+        a, dev = section.args, self.device
+        if section.kind == "gemm":
+            return [[*s, k.gemm_rate(*s, a["precision"], dev)] for s in a["shapes"]]
+        if section.kind == "grouped_gemm":
+            return [[*s, k.grouped_gemm_rate(*s, a["precision"], dev)] for s in a["shapes"]]
+        if section.kind == "attention":
+            backend = k.attention_backends(dev)[a["backend"]]
+            rates = [(s[0], s[1], *k.attention_rates(*s, a["precision"], dev, backend)) for s in a["shapes"]]
+            return {"fwd": [[s, d, f] for s, d, f, _ in rates], "bwd": [[s, d, b] for s, d, _, b in rates]}
+        if section.kind == "memory_bound":
+            return [[2 * size, k.copy_rate(size, dev)] for size in a["sizes"]]
+        if section.kind == "launch":
+            return {"launch_s": k.launch_seconds(dev), "host_op_s": k.host_op_seconds(dev)}
+        raise KernelProfileError(f"unknown profile section kind {section.kind!r}")
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.kind == "cuda" else "gloo"
+
+    def collectives(self, sizes: list[int], world: int, ranks: list[int] | None = None, addr: str = "127.0.0.1",
+                    port: int | None = None) -> dict[str, list[list[float]]]:
+        """{op: [[bytes, bus bytes/s], ...]} of a group of `world` ranks: all of them on this node by default
+        (inside the node), or this node's `ranks` of a group across nodes meeting at rank 0's `addr`:`port`
+        ({} on a node without rank 0: rank 0's node reports)."""
+        from predictor.measure.collectives import benchmark_collectives, bus_bandwidth
+
+        points = benchmark_collectives(tuple(sizes), world, backend=self.backend, ranks=ranks, addr=addr, port=port,
+                                       timeout_s=300.0)
+        out: dict[str, list[list[float]]] = {}
+        for p in points:
+            out.setdefault(p.op, []).append([p.bytes, bus_bandwidth(p)])
+        return out
+
+    def ranks_per_node(self, wanted: int) -> int:
+        """Ranks of a collective inside this node: its GPUs on CUDA, `wanted` processes on a CPU."""
+        import torch
+
+        return torch.cuda.device_count() if self.kind == "cuda" else wanted
+
+
+def _median_points(answers: list[list[list[float]]]) -> tuple[list[list[float]], float]:
+    """Point-wise median of the last column over nodes (same shapes on every node), and the largest spread."""
+    rates = np.array([[p[-1] for p in a] for a in answers], dtype=float)
+    med = np.median(rates, axis=0)
+    spread = float(np.max(rates.max(0) / np.maximum(rates.min(0), 1e-30) - 1)) if rates.size else 0.0
+    return [[*p[:-1], float(r)] for p, r in zip(answers[0], med)], spread
+
+
+def combine(answers: list[Any]) -> tuple[Any, float]:
+    """One answer from several nodes' answers of a section (the median of each figure) and its spread over the
+    nodes (max/min - 1 of the figure that varies most): a node far off says the cluster is not one device."""
+    first = answers[0]
+    if isinstance(first, list):
+        return _median_points(answers)
+    if isinstance(first, dict) and all(isinstance(v, list) for v in first.values()):
+        parts = {key: _median_points([a[key] for a in answers]) for key in first}
+        return {key: v for key, (v, _) in parts.items()}, max(s for _, s in parts.values())
+    values = {key: [a[key] for a in answers] for key in first}
+    spread = max(max(v) / max(min(v), 1e-30) - 1 for v in values.values())
+    return {key: float(np.median(v)) for key, v in values.items()}, float(spread)
+
+
+def device_name(identity: dict[str, Any]) -> tuple[str, str]:
+    """(device, generation) a node identity names: the catalogue's name of its GPU, or 'cpu'."""
+    from predictor.hardware import GENERATIONS, catalogue_name
+
+    if "gpu" not in identity:
+        return "cpu", "cpu"
+    try:
+        name = catalogue_name(f"cuda:{identity['gpu']}")
+    except KeyError:
+        return re.sub(r"[^a-z0-9]+", "-", identity["gpu"].lower()).strip("-"), "unknown"
+    return name, GENERATIONS.get(name, "unknown")
+
+
+def new_profile(identities: list[dict[str, Any]], ranks_per_node: int) -> dict[str, Any]:
+    """An empty profile of a cluster of nodes with these identities, with its provenance."""
+    first = identities[0]
+    name, gen = device_name(first)
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    hardware = first.get("gpu") or first["cpu"]
+    versions = f"torch {first['torch']}" + (f", CUDA {first['cuda']}" if first.get("cuda") else "")
+    return {"format": FORMAT, "device": name, "generation": gen,
+            "sources": {"provenance": f"measured by `scaledl profile --kernels` on {len(identities)} node(s) of "
+                                      f"{hardware} ({ranks_per_node} rank(s) per node), {versions}, {when}"},
+            "gemm": {}, "grouped_gemm": {}, "attention": {}, "memory_bound": {"points": []}, "collectives": {},
+            "missing": {}, "measured": {"nodes": identities, "ranks_per_node": ranks_per_node, "at": when}}
+
+
+def place(profile: dict[str, Any], section: str, answer: Any, source: str) -> None:
+    """Put a section's answer where the format keeps it and record how it was measured."""
+    head, _, tail = section.partition(".")
+    if head in ("gemm", "grouped_gemm"):
+        profile[head][tail] = {"points": answer}
+    elif head == "attention":
+        profile["attention"][tail] = answer
+    elif head == "memory_bound":
+        profile["memory_bound"] = {"points": answer}
+    elif head == "launch":
+        profile.update(answer)
+    elif head == "collectives":
+        profile["collectives"][tail] = answer
+    else:
+        raise KernelProfileError(f"unknown profile section {section!r}")
+    profile["sources"][section] = source
+    profile["missing"].pop(section, None)
+
+
+def source_of(kind: str, nodes: int, spread: float) -> str:
+    text = HOW[kind]
+    return text if nodes < 2 else f"{text}; median over {nodes} nodes (largest spread between nodes {100 * spread:.0f} %)"
+
+
+def done(profile: dict[str, Any]) -> set[str]:
+    """The sections a (partial) profile already has an answer or a reason for."""
+    return (set(profile["sources"]) | set(profile["missing"])) - {"provenance"}
+
+
+def write(profile: dict[str, Any], path: str | Path) -> None:
+    """Write atomically: a reader sees the old file or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(profile, f, indent=1)
+    os.replace(tmp, path)
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    """A kernel profile file, checked for the sections every use reads."""
+    try:
+        profile = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise KernelProfileError(f"{path}: not a readable kernel profile ({type(err).__name__}: {err})") from None
+    lacking = [k for k in ("device", "gemm", "memory_bound", "sources") if k not in profile]
+    if lacking:
+        raise KernelProfileError(f"{path}: not a kernel profile (no {', '.join(lacking)}); write one with "
+                                 f"`scaledl profile --kernels PATH`")
+    return profile
