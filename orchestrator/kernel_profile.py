@@ -82,7 +82,7 @@ def starting_profile(path: Path, resume: bool, identities: list[dict[str, Any]],
     if not resume:
         raise kp.KernelProfileError(f"{path} exists; pass --resume to complete it, or choose another --kernels path")
     profile = kp.read(path)
-    before = [{k: n.get(k) for k in ("cpu", "gpu", "torch")} for n in profile.get("measured", {}).get("nodes", [])]
+    before = [{k: n.get(k) for k in ("cpu", "gpu", "torch")} for n in kp.machine(profile).get("nodes", [])]
     now = [{k: n.get(k) for k in ("cpu", "gpu", "torch")} for n in identities]
     if before[:1] != now[:1]:
         raise kp.KernelProfileError(f"--resume: {path} was measured on {before[:1]}, this cluster is {now[:1]}; "

@@ -126,7 +126,8 @@ def run_kernels(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from orchestrator.kernel_profile import profile_cluster
-    from predictor.measure.kernel_profile import KernelProfileError
+    from predictor.kernels.profile import ProfileError as FormatError
+    from predictor.measure.kernel_profile import KernelProfileError, machine
 
     for name in ("gemm_shapes", "grouped_shapes"):
         if getattr(args, name) < 1:
@@ -145,10 +146,10 @@ def run_kernels(args: argparse.Namespace) -> int:
         with progress:
             profile = profile_cluster(args.device, args.kernels, args.resume, args.address, args.gemm_shapes,
                                       args.grouped_shapes, args.procs, args.seed, on_section)
-    except (KernelProfileError, DesignError) as err:
+    except (KernelProfileError, FormatError, DesignError) as err:
         raise UsageError(str(err)) from None
-    measured = sorted(k for k in profile["sources"] if k != "provenance")
-    print(f"kernel profile of {profile['device']} ({len(profile['measured']['nodes'])} node(s)): "
+    measured = sorted(set(profile["sources"]) - {"provenance", "machine"})
+    print(f"kernel profile of {profile['device']} ({len(machine(profile)['nodes'])} node(s)): "
           f"{len(measured)} sections measured, {len(profile['missing'])} missing "
           f"({'; '.join(f'{k}: {v}' for k, v in profile['missing'].items()) or 'none'}); wrote {args.kernels}")
     return 0

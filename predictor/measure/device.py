@@ -226,6 +226,12 @@ def profile_device(path: str | Path, base: Device | None = None) -> Device:
         try:
             record = json.loads(path.read_text())
             if "gemm" in record:
+                from predictor.kernels.profile import ProfileError, parse_profile
+
+                try:
+                    parse_profile(record, str(path))
+                except ProfileError as err:
+                    raise SpecError(f"cluster.device_profile: {err}") from None
                 device = kernel_profile_device(record, base, f"in {path.name}")
             else:
                 device = _device_from(record, f"in {path.name}")
@@ -240,7 +246,12 @@ def profile_device(path: str | Path, base: Device | None = None) -> Device:
 
 def _link_points(record: dict, link: str) -> list[CollectivePoint]:
     """A kernel profile's collective points over `link` back as seconds (bus bytes over bus bandwidth)."""
-    ranks = record["measured"]["ranks_per_node"] if link == "intra_node" else len(record["measured"]["nodes"])
+    from predictor.measure.kernel_profile import machine
+
+    measured = machine(record)
+    if not measured:  # published figures: their links are the catalogue's generations, priced by their curves
+        return []
+    ranks = measured["ranks_per_node"] if link == "intra_node" else len(measured["nodes"])
     points = []
     for op, rows in record.get("collectives", {}).get(link, {}).items():
         for nbytes, busbw in rows:
@@ -254,7 +265,10 @@ def kernel_profile_device(record: dict, base: Device | None, where: str) -> Devi
     bandwidth and per-op gloo links inside the node, as `measured_cpu`. Of GPUs: the catalogue device `base` with
     its links replaced by the α-β fits of the measured collectives (inside a node, across nodes) and `extra`'s
     launch_s and host_op_s, which price the launches and host-bound steps in place of first principles."""
-    when = record.get("measured", {}).get("at", "?")
+    from predictor.measure.kernel_profile import machine
+
+    measured = machine(record)
+    when = measured.get("at", "?")
     source = f"kernel profile {where} ({record['sources'].get('provenance', record['device'])})"
     intra, inter = _link_points(record, "intra_node"), _link_points(record, "inter_node")
     costs = {k: float(record[k]) for k in ("launch_s", "host_op_s") if k in record}
@@ -263,7 +277,7 @@ def kernel_profile_device(record: dict, base: Device | None, where: str) -> Devi
         bandwidth = max(row[-1] for row in record["memory_bound"]["points"])
         link = fit_link(intra, source) if intra else Link(float("inf"), 0.0, f"{source}: no collectives measured")
         capacity = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-        hardware = record["measured"]["nodes"][0].get("cpu", "cpu")
+        hardware = measured["nodes"][0].get("cpu", "cpu") if measured else record["device"]
         return Device("cpu", peaks, bandwidth, capacity, link, fit_link(inter, source) if inter else link,
                       f"measured {where} ({hardware}) at {when}", measured=True,
                       op_links=fit_op_links(intra, source) if intra else {}, model=hardware)

@@ -1,14 +1,10 @@
 """A device kernel profile measured on this machine: the sections, their provenance, the file.
 
-A profile is one JSON file in the shipped device profiles' format (predictor/data/profiles/):
-
-    {"device": ..., "generation": ..., "sources": {section: how it was measured, ...},
-     "gemm": {precision: {"points": [[batch, m, n, k, flop_per_s], ...]}},
-     "grouped_gemm": {precision: {"points": [[groups, tokens_per_group, n, k, flop_per_s], ...]}},
-     "attention": {backend: {"fwd": [[seq, head_dim, flop_per_s], ...], "bwd": [...]}},
-     "memory_bound": {"points": [[bytes, bytes_per_s], ...]}, "launch_s": ..., "host_op_s": ...,
-     "collectives": {"intra_node" | "inter_node": {op: [[bytes, bus_bytes_per_s], ...]}},
-     "missing": {section: why no figure}, "measured": {fingerprint, versions, date, nodes, ranks}}
+A profile is one JSON file in the shipped device profiles' format (`predictor.kernels.profile`, which checks every
+write and read), its collectives under the links `intra_node` (the ranks of one node) and `inter_node` (one rank per
+node). Its `sources` say how each section was measured, and two more entries the provenance: `provenance` in words
+(hardware, versions, date) and `machine`, the same as JSON (each node's identity, ranks per node, date), which
+`kernel_profile_device` and `scaledl revalidate --kernels` read.
 
 `sections` lists what to measure on a device class; `NodeProfiler` measures one section on this node's device
 (a Ray actor per node runs it: `orchestrator.kernel_profile`); `combine` takes several nodes' answers of a section
@@ -21,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +26,6 @@ import numpy as np
 
 from predictor.measure.kernel_shapes import GRIDS, attention_shapes, d_optimal, gemm_candidates, grouped_candidates
 
-FORMAT = 1
 # Precisions a device class's GEMMs, grouped GEMMs and attention are measured in (fp8 where the GPU has it).
 PRECISIONS = {"cpu": {"gemm": ("fp32", "bf16"), "grouped_gemm": ("fp32",), "attention": "fp32"},
               "cuda": {"gemm": ("bf16", "fp32", "fp8"), "grouped_gemm": ("bf16",), "attention": "bf16"}}
@@ -77,7 +71,7 @@ def sections(device_kind: str, gemm_budget: int = 24, grouped_budget: int = 12, 
     out += [Section(f"attention.{b}", "attention", {"backend": b, "precision": precs["attention"],
                                                      "shapes": [list(s) for s in attention_shapes(grid)]}) for b in backends]
     out += [Section("memory_bound", "memory_bound", {"sizes": list(grid.copy_bytes)}),
-            Section("launch", "launch", {})]
+            Section("launch_s", "launch", {})]
     return out
 
 
@@ -199,30 +193,38 @@ def new_profile(identities: list[dict[str, Any]], ranks_per_node: int) -> dict[s
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     hardware = first.get("gpu") or first["cpu"]
     versions = f"torch {first['torch']}" + (f", CUDA {first['cuda']}" if first.get("cuda") else "")
-    return {"format": FORMAT, "device": name, "generation": gen,
+    machine = {"nodes": identities, "ranks_per_node": ranks_per_node, "at": when}
+    return {"device": name, "generation": gen,
             "sources": {"provenance": f"measured by `scaledl profile --kernels` on {len(identities)} node(s) of "
-                                      f"{hardware} ({ranks_per_node} rank(s) per node), {versions}, {when}"},
-            "gemm": {}, "grouped_gemm": {}, "attention": {}, "memory_bound": {"points": []}, "collectives": {},
-            "missing": {}, "measured": {"nodes": identities, "ranks_per_node": ranks_per_node, "at": when}}
+                                      f"{hardware} ({ranks_per_node} rank(s) per node), {versions}, {when}",
+                        "machine": json.dumps(machine)},
+            "gemm": {}, "grouped_gemm": {}, "attention": {}, "collectives": {}, "missing": {}}
+
+
+def machine(profile: dict[str, Any]) -> dict[str, Any]:
+    """The measured machine a profile records ({} for a profile from published figures)."""
+    text = profile.get("sources", {}).get("machine")
+    return json.loads(text) if text else {}
 
 
 def place(profile: dict[str, Any], section: str, answer: Any, source: str) -> None:
     """Put a section's answer where the format keeps it and record how it was measured."""
     head, _, tail = section.partition(".")
+    keys = [section]
     if head in ("gemm", "grouped_gemm"):
-        profile[head][tail] = {"points": answer}
-    elif head == "attention":
-        profile["attention"][tail] = answer
+        profile.setdefault(head, {})[tail] = {"points": answer}
+    elif head in ("attention", "collectives"):
+        profile.setdefault(head, {})[tail] = answer
     elif head == "memory_bound":
         profile["memory_bound"] = {"points": answer}
-    elif head == "launch":
+    elif head == "launch_s":
         profile.update(answer)
-    elif head == "collectives":
-        profile["collectives"][tail] = answer
+        keys = list(answer)
     else:
         raise KernelProfileError(f"unknown profile section {section!r}")
-    profile["sources"][section] = source
-    profile["missing"].pop(section, None)
+    for key in keys:
+        profile["sources"][key] = source
+        profile.setdefault("missing", {}).pop(key, None)
 
 
 def source_of(kind: str, nodes: int, spread: float) -> str:
@@ -232,27 +234,22 @@ def source_of(kind: str, nodes: int, spread: float) -> str:
 
 def done(profile: dict[str, Any]) -> set[str]:
     """The sections a (partial) profile already has an answer or a reason for."""
-    return (set(profile["sources"]) | set(profile["missing"])) - {"provenance"}
+    return (set(profile["sources"]) | set(profile.get("missing", {}))) - {"provenance", "machine"}
 
 
 def write(profile: dict[str, Any], path: str | Path) -> None:
-    """Write atomically: a reader sees the old file or the new one, never half of one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(profile, f, indent=1)
-    os.replace(tmp, path)
+    """Check the profile against the format and write it atomically (a reader sees the old file or the new one)."""
+    from predictor.kernels.profile import parse_profile, write_profile
+
+    write_profile(parse_profile(profile, str(path)), path)
 
 
 def read(path: str | Path) -> dict[str, Any]:
-    """A kernel profile file, checked for the sections every use reads."""
+    """A profile file as its JSON object, checked against the format."""
+    from predictor.kernels.profile import parse_profile, profile_json
+
     try:
-        profile = json.loads(Path(path).read_text())
+        raw = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
         raise KernelProfileError(f"{path}: not a readable kernel profile ({type(err).__name__}: {err})") from None
-    lacking = [k for k in ("device", "gemm", "memory_bound", "sources") if k not in profile]
-    if lacking:
-        raise KernelProfileError(f"{path}: not a kernel profile (no {', '.join(lacking)}); write one with "
-                                 f"`scaledl profile --kernels PATH`")
-    return profile
+    return profile_json(parse_profile(raw, str(path)))
