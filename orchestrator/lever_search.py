@@ -145,9 +145,9 @@ def explore_levers(result: "SearchResult", sizes: Sequence[WorkloadSpec], repred
     """`result` with the lever variants of its overflowing plans that would beat what fits (see the module doc)
     added after its own rows; `stats['levers']` says how many were tried and fit."""
     specs = {s.cluster.gpus: s for s in sizes}
-    seen = set(result.plans)
     by_size: dict[int, list[Plan]] = {}
     rows = _worth_trying(result, limit)
+    seen = set(result.plans) if rows else set()  # every plan an object: only when some variant is to be tried
     for row in rows:
         plan = result.plans[row]
         spec = specs[plan.gpus]

@@ -30,6 +30,7 @@ from predictor.models.registry import check_predictor_name
 from predictor.workload import SpecError, load_spec
 from predictor.workload import WorkloadSpec
 from search_spaces import Enumeration, SpaceConfig, enumerate_plans, resolve_space
+from search_spaces.plan_list import PlanList
 
 if TYPE_CHECKING:
     from orchestrator.report import Report
@@ -78,7 +79,7 @@ def enumerate_sizes(specs: list[WorkloadSpec], space: SpaceConfig) -> Enumeratio
     rejected: Counter[str] = Counter()
     for part in parts:
         rejected.update(part.rejected)
-    return Enumeration(plans=[p for part in parts for p in part.plans], checked=sum(p.checked for p in parts),
+    return Enumeration(plans=PlanList([b for part in parts for b in part.plans.blocks]), checked=sum(p.checked for p in parts),
                        rejected=rejected)
 
 

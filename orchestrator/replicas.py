@@ -25,6 +25,7 @@ from predictor.models.base import Predictor
 from predictor.plan import Plan
 from predictor.prediction_table import PredictionTable
 from predictor.workload import WorkloadSpec
+from search_spaces.plan_list import PlanList
 
 
 def join_tables(tables: Sequence[PredictionTable]) -> PredictionTable:
@@ -88,15 +89,17 @@ class PredictorReplica:
     def predict(self, plans: Sequence[Plan]) -> Answers:
         """The batch's answers, each plan on the cluster size its degrees multiply to (one batched call per size)."""
         self.calls += 1
-        by_size: dict[int, list[int]] = {}
-        for i, plan in enumerate(plans):
-            by_size.setdefault(plan.gpus, []).append(i)
+        plans = PlanList.of(plans)
+        gpus = plans.gpus()
+        sizes = np.unique(gpus)
+        if len(sizes) == 1:
+            return self._predict(self.specs.get(int(sizes[0]), self.spec), list(plans))
         parts = []
-        for gpus, members in by_size.items():
-            answers = self._predict(self.specs.get(gpus, self.spec), [plans[i] for i in members])
-            rows = np.asarray(members, dtype=int)
+        for size in sizes.tolist():
+            rows = np.flatnonzero(gpus == size)
+            answers = self._predict(self.specs.get(size, self.spec), list(plans.take(rows)))
             parts.append((0, Answers(answers.table, rows[answers.rows],
-                                     {members[i]: e for i, e in answers.errors.items()})))
+                                     {int(rows[i]): e for i, e in answers.errors.items()})))
         return Answers.merge(parts)
 
     def _predict(self, spec: WorkloadSpec, plans: list[Plan]) -> Answers:
@@ -120,7 +123,7 @@ class Sent:
     """Chunks of plans sent to the replicas: where each starts in the batch, its plans, its replica and its answer."""
 
     starts: list[int]
-    chunks: list[list[Plan]]
+    chunks: list[PlanList]
     owners: list[int]
     refs: list[Any]
 
@@ -162,7 +165,8 @@ class ReplicaPool:
         predicted; starting at a random replica, so concurrent callers spread) without waiting; `gather` answers."""
         size = max(self.chunk, min(MAX_CHUNK, -(-len(plans) // (2 * len(self.replicas)))))
         starts = list(range(0, len(plans), size))
-        chunks = [list(plans[i:i + size]) for i in starts]
+        plans = PlanList.of(plans)
+        chunks = [plans[i:i + size] for i in starts]
         first = random.randrange(len(self.replicas))
         owners = [(first + i) % len(self.replicas) for i in range(len(chunks))]
         return Sent(starts, chunks, owners, [self.replicas[r].predict.remote(c) for c, r in zip(chunks, owners)])
@@ -176,7 +180,7 @@ class ReplicaPool:
         """`plans` answered by the replicas (`submit`, then `gather`)."""
         return self.gather(self.submit(plans))
 
-    def _get(self, ref: Any, chunk: list[Plan], owner: int) -> Answers:
+    def _get(self, ref: Any, chunk: PlanList, owner: int) -> Answers:
         tries = len(self.replicas)
         while True:
             try:

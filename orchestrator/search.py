@@ -5,10 +5,10 @@ A batch, never one plan, is the unit (Tune runs ~30 trials/s at best): exhaustiv
 random, a group; Optuna TPE, a group chosen by a conditional tree (see `search_spaces.tune_space`). Each batch's
 answers go to a `ResultStore`, which writes it to `OUT/evaluated/` atomically; so the search is anytime (a budget
 or Ctrl-C stops it, what was evaluated is kept), and a failing batch costs only itself (retried twice, then
-recorded as errored). An exhaustive search of at most `DIRECT_LIMIT` plans is a few seconds of predicting, which
-Tune's start (a trial process booting Ray and importing Tune, seconds on two cores) would dominate: its batches go
-to the replicas from the driver, which keeps the store, and Tune is not imported. The sampling searchers and
-larger exhaustive searches run Tune (`orchestrator.tune_search`).
+recorded as errored). An exhaustive search's batches are fixed in advance, so nothing in it needs
+a searcher: they go to the replicas from the driver, which keeps the store, and Tune (a trial process booting Ray
+and importing Tune, seconds on two cores, and a result row per trial) is not imported. The sampling searchers run
+Tune (`orchestrator.tune_search`).
 
 `--resume` continues from the stored batches, after Ctrl-C, a crash or a spent budget alike: a new
 run over what is left (exhaustive and random: the batches not stored yet; Optuna: the same
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import ray
@@ -43,10 +43,11 @@ from predictor.prediction import Prediction
 from predictor.prediction_table import PredictionTable
 from predictor.memory.facts import HEADROOM
 from search_spaces import GROUP_AXES, TuneSpace
+from search_spaces.plan_list import PlanList
 
 SEARCHERS = ("auto", "exhaustive", "optuna", "random")
 EXHAUSTIVE_LIMIT = 2_000_000  # predicting every plan beats sampling while the driver holds their columns (~1.5 kB a plan)
-DIRECT_LIMIT = 100_000  # an exhaustive search up to this many plans runs without Tune (a few seconds of predicting)
+DIRECT_LIMIT = EXHAUSTIVE_LIMIT  # an exhaustive search up to this many plans runs without Tune
 MAX_BATCH = 131_072
 STORE_FORMAT = "plan-indices-table-2"  # stored batches: plans by their index in the enumeration, answers as columns (2: stage memories end to end)
 
@@ -90,18 +91,21 @@ class SearchResult:
     `plans[i]` was predicted as row i of `table`, in the order evaluated; `failed` holds the plans whose prediction
     failed, with why. A plan is infeasible when its predicted peak memory exceeds `limit_gib`."""
 
-    plans: list[Plan]
+    plans: PlanList
     table: PredictionTable
     limit_gib: float
     capacity_gib: float
     failed: list[tuple[Plan, str]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.plans = PlanList.of(self.plans)
+
     @classmethod
     def of(cls, evaluated: list[Evaluated], stats: dict[str, Any], limit_gib: float, capacity_gib: float) -> "SearchResult":
         """The result of already evaluated plans (their predictions are kept as the objects given)."""
         done = [e for e in evaluated if e.prediction is not None]
-        return cls([e.plan for e in done], PredictionTable.from_predictions([e.prediction for e in done]),  # type: ignore[misc]
+        return cls(PlanList.of([e.plan for e in done]), PredictionTable.from_predictions([e.prediction for e in done]),  # type: ignore[misc]
                    limit_gib, capacity_gib, [(e.plan, e.error or "") for e in evaluated if e.prediction is None], stats)
 
     @cached_property
@@ -110,7 +114,7 @@ class SearchResult:
 
     @cached_property
     def gpus(self) -> np.ndarray:
-        return np.fromiter((p.gpus for p in self.plans), dtype=np.int64, count=len(self.plans))
+        return self.plans.gpus()
 
     def reason(self, row: int) -> str | None:
         """Why the plan of `row` cannot run, or None."""
@@ -140,7 +144,7 @@ def uses_tune(searcher: str, n_plans: int, options: SearchOptions) -> bool:
     return searcher != "exhaustive" or n_plans > options.direct_limit
 
 
-def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib: float,
+def run_search(plans: PlanList, pool: ReplicaPool, out_dir: Path, capacity_gib: float,
                options: SearchOptions, key: str, on_batch: Callable[[int, float], None] | None = None) -> SearchResult:
     """Search `plans` (all valid) through the replicas; returns every evaluated plan and the search statistics.
 
@@ -148,6 +152,7 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
     """
     if not plans:
         raise SearchError("the search space has no valid plan for this workload")
+    plans = PlanList.of(plans)
     searcher = choose_searcher(options.searcher, len(plans), options.exhaustive_limit)
     # Few, large trials: Tune's per-trial cost (a result row, a trial directory, ~1 s on 2 cores) dwarfs
     # predicting thousands of plans; two rounds of trials keep a progress bar and a budget meaningful.
@@ -179,7 +184,7 @@ def run_search(plans: list[Plan], pool: ReplicaPool, out_dir: Path, capacity_gib
         "feasible_plans": int((~result.infeasible).sum()), "complete": evaluated == len(plans),
         "trials": run.trials, "trials_failed": len(run.errors), "trial_errors": run.errors[:5],
         "batches_reused": len(done),
-        "batch_size": batch if searcher == "exhaustive" else None, "groups": len(space.groups),
+        "batch_size": batch if searcher == "exhaustive" else None, "groups": len(space.groups) if searcher != "exhaustive" else None,
         "group_axes": list(GROUP_AXES), "budget_s": options.budget_s, "search_s": round(elapsed, 3),
         # plans/s over the whole run (its start included), once the first batch ran, and while waiting for
         # the replicas' answers.
@@ -210,14 +215,14 @@ def _run_direct(space: TuneSpace, pool: ReplicaPool, store: ResultStore, options
                 while todo and len(flight) <= options.concurrency:
                     b = todo.popleft()
                     members = space.batch(b)
-                    flight.append((b, members, pool.submit([space.plans[i] for i in members])))
+                    flight.append((b, members, pool.submit(space.plans.take(members))))
                 b, members, sent = flight.popleft()
                 waited, left = time.perf_counter(), deadline - time.monotonic()
                 if left <= 0 or not _arrive(sent, left):
                     break  # the budget is spent; the batch in flight is left unstored, as Tune stops its trial
                 trials += 1
                 try:
-                    answers = _answers(pool, sent, [space.plans[i] for i in members])
+                    answers = _answers(pool, sent, space.plans.take(members))
                 except Exception as err:  # noqa: BLE001 - a failed batch is recorded, as Tune records a failed trial
                     errors.append(f"batch {b}: {type(err).__name__}: {err}".splitlines()[0])
                     continue
@@ -240,7 +245,7 @@ def _arrive(sent: Sent, seconds: float) -> bool:
     return len(ready) == len(sent.refs)
 
 
-def _answers(pool: ReplicaPool, sent: Sent, plans: list[Plan]) -> Answers:
+def _answers(pool: ReplicaPool, sent: Sent, plans: PlanList) -> Answers:
     """The answers of the batch `plans`, sent as `sent`; a batch that fails is sent again, `RETRIES` times at most."""
     tries = RETRIES
     while True:
@@ -277,12 +282,13 @@ def _ctrl_c_stops() -> Iterator[list[int]]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _collect(batches: dict[str, Batch], plans: list[Plan], limit_gib: float, capacity_gib: float) -> SearchResult:
+def _collect(batches: dict[str, Batch], plans: Sequence[Plan], limit_gib: float, capacity_gib: float) -> SearchResult:
     """Stored answers (by index into the search's valid plans) as one result, each plan once (Optuna may revisit a
     group), in the order stored."""
+    plans = PlanList.of(plans)
     stored = list(batches.values())
     if not stored:
-        return SearchResult([], PredictionTable.from_predictions([]), limit_gib, capacity_gib)
+        return SearchResult(plans.take([]), PredictionTable.from_predictions([]), limit_gib, capacity_gib)
     members = np.concatenate([m for m, _ in stored])
     offsets = np.cumsum([0] + [len(m) for m, _ in stored])  # of each batch in `members`
     predicted = np.zeros(len(members), dtype=bool)
@@ -294,7 +300,7 @@ def _collect(batches: dict[str, Batch], plans: list[Plan], limit_gib: float, cap
     keep = first[predicted]  # of the table's rows
     if not keep.all():
         table = table.take(np.flatnonzero(keep))
-    index = members[predicted & first].tolist()
+    index = members[predicted & first]
     failed = [(plans[int(members[o + i])], error) for o, (_, a) in zip(offsets, stored) for i, error in a.errors.items()
               if first[o + i]]
-    return SearchResult([plans[i] for i in index], table, limit_gib, capacity_gib, failed)
+    return SearchResult(plans.take(index), table, limit_gib, capacity_gib, failed)

@@ -53,7 +53,7 @@ def _trial(config: dict[str, Any], space_ref: list[Any], pool: ReplicaPool, stor
     if summary is None:
         members = space.members(config)
         start = time.perf_counter()
-        answers = pool.predict([space.plans[i] for i in members])
+        answers = pool.predict(space.plans.take(members))
         summary = ray.get(store.add.remote(key, np.asarray(members, dtype=np.int64), answers, time.perf_counter() - start))
     tune.report({**summary, "cached": cached})
 

@@ -29,6 +29,7 @@ from predictor.plan.axes import OPTION_AXIS, OPTIONS, resolve
 from predictor.frameworks import Framework, framework_for
 from predictor.plan import Plan, plan_errors
 from predictor.workload import WorkloadSpec
+from search_spaces.plan_list import PlanList, Product
 from search_spaces.space import CHOICE_AXES, INT_AXES, SpaceConfig
 
 # Axes whose degree a search picks; dp takes what the GPU count leaves.
@@ -42,7 +43,7 @@ _REGROUPING_NAMES = tuple(a.name for a in _REGROUPING)
 class Enumeration:
     """The valid plans (deterministic order) and how many candidates were rejected for which reason."""
 
-    plans: list[Plan]
+    plans: PlanList
     checked: int
     rejected: Counter[str] = field(default_factory=Counter)
 
@@ -198,6 +199,7 @@ def _add_variants(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, o
     framework = framework_for(spec)
     repeats = len(options.recompute) * len(options.tuned)
     blind = {"recompute": options.recompute[0], **options.tuned[0]}
+    gpus = Plan.trusted({**fixed, **blind}).gpus
     for zero in options.zero:
         valid: list[dict[str, object]] = []
         for sp, schedule, v, placement, overlap in options.read:
@@ -212,8 +214,7 @@ def _add_variants(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, o
             else:
                 valid.append(values)
         result.checked += repeats * len(options.read)
-        result.plans += [Plan.trusted({**values, "recompute": recompute, **tuned})
-                         for recompute in options.recompute for values in valid for tuned in options.tuned]
+        result.plans.append(Product(tuple(valid), tuple(options.recompute), tuple(options.tuned), gpus))
 
 
 def _add_prototype(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int],
@@ -233,7 +234,7 @@ def _add_prototype(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, 
 
 def enumerate_plans(spec: WorkloadSpec, space: SpaceConfig) -> Enumeration:
     """The valid plans of `space` for `spec` that its framework runs, with rejection counts per reason."""
-    result = Enumeration(plans=[], checked=0)
+    result = Enumeration(plans=PlanList(), checked=0)
     space = runnable_space(space, framework_for(spec))
     for degrees, mbs in _degrees(spec, space):
         _add_prototype(result, spec, space, degrees, mbs)
@@ -248,7 +249,7 @@ def sample_plans(spec: WorkloadSpec, space: SpaceConfig, count: int, seed: int =
     of them come first from the prototypes nearest that plan (fewest halvings and doublings of its degrees and
     micro-batch: where a wider space's better plan usually is, e.g. tp=8 as tp=4 with another axis at 2), the rest
     at random."""
-    result = Enumeration(plans=[], checked=0)
+    result = Enumeration(plans=PlanList(), checked=0)
     space = runnable_space(space, framework_for(spec))
     prototypes = list(_degrees(spec, space))
     random.Random(seed).shuffle(prototypes)

@@ -16,11 +16,13 @@ batch of plans. Trials never see an invalid plan because they only ever address 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol
 
 from predictor.plan import AXES
 from predictor.plan import Plan
+from search_spaces.plan_list import PlanList
 
 # The axes a model-based searcher chooses, in order (the cluster size, when several are searched: a plan's GPU
 # count; each registered parallel axis but the derived dp, those that regroup ranks too; then the micro-batch and the ZeRO stage); the rest are
@@ -38,14 +40,16 @@ class SuggestTrial(Protocol):
 class TuneSpace:
     """The valid plans of a workload, addressable by batch index or by group choice."""
 
-    plans: list[Plan]
+    plans: PlanList
     batch_size: int = 512
-    groups: dict[tuple[int, ...], list[int]] = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.groups = {}
+    @cached_property
+    def groups(self) -> dict[tuple[int, ...], list[int]]:
+        """The plans' indices by group (built when a searcher asks: an exhaustive search never does)."""
+        groups: dict[tuple[int, ...], list[int]] = {}
         for i, plan in enumerate(self.plans):
-            self.groups.setdefault(tuple(getattr(plan, a) for a in GROUP_AXES), []).append(i)
+            groups.setdefault(tuple(getattr(plan, a) for a in GROUP_AXES), []).append(i)
+        return groups
 
     @property
     def n_batches(self) -> int:

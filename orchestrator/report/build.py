@@ -65,7 +65,7 @@ def build_report(*, spec: WorkloadSpec, spec_path: str, device: Device, predicto
         explanation += " " + interval_text(interval, int(alike.sum()))
     infeasible = np.flatnonzero(result.infeasible)
     infeasible = infeasible[np.argsort(t[infeasible], kind="stable")]
-    valid = Counter(p.gpus for p in enumeration.plans)
+    valid = Counter(dict(zip(*(x.tolist() for x in np.unique(enumeration.plans.gpus(), return_counts=True)))))
     by_gpus = {s.cluster.gpus: s for s in sizes}
     closest = []
     if not len(ranked):
