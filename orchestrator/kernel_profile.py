@@ -2,24 +2,22 @@
 
 Each node's actor measures every section on its own device (`predictor.measure.kernel_profile.NodeProfiler`: the
 GEMM and grouped-GEMM shapes chosen D-optimally, attention, the memory-bound copy, launch and host costs, the
-collectives among its own GPUs or CPU processes); the driver keeps the median of the nodes' figures and their
-spread. The collectives across nodes run one rank per node's actor. The profile file is rewritten atomically
-after every section, so an interrupted run given `resume` measures only what it lacks.
+collectives among its own GPUs or CPU processes); `predictor.measure.kernel_profile.measure_profile` keeps the median
+of the nodes' figures and their spread, and runs the collectives across nodes with one rank per node's actor. The
+profile file is rewritten atomically after every section, so an interrupted run given `resume` measures only what
+it lacks.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator.validation.placement import connect_ray
 from predictor.measure import kernel_profile as kp
-from predictor.measure.kernel_shapes import GRIDS
-
-OnSection = Callable[[str, int, int], None]
 
 
 @ray.remote(max_restarts=0)
@@ -29,32 +27,23 @@ class NodeActor:
     def __init__(self, device_kind: str) -> None:
         self.profiler = kp.NodeProfiler(device_kind)
 
-    def identity(self) -> dict[str, Any]:
-        return self.profiler.identity()
+    def run(self, method: str, *args: Any) -> Any:
+        if method == "rendezvous":  # the address Ray reaches this node at
+            args = (ray.util.get_node_ip_address(),)
+        return kp.run_method(self.profiler, method, *args)
 
-    def backends(self) -> list[str]:
-        return self.profiler.attention_backends()
 
-    def ranks_per_node(self, wanted: int) -> int:
-        return self.profiler.ranks_per_node(wanted)
+class RayNodes:
+    """The cluster's nodes as `kp.Nodes`: every call goes to all node actors at once."""
 
-    def measure(self, section: kp.Section) -> tuple[bool, Any]:
-        """(True, answer) or (False, why this device cannot run it)."""
-        try:
-            return True, self.profiler.measure(section)
-        except Exception as err:  # noqa: BLE001 - a kernel this device lacks (fp8 on an older GPU) is a result
-            return False, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
+    def __init__(self, actors: list[Any]) -> None:
+        self.actors = actors
 
-    def collectives(self, sizes: list[int], world: int, ranks: list[int] | None = None, addr: str = "127.0.0.1",
-                    port: int | None = None) -> dict[str, list[list[float]]]:
-        return self.profiler.collectives(sizes, world, ranks, addr, port)
+    def call(self, method: str, *args: Any) -> list[Any]:
+        return ray.get([a.run.remote(method, *args) for a in self.actors])
 
-    def rendezvous(self) -> tuple[str, int]:
-        """This node's address and a port free on it: where a group across nodes meets (rank 0 here)."""
-        from predictor.measure.collectives import free_port_on
-
-        addr = ray.util.get_node_ip_address()
-        return addr, free_port_on(addr)
+    def call_each(self, method: str, args: list[tuple]) -> list[Any]:
+        return ray.get([a.run.remote(method, *each) for a, each in zip(self.actors, args)])
 
 
 def node_actors(device_kind: str) -> list[Any]:
@@ -75,70 +64,15 @@ def node_actors(device_kind: str) -> list[Any]:
     return actors
 
 
-def starting_profile(path: Path, resume: bool, identities: list[dict[str, Any]], ranks: int) -> dict[str, Any]:
-    """The profile to fill: the file at `path` when resuming one measured on the same hardware, else a new one."""
-    if not path.exists():
-        return kp.new_profile(identities, ranks)
-    if not resume:
-        raise kp.KernelProfileError(f"{path} exists; pass --resume to complete it, or choose another --kernels path")
-    profile = kp.read(path)
-    before = [{k: n.get(k) for k in ("cpu", "gpu", "torch")} for n in kp.machine(profile).get("nodes", [])]
-    now = [{k: n.get(k) for k in ("cpu", "gpu", "torch")} for n in identities]
-    if before[:1] != now[:1]:
-        raise kp.KernelProfileError(f"--resume: {path} was measured on {before[:1]}, this cluster is {now[:1]}; "
-                                    f"write a new profile (another --kernels path)")
-    return profile
-
-
 def profile_cluster(device_kind: str, path: str | Path, resume: bool = False, address: str | None = None,
                     gemm_shapes: int = 24, grouped_shapes: int = 12, procs: int = 2, seed: int = 0,
-                    on_section: OnSection | None = None) -> dict[str, Any]:
+                    on_section: kp.OnSection | None = None) -> dict[str, Any]:
     """Measure the kernel profile of the cluster at `address` (a local Ray without one) into `path`."""
-    path = Path(path)
     connect_ray(address)
     actors = node_actors(device_kind)
     try:
-        identities = ray.get([a.identity.remote() for a in actors])
-        ranks = ray.get(actors[0].ranks_per_node.remote(procs))
-        profile = starting_profile(path, resume, identities, ranks)
-        todo = kp.sections(device_kind, gemm_shapes, grouped_shapes, seed, tuple(ray.get(actors[0].backends.remote())))
-        steps = [s.key for s in todo] + ["collectives.intra_node", "collectives.inter_node"]
-        finished = kp.done(profile)
-        for i, section in enumerate(todo):
-            if section.key not in finished:
-                answers = ray.get([a.measure.remote(section) for a in actors])
-                failed = [why for ok, why in answers if not ok]
-                if failed:
-                    profile["missing"][section.key] = failed[0]
-                else:
-                    value, spread = kp.combine([answer for _, answer in answers])
-                    kp.place(profile, section.key, value, kp.source_of(section.kind, len(actors), spread))
-                kp.write(profile, path)
-            if on_section:
-                on_section(section.key, i + 1, len(steps))
-        sizes = list(GRIDS[device_kind].collective_bytes)
-        if "collectives.intra_node" not in finished:
-            if ranks < 2:
-                profile["missing"]["collectives.intra_node"] = "one GPU per node: no link inside a node to measure"
-            else:
-                value, spread = kp.combine(ray.get([a.collectives.remote(sizes, ranks) for a in actors]))
-                kp.place(profile, "collectives.intra_node", value,
-                         kp.source_of("collectives", len(actors), spread) + f"; {ranks} ranks inside a node")
-            kp.write(profile, path)
-        if on_section:
-            on_section("collectives.intra_node", len(steps) - 1, len(steps))
-        if "collectives.inter_node" not in finished:
-            if len(actors) < 2:
-                profile["missing"]["collectives.inter_node"] = "one node: no link between nodes to measure"
-            else:
-                addr, port = ray.get(actors[0].rendezvous.remote())
-                answers = ray.get([a.collectives.remote(sizes, len(actors), [i], addr, port) for i, a in enumerate(actors)])
-                kp.place(profile, "collectives.inter_node", answers[0],
-                         kp.HOW["collectives"] + f"; one rank on each of {len(actors)} nodes")
-            kp.write(profile, path)
-        if on_section:
-            on_section("collectives.inter_node", len(steps), len(steps))
-        return profile
+        return kp.measure_profile(RayNodes(actors), device_kind, path, resume, gemm_shapes, grouped_shapes, procs,
+                                  seed, on_section)
     finally:
         for actor in actors:
             ray.kill(actor)

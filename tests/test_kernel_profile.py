@@ -99,6 +99,20 @@ def test_a_spec_naming_the_profile_is_priced_with_it(measured, tmp_path):
     assert shipped.intra_node == spec_device(catalogue).intra_node
 
 
+def test_the_bench_script_compares_a_measured_profile_with_a_shipped_one(measured):
+    from bench.cuda_profile import compare, nearest_ratios
+
+    _, profile, _ = measured
+    lines = compare(profile, "h200")
+    assert any(line.startswith("gemm.fp32: measured / shipped median") for line in lines), lines
+    assert any(line.startswith("gemm.bf16: measured / shipped median") for line in lines), lines
+    ratio, exact = nearest_ratios(np.array([[1, 256, 256, 256, 2.0], [1, 300, 256, 256, 4.0]]),
+                                  np.array([[1, 256, 256, 256, 1.0], [1, 4096, 4096, 4096, 8.0]]))
+    assert ratio.tolist() == [2.0, 4.0] and exact == 1
+    assert compare(profile) == ["no shipped profile for device 'cpu': nothing to compare with (--against DEVICE "
+                                "names one)"]
+
+
 def test_resume_measures_only_what_is_missing(measured, tmp_path):
     from orchestrator.kernel_profile import profile_cluster
 

@@ -20,7 +20,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -144,6 +144,13 @@ class NodeProfiler:
             out.setdefault(p.op, []).append([p.bytes, bus_bandwidth(p)])
         return out
 
+    def rendezvous(self, addr: str = "127.0.0.1") -> tuple[str, int]:
+        """`addr` (this node's address other nodes reach it at) and a port free on it: where a group across nodes
+        meets (rank 0 here)."""
+        from predictor.measure.collectives import free_port_on
+
+        return addr, free_port_on(addr)
+
     def ranks_per_node(self, wanted: int) -> int:
         """Ranks of a collective inside this node: its GPUs on CUDA, `wanted` processes on a CPU."""
         import torch
@@ -253,3 +260,108 @@ def read(path: str | Path) -> dict[str, Any]:
     except (OSError, ValueError) as err:
         raise KernelProfileError(f"{path}: not a readable kernel profile ({type(err).__name__}: {err})") from None
     return profile_json(parse_profile(raw, str(path)))
+
+
+OnSection = Callable[[str, int, int], None]
+
+
+class Nodes(Protocol):
+    """The nodes a profile is measured on: `call` runs a `NodeProfiler` method on every node (all at once where
+    they are remote) and returns their answers in node order; `call_each` runs it with each node's own arguments."""
+
+    def call(self, method: str, *args: Any) -> list[Any]: ...
+
+    def call_each(self, method: str, args: list[tuple]) -> list[Any]: ...
+
+
+class ThisNode:
+    """This process as the one node of a profile (no Ray): what `bench/cuda_profile.py` measures with."""
+
+    def __init__(self, device_kind: str) -> None:
+        self.profiler = NodeProfiler(device_kind)
+
+    def call(self, method: str, *args: Any) -> list[Any]:
+        return [run_method(self.profiler, method, *args)]
+
+    def call_each(self, method: str, args: list[tuple]) -> list[Any]:
+        return [run_method(self.profiler, method, *a) for a in args]
+
+
+def run_method(profiler: NodeProfiler, method: str, *args: Any) -> Any:
+    """`profiler.method(*args)`; a section's measurement answers (True, figures) or (False, why this device cannot
+    run it: fp8 on a GPU without it is a result, not a failure)."""
+    if method != "measure":
+        return getattr(profiler, method)(*args)
+    try:
+        return True, profiler.measure(*args)
+    except Exception as err:  # noqa: BLE001 - see above
+        return False, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
+
+
+def starting_profile(path: Path, resume: bool, identities: list[dict[str, Any]], ranks: int) -> dict[str, Any]:
+    """The profile to fill: the file at `path` when resuming one measured on the same hardware, else a new one."""
+    if not path.exists():
+        return new_profile(identities, ranks)
+    if not resume:
+        raise KernelProfileError(f"{path} exists; pass --resume to complete it, or choose another --kernels path")
+    profile = read(path)
+    before = [{k: n.get(k) for k in ("cpu", "gpu", "torch")} for n in machine(profile).get("nodes", [])]
+    now = [{k: n.get(k) for k in ("cpu", "gpu", "torch")} for n in identities]
+    if before[:1] != now[:1]:
+        raise KernelProfileError(f"--resume: {path} was measured on {before[:1]}, this cluster is {now[:1]}; "
+                                 f"write a new profile (another --kernels path)")
+    return profile
+
+
+def measure_profile(nodes: Nodes, device_kind: str, path: str | Path, resume: bool = False, gemm_shapes: int = 24,
+                    grouped_shapes: int = 12, procs: int = 2, seed: int = 0,
+                    on_section: OnSection | None = None) -> dict[str, Any]:
+    """Measure every section of a profile on `nodes` into `path`, writing it after each section; with `resume`,
+    only the sections the file lacks."""
+    path = Path(path)
+    identities = nodes.call("identity")
+    ranks = nodes.call("ranks_per_node", procs)[0]
+    profile = starting_profile(path, resume, identities, ranks)
+    todo = sections(device_kind, gemm_shapes, grouped_shapes, seed, tuple(nodes.call("attention_backends")[0]))
+    steps = [s.key for s in todo] + ["collectives.intra_node", "collectives.inter_node"]
+    finished = done(profile)
+
+    def step(key: str, measure: Callable[[], None]) -> None:
+        if key not in finished:
+            measure()
+            write(profile, path)
+        if on_section:
+            on_section(key, steps.index(key) + 1, len(steps))
+
+    def section_of(section: Section) -> None:
+        answers = nodes.call("measure", section)
+        failed = [why for ok, why in answers if not ok]
+        if failed:
+            profile["missing"][section.key] = failed[0]
+        else:
+            value, spread = combine([answer for _, answer in answers])
+            place(profile, section.key, value, source_of(section.kind, len(answers), spread))
+
+    def intra_node() -> None:
+        if ranks < 2:
+            profile["missing"]["collectives.intra_node"] = "one GPU per node: no link inside a node to measure"
+            return
+        value, spread = combine(nodes.call("collectives", sizes, ranks))
+        place(profile, "collectives.intra_node", value,
+              source_of("collectives", len(identities), spread) + f"; {ranks} ranks inside a node")
+
+    def inter_node() -> None:
+        if len(identities) < 2:
+            profile["missing"]["collectives.inter_node"] = "one node: no link between nodes to measure"
+            return
+        addr, port = nodes.call("rendezvous")[0]
+        world = len(identities)
+        answers = nodes.call_each("collectives", [(sizes, world, [i], addr, port) for i in range(world)])
+        place(profile, "collectives.inter_node", answers[0], HOW["collectives"] + f"; one rank on each of {world} nodes")
+
+    sizes = list(GRIDS[device_kind].collective_bytes)
+    for section in todo:
+        step(section.key, lambda section=section: section_of(section))
+    step("collectives.intra_node", intra_node)
+    step("collectives.inter_node", inter_node)
+    return profile
