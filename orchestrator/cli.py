@@ -2,7 +2,8 @@
 
 Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`.
 Commands are discovered, so adding one never edits this file. User errors (bad spec, bad
-plan, missing file) print one clear message and exit with status 2, never a traceback.
+plan, missing file) print one clear message and exit with status 2, never a traceback; a Ray cluster
+that `--address` names but cannot be reached exits with status 3 (`cluster_address.EXIT_UNREACHABLE`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pkgutil
 import sys
 
 from orchestrator import commands
+from orchestrator.cluster_address import EXIT_UNREACHABLE, ClusterUnreachable
 from orchestrator.lifecycle import Terminated, terminating
 from predictor.models.base import TrainingDataError
 from predictor.plan import PlanError
@@ -55,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, *USER_ERRORS) as err:
         print(f"scaledl {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except ClusterUnreachable as err:
+        print(f"scaledl {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_UNREACHABLE
     except KeyboardInterrupt:
         print(f"scaledl {args.command}: interrupted", file=sys.stderr)
         return 130

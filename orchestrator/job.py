@@ -19,12 +19,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.set_defaults(address="auto")  # the cluster the job was submitted to
     args = parser.parse_args(argv)
     from orchestrator.cli import USER_ERRORS, UsageError
+    from orchestrator.cluster_address import EXIT_UNREACHABLE, ClusterUnreachable
 
     try:
         return plan_command.run(args)
     except (UsageError, *USER_ERRORS) as err:
         print(f"orchestrator.job: error: {err}", file=sys.stderr)
         return 2
+    except ClusterUnreachable as err:
+        print(f"orchestrator.job: error: {err}", file=sys.stderr)
+        return EXIT_UNREACHABLE
 
 
 if __name__ == "__main__":

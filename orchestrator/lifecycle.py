@@ -32,6 +32,8 @@ from typing import Any, Iterator
 
 import psutil
 
+from orchestrator.cluster_address import join
+
 POLL_S = 0.2  # how often the reaper looks at the driver's tree
 TOKEN = "SCALEDL_REAPER_TOKEN"  # the environment variable marking what the driver started
 # Where `ray.init` warns, on every start of a cluster with RAY_AUTH_MODE unset, that it turned token authentication on.
@@ -76,21 +78,27 @@ def terminating() -> Iterator[None]:
 def init_ray(**init_kwargs: Any) -> None:
     """`ray.init(**init_kwargs)`, keeping the caller's SIGTERM handler if it has one, with a reaper
     watching when it may start a local Ray (no address, or "local"; should RAY_ADDRESS make it join
-    a running cluster instead, the reaper leaves that be).
+    a running cluster instead, the reaper leaves that be). A named address is joined through
+    `orchestrator.cluster_address.join`: reached within seconds, or `ClusterUnreachable`.
 
     A Ray it starts keeps the token authentication `ray.init` turns on for a new cluster when RAY_AUTH_MODE is
     unset, without the warning Ray prints each time that it did (its errors still show). Naming the mode instead
     would not do: `import ray` has read the environment by then, and the driver would not send the token."""
     import ray
 
-    if init_kwargs.get("address") in (None, "local"):
+    address = init_kwargs.pop("address", None)
+    local = address in (None, "local")
+    if local:
         start_reaper()
     auth_log = logging.getLogger(AUTH_LOG)
     level = auth_log.level
     auth_log.setLevel(logging.ERROR)
     try:
         with _callers_sigterm():
-            ray.init(**init_kwargs)
+            if local:
+                ray.init(address=address, **init_kwargs)
+            else:  # a cluster to join: reached within seconds or refused (ClusterUnreachable), Ray's lines held back
+                join(address, ray.init, **init_kwargs)
     finally:
         auth_log.setLevel(level)
 

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from orchestrator.lifecycle import init_ray, shutdown_ray_meanwhile
-from orchestrator.search import SearchError, SearchOptions, choose_searcher, run_search, uses_tune
+from orchestrator.cluster_address import check_reachable
+from orchestrator.search import SearchError, SearchOptions, check_resume, choose_searcher, run_search, uses_tune
 from predictor.device_resolver import spec_device
 from predictor.memory.facts import HEADROOM
 from predictor.models.registry import check_predictor_name
@@ -158,6 +159,12 @@ def run_plan(req: PlanRequest) -> "Report":
     device = spec_device(spec)
     options = SearchOptions(searcher=req.searcher, budget_s=req.budget_s, max_trials=req.max_trials,
                             headroom=req.headroom, resume=req.resume, seed=req.seed)
+    # What identifies the search for --resume, and the refusals that need no Ray: a folder to resume that holds no
+    # search or another one, a cluster address nobody answers (before the graph and the plans take their time).
+    key = repr((spec.model_dump_json(), space_name, space.model_dump_json(), req.predictor, [s.cluster.nodes for s in specs]))
+    check_resume(Path(req.out), key, options)
+    if req.address is not None:
+        check_reachable(req.address)
     last = [t0]
 
     def lap(name: str) -> None:
@@ -208,7 +215,6 @@ def run_plan(req: PlanRequest) -> "Report":
         replicas = req.replicas or min(max(1, int(ray.cluster_resources().get("CPU", 1))),
                                        -(-len(enumeration.plans) // 2000), 8)
         pool = ReplicaPool.start(req.predictor, spec, graph, count=replicas, sizes=specs)
-        key = (spec.model_dump_json(), space_name, space.model_dump_json(), req.predictor, [s.cluster.nodes for s in specs])
         # The search starts now and the replicas load meanwhile (Tune's first trial process takes over a second to
         # boot: a Ray worker, then `import ray.tune`); the first batch waits for them.
         with ThreadPoolExecutor(1) as ex:
@@ -224,7 +230,7 @@ def run_plan(req: PlanRequest) -> "Report":
                     progress.update(task, advance=n, best=f"{best[0]:.3f} s" if best[0] < 1e6 else "none fits yet")
 
                 result = run_search(enumeration.plans, pool, Path(req.out), device.mem_capacity / 2**30, options,
-                                    key=repr(key), on_batch=on_batch)
+                                    key=key, on_batch=on_batch)
             try:
                 infos, ready_at = ready.result()
             except ray.exceptions.RayActorError as err:

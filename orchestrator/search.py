@@ -37,7 +37,8 @@ import numpy as np
 import ray
 
 from orchestrator.replicas import Answers, ReplicaPool, Sent, join_tables
-from orchestrator.store import RETRIES, Batch, Outcome, ResultStore, SearchError, memory_reason, prepare_store
+from orchestrator.store import (RETRIES, Batch, Outcome, ResultStore, SearchError, check_resumable, memory_reason,
+                               prepare_store)
 from predictor.plan import Plan
 from predictor.prediction import Prediction
 from predictor.prediction_table import PredictionTable
@@ -139,6 +140,17 @@ def fingerprint(*parts: Any) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
+def search_stamp(key: str, options: SearchOptions) -> str:
+    """What a search is before its plans are enumerated: `key` (workload, space, predictor, sizes) and the seed."""
+    return fingerprint(key, options.seed, STORE_FORMAT)
+
+
+def check_resume(out_dir: Path, key: str, options: SearchOptions) -> None:
+    """With --resume: `out_dir` holds this search's batches, checked before Ray starts (SearchError otherwise)."""
+    if options.resume:
+        check_resumable(out_dir.resolve() / "evaluated", search_stamp(key, options))
+
+
 def uses_tune(searcher: str, n_plans: int, options: SearchOptions) -> bool:
     """Whether the search of `n_plans` by `searcher` (chosen) runs Ray Tune."""
     return searcher != "exhaustive" or n_plans > options.direct_limit
@@ -160,9 +172,9 @@ def run_search(plans: PlanList, pool: ReplicaPool, out_dir: Path, capacity_gib: 
     space = TuneSpace(plans, batch_size=batch)
     limit_gib = capacity_gib * (1 - options.headroom)
     out_dir = out_dir.resolve()
-    if options.resume and not (out_dir / "evaluated" / "FINGERPRINT").is_file():
-        raise SearchError(f"nothing to resume in {out_dir}; run without --resume")
-    prepare_store(out_dir / "evaluated", fingerprint(key, searcher, batch, options.seed, STORE_FORMAT), options.resume)
+    check_resume(out_dir, key, options)
+    prepare_store(out_dir / "evaluated", fingerprint(key, searcher, batch, options.seed, STORE_FORMAT), options.resume,
+                  search_stamp(key, options))
     done = {p.stem for p in (out_dir / "evaluated").glob("*.pkl")} if options.resume else set()
     tuned = uses_tune(searcher, len(plans), options)
     started = time.perf_counter()

@@ -97,8 +97,24 @@ class ResultStore:
         return {"score": score, "plans": len(members), "feasible": int(feasible.sum()), "errors": len(answers.errors)}
 
 
-def prepare_store(directory: Path, fingerprint: str, resume: bool) -> None:
-    """A fresh store directory stamped with the search's fingerprint, or (resume) check it is the same search."""
+# The stamp of what a search is before its plans are enumerated (workload, space, predictor, sizes, seed), which
+# `check_resumable` reads before Ray starts; FINGERPRINT adds what the enumeration decides (searcher, batch size).
+SEARCH_STAMP = "SEARCH"
+
+
+def check_resumable(directory: Path, search: str) -> None:
+    """Refuse, before anything starts, to resume from a folder holding no search or another search than `search`."""
+    if not (directory / "FINGERPRINT").is_file():
+        raise SearchError(f"nothing to resume in {directory.parent}: it holds no stored search; run without --resume")
+    own = directory / SEARCH_STAMP
+    if own.is_file() and own.read_text() != search:
+        raise SearchError(f"{directory.parent} holds another search (another spec, space, predictor, cluster sizes "
+                          f"or seed); run without --resume, or resume with that search's options")
+
+
+def prepare_store(directory: Path, fingerprint: str, resume: bool, search: str) -> None:
+    """A fresh store directory stamped with the search's fingerprint and `search` stamp, or (resume) check it is the
+    same search."""
     stamp = directory / "FINGERPRINT"
     if resume:
         if not stamp.exists() or stamp.read_text() != fingerprint:
@@ -108,6 +124,7 @@ def prepare_store(directory: Path, fingerprint: str, resume: bool) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for path in directory.glob("*.pkl"):
         path.unlink()
+    _atomic_write(directory / SEARCH_STAMP, search.encode())
     _atomic_write(stamp, fingerprint.encode())
 
 
