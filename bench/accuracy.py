@@ -48,6 +48,7 @@ from bench import accuracy_tables, common, interval_coverage, memory_eval, moder
 from bench.common import RESULTS, ROOT
 from predictor import evaluate as ev
 from predictor.evaluate import BRIDGE_DEVICES
+from predictor.graph_cache import graph_for
 from predictor.hardware import GENERATIONS
 from predictor.machine import cpu_model_name
 from predictor.models.registry import checkpoint_path, load_predictor
@@ -72,6 +73,8 @@ class Figures:
     min_spearman: float
     regret_pct: float
     fitted: str  # what was fitted on these rows
+    size_kind: str = ""  # what `by_size` groups by: "params" (model size) or "tokens per expert" (MoE)
+    by_size: tuple[dict[str, object], ...] = ()  # the MAPE per size group (`common.by_size`), smallest first
 
 
 @dataclass(frozen=True)
@@ -90,15 +93,17 @@ HELD_OUT: list[HeldOut] = []  # filled by the sources below as they run
 
 
 def figures(table: str, measured: np.ndarray, predicted: np.ndarray, workloads: np.ndarray, fitted: str,
-            keys: np.ndarray | str | None = None) -> Figures:
-    """The table's figures; `keys` (one per row, or one for all) marks its rows as held out for `coverage`."""
+            keys: np.ndarray | str | None = None, sizes: tuple[str, np.ndarray] | None = None) -> Figures:
+    """The table's figures; `keys` (one per row, or one for all) marks its rows as held out for `coverage`; `sizes`
+    (what they measure, one per row) adds the error by size of work."""
     errors = common.ape(predicted, measured)
     ranked = common.ranking(np.asarray(measured), np.asarray(predicted), np.asarray(workloads))
     if keys is not None:
         HELD_OUT.append(HeldOut(table, np.broadcast_to(np.asarray(keys), len(errors)), np.asarray(measured, float),
                                 np.asarray(predicted, float), np.asarray(workloads)))
+    kind, by_size = (sizes[0], tuple(common.by_size(errors, sizes[1]))) if sizes is not None else ("", ())
     return Figures(table, len(errors), float(errors.mean()), float(errors.max()), ranked.workloads, ranked.spearman,
-                   ranked.min_spearman, 100 * ranked.regret, fitted)
+                   ranked.min_spearman, 100 * ranked.regret, fitted, kind, by_size)
 
 
 def coverage(held: list[HeldOut]) -> dict[str, dict[str, float]]:
@@ -126,15 +131,16 @@ def vtrain_tables(shared: Path) -> Iterator[Figures]:
     key = f"{vtrain_eval.FRAMEWORK}/{GENERATIONS[vtrain_eval.DEVICE]}"
     cal = vtrain_eval.calibrate(single)
     measured, workloads = cal.frame["iteration time (ms)"].to_numpy(), vtrain_eval.workloads(cal.frame)
+    sizes = ("params", vtrain_eval.block_params(cal.frame))
     yield figures("vTrain A100 single-node, in-file", measured, cal.frame["predicted (ms)"].to_numpy(), workloads,
-                  "DeepSpeed host and per-call constants chosen on every row of the file")
+                  "DeepSpeed host and per-call constants chosen on every row of the file", sizes=sizes)
     yield figures("vTrain A100 single-node, leave-one-model-out", measured,
                   cal.frame["cross-validated (ms)"].to_numpy(), workloads, "constants chosen without the row's model",
-                  key)
+                  key, sizes)
     df = vtrain_eval.predict_file(multi, "analytical").dropna(subset=["predicted (ms)"])
     yield figures("vTrain A100 multi-node", df["iteration time (ms)"].to_numpy(), df["predicted (ms)"].to_numpy(),
                   vtrain_eval.workloads(df), "nothing (recorded DeepSpeed constants, chosen on the single-node file)",
-                  key)
+                  key, ("params", vtrain_eval.block_params(df)))
 
 
 def bridge_tables(shared: Path) -> Iterator[Figures]:
@@ -144,19 +150,22 @@ def bridge_tables(shared: Path) -> Iterator[Figures]:
               "leave-one-system-out": "constants chosen without the row's system"}
     for kind, rows, table in (("dense", result.dense, result.table), ("MoE", result.moe, result.moe_table)):
         keys = np.array([f"megatron/{GENERATIONS[BRIDGE_DEVICES[s]]}" for s in rows.systems])
+        sizes = (("tokens per expert", modern_eval.tokens_per_expert(rows)) if kind == "MoE"
+                 else ("params", np.array([graph.params for _, graph, _ in rows.rows], dtype=float)))
         for column, what in fitted.items():
             yield figures(f"Megatron-Bridge 25.11 {kind}, {column}", rows.measured, table[column],
-                          modern_eval.workloads(rows), what, keys if column == "leave-one-system-out" else None)
+                          modern_eval.workloads(rows), what, keys if column == "leave-one-system-out" else None, sizes)
 
 
 def simumax_table(shared: Path) -> Iterator[Figures]:
     (path,) = common.ground_truth(shared, memory_eval.SIMUMAX)
     result = simumax_time.fit(path)
+    sizes = ("params", result.params)
     yield figures("SimuMax B200 Llama 3 70B time, in-file", result.measured, result.in_file, result.workloads,
                   f"Megatron-Core's {simumax_time.FIELD} chosen on every plan (the other constants chosen on "
-                  f"Megatron-Bridge)")
+                  f"Megatron-Bridge)", sizes=sizes)
     yield figures("SimuMax B200 Llama 3 70B time, leave-one-plan-out", result.measured, result.cv, result.workloads,
-                  f"{simumax_time.FIELD} chosen without the row's plan", "megatron/blackwell")
+                  f"{simumax_time.FIELD} chosen without the row's plan", "megatron/blackwell", sizes)
 
 
 def cpu_table(_shared: Path) -> Iterator[Figures]:
@@ -169,9 +178,15 @@ def cpu_table(_shared: Path) -> Iterator[Figures]:
     _, held = ev.holdout_split(ev.load_profile_dataset(ROOT / where, designs=None, with_layers=False),
                                CPU_HOLDOUT, CPU_SEED)
     predicted, _ = ev.predict_samples(model, held)
+    params = {}
+    for s in held:  # each model's graph once
+        key = s.spec.model.model_dump_json()
+        if key not in params:
+            params[key] = graph_for(s.spec.model).params
     yield figures(f"CPU dataset, {path.name} held out", np.array([s.iter_time_s for s in held]), predicted,
                   np.array([s.spec.model_dump_json() for s in held]), "nothing (80 % of the configurations trained it)",
-                  "pytorch/measured")
+                  "pytorch/measured", ("params", np.array([params[s.spec.model.model_dump_json()] for s in held],
+                                                          dtype=float)))
 
 
 SOURCES: tuple[Callable[[Path], Iterator[Figures]], ...] = (vtrain_tables, bridge_tables, simumax_table, cpu_table)
@@ -202,7 +217,14 @@ def _plain(value: object) -> object:
 
 
 def record_entry(f: Figures) -> dict[str, object]:
-    return {k: _plain(v) for k, v in asdict(f).items() if k != "table"}
+    return {k: (list(v) if k == "by_size" else _plain(v)) for k, v in asdict(f).items() if k != "table"}
+
+
+def size_line(name: str, f: dict[str, object]) -> str:
+    """One table's error by size of work, as the report prints it."""
+    groups = "; ".join(f"{common.size_text(g['from'])}" + (f"-{common.size_text(g['to'])}" if g["to"] != g["from"] else "")
+                       + f" {g['mape_pct']:.1f} % ({g['rows']})" for g in f.get("by_size") or ())
+    return f"#   {name}, by {f.get('size_kind')}: {groups}"
 
 
 # ---------------------------------------------------------------- rendering
@@ -266,6 +288,9 @@ def doc(record: dict[str, object]) -> str:
            f"{common.MIN_PLANS} measured plans; *Spearman*: mean rank correlation of predicted and measured time "
            "within them (and the lowest); *regret*: mean of the predicted-best plan's measured time over the measured best, less one.",
            "", *markdown_table(record["tables"]), "",
+           "Error by size of work (model parameters; tokens per expert and micro-batch for MoE), MAPE % and rows per "
+           "group, smallest first:", "", "```", *(size_line(name, f)[4:] for name, f in record["tables"].items()
+                                                  if f.get("by_size")), "```", "",
            *([f"80 % interval coverage per (framework/generation) key, each workload's runs judged by the interval "
               "placed from the key's other workloads: " + "; ".join(
                   f"{key} {_cell(c['coverage_pct'])} % of {c['rows']} runs" for key, c in record["coverage"].items()),
@@ -320,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     covered = coverage(HELD_OUT)
     lines += [f"# 80 % interval coverage, leave-one-workload-out within the (framework/generation) key: "
               + "; ".join(f"{key} {_cell(c['coverage_pct'])} % of {c['rows']}" for key, c in covered.items())]
+    lines += ["# error by size of work (MAPE % (rows) per group, smallest first):"]
+    lines += [size_line(name, f) for name, f in entries.items() if f.get("by_size")]
     lines += [f"# not recorded yet: {name}" for name in new if not args.record]
     lines += [f"# WORSE: {failure}" for failure in failures]
     print("\n".join(lines))

@@ -136,3 +136,27 @@ def ranking(measured: np.ndarray, predicted: np.ndarray, workloads: np.ndarray) 
     nan = float("nan")
     return Ranking(len(regrets), float(np.mean(rhos)) if rhos else nan, float(np.min(rhos)) if rhos else nan,
                    float(np.mean(regrets)) if regrets else nan)
+
+
+SIZE_GROUPS = 4  # at most this many size groups per table, each of whole models (or MoE tokens-per-expert values)
+
+
+def by_size(errors: np.ndarray, sizes: np.ndarray, groups: int = SIZE_GROUPS) -> list[dict[str, object]]:
+    """A table's error by size of work: its distinct sizes, smallest first, cut into at most `groups` groups of about
+    equal count of sizes; per group its size range, rows and MAPE (a size trend shows as groups drifting apart)."""
+    errors, sizes = np.asarray(errors, dtype=float), np.asarray(sizes, dtype=float)
+    distinct = np.unique(sizes)
+    out = []
+    for part in np.array_split(distinct, min(groups, len(distinct))):
+        on = (sizes >= part[0]) & (sizes <= part[-1])
+        out.append({"from": float(part[0]), "to": float(part[-1]), "rows": int(on.sum()),
+                    "mape_pct": round(float(errors[on].mean()), 2)})
+    return out
+
+
+def size_text(value: float) -> str:
+    """A size as people write it (1.3B, 350M, 4k)."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.3g}"

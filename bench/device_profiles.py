@@ -34,8 +34,8 @@ SOURCES = {
              "every (batch 1/2/4, m, n, k 256..4096) entry (predictor/data/profiles/xla/sm_90.tsv, bench/device_profiles.py)",
     "sm_100": "OpenXLA GPU cost model matmul table, key sm_100 (B200), median kernel time of XLA's "
               "matmul_perf_table_gen: tensorflow/tensorflow third_party/xla/xla/backends/gpu/cost_model/"
-              "matmul_interpolator_data.h (commit a305421c45a1ea5117c170b8d8a00a51f9dcee8f), {dtype}; the batch-1 "
-              "(m, n, k 256..4096) entries (predictor/data/profiles/xla/sm_100.tsv, bench/device_profiles.py)",
+              "matmul_interpolator_data.h (commit a305421c45a1ea5117c170b8d8a00a51f9dcee8f), {dtype}; every "
+              "(batch 1/2/4, m, n, k 256..4096) entry (predictor/data/profiles/xla/sm_100.tsv, bench/device_profiles.py)",
 }
 # device -> (table key, why the table prices it)
 TABLES = {"h100": ("sm_90", ""),

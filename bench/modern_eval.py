@@ -205,6 +205,13 @@ def evaluate(path: Path, calibrate_constants: bool = True, recorded: bool = True
     return out
 
 
+def tokens_per_expert(rows: Rows) -> np.ndarray:
+    """Each MoE row's tokens per expert and micro-batch, what sizes its grouped GEMMs: the micro-batch's tokens per
+    context-parallel rank, routed top_k times and gathered from the expert-parallel group, over the experts."""
+    return np.array([plan.mbs * spec.model.tokens / plan.cp * spec.model.top_k * plan.ep / spec.model.experts
+                     for spec, _, plan in rows.rows], dtype=float)
+
+
 def workloads(rows: Rows) -> np.ndarray:
     """Each row's workload (system, model, GPUs, global batch, sequence): the recipes run one plan each."""
     return rows.frame[["system", "model", "gpus", "gbs", "seq_len"]].astype(str).agg("/".join, axis=1).to_numpy()

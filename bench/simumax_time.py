@@ -51,6 +51,7 @@ class Fit:
     cv: np.ndarray
     chosen: dict[str, float]  # the value chosen without each plan
     in_file_value: float
+    params: np.ndarray  # each run's model parameters (its size of work)
 
     @property
     def workloads(self) -> np.ndarray:
@@ -75,7 +76,8 @@ def fit(path: Path) -> Fit:
     table = np.array([modern_eval.predict_rows(rows, replace(base, **{FIELD: value})) for value in GRID])
     choice = common.leave_one_group_out(table, measured, plans)
     return Fit(df, measured, plans, table[choice.in_file], choice.cv,
-               {plan: float(GRID[i]) for plan, i in choice.without.items()}, float(GRID[choice.in_file]))
+               {plan: float(GRID[i]) for plan, i in choice.without.items()}, float(GRID[choice.in_file]),
+               np.array([graph.params for _, graph, _ in rows], dtype=float))
 
 
 def record(result: Fit) -> None:

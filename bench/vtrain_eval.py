@@ -76,6 +76,11 @@ def models(df: pd.DataFrame) -> np.ndarray:
     return df[MODEL_COLS].astype(int).astype(str).agg("/".join, axis=1).to_numpy()
 
 
+def block_params(df: pd.DataFrame) -> np.ndarray:
+    """Each row's transformer blocks' parameters, 12 · layers · hidden² (attention 4h², MLP 8h²): its size of work."""
+    return 12.0 * df["# layers"].to_numpy(float) * df["hidden size"].to_numpy(float) ** 2
+
+
 @dataclass
 class Calibration:
     """The single-node file's rows (`frame`, with the in-file and the leave-one-model-out prediction in ms), the

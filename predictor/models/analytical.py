@@ -13,7 +13,8 @@ from typing import Any, Sequence
 
 from predictor.device_resolver import spec_device
 from predictor.frameworks import Framework, framework_for
-from predictor.hardware import GENERATIONS, Device, gemm_facts, generation
+from predictor.hardware import DEVICES, GENERATIONS, Device, gemm_facts, generation
+from predictor.kernels.gemm import measured_gemm
 from predictor.layer_graph import LayerGraph
 from predictor.models.base import Predictor
 from predictor.models.plan_batch import PlanPieces
@@ -39,7 +40,9 @@ def constants_note(framework: Framework, gen: str, device: str = "") -> str:
     fitted = ", ".join(sorted(key for key in framework.constants if key in generations)) or "no generation"
     devices = sorted(key for key in framework.constants if key not in generations)
     fitted += f"; on {', '.join(devices)} alone" if devices else ""
-    facts = f"; GEMM efficiency from the {gen} device facts" if gemm_facts(gen, "bf16") else ""
+    grid = DEVICES.get(device) and measured_gemm(DEVICES[device], "bf16")
+    facts = (f"; GEMM rates from the measured grid of the {gen} device profiles (XLA's matmul tables)" if grid
+             else f"; GEMM efficiency from the {gen} device facts" if gemm_facts(gen, "bf16") else "")
     return f"first principles: {framework.name} has no constants fitted on {gen} (fitted on {fitted}){facts}"
 
 

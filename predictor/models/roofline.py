@@ -17,6 +17,7 @@ import numpy as np
 from predictor.frameworks import Framework, framework_for
 from predictor.frameworks.base import SoftmaxFallback
 from predictor.hardware import DEVICES, GB, Device, GemmFact, device_facts, gemm_facts, generation
+from predictor.kernels.gemm import measured_gemm
 from predictor.layer_graph import LayerGraph
 from predictor.parallel import BYTES, shard_nodes
 from predictor.models.attention import BWD_FLOPS, AttentionCurves, attention_curves
@@ -32,7 +33,9 @@ class AnalyticalConfig:
         public GEMM table (predictor/data/device_facts.json: Hopper 0.878, Blackwell 0.679), `device_config` fits
         it there; elsewhere 0.8, cuBLAS large fp16/bf16 GEMMs on A100 under the board power limit (NVIDIA
         "Matrix Multiplication Background" user guide performance figures). A measured device's peak is already an
-        achieved matmul rate, so it uses 1.0.
+        achieved matmul rate, so it uses 1.0. Where the generation has a measured GEMM grid in a device profile
+        (`predictor.kernels.gemm`: XLA's H100 and B200 tables) and the framework has no constant fitted on the
+        generation, the grid's rate at each GEMM's shape prices it instead of this curve (`measured_gemm_rates`).
     gemm_half_dim: GEMM dimension at which efficiency halves, f(x) = x / (x + c): one thread-block
         tile edge (128 on Ampere/Hopper cuBLAS kernels, same guide), whose fixed prologue/epilogue
         cost is comparable to one tile's math. Measured CPUs: 32 (register/cache blocking of a
@@ -274,12 +277,13 @@ def layer_times(spec: WorkloadSpec, graph: LayerGraph, tp: int, sp: bool, mbs: i
     fused, fallback = framework.fused_attention, framework.softmax_fallback
     curves = fused_attention_curves(spec, device)
     recipe = recipe_of(spec, device)
+    grid = not framework.fitted_on(generation(device), device.name)  # a fitted gemm_eff_max keeps its curve
     key = (id(graph), tp, sp, mbs, tuple(sorted(degrees.items())), device.name, device.flops(prec),
-           device.mem_bandwidth, prec, recipe, cfg, fused, fallback, curves and curves.how)
+           device.mem_bandwidth, prec, recipe, cfg, fused, fallback, curves and curves.how, grid)
     hit = _TIME_CACHE.get(key)
     if hit is not None and hit[0]() is graph:
         return hit[1]
-    value = _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, fallback, degrees, recipe, curves)
+    value = _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, fallback, degrees, recipe, curves, grid)
     _TIME_CACHE[key] = (weakref.ref(graph, lambda _r, k=key: _TIME_CACHE.pop(k, None)), value)
     return value
 
@@ -317,7 +321,26 @@ def fused_attention_curves(spec: WorkloadSpec, device: Device) -> AttentionCurve
     return attention_curves(gen, kernel)
 
 
-def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, fallback, degrees, recipe, curves):
+def measured_gemm_rates(nodes, m, batch, prec: str, recipe, device: Device, cfg: AnalyticalConfig) -> np.ndarray | None:
+    """FLOP/s of each node's GEMMs from the measured grid of the device's generation (`measured_gemm`), the routed
+    experts' (a grouped GEMM at their tokens per expert) times grouped_gemm_eff; None where the generation has no
+    grid at the run's 16-bit or FP32 precision. A recipe's low-precision GEMMs take their own grid where the profile
+    has one, else the 16-bit grid's rate times the peak ratio and the generation's fp8_gemm_eff / fp4_gemm_eff."""
+    half = measured_gemm(device, "bf16" if recipe is not None else prec)
+    if half is None:
+        return None
+    shape = (m, nodes.gemm_n, nodes.gemm_k, batch)
+    rate = half[0].rate(*shape) * half[1]
+    if recipe is not None:
+        own = measured_gemm(device, recipe.precision)
+        low = (own[0].rate(*shape) * own[1] if own is not None else
+               rate * device.flops(recipe.precision) / device.flops("bf16")
+               * (cfg.fp4_gemm_eff if recipe.precision == "fp4" else cfg.fp8_gemm_eff))
+        rate = np.where(low_precision_gemms(nodes), low, rate)
+    return rate * np.where(nodes.experts, cfg.grouped_gemm_eff, 1.0)
+
+
+def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, fallback, degrees, recipe, curves, grid):
     nodes = shard_nodes(graph, tp, sp, spec.model.heads, **degrees)
     prec = spec.training.precision
     eb = BYTES[prec]
@@ -343,7 +366,8 @@ def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, fallback, degrees
     if fused:  # the s×s product never reaches memory: Q, K, V in and O out
         gemm_bytes = np.where(nodes.attention, 4 * m * nodes.gemm_k * batch * eb, gemm_bytes)
     io_bytes = np.where(is_gemm, gemm_bytes, nodes.io_elems * mbs * eb + nodes.params * eb)
-    compute_rate = np.where(is_gemm, peak * eff, vector_peak)
+    measured = measured_gemm_rates(nodes, m, batch, prec, recipe, device, cfg) if grid else None
+    compute_rate = np.where(is_gemm, peak * eff if measured is None else measured, vector_peak)
     fwd = np.maximum(fwd_f / compute_rate, io_bytes / bw)
     bwd = np.maximum(bwd_f / compute_rate, 2 * io_bytes / bw)
     if curves is not None:  # the kernel's published rate at the rank's query length and head dimension
