@@ -6,6 +6,7 @@ import pytest
 from predictor.device_resolver import get_device
 from predictor.graph_cache import graph_for
 from predictor.hardware import GB, TFLOPS, device_facts
+from predictor.kernels.profile import shipped_profile
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.attention import BWD_FLOPS, attention_curves
 from predictor.models.roofline import device_config, framework_config, fused_attention_curves, layer_times
@@ -16,9 +17,10 @@ from predictor.workload import parse_spec
 
 
 def _figure(kernel, head_dim, causal, pass_):
-    entry = next(e for e in device_facts()["attention"] if e["generation"] == "hopper" and e.get("head_dim") == head_dim
-                 and e.get("causal") == causal and e["pass"] == pass_)
-    return dict(zip(entry["seq"], entry["tflops"][kernel]))
+    """The H100 profile's published figure of the kernel, TFLOP/s by sequence length."""
+    rows = shipped_profile("h100").attention[kernel].passes[("fwd" if pass_ == "forward" else "bwd")
+                                                           + ("_causal" if causal else "")]
+    return {int(s): r / TFLOPS for s, d, r in rows if d == head_dim}
 
 
 def _spec(framework, device, precision="bf16", seq=8192):

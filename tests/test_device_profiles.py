@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bench import device_profiles
-from predictor.hardware import GENERATIONS, TFLOPS, gemm_facts
+from predictor.hardware import DEVICES, GENERATIONS, TFLOPS, gemm_facts
 from predictor.kernels.profile import (PROFILES_DIR, ProfileError, parse_profile, profile_json, read_profile,
                                        shipped_profile, write_profile)
 
@@ -77,7 +77,7 @@ def _raw(**changes):
 
 
 @pytest.mark.parametrize("raw, names", [
-    (lambda: {**_raw(), "sources": {}}, "sources: no source for gemm.bf16"),
+    (lambda: {**_raw(), "sources": {}}, "sources: no source for attention.cudnn"),
     (lambda: _raw(gemm={"bf16": {"points": [[1, 256, 256, 1e12]]}}), "gemm.bf16.points"),
     (lambda: _raw(gemm={"bf16": {"points": [[1, 256, 256, 256, -1]]}}), "finite and positive"),
     (lambda: _raw(gemm={"bf16": {}}), "gemm.bf16: give points or best"),
@@ -98,3 +98,15 @@ def test_a_missing_or_broken_file_names_the_path(tmp_path):
     with pytest.raises(ProfileError, match="bad.json: not JSON"):
         read_profile(tmp_path / "bad.json")
     assert np.isfinite(shipped_profile("b200").gemm_grid("bf16")).all()
+
+
+@pytest.mark.parametrize("device", sorted(GENERATIONS))
+def test_no_measured_rate_exceeds_the_devices_peak(device):
+    """A profile's GEMM and attention rates stay under the data-sheet dense peak of their precision (attention: BF16)."""
+    profile, catalogue = shipped_profile(device), DEVICES[device]
+    for precision, table in profile.gemm.items():
+        peak = catalogue.flops(precision)
+        assert (table.points[:, 4] < peak).all() and table.best < peak, (device, precision)
+    for backend, table in profile.attention.items():
+        assert all((rows[:, 2] < catalogue.flops("bf16")).all() for rows in table.passes.values()), backend
+        assert table.best_fwd < catalogue.flops("bf16")

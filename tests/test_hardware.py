@@ -147,7 +147,7 @@ def test_profile_dataset_is_priced_with_its_own_device_profile():
 
 def test_device_facts_are_sourced_and_describe_catalogue_devices():
     facts = device_facts()
-    assert set(facts) == {"gemm", "low_precision_recipes", "attention", "memory_bound", "collectives", "collective_curves"}
+    assert set(facts) == {"gemm", "low_precision_recipes", "memory_bound", "collectives", "collective_curves"}
     for section, entries in facts.items():
         for entry in entries:
             assert len(entry["source"]) > 20, (section, entry)  # a citation, not a placeholder

@@ -39,6 +39,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from predictor.hardware import GENERATIONS
+
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "data" / "profiles"
 GEMM_COLUMNS = ("batch", "m", "n", "k", "flop_per_s")
 GROUPED_COLUMNS = ("groups", "tokens_per_group", "n", "k", "flop_per_s")
@@ -267,6 +269,12 @@ def write_profile(profile: DeviceProfile, path: Path | str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(_dumps(profile_json(profile)) + "\n")
     os.replace(tmp, path)
+
+
+def generation_profiles(generation: str) -> list[DeviceProfile]:
+    """The shipped profiles of a generation's catalogue devices, by device name."""
+    return [p for name in sorted(GENERATIONS) if GENERATIONS[name] == generation
+            for p in [shipped_profile(name)] if p is not None]
 
 
 @cache

@@ -1,6 +1,6 @@
 """Fused attention's throughput from the device facts: forward and backward FLOP/s of a kernel on a device generation
 against the query length, head dimension and mask, interpolated from the catalogue's published figures
-(predictor/data/device_facts.json, "attention"; docs/device-facts.md says where each comes from).
+(the device profiles' `attention` sections, predictor/data/profiles/; docs/device-facts.md says where each comes from).
 
 FLOPs are counted as FlashAttention's benchmarks count them (benchmarks/benchmark_flash_attention.py): forward
 4·s_q·s_kv·head_dim·heads, halved under a causal mask; backward 2.5 times the forward (its recomputation of the
@@ -21,7 +21,8 @@ from functools import cache
 
 import numpy as np
 
-from predictor.hardware import DEVICES, GENERATIONS, TFLOPS, device_facts
+from predictor.hardware import GENERATIONS, TFLOPS
+from predictor.kernels.profile import AttentionTable, DeviceProfile, generation_profiles
 
 PASSES: tuple[str, ...] = ("forward", "backward")
 BWD_FLOPS = 2.5  # backward FLOPs over the forward's, as FlashAttention counts them
@@ -58,21 +59,28 @@ class AttentionCurves:
         return by_dim[i, cols] * (1 - t) + by_dim[i + 1, cols] * t
 
 
-def _entries(generation: str, kernel: str) -> list[dict]:
-    return [e for e in device_facts()["attention"]
-            if e["generation"] == generation and kernel in e.get("tflops", {}) and e["precision"] == "bf16"]
+def _tables(generation: str, kernel: str) -> list[tuple[DeviceProfile, AttentionTable]]:
+    """The kernel's attention tables in the shipped profiles of the generation's devices."""
+    return [(p, p.attention[kernel]) for p in generation_profiles(generation) if kernel in p.attention]
 
 
 def _measured_curves(generation: str, kernel: str) -> AttentionCurves | None:
-    """The grid of a generation whose catalogue entries give the kernel's curves, filled by the module's ratios."""
-    entries = _entries(generation, kernel)
-    if not entries:
+    """The grid of the first profile of the generation that gives the kernel's curves, filled by the module's
+    ratios."""
+    found = [(p, t) for p, t in _tables(generation, kernel) if any(len(r) for r in t.passes.values())]
+    if not found:
         return None
-    seqs = np.array(entries[0]["seq"], dtype=float)
-    assert all(e["seq"] == entries[0]["seq"] for e in entries), "one sequence grid per kernel and generation"
-    dims = sorted({e["head_dim"] for e in entries})
-    given = {(e["pass"], bool(e["causal"]), e["head_dim"]): np.array(e["tflops"][kernel], dtype=float) * TFLOPS
-             for e in entries}
+    profile, table = found[0]
+    rows = {key: r for key, r in table.passes.items() if len(r)}
+    seqs = np.unique(np.concatenate([r[:, 0] for r in rows.values()]))
+    dims = sorted(int(d) for d in np.unique(np.concatenate([r[:, 1] for r in rows.values()])))
+    given = {}
+    for key, r in rows.items():
+        for d in np.unique(r[:, 1]):
+            at = r[r[:, 1] == d]
+            at = at[np.argsort(at[:, 0])]
+            assert np.array_equal(at[:, 0], seqs), "one sequence grid per kernel and device"
+            given[("forward" if key.startswith("fwd") else "backward", key.endswith("_causal"), int(d))] = at[:, 2]
     ref = REFERENCE_HEAD_DIM if REFERENCE_HEAD_DIM in dims else dims[0]
     fwd = {d: given[("forward", False, d)] for d in dims if ("forward", False, d) in given}
     rates = np.zeros((2, 2, len(dims), len(seqs)))
@@ -89,18 +97,14 @@ def _measured_curves(generation: str, kernel: str) -> AttentionCurves | None:
                 masked = unmasked * causal_ratio
             rates[p, 1, h] = masked
     return AttentionCurves(kernel, generation, np.array(dims, dtype=float), seqs, rates,
-                           f"{kernel} on {generation}: the figures of {_cite(entries)}")
+                           f"{kernel} on {generation}: the figures of {_cite(profile, kernel)}")
 
 
-def _best_forward(generation: str, kernel: str) -> float | None:
-    """A generation's best published forward FLOP/s of the kernel, where the catalogue gives only that."""
-    for e in _best_entries(generation, kernel):
-        if e["precision"] != "bf16":
-            continue
-        if kernel in e.get("best_tflops", {}):
-            return e["best_tflops"][kernel] * TFLOPS
-        if kernel in e.get("best_fraction_of_peak", {}):
-            return e["best_fraction_of_peak"][kernel] * DEVICES[e["device"]].flops("bf16")
+def _best_forward(generation: str, kernel: str) -> tuple[float, str] | None:
+    """A generation's best published forward FLOP/s of the kernel and its citation, where a profile gives only that."""
+    for profile, table in _tables(generation, kernel):
+        if table.best_fwd:
+            return table.best_fwd, _cite(profile, kernel)
     return None
 
 
@@ -112,9 +116,10 @@ def attention_curves(generation: str, kernel: str) -> AttentionCurves | None:
     own = _measured_curves(generation, kernel)
     if own is not None:
         return own
-    best = _best_forward(generation, kernel)
-    if best is None:
+    found = _best_forward(generation, kernel)
+    if found is None:
         return None
+    best, cite = found
     donors = [c for g in sorted(set(GENERATIONS.values())) if g != generation
               for c in [_measured_curves(g, kernel)] if c is not None]
     if not donors:
@@ -123,14 +128,9 @@ def attention_curves(generation: str, kernel: str) -> AttentionCurves | None:
     scale = best / donor.rates[0].max()
     return AttentionCurves(kernel, generation, donor.head_dims, donor.seqs, donor.rates * scale,
                            f"{kernel} on {generation}: its best forward figure ({best / TFLOPS:.0f} TFLOP/s, "
-                           f"{_cite(_best_entries(generation, kernel))}) on the shape of {donor.how}")
+                           f"{cite}) on the shape of {donor.how}")
 
 
-def _best_entries(generation: str, kernel: str) -> list[dict]:
-    return [e for e in device_facts()["attention"] if e["generation"] == generation
-            and kernel in {**e.get("best_tflops", {}), **e.get("best_fraction_of_peak", {})}]
-
-
-def _cite(entries: list[dict]) -> str:
-    """The papers (arXiv identifiers) the entries' sources name."""
-    return ", ".join(sorted({m for e in entries for m in re.findall(r"arXiv:\d{4}\.\d{4,5}", e["source"])}))
+def _cite(profile: DeviceProfile, kernel: str) -> str:
+    """The papers (arXiv identifiers) the profile's source of the kernel's figures names."""
+    return ", ".join(sorted(set(re.findall(r"arXiv:\d{4}\.\d{4,5}", profile.sources.get(f"attention.{kernel}", "")))))
