@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from predictor.families import FAMILIES, Family, by_hf_model_type, family as family_record, names as family_names
 from predictor.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, MEASURED_FRAMEWORK
+from predictor.frameworks.kernels import kernel_errors
 from predictor.hardware import DEVICES, GENERATIONS, tensor_core_facts
 from predictor.presets import MODEL_PRESETS
 
@@ -306,6 +307,25 @@ RECIPE_PRECISION: dict[str, str] = {"delayed": "fp8", "current": "fp8", "blockwi
                                     "nvfp4": "fp4"}
 
 
+class KernelsSpec(_Strict):
+    """Framework settings that change the kernels a layer runs (`predictor.frameworks.kernels`); unset: the
+    framework's default."""
+
+    attention: Literal["flash", "cudnn", "unfused"] | None = Field(
+        default=None, description="attention backend: FlashAttention, cuDNN's fused attention (Transformer Engine) or "
+                                  "unfused (QK^T GEMM, masked softmax over the scores, x V GEMM; Megatron-LM "
+                                  "--attention-backend); default: the framework's (Megatron-Core: flash on Ampere, "
+                                  "cuDNN on Hopper and later; torchtitan: flash; DeepSpeed: unfused)")
+    cuda_graphs: bool | None = Field(default=None, description="replay each layer as a CUDA graph (default off)")
+    transformer_engine: bool | None = Field(
+        default=None, description="Transformer Engine's layers (Megatron-Core's default) or the framework's own")
+    fused_softmax: bool | None = Field(default=None, description="the masked-softmax fusion of unfused attention "
+                                                                 "(default on)")
+    fused_bias_gelu: bool | None = Field(default=None, description="the bias-GeLU fusion (default on)")
+    fused_grad_accum: bool | None = Field(
+        default=None, description="weight gradients accumulated into the fp32 main gradient by the GEMM (default on)")
+
+
 class TrainingSpec(_Strict):
     global_batch: int = Field(strict=True, gt=0, le=_MAX_TOKENS, description="samples per iteration over all data-parallel ranks")
     precision: Literal["fp32", "fp16", "bf16", "fp8", "fp4"] = "bf16"
@@ -314,6 +334,7 @@ class TrainingSpec(_Strict):
                                   "scaling, FP8 block scaling, MXFP8; NVFP4 for fp4); default MXFP8 for fp8 on a "
                                   "device with block-scaled tensor cores (Blackwell), else current scaling")
     optimizer: Literal["adam", "sgd"] = "adam"
+    kernels: KernelsSpec | None = Field(default=None, description="framework settings that change the kernels")
     framework: str | None = Field(
         default=None, description=f"what trains it (predictor.frameworks: {', '.join(FRAMEWORKS)}): its runnable "
                                   f"plans and overlap; default {DEFAULT_FRAMEWORK} on a catalogue GPU, "
@@ -424,9 +445,14 @@ class WorkloadSpec(_Strict):
                                  f"{name!r} has none: set training.recipe to one it runs ({', '.join(runs)}) or use a "
                                  f"Blackwell device")
         framework = self.training.framework
-        if framework not in (None, MEASURED_FRAMEWORK) and device is None:
+        measured = device is None
+        if framework not in (None, MEASURED_FRAMEWORK) and measured:
             raise ValueError(f"training.framework {framework!r} runs on GPUs; a measured device ({name}) runs "
                              f"ScaleDL's own runner: use framework: pytorch or leave it out")
+        runs = FRAMEWORKS[MEASURED_FRAMEWORK if measured else framework or DEFAULT_FRAMEWORK]
+        errors = kernel_errors(self, runs)
+        if errors:
+            raise ValueError("; ".join(errors))
         return self
 
 

@@ -8,6 +8,8 @@ import json
 from typing import Callable
 
 import pytest
+
+from predictor.frameworks.kernels import KernelChoices, Kernels
 import yaml
 
 from orchestrator.cli import main
@@ -133,8 +135,8 @@ def _toy_read(text: str, spec: WorkloadSpec) -> Plan:
     return Plan(**json.loads(text))
 
 
-TOY = Framework("toy", "ToyTrain", _toy_rules, lambda plan: frozenset({"dp"}), frozenset({"dp"}), fused_attention=True,
-                attention_kernel="fused: a toy kernel",
+TOY = Framework("toy", "ToyTrain", _toy_rules, lambda plan: frozenset({"dp"}), frozenset({"dp"}),
+                attention_kernel="fused: a toy kernel", kernels=KernelChoices(Kernels(attention="flash")),
                 precisions=("bf16",), memory=dataclasses.replace(FRAMEWORKS["megatron"].memory, framework="toy"),
                 space={"dp": "auto", "tp": "auto", "pp": [1], "mbs": [1, 2], "zero": [0, 1], "recompute": ["none"],
                        "sp": [False, True], "schedule": ["1f1b"], "placement": ["tp-dp-pp"]},

@@ -18,12 +18,15 @@ ARGUMENTS_PY = {
         "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--kv-channels",
         "--group-query-attention", "--num-query-groups", "--max-position-embeddings", "--position-embedding-type",
         "--normalization", "--swiglu", "--untie-embeddings-and-output-weights", "--multi-latent-attention",
-        "--mtp-num-layers"},
+        "--mtp-num-layers", "--attention-backend"},
     "_add_training_args": {
         "--micro-batch-size", "--global-batch-size", "--recompute-granularity", "--recompute-method",
         "--recompute-num-layers", "--recompute-modules", "--cpu-offloading-num-layers", "--tp-comm-overlap",
         "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "--disable-bias-linear", "--add-qkv-bias",
-        "--sequence-parallel", "--optimizer-cpu-offload", "--optimizer-offload-fraction"},
+        "--sequence-parallel", "--optimizer-cpu-offload", "--optimizer-offload-fraction",
+        # the kernel settings (training.kernels), read from the stored arguments.py's _add_training_args
+        "--transformer-impl", "--cuda-graph-impl", "--no-masked-softmax-fusion", "--no-bias-gelu-fusion",
+        "--no-gradient-accumulation-fusion"},
     "_add_vision_args": {"--qk-layernorm"},
     "_add_mixed_precision_args": {"--fp16", "--bf16", "--grad-reduce-in-bf16"},
     "_add_checkpointing_args": {"--ckpt-format"},
@@ -46,8 +49,9 @@ ARGUMENTS_PY = {
 DEFINED = set().union(*ARGUMENTS_PY.values())
 
 
-def _spec(preset: str, nodes: int, global_batch: int = 1024, **model: object) -> object:
-    return parse_spec({"model": {"preset": preset, **model}, "training": {"global_batch": global_batch},
+def _spec(preset: str, nodes: int, global_batch: int = 1024, kernels: dict | None = None, **model: object) -> object:
+    training = {"global_batch": global_batch, **({"kernels": kernels} if kernels else {})}
+    return parse_spec({"model": {"preset": preset, **model}, "training": training,
                        "cluster": {"device": "h100", "nodes": nodes, "gpus_per_node": 8}})
 
 
@@ -58,6 +62,9 @@ def _spec(preset: str, nodes: int, global_batch: int = 1024, **model: object) ->
     ("llama3.2-1b", 1, "dp=8,mbs=4,zero=0,recompute=core_attn+mlp", {}),
     ("deepseek-v3", 32, "dp=16,tp=2,pp=8,mbs=1,zero=1,sp=true,ep=32,placement=tp-pp-dp", {"mtp_layers": 1}),
     ("qwen3-30b-a3b", 4, "dp=32,mbs=1,zero=1,ep=8,recompute=full", {}),
+    ("gpt3-2.7b", 1, "dp=2,tp=4,mbs=1,zero=1,sp=true,overlap=dp+param", {"kernels": {
+        "attention": "unfused", "transformer_engine": False, "cuda_graphs": True, "fused_softmax": False,
+        "fused_bias_gelu": False, "fused_grad_accum": False}}),
 ])
 def test_every_megatron_flag_written_is_one_its_parser_defines(preset: str, nodes: int, plan: str,
                                                               model: dict) -> None:

@@ -66,7 +66,7 @@ def launch_files(plan: Plan, spec: "WorkloadSpec", checked: bool = False) -> dic
     if errors:
         raise LaunchError(f"{framework.title} cannot run {plan}: " + "; ".join(errors))
     assert framework.launch is not None
-    return framework.launch.write(as_run(plan, framework), spec)
+    return framework.launch.write(as_run(plan, framework, spec), spec)
 
 
 def launch_settings(plan: Plan, spec: "WorkloadSpec", checked: bool = False) -> dict[str, Any]:
@@ -79,6 +79,22 @@ def launch_settings(plan: Plan, spec: "WorkloadSpec", checked: bool = False) -> 
     return {"plan": str(plan), "framework": framework_for(spec).name, "files": files, "notes": notes}
 
 
+def _reader(path: Path) -> Framework:
+    """The framework whose launch file `path` is (by its name)."""
+    readers = {f.launch.file: f for f in FRAMEWORKS.values() if f.launch is not None}
+    if path.name not in readers:
+        raise LaunchError(f"{path} is not a launch file ({', '.join(readers)})")
+    return readers[path.name]
+
+
+def kernels_back(path: str | Path) -> dict[str, Any]:
+    """The kernel settings (`training.kernels` fields) a launch file written by `launch_files` runs with."""
+    path = Path(path)
+    launch = _reader(path).launch
+    assert launch is not None
+    return launch.read_kernels(path.read_text())
+
+
 def read_back(path: str | Path, spec: "WorkloadSpec") -> Plan:
     """The plan a launch file written by `launch_files` runs (as `as_run` gives it): the inverse of the writer.
 
@@ -86,8 +102,6 @@ def read_back(path: str | Path, spec: "WorkloadSpec") -> Plan:
     world size comes from the spec's cluster.
     """
     path = Path(path)
-    readers = {f.launch.file: (f, f.launch.read) for f in FRAMEWORKS.values() if f.launch is not None}
-    if path.name not in readers:
-        raise LaunchError(f"{path} is not a launch file ({', '.join(readers)})")
-    framework, read = readers[path.name]
-    return as_run(read(path.read_text(), spec), framework)
+    framework = _reader(path)
+    assert framework.launch is not None
+    return as_run(framework.launch.read(path.read_text(), spec), framework, spec)

@@ -17,6 +17,7 @@ from itertools import permutations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from predictor.frameworks.kernels import KernelChoices, Kernels, kernels_of
 from predictor.memory.facts import MemoryFacts
 from predictor.plan import AXES, AXIS, DEFAULT_ORDER, OVERLAP_KINDS, RECOMPUTE_MODES, Plan, complete_order, overlap_kinds
 
@@ -58,6 +59,20 @@ class SoftmaxFallback:
     passes: tuple[float, float]
 
 
+def _never_fused(batches: Any, sq: Any, sk: Any) -> Any:
+    return sk < 0
+
+
+# Megatron-LM's `FusedScaleMaskSoftmax` outside its CUDA kernel (megatron/model/fused_softmax.py, the code Megatron-Core
+# and Megatron-DeepSpeed share), or everywhere with --no-masked-softmax-fusion: the eager path in fp32
+# (apply_query_key_layer_scaling, on by default, sets attention_softmax_in_fp32 and a scale): input.float(), * scale,
+# masked_fill_ (1-byte mask), softmax, .half(): five operators where the fused path runs one kernel. In 2-byte passes
+# over the scores (a read or a write), forward 3 + 4 + 4.5 + 4 + 3 = 18.5 against the kernel's 2; backward (the five
+# autograd nodes: to fp32, softmax backward reading the gradient and the output, masked fill, scale, to fp16)
+# 3 + 6 + 4.5 + 4 + 3 = 20.5 against the kernel's 3.
+EAGER_SOFTMAX = SoftmaxFallback(_never_fused, ops=4, passes=(16.5, 17.5))
+
+
 class LaunchError(ValueError):
     """A plan its framework cannot run; the message names each field and why."""
 
@@ -66,17 +81,22 @@ def _no_model_errors(spec: "WorkloadSpec") -> list[str]:
     return []
 
 
+def _no_kernel_settings(text: str) -> dict[str, Any]:
+    return {}
+
+
 @dataclass(frozen=True)
 class Launch:
     """A framework's launch file: `write(plan, spec)` gives {file name: text} for a plan from `as_run`, the first
     file being the one `read(text, spec)` parses back into that plan; `model_errors(spec)` says what of the model its
     training script cannot build (a plan the framework runs is still refused a launch file that would train another
-    model)."""
+    model); `read_kernels(text)` gives the kernel settings (`predictor.frameworks.kernels`) the file sets."""
 
     file: str
     write: Callable[[Plan, "WorkloadSpec"], dict[str, str]]
     read: Callable[[str, "WorkloadSpec"], Plan]
     model_errors: Callable[["WorkloadSpec"], list[str]] = _no_model_errors
+    read_kernels: Callable[[str], dict[str, Any]] = _no_kernel_settings
 
 
 # Memory levers beyond recomputation: each plan field, the value that pulls none, and what pulling it means.
@@ -96,11 +116,9 @@ class Framework:
     - `default_overlap`: the communication its performance recipes hide behind computation;
     - `overlappable`: what it can overlap at all (a plan's `overlap` may switch kinds off, or on where the framework
       offers them; the rules refuse a switch the framework does not have);
-    - `fused_attention`: whether its attention is a fused (flash) kernel, which saves no s² scores and skips the
-      masked half of causal attention; `attention_kernel` names that kernel, as a prediction's extra does beside
-      the seconds it takes (`extra['framework_s']['attention']`); `attention_backends` names, per device generation,
-      the kernel of the device facts' attention figures it runs (`predictor.models.attention`), none where its
-      library's choice there is not catalogued;
+    - `attention_kernel` names its default attention kernel, as a prediction's extra does beside the seconds it
+      takes (`extra['framework_s']['attention']`); `kernels` holds its kernel settings' defaults (the attention
+      backend per device generation among them) and which its launch file can set (`predictor.frameworks.kernels`);
     - `constants`: the analytical model's constants calibrated on measurements of it, by device generation and by
       device (`recorded_constants`);
     - `memory`: what it keeps on a GPU (`predictor.memory.accounting` prices a rank with them);
@@ -114,7 +132,6 @@ class Framework:
     rules: Callable[[Plan, "WorkloadSpec"], list[str]]
     default_overlap: Callable[[Plan], frozenset[str]]
     overlappable: frozenset[str]
-    fused_attention: bool
     attention_kernel: str
     precisions: tuple[str, ...]
     memory: MemoryFacts
@@ -127,11 +144,12 @@ class Framework:
     # Whether it recomputes named modules and a count of full layers (Megatron-Core's --recompute-modules and
     # --recompute-method block --recompute-num-layers); the others recompute none, selective or full only.
     recompute_modules: bool = False
-    attention_backends: Mapping[str, str] = field(default_factory=dict)
     # The memory levers of LEVERS it pulls (its rules may narrow their values).
     levers: frozenset[str] = frozenset()
     # Where its unfused attention's softmax falls back to eager operators (None: its fused kernel always runs).
     softmax_fallback: SoftmaxFallback | None = None
+    # Its kernel settings' defaults and what its launch file can set (`predictor.frameworks.kernels`).
+    kernels: KernelChoices = field(default_factory=lambda: KernelChoices(Kernels()))
 
     def fitted_on(self, generation: str, device: str) -> bool:
         """Whether constants were fitted on the device generation or on the device itself: they then override the
@@ -189,17 +207,20 @@ def overlap_value(kinds: set[str] | frozenset[str]) -> str:
     return "+".join(k for k in OVERLAP_KINDS if k in kinds) or "none"
 
 
-def as_run(plan: Plan, framework: Framework) -> Plan:
+def as_run(plan: Plan, framework: Framework, spec: "WorkloadSpec | None" = None) -> Plan:
     """The plan as `framework` runs it, which is what its launch file reads back as.
 
     overlap: the kinds it hides among the communication the plan has (gradients and parameters over dp·cp
-    ranks, tp, pp); cp_comm and schedule at their defaults where cp or pp is 1; placement as the rank order.
+    ranks, tp, pp), less what only Transformer Engine overlaps where the spec runs without it; cp_comm and schedule
+    at their defaults where cp or pp is 1; placement as the rank order.
     """
     exchanged: set[str] = set()
     if plan.group_size("dp") > 1:
         exchanged |= {"dp", "param"} if plan.zero >= 1 else {"dp"}
     exchanged |= {kind for kind in ("tp", "pp", "ep") if getattr(plan, kind) > 1}
     kinds = framework.overlap(plan) & exchanged
+    if spec is not None and not kernels_of(spec, framework.kernels, "").transformer_engine:
+        kinds -= framework.kernels.te_overlap
     return plan.with_(overlap=overlap_value(kinds),
                       placement="-".join(plan.rank_order), cp_comm=plan.cp_comm if plan.cp > 1 else "ring",
                       schedule=plan.schedule if plan.pp > 1 else "1f1b")

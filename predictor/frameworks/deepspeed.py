@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from predictor.frameworks.base import (Framework, Launch, SoftmaxFallback, hidden, other_orders, overlap_value, parse_args,
+from predictor.frameworks.base import (EAGER_SOFTMAX, Framework, Launch, SoftmaxFallback, hidden, other_orders, overlap_value, parse_args,
                                        recorded_constants)
+from predictor.frameworks.kernels import KernelChoices, Kernels, fusion_args, kernels_of, read_fusions
 from predictor.frameworks.megatron import Spelling, common_args, common_fields, qk_norm
 from predictor.memory.facts import MIB, MemoryFacts
 from predictor.plan import Plan, overlap_kinds
@@ -90,12 +91,8 @@ def _fused_softmax_runs(batches: Any, sq: Any, sk: Any) -> Any:
     return (sk > 16) & (sk <= 2048) & (sq % 4 == 0) & (batches % 4 == 0)
 
 
-# Elsewhere it runs the eager path in fp32 (apply_query_key_layer_scaling, on by default, sets
-# attention_softmax_in_fp32 and a scale): input.float(), * scale, masked_fill_ (1-byte mask), softmax, .half(): five
-# operators where the fused path runs one kernel. In 2-byte passes over the scores (a read or a write), forward
-# 3 + 4 + 4.5 + 4 + 3 = 18.5 against the kernel's 2; backward (the five autograd nodes: to fp32, softmax backward
-# reading the gradient and the output, masked fill, scale, to fp16) 3 + 6 + 4.5 + 4 + 3 = 20.5 against the kernel's 3.
-SOFTMAX_FALLBACK = SoftmaxFallback(_fused_softmax_runs, ops=4, passes=(16.5, 17.5))
+# Elsewhere it runs the eager path (EAGER_SOFTMAX's operators and passes).
+SOFTMAX_FALLBACK = SoftmaxFallback(_fused_softmax_runs, EAGER_SOFTMAX.ops, EAGER_SOFTMAX.passes)
 
 JSON_FILE = "deepspeed_config.json"
 # Megatron-DeepSpeed's arguments inside the DeepSpeed config.
@@ -148,6 +145,8 @@ def deepspeed_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, Any]:
         args.append("--no-pipeline-parallel")
     if plan.recompute != "none":
         args.append("--deepspeed-activation-checkpointing")
+    kernels = kernels_of(spec, KERNELS, "")  # its defaults are the same on every generation
+    args += (["--use-flash-attn-v2"] if kernels.attention == "flash" else []) + fusion_args(kernels)
     config: dict[str, Any] = {
         "train_batch_size": t.global_batch,
         "train_micro_batch_size_per_gpu": plan.mbs,
@@ -168,6 +167,12 @@ def _write(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
     return {JSON_FILE: json.dumps(deepspeed_config(plan, spec), indent=2) + "\n"}
 
 
+def _read_kernels(text: str) -> dict[str, Any]:
+    """The kernel settings `deepspeed_config` wrote into the Megatron-DeepSpeed arguments."""
+    args = parse_args(json.loads(text)[ARGS_KEY])
+    return {"attention": "flash" if "--use-flash-attn-v2" in args else "unfused", **read_fusions(args)}
+
+
 def _read(text: str, spec: "WorkloadSpec") -> Plan:
     config = json.loads(text)
     fields = common_fields(parse_args(config[ARGS_KEY]), NAME, spec)
@@ -178,10 +183,16 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
                 optimizer_offload=offload)
 
 
-DEEPSPEED = Framework(NAME, "DeepSpeed", _rules, _default_overlap, frozenset({"dp", "param"}), fused_attention=False,
+# Megatron-DeepSpeed's GPT: unfused attention unless --use-flash-attn-v2 (megatron/arguments.py), its own modules.
+KERNELS = KernelChoices(Kernels(attention="unfused"), allowed={
+    "attention": (("unfused", "flash"), "runs unfused attention or FlashAttention-2 (--use-flash-attn-v2), not cuDNN's"),
+    "cuda_graphs": ((False,), "(Megatron-DeepSpeed) captures no CUDA graphs"),
+    "transformer_engine": ((False,), "(Megatron-DeepSpeed's GPT) is built from its own modules, not Transformer Engine's")})
+
+DEEPSPEED = Framework(NAME, "DeepSpeed", _rules, _default_overlap, frozenset({"dp", "param"}),
                       attention_kernel="unfused: Megatron-DeepSpeed's baddbmm, fused scale-mask-softmax, dropout and bmm "
                                        "(no --use-flash-attn)",
                       precisions=("fp32", "fp16", "bf16"), memory=MEMORY, space=SPACE,
-                      constants=recorded_constants(NAME), launch=Launch(JSON_FILE, _write, _read, _model_errors),
+                      constants=recorded_constants(NAME), launch=Launch(JSON_FILE, _write, _read, _model_errors, _read_kernels),
                       never={"schedule": ("gpipe", "interleaved"), "orders": other_orders(ORDERS)},
-                      levers=frozenset({"optimizer_offload"}), softmax_fallback=SOFTMAX_FALLBACK)
+                      levers=frozenset({"optimizer_offload"}), softmax_fallback=SOFTMAX_FALLBACK, kernels=KERNELS)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import TYPE_CHECKING, Any, Callable
 
+from predictor.frameworks.kernels import ATTENTION_KERNELS, KernelChoices, Kernels, fusion_args, kernels_of, read_fusions
 from predictor.frameworks.base import (LEVERS, Framework, Launch, args_text, degree_args, hidden, inverse,
                                        other_orders, overlap_value, parse_args, read_degrees, recorded_constants)
 from predictor.hardware import GENERATIONS, default_recipe
@@ -56,9 +57,16 @@ def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     if plan.zero >= 2 and plan.pp > 1:
         errors.append(f"runs zero={plan.zero} as Megatron-FSDP, which does not run beside pipeline parallelism "
                       f"(use zero=0 or 1 with pp > 1)")
+    kernels = kernels_of(spec, KERNELS, GENERATIONS.get(spec.cluster.device, ""))
+    if plan.cp > 1 and not kernels.fused_attention:
+        errors.append("runs context parallelism with fused attention only (training.kernels.attention unfused: "
+                      "use cp=1, or a fused backend)")
     wanted = overlap_kinds(plan.overlap)
     if wanted is None:
         return errors
+    if "tp" in wanted and plan.tp > 1 and not kernels.transformer_engine:
+        errors.append("overlaps tensor-parallel communication (--tp-comm-overlap) through Transformer Engine only: "
+                      "with training.kernels.transformer_engine false, overlap must leave out tp")
     if "tp" in wanted and plan.tp > 1 and not plan.sp:
         errors.append("overlaps tensor-parallel communication (--tp-comm-overlap) only with sp=true")
     if "param" in wanted and plan.zero >= 1 and "dp" not in wanted:
@@ -305,15 +313,41 @@ def megatron_args(plan: Plan, spec: "WorkloadSpec") -> list[str]:
         args += ["--fp8-format", "hybrid", "--fp8-recipe", _FP8_RECIPES[recipe], "--fp8-param-gather"]
     elif precision == "fp4":
         args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
-    return args + _lever_args(plan)
+    kernels = kernels_of(spec, KERNELS, GENERATIONS.get(spec.cluster.device, ""))
+    return args + _lever_args(plan, kernels.transformer_engine) + kernel_args(kernels)
 
 
-def _lever_args(plan: Plan) -> list[str]:
-    """The memory levers beyond recomputation, and Transformer Engine's fused cross-entropy (MEMORY.te_cross_entropy).
+# Megatron-LM's --attention-backend for each backend (its `AttnBackend`: "fused" is cuDNN's through Transformer Engine).
+_ATTENTION_BACKEND = {"flash": "flash", "cudnn": "fused", "unfused": "unfused"}
+
+
+def kernel_args(kernels: Kernels) -> list[str]:
+    """The kernel settings in Megatron-LM's arguments (`megatron/training/arguments.py`): the attention backend,
+    Megatron-Core's own layers (`--transformer-impl local`), each layer replayed as a CUDA graph (`--cuda-graph-impl`,
+    Transformer Engine's `make_graphed_callables` or the local capture), and the fusions switched off."""
+    args = ["--attention-backend", _ATTENTION_BACKEND[kernels.attention]]
+    if not kernels.transformer_engine:
+        args += ["--transformer-impl", "local"]
+    if kernels.cuda_graphs:
+        args += ["--cuda-graph-impl", "transformer_engine" if kernels.transformer_engine else "local"]
+    return args + fusion_args(kernels)
+
+
+def read_kernel_args(text: str) -> dict[str, Any]:
+    """The kernel settings `kernel_args` wrote."""
+    args = parse_args(shlex.split(text))
+    return {"attention": inverse(_ATTENTION_BACKEND)[args["--attention-backend"][0]],
+            "transformer_engine": args.get("--transformer-impl", ["transformer_engine"])[0] == "transformer_engine",
+            "cuda_graphs": args.get("--cuda-graph-impl", ["none"])[0] != "none", **read_fusions(args)}
+
+
+def _lever_args(plan: Plan, transformer_engine: bool) -> list[str]:
+    """The memory levers beyond recomputation, and the fused cross-entropy: Transformer Engine's (MEMORY.te_cross_entropy),
+    Megatron-Core's native one without Transformer Engine.
     Layer offloading is Transformer Engine's `--cpu-offloading`, exclusive of the fine-grained
     `--fine-grained-activation-offloading`; the optimizer on the host and BF16 moments or main gradients are the
     precision-aware optimizer's."""
-    args = ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]
+    args = ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te" if transformer_engine else "native"]
     modules, layers = offloaded(plan.offload)
     if layers:
         args += ["--cpu-offloading", "--cpu-offloading-num-layers", str(layers)]
@@ -403,9 +437,16 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
 # reasons" (transformer_engine/pytorch/attention/dot_product_attention/utils.py).
 TE_ATTENTION = {"ampere": "flash-attention-2", "hopper": "cudnn", "blackwell": "cudnn"}
 
-MEGATRON = Framework(NAME, "Megatron-Core", _rules, _default_overlap, frozenset(OVERLAP_KINDS), fused_attention=True,
+# Its kernel settings: Transformer Engine's layers and attention (the backend TE_ATTENTION picks), every fusion on, no
+# CUDA graphs (`megatron/training/arguments.py` defaults); the launch file sets each (`kernel_args`).
+# Its flash and cuDNN backends are Transformer Engine's DotProductAttention, and so is --tp-comm-overlap's userbuffers.
+KERNELS = KernelChoices(Kernels(attention="cudnn", transformer_engine=True), attention_by_generation={
+    gen: inverse(ATTENTION_KERNELS)[kernel] for gen, kernel in TE_ATTENTION.items()},
+    te_attention=("flash", "cudnn"), te_overlap=frozenset({"tp"}))
+
+MEGATRON = Framework(NAME, "Megatron-Core", _rules, _default_overlap, frozenset(OVERLAP_KINDS),
                      attention_kernel="fused: Transformer Engine's DotProductAttention (FlashAttention or cuDNN)",
                      precisions=("fp32", "fp16", "bf16", "fp8", "fp4"), memory=MEMORY, space=SPACE,
-                     constants=recorded_constants(NAME), launch=Launch(ARGS_FILE, _write, _read, _model_errors),
+                     constants=recorded_constants(NAME), launch=Launch(ARGS_FILE, _write, _read, _model_errors, read_kernel_args),
                      never={"schedule": ("gpipe",), "orders": other_orders(ORDERS)}, recompute_modules=True,
-                     levers=frozenset(LEVERS), attention_backends=TE_ATTENTION)
+                     levers=frozenset(LEVERS), kernels=KERNELS)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from predictor.frameworks.kernels import FIELDS as KERNEL_FIELDS, KernelChoices, Kernels
 from predictor.frameworks.base import Framework, recorded_constants
 from predictor.memory.facts import MIB, MemoryFacts
 from predictor.moe import runner_ep_error
@@ -45,7 +46,11 @@ SPACE: dict[str, Any] = {
     "schedule": ["gpipe", "1f1b", "interleaved"], "placement": ["tp-dp-pp"], "allow_cross_node_tp": False,
 }
 
-PYTORCH = Framework(NAME, "ScaleDL's runner", _rules, _nothing, frozenset(), fused_attention=False,
+# Eager PyTorch modules: nothing of the kernel settings to choose.
+KERNELS = KernelChoices(Kernels(attention="unfused"), allowed={
+    name: ((getattr(Kernels(attention="unfused"), name),), "runs eager PyTorch modules") for name in KERNEL_FIELDS})
+
+PYTORCH = Framework(NAME, "ScaleDL's runner", _rules, _nothing, frozenset(),
                     attention_kernel="unfused: eager PyTorch matmul, softmax and matmul",
                     precisions=("fp32", "fp16", "bf16"), memory=MEMORY, space=SPACE,
-                    constants=recorded_constants(NAME))
+                    constants=recorded_constants(NAME), kernels=KERNELS)

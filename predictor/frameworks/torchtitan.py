@@ -22,6 +22,7 @@ import math
 import tomllib
 from typing import TYPE_CHECKING, Any
 
+from predictor.frameworks.kernels import KernelChoices, Kernels
 from predictor.frameworks.base import (Framework, Launch, LaunchError, hidden, inverse, other_orders, overlap_value,
                                        read_degrees, recorded_constants)
 from predictor.memory.facts import MIB, MemoryFacts
@@ -280,10 +281,18 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
                 overlap=overlap_value(kinds), cp_comm=inverse(_ROTATE)[par["context_parallel_rotate_method"]])
 
 
+# PyTorch's SDPA flash backend (FlashAttention-2's kernels, built into PyTorch); its job config has no switch for the
+# other kernel settings.
+KERNELS = KernelChoices(Kernels(attention="flash"), allowed={
+    "attention": (("flash",), "runs PyTorch's scaled_dot_product_attention (flash): its config has no attention switch"),
+    "cuda_graphs": ((False,), "captures no CUDA graphs"),
+    "transformer_engine": ((False,), "builds its models from PyTorch modules, not Transformer Engine's"),
+    "fused_softmax": ((True,), "has no unfused softmax (its attention is fused)"),
+    "fused_bias_gelu": ((True,), "has no bias-GeLU fusion switch"),
+    "fused_grad_accum": ((True,), "accumulates gradients in FSDP2's and DDP's own buffers: it has no such switch")})
+
 TORCHTITAN = Framework(NAME, "torchtitan", _rules, _default_overlap, frozenset(OVERLAP_KINDS) - {"ep"},
-                       fused_attention=True, attention_kernel="fused: PyTorch scaled_dot_product_attention (flash)",
+                       attention_kernel="fused: PyTorch scaled_dot_product_attention (flash)",
                        precisions=("fp32", "bf16", "fp8"), memory=MEMORY, space=SPACE,
                        constants=recorded_constants(NAME), launch=Launch(TOML_FILE, _write, _read, _model_errors),
-                       never={"zero": (1,), "orders": other_orders(ORDERS)},
-                       # PyTorch's SDPA flash backend is FlashAttention-2's kernels, built into PyTorch
-                       attention_backends={gen: "flash-attention-2" for gen in ("ampere", "hopper", "blackwell")})
+                       never={"zero": (1,), "orders": other_orders(ORDERS)}, kernels=KERNELS)

@@ -126,11 +126,13 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
     tokens = layout.rank_tokens * plan.mbs  # tokens of one micro-batch on one rank (before tp's sequence split)
     flight = in_flight(layout)
     if facts.saved == "graph":  # eager modules: the layer graph's per-node saved elements
+        unfused = levers.unfused_attention if levers.unfused_attention is not None else facts.saved == "graph"
         keep, one_block = saved_per_sample(layout, "full" if levers.full else ("selective" if levers.recompute
-                                           else "none"), facts.saved != "graph", kv_share(spec))
+                                           else "none"), not unfused, kv_share(spec))
         acts = keep * plan.mbs * flight
         return acts, np.full_like(acts, one_block * plan.mbs), [{} for _ in acts], np.zeros_like(acts)
-    d = Dims.of(spec.model, plan.tp, plan.sp, spec.training.precision, levers.fp8_format)
+    d = Dims.of(spec.model, plan.tp, plan.sp, spec.training.precision, levers.fp8_format,
+                scores_keys=layout.tokens if levers.unfused_attention else 0)
     dense, moe = _layers_per_stage(graph, layout, spec.model.is_moe)
     acts, working, modules, to_host = np.zeros(plan.pp), np.zeros(plan.pp), [], np.zeros(plan.pp)
     chunks = plan.v  # Megatron counts recompute_layers per model chunk

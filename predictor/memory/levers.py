@@ -45,6 +45,8 @@ class Levers:
     fp8_param_gather: FP8 training keeps FP8 parameters in the param buffer instead of BF16 ones.
     fp8_format: 'cs' (per-tensor current or delayed scaling: weight and transpose) or 'mx' (MXFP8: row- and
         column-wise copies with one E8M0 scale per 32 values).
+    unfused_attention: whether attention is unfused (`training.kernels.attention`), keeping its s x s scores for
+        backward; None: as the framework's saved-tensor list has it (eager modules unfused, the others fused).
     """
 
     recompute: frozenset[str] = frozenset()
@@ -57,6 +59,7 @@ class Levers:
     te_cross_entropy: bool = False
     fp8_param_gather: bool = False
     fp8_format: Fp8Format = "cs"
+    unfused_attention: bool | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.recompute) - set(RECOMPUTE_MODULES) - {"full"}
@@ -80,7 +83,8 @@ class Levers:
         return "full" in self.recompute
 
 
-def levers_of(plan: Plan, facts: MemoryFacts, fp8_format: Fp8Format = "cs") -> Levers:
+def levers_of(plan: Plan, facts: MemoryFacts, fp8_format: Fp8Format = "cs",
+              unfused_attention: bool | None = None) -> Levers:
     """The levers a plan's fields name (recomputation, activation and optimizer offloading, the gradients' and
     moments' dtypes), with what its framework's launch files always set (`MemoryFacts.fp8_param_gather`, in the
     device's FP8 format, and `te_cross_entropy`)."""
@@ -89,7 +93,7 @@ def levers_of(plan: Plan, facts: MemoryFacts, fp8_format: Fp8Format = "cs") -> L
                   offload=modules, offload_layers=layers, optimizer_offload=plan.optimizer_offload,
                   bf16_moments=plan.moments == "bf16", bf16_grads=plan.grads == "bf16",
                   te_cross_entropy=facts.te_cross_entropy, fp8_param_gather=facts.fp8_param_gather,
-                  fp8_format=fp8_format)
+                  fp8_format=fp8_format, unfused_attention=unfused_attention)
 
 
 def _module_of(name: str, kind: str) -> set[str]:

@@ -50,9 +50,11 @@ class Dims:
     seq_shard: int  # tp with sequence parallelism, else 1
     linear_input_bytes: float  # bytes per element a linear keeps of its input (2 in BF16, 1 in FP8)
     fp8: bool
+    scores_keys: int = 0  # keys per query whose scores an unfused attention keeps (0: fused)
 
     @classmethod
-    def of(cls, model: ModelSpec, tp: int, sp: bool, precision: str, fp8_format: str = "cs") -> "Dims":
+    def of(cls, model: ModelSpec, tp: int, sp: bool, precision: str, fp8_format: str = "cs",
+           scores_keys: int = 0) -> "Dims":
         heads = model.heads or 1
         head_dim = model.head_dim or model.hidden // heads
         mla = None
@@ -63,10 +65,14 @@ class Dims:
         expert_ffn = model.expert_ffn or model.ffn_hidden or 4 * model.hidden
         return cls(model.hidden, model.ffn_hidden or 4 * model.hidden, heads, model.kv_heads or heads, head_dim,
                    model.vocab or 0, model.experts or 0, model.top_k or 0, expert_ffn,
-                   model.shared_experts * expert_ffn, mla, tp, tp if sp else 1, lin, precision in ("fp8", "fp4"))
+                   model.shared_experts * expert_ffn, mla, tp, tp if sp else 1, lin, precision in ("fp8", "fp4"),
+                   scores_keys)
 
 
 A = 2.0  # bytes per BF16 activation element
+# Bytes per score an unfused attention keeps for backward (Megatron-LM's CoreAttention: the softmax output for its
+# backward, the dropout mask, and the dropped probabilities the attention x V GEMM reads).
+UNFUSED_SCORE_BYTES = 2.0 + 1.0 + 2.0
 
 
 def attention_tensors(d: Dims) -> list[Saved]:
@@ -91,7 +97,11 @@ def attention_tensors(d: Dims) -> list[Saved]:
     # The attention output is the projection's input: one BF16 tensor (kept when attention is recomputed, since
     # the projection saves it), or in FP8 a BF16 one attention saves plus the projection's FP8 copy.
     out.append(Saved("attention output", o / t * A, "core_attn" if d.fp8 else "", "core_attn"))
-    out.append(Saved("softmax statistics (fp32)", d.heads / t * 4.0, "core_attn", "core_attn"))
+    if d.scores_keys:  # unfused: the softmax output (2 B), the dropout mask (1 B) and the dropped probabilities (2 B)
+        out.append(Saved("attention scores (unfused)", d.heads / t * d.scores_keys * UNFUSED_SCORE_BYTES, "core_attn",
+                         "core_attn"))
+    else:
+        out.append(Saved("softmax statistics (fp32)", d.heads / t * 4.0, "core_attn", "core_attn"))
     if d.fp8:
         out.append(Saved("proj input (FP8 copy)", o / t * lin, offload="attn_proj"))
     return out

@@ -18,7 +18,7 @@ from predictor.kernels.gemm import measured_gemm
 from predictor.layer_graph import LayerGraph
 from predictor.models.base import Predictor
 from predictor.models.plan_batch import PlanPieces
-from predictor.models.roofline import AnalyticalConfig, fused_attention_curves, framework_config
+from predictor.models.roofline import AnalyticalConfig, framework_config, fused_attention_curves, spec_kernels
 from predictor.moe import active_params
 from predictor.plan import Plan
 from predictor.prediction import Prediction
@@ -53,10 +53,10 @@ def attention_note(framework: Framework, spec: WorkloadSpec, device: Device) -> 
     curves = fused_attention_curves(spec, device)
     if curves is not None:
         return f"device facts: {curves.how}"
-    if not framework.fused_attention:
+    kernel = spec_kernels(spec, device).attention_kernel
+    if kernel is None:
         return "first principles: unfused attention as batched GEMMs plus the scores' passes through memory"
     gen = generation(device)
-    kernel = framework.attention_backends.get(gen)
     if kernel and framework.fitted_on(gen, device.name):
         return (f"batched GEMMs at {framework.title}'s gemm_eff_max fitted on {gen} (with attention priced so); "
                 f"device facts of {kernel} not used")

@@ -26,7 +26,7 @@ from predictor.memory.accounting import memory_parts_by_stage, offloaded_bytes
 from predictor.memory.levers import Levers, levers_of
 from predictor.models.lowprec import recipe_of
 from predictor.models import overlap
-from predictor.models.roofline import AnalyticalConfig, call_costs, fused_attention
+from predictor.models.roofline import AnalyticalConfig, call_costs, spec_kernels
 from predictor.models.stage_costs import compute_parts, dp_time, offload_waits, optimizer_time, p2p_time
 from predictor.parallel import Layout, apply_plan, plan_groups
 from predictor.plan import AXIS_NAMES, HIDDEN_KINDS, OVERLAP_KINDS, STAGE_AXES, Axis, Plan, nvlink_domain
@@ -111,7 +111,8 @@ class PlanPieces:
         self.cfg = config.for_device(device)
         self.domain = nvlink_domain(spec)
         self.collective_s, self.p2p_s = call_costs(self.cfg, device)
-        self.fused = fused_attention(spec, device)
+        self.kernels = spec_kernels(spec, device)
+        self.fused = self.kernels.fused_attention
         self.groups: dict[tuple, tuple] = {}
         self.group_ids: dict[comm.Group, int] = {}
         self.layouts: dict[tuple, Layout] = {}
@@ -181,11 +182,14 @@ class PlanPieces:
 
     def _overlap_row(self, plan: Plan) -> tuple[float, ...]:
         kinds = self.framework.overlap(plan)
+        if not self.kernels.transformer_engine:
+            kinds = kinds - self.framework.kernels.te_overlap
         return tuple(float(k in kinds) for k in OVERLAP_KINDS)
 
     def _levers(self, plan: Plan) -> Levers:
         recipe = recipe_of(self.spec, self.device)  # a block-scaled recipe keeps row- and columnwise weight copies
-        return levers_of(plan, self.framework.memory, "mx" if recipe is not None and recipe.own_columnwise else "cs")
+        return levers_of(plan, self.framework.memory, "mx" if recipe is not None and recipe.own_columnwise else "cs",
+                         unfused_attention=not self.fused)
 
     def _compute_row(self, graph: LayerGraph, lay: Layout) -> np.ndarray:
         """`compute_parts`, with the GPU's stalls on activation offloading added to the MoE waits (both are device

@@ -15,7 +15,8 @@ from functools import cache
 import numpy as np
 
 from predictor.frameworks import Framework, framework_for
-from predictor.frameworks.base import SoftmaxFallback
+from predictor.frameworks.base import EAGER_SOFTMAX, SoftmaxFallback
+from predictor.frameworks.kernels import Kernels, kernels_of
 from predictor.hardware import DEVICES, GB, Device, GemmFact, device_facts, gemm_facts, generation
 from predictor.kernels.gemm import measured_gemm
 from predictor.layer_graph import LayerGraph
@@ -273,8 +274,8 @@ def layer_times(spec: WorkloadSpec, graph: LayerGraph, tp: int, sp: bool, mbs: i
     """
     cfg = (cfg or AnalyticalConfig()).for_device(device)
     prec = spec.training.precision
-    framework = framework_for(spec, device)
-    fused, fallback = framework.fused_attention, framework.softmax_fallback
+    kernels = spec_kernels(spec, device)
+    fused, fallback = kernels.fused_attention, softmax_fallback(spec, device)
     curves = fused_attention_curves(spec, device)
     recipe = recipe_of(spec, device)
     grid = not framework.fitted_on(generation(device), device.name)  # a fitted gemm_eff_max keeps its curve
@@ -296,9 +297,23 @@ def softmax_fallbacks(nodes, mbs: int, fused: bool, fallback: SoftmaxFallback | 
     return nodes.attention & ~fallback.fused(nodes.gemm_batch * mbs, nodes.gemm_m, nodes.gemm_n)
 
 
+def spec_kernels(spec: WorkloadSpec, device: Device) -> Kernels:
+    """The kernel settings a prediction of the spec on the device runs with (the spec's, else its framework's
+    defaults on the device's generation)."""
+    return kernels_of(spec, framework_for(spec, device).kernels, generation(device))
+
+
 def fused_attention(spec: WorkloadSpec, device: Device) -> bool:
-    """Whether the spec's framework runs attention as one fused kernel (no s² scores through memory)."""
-    return framework_for(spec, device).fused_attention
+    """Whether the spec's attention runs as one fused kernel (no s² scores through memory)."""
+    return spec_kernels(spec, device).fused_attention
+
+
+def softmax_fallback(spec: WorkloadSpec, device: Device) -> SoftmaxFallback | None:
+    """Where an unfused attention's softmax runs eager operators: where the framework's fused kernel does not apply,
+    or everywhere without the masked-softmax fusion."""
+    if not spec_kernels(spec, device).fused_softmax:
+        return EAGER_SOFTMAX
+    return framework_for(spec, device).softmax_fallback
 
 
 # Precisions whose runs' fused attention is a 16-bit kernel (an FP8/FP4 recipe leaves attention in BF16: Megatron-Core's
@@ -307,15 +322,15 @@ FUSED_KERNEL_PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4")
 
 
 def fused_attention_curves(spec: WorkloadSpec, device: Device) -> AttentionCurves | None:
-    """The device facts' figures of the fused-attention kernel the spec's framework runs on the device's generation
-    (`Framework.attention_backends`): the first principles of its attention where none of the framework's constants
+    """The device facts' figures of the fused-attention kernel the spec runs on the device's generation
+    (`predictor.frameworks.kernels`): the first principles of its attention where none of the framework's constants
     were fitted on the generation. None where its attention is unfused, the catalogue has no figures of its kernel
     there, or its constants were fitted on the generation (or the device) with attention as batched GEMMs at their
     `gemm_eff_max`, as recorded constants override the GEMM facts: attention then prices as those GEMMs."""
     framework = framework_for(spec, device)
     gen = generation(device)
-    kernel = framework.attention_backends.get(gen)
-    if (not framework.fused_attention or kernel is None or spec.training.precision not in FUSED_KERNEL_PRECISIONS
+    kernel = spec_kernels(spec, device).attention_kernel
+    if (kernel is None or spec.training.precision not in FUSED_KERNEL_PRECISIONS
             or framework.fitted_on(gen, device.name)):
         return None
     return attention_curves(gen, kernel)

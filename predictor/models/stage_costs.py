@@ -15,8 +15,9 @@ from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import optimizer_bytes_per_param
 from predictor.models.lowprec import recipe_of, weight_quantisation_s
-from predictor.frameworks import framework_for
-from predictor.models.roofline import HOST_OPS, AnalyticalConfig, call_costs, layer_times, softmax_fallbacks
+from predictor.frameworks.kernels import Kernels
+from predictor.models.roofline import (HOST_OPS, AnalyticalConfig, call_costs, fused_attention, layer_times,
+                                      softmax_fallback, softmax_fallbacks, spec_kernels)
 from predictor.memory.levers import recomputed_nodes
 from predictor.moe import alltoall
 from predictor.parallel import Layout
@@ -43,16 +44,21 @@ def compute_parts(spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: De
     plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
     fwd, bwd = layer_times(spec, graph, plan.tp, plan.sp, plan.mbs, device, config, cp=plan.cp, ep=plan.ep)
     cfg = config.for_device(device)
+    kernels = spec_kernels(spec, device)
+    unfused_f, unfused_b = unfused_passes(nodes, plan.mbs, kernels, lay.act_bytes, device.mem_bandwidth * cfg.bw_eff)
+    fwd, bwd = fwd + unfused_f, bwd + unfused_b
     again = recomputed_forward(graph, lay)  # (pp, nodes): forwards each backward repeats
     t_f = counts @ fwd
     t_b = counts @ bwd + again @ fwd
     attention = counts[:, nodes.attention] @ (fwd + bwd)[nodes.attention]
     attention_all = attention + again[:, nodes.attention] @ fwd[nodes.attention]
-    framework = framework_for(spec, device)
-    eager = softmax_fallbacks(nodes, plan.mbs, framework.fused_attention, framework.softmax_fallback)
+    fallback = softmax_fallback(spec, device)
+    eager = softmax_fallbacks(nodes, plan.mbs, fused_attention(spec, device), fallback)
     ops = np.array([HOST_OPS.get(k, 1) for k in nodes.kind], dtype=float)
     if eager.any():
-        ops = ops + eager * framework.softmax_fallback.ops
+        ops = ops + eager * fallback.ops
+    if kernels.cuda_graphs:  # each repeated block replays as one graph: one launch for all its operators
+        ops = np.where(nodes.repeated, 1.0 / max(int(nodes.repeated.sum()), 1), ops)
     ops = ops * cfg.host_op_s
     host_f = counts @ ops
     host_b = 2 * host_f + again @ ops
@@ -60,6 +66,29 @@ def compute_parts(spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: De
     sync_b = sync_f * 2 + again @ (nodes.experts * nodes.gemm_batch) * cfg.expert_host_s
     calls = tp_calls(lay) * call_costs(cfg, device)[0] if plan.tp > 1 else np.zeros_like(t_f)
     return np.stack([t_f, t_b, host_f, host_b, sync_f, sync_b, attention, attention_all, calls])
+
+
+# Bytes per weight element an unfused gradient accumulation adds per micro-batch: the weight-gradient GEMM's BF16
+# output read back, and the FP32 main gradient read and written by the add (Megatron-LM's
+# `gradient_accumulation_fusion` accumulates in the GEMM instead: `fused_weight_gradient_mlp_cuda`).
+GRAD_ACCUM_BYTES = 2.0 + 4.0 + 4.0
+
+
+def unfused_passes(nodes, mbs: int, kernels: Kernels, act_bytes: float, bandwidth: float
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds per node that switched-off fusions add: without the bias-GeLU fusion the bias add
+    and the GeLU are two memory-bound kernels where one ran (a write and a read more of the activation each way);
+    without the gradient-accumulation fusion every linear's weight gradient is accumulated by a separate pass
+    (GRAD_ACCUM_BYTES per weight element)."""
+    zero = np.zeros(len(nodes.kind))
+    extra_f, extra_b = zero.copy(), zero.copy()
+    if not kernels.fused_bias_gelu:
+        activation = np.asarray(nodes.kind) == "activation"
+        extra_f = np.where(activation, nodes.io_elems * mbs * act_bytes / bandwidth, 0.0)
+        extra_b = 2 * extra_f
+    if not kernels.fused_grad_accum:
+        extra_b = extra_b + np.where(np.asarray(nodes.kind) == "linear", nodes.params * GRAD_ACCUM_BYTES / bandwidth, 0.0)
+    return extra_f, extra_b
 
 
 def offload_waits(t_f: np.ndarray, t_b: np.ndarray, to_host: np.ndarray, device: Device) -> np.ndarray:
