@@ -278,7 +278,8 @@ def layer_times(spec: WorkloadSpec, graph: LayerGraph, tp: int, sp: bool, mbs: i
     fused, fallback = kernels.fused_attention, softmax_fallback(spec, device)
     curves = fused_attention_curves(spec, device)
     recipe = recipe_of(spec, device)
-    grid = not framework.fitted_on(generation(device), device.name)  # a fitted gemm_eff_max keeps its curve
+    # a framework whose gemm_eff_max was fitted on the generation keeps the curve it was fitted with
+    grid = not framework_for(spec, device).fitted_on(generation(device), device.name)
     key = (id(graph), tp, sp, mbs, tuple(sorted(degrees.items())), device.name, device.flops(prec),
            device.mem_bandwidth, prec, recipe, cfg, fused, fallback, curves and curves.how, grid)
     hit = _TIME_CACHE.get(key)
