@@ -41,7 +41,7 @@ ARGUMENTS_PY = {
         "--expert-model-parallel-size", "--num-experts", "--moe-layer-freq", "--moe-ffn-hidden-size",
         "--moe-shared-expert-intermediate-size", "--moe-grouped-gemm", "--moe-router-dtype",
         "--moe-router-score-function", "--moe-router-topk", "--moe-token-dispatcher-type",
-        "--overlap-moe-expert-parallel-comm"},
+        "--overlap-moe-expert-parallel-comm", "--expert-tensor-parallel-size"},
     "_add_mla_args": {"--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim"},
     "_add_experimental_args": {"--use-precision-aware-optimizer", "--main-grads-dtype", "--exp-avg-dtype",
                                "--exp-avg-sq-dtype"},
@@ -60,7 +60,7 @@ def _spec(preset: str, nodes: int, global_batch: int = 1024, kernels: dict | Non
     ("llama3-70b", 8, "dp=4,tp=4,pp=1,cp=4,mbs=1,zero=3,sp=true,recompute=full,recompute_layers=2", {"seq_len": 32768}),
     ("qwen3-32b", 4, "dp=8,tp=4,mbs=1,zero=2,sp=true,moments=bf16,grads=bf16,optimizer_offload=0.5", {}),
     ("llama3.2-1b", 1, "dp=8,mbs=4,zero=0,recompute=core_attn+mlp", {}),
-    ("deepseek-v3", 32, "dp=16,tp=2,pp=8,mbs=1,zero=1,sp=true,ep=32,placement=tp-pp-dp", {"mtp_layers": 1}),
+    ("deepseek-v3", 32, "dp=16,tp=2,pp=8,mbs=1,zero=1,sp=true,ep=2,placement=tp-pp-dp", {"mtp_layers": 1}),
     ("qwen3-30b-a3b", 4, "dp=32,mbs=1,zero=1,ep=8,recompute=full", {}),
     ("gpt3-2.7b", 1, "dp=2,tp=4,mbs=1,zero=1,sp=true,overlap=dp+param", {"kernels": {
         "attention": "unfused", "transformer_engine": False, "cuda_graphs": True, "fused_softmax": False,

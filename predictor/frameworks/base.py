@@ -150,6 +150,8 @@ class Framework:
     softmax_fallback: SoftmaxFallback | None = None
     # Its kernel settings' defaults and what its launch file can set (`predictor.frameworks.kernels`).
     kernels: KernelChoices = field(default_factory=lambda: KernelChoices(Kernels()))
+    # The release its launch files are written for and checked against ("" where it writes none).
+    version: str = ""
 
     def fitted_on(self, generation: str, device: str) -> bool:
         """Whether constants were fitted on the device generation or on the device itself: they then override the

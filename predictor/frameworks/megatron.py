@@ -39,6 +39,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from predictor.workload import ModelSpec, WorkloadSpec
 
 NAME = "megatron"
+# The release the launch files are written for, and checked against (tests/test_framework_checks.py builds its
+# TransformerConfig and parallel_state groups from every file): Megatron-Core 0.16.1 (PyPI megatron-core), with
+# Megatron-LM's core_r0.16 branch for pretrain_gpt.py.
+VERSION = "0.16.1"
 # The rank orders (innermost first) its process groups can build.
 ORDERS: tuple[tuple[str, ...], ...] = (("tp", "cp", "dp", "pp"), ("tp", "cp", "pp", "dp"))
 
@@ -86,10 +90,60 @@ def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     return errors
 
 
+def _expert_group_errors(plan: Plan, spec: "WorkloadSpec") -> list[str]:
+    """megatron/core/parallel_state.py (`initialize_model_parallel`, Megatron-Core 0.16.1): the expert layers' groups
+    are built from expert tensor parallelism (1, as the launch writes it), ep and pp over the same world, and outside
+    the pp-last rank order their data-parallel size must equal the dense layers'."""
+    if not spec.model.is_moe:
+        return []
+    errors = []
+    if plan.gpus % (plan.ep * plan.pp):
+        errors.append(f"cannot build expert groups of expert_tensor_parallel_size*ep*pp = 1*{plan.ep}*{plan.pp}, which must "
+                      f"divide the {plan.gpus} GPUs (parallel_state: \"world_size is not divisible by "
+                      f"expert_tensor_model_pipeline_parallel size\")")
+    if plan.pp > 1 and plan.rank_order[-1] != "pp" and plan.ep != plan.tp * plan.cp:
+        errors.append(f"needs, outside the pp-last rank order (placement=tp-pp-dp with pp={plan.pp}), the experts' "
+                      f"data-parallel size equal to the dense layers': ep = tp*cp = {plan.tp * plan.cp}, not "
+                      f"ep={plan.ep} (parallel_state: \"When not using pp-last rank ordering, the data parallel size of "
+                      f"the attention and moe layers must be the same\"; use placement=tp-dp-pp)")
+    return errors
+
+
+def _ep_overlap_errors(plan: Plan, spec: "WorkloadSpec") -> list[str]:
+    """megatron/core/transformer/transformer_config.py (`__post_init__`, Megatron-Core 0.16.1) asserts, under
+    overlap_moe_expert_parallel_comm: no full recomputation (nor its method or layer count), a bf16/fp16 model, at most
+    one MTP layer, and that one only with a pipeline. Under overlap=auto the recipes' overlap runs wherever the
+    combined 1F1B does (`_default_overlap`, which leaves it out under full recomputation); these refusals read no
+    recompute there, since a search checks one recomputation of plans otherwise alike (`RULE_BLIND`)."""
+    if not spec.model.is_moe or plan.ep == 1:
+        return []
+    wanted = overlap_kinds(plan.overlap)
+    if not ("ep" in wanted if wanted is not None else plan.pp == 1 or plan.schedule == "interleaved"):
+        return []
+    errors = []
+    why = "cannot overlap the expert all-to-all (--overlap-moe-expert-parallel-comm)"
+    if wanted is not None and plan.recompute == "full":
+        errors.append(f"{why} beside full recomputation (transformer_config.py: \"disable full recomputation when "
+                      f"enabling overlap_moe_expert_parallel_comm\"): overlap must leave out ep, or recompute less")
+    if spec.training.precision == "fp32":
+        errors.append(f"{why} in an fp32 model (transformer_config.py: \"only supported with bf16 or fp16 model\")")
+    mtp = spec.model.mtp_layers
+    if mtp > 1 or (mtp == 1 and plan.pp == 1):
+        errors.append(f"{why} with {mtp} MTP layers and pp={plan.pp} (transformer_config.py: one MTP layer at most, "
+                      f"and then only with pp > 1): overlap must leave out ep")
+    return errors
+
+
+def _all_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
+    return _rules(plan, spec) + _expert_group_errors(plan, spec) + _ep_overlap_errors(plan, spec)
+
+
 def _default_overlap(plan: Plan) -> frozenset[str]:
     kinds = {"dp"}
-    if plan.ep > 1 and (plan.pp == 1 or plan.schedule == "interleaved"):
-        kinds.add("ep")  # the MoE recipes' --overlap-moe-expert-parallel-comm (combined 1F1B: pp=1 or interleaved)
+    if plan.ep > 1 and (plan.pp == 1 or plan.schedule == "interleaved") and plan.recompute != "full":
+        # the MoE recipes' --overlap-moe-expert-parallel-comm (combined 1F1B: pp=1 or interleaved), which
+        # TransformerConfig refuses beside full recomputation
+        kinds.add("ep")
     if plan.zero >= 1:
         kinds.add("param")
     if plan.tp > 1 and plan.sp:
@@ -214,7 +268,9 @@ def _moe_args(spec: "WorkloadSpec") -> list[str]:
     m = spec.model
     args = ["--num-experts", str(m.experts), "--moe-router-topk", str(m.top_k), "--moe-ffn-hidden-size",
             str(m.expert_ffn_size), "--moe-router-score-function", m.router, "--moe-grouped-gemm",
-            "--moe-token-dispatcher-type", "alltoall", "--moe-router-dtype", "fp32"]
+            "--moe-token-dispatcher-type", "alltoall", "--moe-router-dtype", "fp32",
+            # the routed experts without tensor parallelism, as priced; unset, it would be tp (parallel_state)
+            "--expert-tensor-parallel-size", "1"]
     if m.dense_layers:
         args += ["--moe-layer-freq", "([0]*{}+[1]*{})".format(m.dense_layers, m.layers - m.dense_layers)]
     if m.shared_experts:
@@ -444,9 +500,9 @@ KERNELS = KernelChoices(Kernels(attention="cudnn", transformer_engine=True), att
     gen: inverse(ATTENTION_KERNELS)[kernel] for gen, kernel in TE_ATTENTION.items()},
     te_attention=("flash", "cudnn"), te_overlap=frozenset({"tp"}))
 
-MEGATRON = Framework(NAME, "Megatron-Core", _rules, _default_overlap, frozenset(OVERLAP_KINDS),
+MEGATRON = Framework(NAME, "Megatron-Core", _all_rules, _default_overlap, frozenset(OVERLAP_KINDS),
                      attention_kernel="fused: Transformer Engine's DotProductAttention (FlashAttention or cuDNN)",
                      precisions=("fp32", "fp16", "bf16", "fp8", "fp4"), memory=MEMORY, space=SPACE,
                      constants=recorded_constants(NAME), launch=Launch(ARGS_FILE, _write, _read, _model_errors, read_kernel_args),
                      never={"schedule": ("gpipe",), "orders": other_orders(ORDERS)}, recompute_modules=True,
-                     levers=frozenset(LEVERS), kernels=KERNELS)
+                     levers=frozenset(LEVERS), kernels=KERNELS, version=VERSION)
