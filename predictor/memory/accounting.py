@@ -14,7 +14,9 @@ offloads or shrinks) and the plan's layout:
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 
@@ -82,10 +84,25 @@ class RankMemory:
         return out
 
 
+# Per graph (by id, with a weak reference telling a reused id apart): which nodes are a layer's attention, and which
+# are named dense, read for every memory row of a search.
+_NODE_MASKS: dict[int, tuple[weakref.ref, np.ndarray, np.ndarray]] = {}
+
+
+def _node_masks(graph: LayerGraph) -> tuple[np.ndarray, np.ndarray]:
+    hit = _NODE_MASKS.get(id(graph))
+    if hit is None or hit[0]() is not graph:
+        if len(_NODE_MASKS) >= 8:
+            _NODE_MASKS.clear()
+        hit = _NODE_MASKS[id(graph)] = (weakref.ref(graph),
+                                        np.array([n.kind == "attention" and n.group != "post" for n in graph.nodes]),
+                                        np.array([n.name.startswith("dense:") for n in graph.nodes]))
+    return hit[1], hit[2]
+
+
 def _layers_per_stage(graph: LayerGraph, layout: Layout, moe_model: bool) -> tuple[np.ndarray, np.ndarray]:
     """(dense layers, MoE layers) each pipeline rank holds: its attention nodes, a MoE model's 'dense:' ones dense."""
-    att = np.array([n.kind == "attention" and n.group != "post" for n in graph.nodes])
-    dense_named = np.array([n.name.startswith("dense:") for n in graph.nodes])
+    att, dense_named = _node_masks(graph)
     counts = layout.stage_counts
     if not moe_model:
         return counts[:, att].sum(axis=1), np.zeros(len(counts))
@@ -110,7 +127,9 @@ class _LayerKind:
     working: float
 
     @classmethod
+    @cache
     def of(cls, d: Dims, facts: MemoryFacts, is_moe: bool, levers: Levers) -> "_LayerKind":
+        """Found once per (dims, facts, kind, levers): a search meets the same few again in every memory row."""
         full = layer_tensors(d, facts, is_moe)
         left = kept(full, levers.recompute, levers.offload)
         modules = [(m, t.per_token) for t in left for m in filter(None, t.recompute.split("+") + [t.offload])]
@@ -118,10 +137,11 @@ class _LayerKind:
                    _bytes(kept(full, levers.recompute, frozenset())), backward_working(d, is_moe))
 
 
-def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: MemoryFacts,
-                 levers: Levers) -> tuple[np.ndarray, np.ndarray, list[dict[str, float]], np.ndarray]:
-    """(saved activation bytes, backward working bytes, bytes per lever module, bytes one micro-batch offloads to
-    the host) per pipeline stage."""
+def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: MemoryFacts, levers: Levers,
+                 by_module: bool = True) -> tuple[np.ndarray, np.ndarray, list[dict[str, float]], np.ndarray]:
+    """(saved activation bytes, backward working bytes, bytes per lever module (empty unless `by_module`), bytes one
+    micro-batch offloads to the host) per pipeline stage. Numpy over the stages, each stage's arithmetic in the order
+    one stage's would be done alone: its dense layers, then its MoE layers, then the loss on the last."""
     plan = layout.plan
     tokens = layout.rank_tokens * plan.mbs  # tokens of one micro-batch on one rank (before tp's sequence split)
     flight = in_flight(layout)
@@ -134,42 +154,52 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
     d = Dims.of(spec.model, plan.tp, plan.sp, spec.training.precision, levers.fp8_format,
                 scores_keys=layout.tokens if levers.unfused_attention else 0)
     dense, moe = _layers_per_stage(graph, layout, spec.model.is_moe)
-    acts, working, modules, to_host = np.zeros(plan.pp), np.zeros(plan.pp), [], np.zeros(plan.pp)
+    acts, working, to_host = np.zeros(plan.pp), np.zeros(plan.pp), np.zeros(plan.pp)
     chunks = plan.v  # Megatron counts recompute_layers per model chunk
-    # A layer's tensors, what the levers leave of them, and their bytes are the same on every stage: found once.
-    kinds = {is_moe: _LayerKind.of(d, facts, is_moe, levers) for is_moe, n in ((False, dense), (True, moe)) if (n > 0).any()}
-    for s in range(plan.pp):
-        per_module: dict[str, float] = {}
-        remaining = {"full": int(levers.recompute_layers if levers.recompute_layers is not None else 10**9) * chunks,
-                     "offload": levers.offload_layers}
-        peak_working = 0.0
-        for is_moe, n_layers in ((False, dense[s]), (True, moe[s])):
-            n = float(n_layers)
-            if n <= 0:
-                continue
-            k = kinds[is_moe]
-            recomputed = min(n, remaining["full"]) if levers.full else 0.0
-            remaining["full"] -= recomputed
-            offloaded = min(n - recomputed, remaining["offload"])
-            remaining["offload"] -= offloaded
-            normal = n - recomputed - offloaded
-            per_layer = normal * k.left_bytes + recomputed * k.layer_in
-            to_host[s] += (normal * (k.on_device_bytes - k.left_bytes) + offloaded * k.left_bytes) * tokens
-            acts[s] += per_layer * tokens * flight[s]
-            scale = normal * tokens * flight[s]
-            for module, per_token in k.module_bytes:
-                per_module[module] = per_module.get(module, 0.0) + per_token * scale
-            one = k.working + (k.full_bytes if recomputed else 0.0)
-            if offloaded:  # double-buffered host copies: one layer's tensors in flight to or from the host
-                one += k.left_bytes
-            peak_working = max(peak_working, one * tokens)
-        if s == plan.pp - 1:
-            loss = loss_tensors(d, facts, levers.te_cross_entropy) * max(1, spec.model.mtp_layers + 1)
-            acts[s] += _bytes(loss) * tokens * flight[s]
-            peak_working = max(peak_working, loss_working(d, facts, levers.te_cross_entropy) * tokens)
-        working[s] = peak_working
-        modules.append(per_module)
-    return acts, working, modules, to_host
+    # Each stage's budget of fully recomputed and of offloaded layers, spent on its dense layers first.
+    full_left = np.full(plan.pp, float(int(levers.recompute_layers if levers.recompute_layers is not None else 10**9)
+                                       * chunks))
+    offload_left = np.full(plan.pp, float(levers.offload_layers))
+    per_module: list[tuple[np.ndarray, list[tuple[str, np.ndarray]]]] = []  # each kind's stages, its tensors' bytes
+    for is_moe, n_layers in ((False, dense), (True, moe)):
+        n = np.asarray(n_layers, dtype=float)
+        live = n > 0
+        if not live.any():
+            continue
+        # A layer's tensors, what the levers leave of them, and their bytes are the same on every stage: found once.
+        k = _LayerKind.of(d, facts, is_moe, levers)
+        recomputed = np.where(live, np.minimum(n, full_left), 0.0) if levers.full else np.zeros(plan.pp)
+        full_left = full_left - recomputed
+        offloaded = np.where(live, np.minimum(n - recomputed, offload_left), 0.0)
+        offload_left = offload_left - offloaded
+        normal = n - recomputed - offloaded
+        per_layer = normal * k.left_bytes + recomputed * k.layer_in
+        to_host += np.where(live, (normal * (k.on_device_bytes - k.left_bytes) + offloaded * k.left_bytes) * tokens, 0.0)
+        acts += np.where(live, per_layer * tokens * flight, 0.0)
+        if by_module:
+            scale = normal * tokens * flight
+            per_module.append((live, [(m, per_token * scale) for m, per_token in k.module_bytes]))
+        one = np.where(recomputed != 0, k.working + k.full_bytes, k.working + 0.0)
+        one = np.where(offloaded != 0, one + k.left_bytes, one)  # double-buffered host copies: one layer in flight
+        working = np.where(live, np.maximum(working, one * tokens), working)
+    loss = loss_tensors(d, facts, levers.te_cross_entropy) * max(1, spec.model.mtp_layers + 1)
+    acts[-1] += _bytes(loss) * tokens * flight[-1]
+    working[-1] = max(working[-1], loss_working(d, facts, levers.te_cross_entropy) * tokens)
+    return acts, working, _by_module(per_module, plan.pp), to_host
+
+
+def _by_module(kinds: list[tuple[np.ndarray, list[tuple[str, np.ndarray]]]], stages: int) -> list[dict[str, float]]:
+    """Per stage, the bytes of each lever module summed over the tensors of the layer kinds the stage holds, in
+    their order."""
+    out: list[dict[str, float]] = []
+    for s in range(stages):
+        stage: dict[str, float] = {}
+        for live, tensors in kinds:
+            if live[s]:
+                for module, values in tensors:
+                    stage[module] = stage.get(module, 0.0) + float(values[s])
+        out.append(stage)
+    return out
 
 
 def _largest_layer_params(layout: Layout) -> float:
@@ -246,10 +276,11 @@ def runtime_bytes(layout: Layout, facts: MemoryFacts) -> float:
 
 def rank_memory(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: MemoryFacts, levers: Levers,
                 capacity: float, headroom: float = 0.0, fragmentation: float | None = None,
-                imbalance: float = 1.0) -> RankMemory:
-    """Each pipeline stage's memory parts for `layout` under `facts` and `levers` on a device of `capacity` bytes."""
+                imbalance: float = 1.0, by_module: bool = True) -> RankMemory:
+    """Each pipeline stage's memory parts for `layout` under `facts` and `levers` on a device of `capacity` bytes;
+    `activations_by_module` empty unless `by_module`."""
     weights, grads, optimizer = _states(spec, layout, facts, levers)
-    acts, working, modules, _ = _activations(spec, graph, layout, facts, levers)
+    acts, working, modules, _ = _activations(spec, graph, layout, facts, levers, by_module)
     parts = {"weights": weights, "grads": grads, "optimizer": optimizer, "activations": acts, "working": working,
              "buffers": _buffers(spec, layout, facts, imbalance)}
     return RankMemory(parts, modules, runtime_bytes(layout, facts),
@@ -260,7 +291,7 @@ def offloaded_bytes(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts
                     levers: Levers) -> np.ndarray:
     """Per pipeline stage, the activation bytes one micro-batch moves to host memory in forward (and back in
     backward) under the levers' offloading: its offloaded modules' tensors and its offloaded layers' kept ones."""
-    return _activations(spec, graph, layout, facts, levers)[3]
+    return _activations(spec, graph, layout, facts, levers, by_module=False)[3]
 
 
 def memory_parts_by_stage(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: MemoryFacts,
@@ -269,7 +300,7 @@ def memory_parts_by_stage(spec: WorkloadSpec, graph: LayerGraph, layout: Layout,
     order: the states, the activations with the backward working set, the buffers, and as `runtime` what the
     allocator reserves beyond its allocations plus the CUDA context and NCCL's buffers. They sum to the
     reserved + runtime memory that decides whether a plan fits."""
-    mem = rank_memory(spec, graph, layout, facts, levers, capacity=0.0, imbalance=imbalance)
+    mem = rank_memory(spec, graph, layout, facts, levers, capacity=0.0, imbalance=imbalance, by_module=False)
     p = mem.parts
     slack = mem.reserved - mem.allocated
     return np.stack([p["weights"], p["grads"], p["optimizer"], p["activations"] + p["working"], p["buffers"],
