@@ -78,10 +78,12 @@ def enumerate_sizes(specs: list[WorkloadSpec], space: SpaceConfig) -> Enumeratio
     """The valid plans of every cluster size, concatenated (size by size), with the rejections summed."""
     parts = [enumerate_plans(s, space) for s in specs]
     rejected: Counter[str] = Counter()
+    pruned: Counter[str] = Counter()
     for part in parts:
         rejected.update(part.rejected)
+        pruned.update(part.pruned)
     return Enumeration(plans=PlanList([b for part in parts for b in part.plans.blocks]), checked=sum(p.checked for p in parts),
-                       rejected=rejected)
+                       rejected=rejected, pruned=pruned)
 
 
 def _connect(address: str | None) -> bool:

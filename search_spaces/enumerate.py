@@ -27,7 +27,7 @@ from typing import Iterable, Iterator
 from predictor.plan import AXES, Axis
 from predictor.plan.axes import OPTION_AXIS, OPTIONS, resolve
 from predictor.frameworks import Framework, framework_for
-from predictor.plan import Plan, plan_errors
+from predictor.plan import Plan, plan_errors, recompute_errors, recompute_for_model
 from predictor.workload import WorkloadSpec
 from search_spaces.plan_list import PlanList, Product
 from search_spaces.space import CHOICE_AXES, INT_AXES, SpaceConfig
@@ -41,11 +41,14 @@ _REGROUPING_NAMES = tuple(a.name for a in _REGROUPING)
 
 @dataclass
 class Enumeration:
-    """The valid plans (deterministic order) and how many candidates were rejected for which reason."""
+    """The valid plans (deterministic order), how many candidates were rejected for which reason, and how many
+    were never candidates because another plan of the space is the same plan (`pruned`, by why: a field that changes
+    nothing at these degrees has one value)."""
 
     plans: PlanList
     checked: int
     rejected: Counter[str] = field(default_factory=Counter)
+    pruned: Counter[str] = field(default_factory=Counter)
 
     @property
     def rejected_count(self) -> int:
@@ -108,10 +111,24 @@ def _virtual_stages(spec: WorkloadSpec, space: SpaceConfig, pp: int) -> list[int
     return [v for v in _pick(space.v, auto, space.max_v) if v > 1]  # interleaving with v=1 is plain 1F1B
 
 
-def runnable_space(space: SpaceConfig, framework: Framework) -> SpaceConfig:
-    """`space` without the option values `framework` never runs (its rules would refuse every such plan)."""
+def runnable_space(space: SpaceConfig, framework: Framework, spec: WorkloadSpec | None = None) -> SpaceConfig:
+    """`space` without the option values `framework` never runs (its rules would refuse every such plan), and, for
+    `spec`, each recompute value less the modules its model does not have (`recompute_for_model`: the rules refuse
+    naming them)."""
     changes = {axis: [v for v in getattr(space, axis) if framework.runs_value(axis, v)] for axis in CHOICE_AXES}
-    return space.model_copy(update=changes)
+    space = space.model_copy(update=changes)
+    return space if spec is None else _for_model(space, spec)
+
+
+def _for_model(space: SpaceConfig, spec: WorkloadSpec) -> SpaceConfig:
+    """`space` with each recompute value less the modules the model of `spec` does not have."""
+    return space.model_copy(update={"recompute": list(dict.fromkeys(recompute_for_model(r, spec) for r in space.recompute))})
+
+
+def _unpipelined(schedules: list[str]) -> list[str]:
+    """The schedule of a plan without a pipeline, where there is none to choose: the first of 1f1b and the others
+    of `schedules` (interleaving needs a pipeline)."""
+    return sorted((s for s in schedules if s != "interleaved"), key=lambda s: s != "1f1b")[:1]
 
 
 # Plan fields that neither `plan_errors` nor any framework's rules read: candidates that differ only in them
@@ -123,12 +140,14 @@ RULE_BLIND: tuple[str, ...] = ("recompute", *OPTIONS)
 @dataclass(frozen=True)
 class _Options:
     """The option values of the space at one set of degrees, in the candidates' loop order: zero, recompute,
-    then `read` (sp, schedule, v, placement, overlap), the axes' options (`tuned`) innermost."""
+    then `read` (sp, schedule, v, placement, overlap), the axes' options (`tuned`) innermost; `pruned`: the
+    candidates per reason left out as the same plan as one kept."""
 
     zero: list[int]
     recompute: list[str]
     read: list[tuple[bool, str, int, str, str]]
     tuned: list[dict[str, str]]
+    pruned: dict[str, int] = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -153,15 +172,22 @@ def _options(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int]) ->
         for option, values in OPTIONS.items()))]
     sps = space.sp if degrees["tp"] > 1 else [sp for sp in space.sp if not sp]
     timings: list[tuple[str, int]] = []
+    flat = _unpipelined(space.schedule) if pp == 1 else [s for s in space.schedule if s != "interleaved"]
     for schedule in space.schedule:
-        if schedule != "interleaved":
+        if schedule in flat:
             timings.append((schedule, 1))
-        elif pp > 1:  # Plan itself refuses interleaving without a pipeline
+        elif schedule == "interleaved" and pp > 1:  # Plan itself refuses interleaving without a pipeline
             # checked once here, so that the enumerator may build its candidates unchecked (`Plan.trusted`)
             timings += [(schedule, Plan(pp=pp, schedule=schedule, v=v).v) for v in _virtual_stages(spec, space, pp)]
     read = [(sp, schedule, v, placement, overlap)
             for sp, (schedule, v), placement, overlap in product(sps, timings, placements, space.overlap)]
-    return _Options(list(space.zero), list(space.recompute), read, tuned)
+    options = _Options(list(space.zero), list(space.recompute), read, tuned)
+    same = [s for s in space.schedule if s != "interleaved" and s not in flat]
+    if same and read:
+        per_schedule = options.count // len(flat)
+        options.pruned[f"schedule={'/'.join(same)} at pp=1 (no pipeline: the plan with schedule={flat[0]})"] = (
+            per_schedule * len(same))
+    return options
 
 
 def _variants(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int], mbs: int) -> Iterator[Plan]:
@@ -184,7 +210,7 @@ def all_errors(plan: Plan, spec: WorkloadSpec, space: SpaceConfig, framework: Fr
 def candidates(spec: WorkloadSpec, space: SpaceConfig) -> Iterator[Plan]:
     """Every plan the space proposes for the workload, valid or not, less the option values its framework
     never runs (`runnable_space`)."""
-    space = runnable_space(space, framework_for(spec))
+    space = runnable_space(space, framework_for(spec), spec)
     for degrees, mbs in _degrees(spec, space):
         yield from _variants(spec, space, degrees, mbs)
 
@@ -222,6 +248,7 @@ def _add_prototype(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, 
     """Add the candidates of one (degrees, mbs) prototype to `result`: all rejected with its reasons when the
     prototype fails the structural rules, else each checked (`_add_variants`)."""
     options = _options(spec, space, degrees)
+    result.pruned.update(options.pruned)
     proto_errors = plan_errors(Plan(mbs=mbs, **degrees), spec, space.allow_cross_node_tp)
     if proto_errors:
         n = options.count
@@ -235,7 +262,7 @@ def _add_prototype(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, 
 def enumerate_plans(spec: WorkloadSpec, space: SpaceConfig) -> Enumeration:
     """The valid plans of `space` for `spec` that its framework runs, with rejection counts per reason."""
     result = Enumeration(plans=PlanList(), checked=0)
-    space = runnable_space(space, framework_for(spec))
+    space = runnable_space(space, framework_for(spec), spec)
     for degrees, mbs in _degrees(spec, space):
         _add_prototype(result, spec, space, degrees, mbs)
     return result
@@ -250,7 +277,7 @@ def sample_plans(spec: WorkloadSpec, space: SpaceConfig, count: int, seed: int =
     micro-batch: where a wider space's better plan usually is, e.g. tp=8 as tp=4 with another axis at 2), the rest
     at random."""
     result = Enumeration(plans=PlanList(), checked=0)
-    space = runnable_space(space, framework_for(spec))
+    space = runnable_space(space, framework_for(spec), spec)
     prototypes = list(_degrees(spec, space))
     random.Random(seed).shuffle(prototypes)
     if near is not None:
@@ -283,6 +310,7 @@ def rejected(spec: WorkloadSpec, space: SpaceConfig) -> Iterator[tuple[Plan, lis
 def explain(plan: Plan, spec: WorkloadSpec, space: SpaceConfig) -> list[str]:
     """Why `plan` is not searched: outside the space, and/or structurally invalid, and/or outside the framework.
     Empty if it is searched."""
+    space = _for_model(space, spec)
     reasons = []
     for axis in INT_AXES:
         value, allowed, cap = getattr(plan, axis), getattr(space, axis), getattr(space, f"max_{axis}")
@@ -298,4 +326,7 @@ def explain(plan: Plan, spec: WorkloadSpec, space: SpaceConfig) -> list[str]:
             continue  # an axis's option means nothing at degree 1
         if value not in getattr(space, axis):
             reasons.append(f"{axis}={str(value).lower()} is not in the space's {axis} values {getattr(space, axis)}")
-    return reasons + all_errors(plan, spec, space)
+    flat = _unpipelined(space.schedule)
+    if plan.pp == 1 and flat and plan.schedule != flat[0]:
+        reasons.append(f"schedule={plan.schedule} at pp=1 is searched as schedule={flat[0]} (no pipeline: the same plan)")
+    return reasons + all_errors(plan, spec, space) + recompute_errors(plan, spec)

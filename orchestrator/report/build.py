@@ -83,7 +83,8 @@ def build_report(*, spec: WorkloadSpec, spec_path: str, device: Device, predicto
         predictor=predictor, ranking=Ranking(by, price, goal),
         sizes=[Size(s.cluster.nodes, s.cluster.gpus, valid[s.cluster.gpus]) for s in sizes],
         space=SpaceInfo(space_name, space.model_dump(mode="json"), enumeration.checked, len(enumeration.plans),
-                        enumeration.rejected_count, [tuple(r) for r in enumeration.top_reasons(5)]),
+                        enumeration.rejected_count, [tuple(r) for r in enumeration.top_reasons(5)],
+                        dict(enumeration.pruned)),
         search=result.stats,
         ranked=[RankedPlan(n + 1, result.plans[i], pred, costs(pred.iter_time_s, result.plans[i].gpus, spec, price, goal),
                            None if spans is None else (float(spans[n, 0]), float(spans[n, 1])), bool(alike[n]))

@@ -157,6 +157,7 @@ def sections(report: Report, plan_rows: int | None = None) -> list[Section]:
                            [Bullets([f"`{plan}`: {error}" for plan, error in report.failed[:10]])], "failed"))
     if report.space.top_rejections:
         out.append(Section("Why candidates were rejected",
-                           [Bullets([f"{n} candidates: {reason}" for reason, n in report.space.top_rejections])],
+                           [Bullets([f"{n} candidates: {reason}" for reason, n in report.space.top_rejections]
+                                    + [f"{n} candidates not searched: {reason}" for reason, n in report.space.pruned.items()])],
                            "rejected"))
     return out

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from predictor.models.intervals import Interval
@@ -60,6 +60,7 @@ class SpaceInfo:
     valid: int
     rejected: int
     top_rejections: list[tuple[str, int]]
+    pruned: dict[str, int] = field(default_factory=dict)  # candidates left out as the same plan as one kept, by why
 
 
 @dataclass(frozen=True)

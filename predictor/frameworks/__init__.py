@@ -19,7 +19,7 @@ from predictor.frameworks.megatron import MEGATRON
 from predictor.frameworks.pytorch import PYTORCH
 from predictor.frameworks.torchtitan import TORCHTITAN
 from predictor.hardware import DEVICES
-from predictor.plan import Plan, plan_errors
+from predictor.plan import Plan, plan_errors, recompute_errors
 
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.hardware import Device
@@ -45,7 +45,8 @@ def framework_for(spec: "WorkloadSpec", device: "Device | None" = None) -> Frame
 def run_errors(plan: Plan, spec: "WorkloadSpec", allow_cross_node_tp: bool = False) -> list[str]:
     """Every reason the spec's framework cannot run `plan`: the structural rules, the framework's and its levers'."""
     framework = framework_for(spec)
-    return plan_errors(plan, spec, allow_cross_node_tp) + framework.errors(plan, spec) + framework.lever_errors(plan)
+    return (plan_errors(plan, spec, allow_cross_node_tp) + framework.errors(plan, spec) + framework.lever_errors(plan)
+            + recompute_errors(plan, spec))
 
 
 def launch_files(plan: Plan, spec: "WorkloadSpec", checked: bool = False) -> dict[str, str]:

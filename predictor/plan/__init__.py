@@ -8,7 +8,7 @@ from predictor.plan.placement import (complete_order, cross_domain_axes, nvlink_
 from predictor.plan.plan import (CP_COMM, GPU_AXES, GRADS, MOMENTS, OFFLOAD_MODULES, PLACEMENTS, RECOMPUTE_MODES,
                                  RECOMPUTE_MODULES, SCHEDULES, Plan, PlanError, canonical_recompute, offloaded,
                                  overlap_kinds, recompute_modules)
-from predictor.plan.rules import embedding_and_loss_in_split, plan_errors
+from predictor.plan.rules import embedding_and_loss_in_split, plan_errors, recompute_errors, recompute_for_model
 
 __all__ = [
     "AXES", "AXIS", "AXIS_NAMES", "Axis", "COMM_PARTS", "CP_COMM",
@@ -16,5 +16,6 @@ __all__ = [
     "PART_WORDS", "PLACEMENTS", "PRICING_ORDER", "Plan", "PlanError", "RECOMPUTE_MODES", "RECOMPUTE_MODULES",
     "SCHEDULES", "STAGE_AXES", "TERM_OF_PART", "TIME_PARTS", "TimePart", "canonical_recompute", "complete_order",
     "cross_domain_axes", "embedding_and_loss_in_split", "nvlink_domain", "offloaded", "overlap_kinds",
-    "placement_error", "placement_warnings", "placements", "plan_errors", "recompute_modules",
+    "placement_error", "placement_warnings", "placements", "plan_errors", "recompute_errors", "recompute_for_model",
+    "recompute_modules",
 ]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable
 from predictor.families import names as family_names
 from predictor.plan.axes import AXES, resolve
 from predictor.plan.placement import cross_domain_axes, nvlink_domain, spans_text
+from predictor.plan.plan import RECOMPUTE_MODULES, canonical_recompute, recompute_modules
 
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.plan.plan import Plan
@@ -127,3 +128,38 @@ def plan_errors(plan: "Plan", spec: "WorkloadSpec", allow_cross_node_tp: bool = 
     return errors
 
 
+
+
+def model_modules(spec: "WorkloadSpec") -> frozenset[str]:
+    """The Megatron-Core recompute modules (`RECOMPUTE_MODULES`) the model has: every transformer its attention core,
+    layer norms and MLP; a mixture of experts its experts and their activation, its shared experts where it has
+    them; multi-latent attention its up-projections."""
+    m = spec.model
+    modules = {"core_attn", "layernorm", "mlp"}
+    if m.is_moe:
+        modules |= {"moe", "moe_act"} | ({"shared_experts"} if m.shared_experts else set())
+    if m.kv_lora_rank:
+        modules.add("mla_up_proj")
+    return frozenset(modules)
+
+
+def recompute_for_model(value: str, spec: "WorkloadSpec") -> str:
+    """`value` (a plan's recompute) less the modules the model does not have: what recomputing it means for this
+    model (`layernorm+moe_act` on a dense model is `layernorm`; nothing left is `none`)."""
+    modules = recompute_modules(value)
+    if "full" in modules or modules <= model_modules(spec):
+        return value
+    kept = [m for m in RECOMPUTE_MODULES if m in modules & model_modules(spec)]
+    return canonical_recompute("+".join(kept)) if kept else "none"
+
+
+def recompute_errors(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
+    """A recompute module the model does not have (moe_act on a dense model) names nothing to recompute: refused,
+    so one recomputation has one spelling. A lever's rule, apart from `plan_errors` (whose rules never read the
+    recomputation: the enumerator checks one recompute value for all), and applied to a search's space before it
+    is enumerated (`search_spaces.enumerate.runnable_space`)."""
+    missing = recompute_modules(plan.recompute) - model_modules(spec) - {"full"}
+    if not missing:
+        return []
+    return [f"recompute={plan.recompute} names {'+'.join(sorted(missing))}, which the model does not have (its "
+            f"modules: {', '.join(sorted(model_modules(spec)))}); use recompute={recompute_for_model(plan.recompute, spec)}"]
