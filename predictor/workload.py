@@ -340,6 +340,11 @@ class TrainingSpec(_Strict):
                                   f"plans and overlap; default {DEFAULT_FRAMEWORK} on a catalogue GPU, "
                                   f"{MEASURED_FRAMEWORK} (ScaleDL's own runner) on a measured device")
 
+    framework_version: str | None = Field(
+        default=None, description="the framework release the job runs (its launch file and rules follow it); "
+                                  "default: the newest each framework module names (predictor.frameworks: "
+                                  "Framework.versions)")
+
     @field_validator("framework")
     @classmethod
     def _known_framework(cls, name: str | None) -> str | None:
@@ -450,6 +455,11 @@ class WorkloadSpec(_Strict):
             raise ValueError(f"training.framework {framework!r} runs on GPUs; a measured device ({name}) runs "
                              f"ScaleDL's own runner: use framework: pytorch or leave it out")
         runs = FRAMEWORKS[MEASURED_FRAMEWORK if measured else framework or DEFAULT_FRAMEWORK]
+        version = self.training.framework_version
+        if version is not None and version not in runs.versions:
+            raise ValueError(f"training.framework_version {version!r}: {runs.title} is written for "
+                             f"{', '.join(runs.versions) or 'no release (it writes no launch file)'}; use one of "
+                             f"those or leave it out")
         errors = kernel_errors(self, runs)
         if errors:
             raise ValueError("; ".join(errors))

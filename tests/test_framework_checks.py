@@ -18,7 +18,7 @@ from predictor.graph_cache import graph_for
 from predictor.memory.facts import HEADROOM
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan, PlanError, plan_errors
-from predictor.workload import WorkloadSpec, load_spec, parse_spec
+from predictor.workload import SpecError, WorkloadSpec, load_spec, parse_spec
 from search_spaces import enumerate_plans, resolve_space
 
 pytest.importorskip("megatron.core", reason="megatron-core is a test extra (pip install -e .[test])")
@@ -159,3 +159,19 @@ def test_the_named_versions_are_the_checked_ones() -> None:
     assert FRAMEWORKS["megatron"].version == version("megatron-core") == "0.16.1"
     assert FRAMEWORKS["deepspeed"].version == version("deepspeed") == "0.19.8"
     assert FRAMEWORKS["torchtitan"].version == "0.2.2"
+
+
+def test_an_older_release_is_refused_what_it_lacks() -> None:
+    """training.framework_version 0.14.0: Megatron-Core's TransformerConfig of that release has no
+    fine_grained_activation_offloading (0.16.1 added it), so module offloading is refused, layer offloading not; a
+    release no module names is refused with the ones it does."""
+    spec = parse_spec({"model": {"preset": "llama3-8b"}, "training": {"global_batch": 64, "framework_version": "0.14.0"},
+                       "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8}})
+    (error,) = run_errors(Plan.parse("dp=8,mbs=1,zero=1,offload=core_attn"), spec)
+    assert "0.14.0 has no fine-grained activation offloading" in error and "0.16.1" in error
+    assert run_errors(Plan.parse("dp=8,mbs=1,zero=1,offload=layers:2"), spec) == []
+    newest = spec.model_copy(update={"training": spec.training.model_copy(update={"framework_version": None})})
+    assert run_errors(Plan.parse("dp=8,mbs=1,zero=1,offload=core_attn"), newest) == []
+    with pytest.raises(SpecError, match="written for 0.16.1, 0.14.0"):
+        parse_spec({"model": {"preset": "llama3-8b"}, "training": {"global_batch": 64, "framework_version": "0.9"},
+                    "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8}})

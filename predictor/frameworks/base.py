@@ -150,8 +150,18 @@ class Framework:
     softmax_fallback: SoftmaxFallback | None = None
     # Its kernel settings' defaults and what its launch file can set (`predictor.frameworks.kernels`).
     kernels: KernelChoices = field(default_factory=lambda: KernelChoices(Kernels()))
-    # The release its launch files are written for and checked against ("" where it writes none).
-    version: str = ""
+    # The releases its launch files are written for, newest (the default, checked against) first; a spec's
+    # training.framework_version picks an older one, which its rules follow. Empty where it writes none.
+    versions: tuple[str, ...] = ()
+
+    @property
+    def version(self) -> str:
+        """The release its launch files are written for by default (and checked against)."""
+        return self.versions[0] if self.versions else ""
+
+    def version_of(self, spec: "WorkloadSpec") -> str:
+        """The release `spec` runs: its training.framework_version, else the newest."""
+        return spec.training.framework_version or self.version
 
     def fitted_on(self, generation: str, device: str) -> bool:
         """Whether constants were fitted on the device generation or on the device itself: they then override the

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 NAME = "deepspeed"
 # The release the launch files are written for and checked against (tests/test_framework_checks.py: DeepSpeedConfig
 # and the engine's refusals): DeepSpeed 0.19.8 (PyPI), with microsoft/Megatron-DeepSpeed's pretrain_gpt.py.
-VERSION = "0.19.8"
+VERSIONS: tuple[str, ...] = ("0.19.8",)
 ORDERS: tuple[tuple[str, ...], ...] = (("tp", "cp", "dp", "pp"),)
 
 
@@ -48,7 +48,7 @@ def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
         errors.append(f"orders ranks tp-dp-pp only, not {'-'.join(plan.rank_order)}")
     if spec.model.is_moe and plan.zero == 3:
         errors.append("runs its native MoE (Megatron-DeepSpeed's --num-experts) with ZeRO stage 1 or 2 only, not zero=3 "
-                      "(deepspeed/runtime/engine.py, 0.19.8: \"Native DeepSpeed MoE is not supported with ZeRO Stage "
+                      "(deepspeed/runtime/engine.py: \"Native DeepSpeed MoE is not supported with ZeRO Stage "
                       "3\")")
     if plan.optimizer_offload not in (0.0, 1.0):
         errors.append(f"offloads the whole optimizer or none of it (ZeRO-Offload), not optimizer_offload="
@@ -203,4 +203,4 @@ DEEPSPEED = Framework(NAME, "DeepSpeed", _rules, _default_overlap, frozenset({"d
                       constants=recorded_constants(NAME), launch=Launch(JSON_FILE, _write, _read, _model_errors, _read_kernels),
                       never={"schedule": ("gpipe", "interleaved"), "orders": other_orders(ORDERS)},
                       levers=frozenset({"optimizer_offload"}), softmax_fallback=SOFTMAX_FALLBACK, kernels=KERNELS,
-                      version=VERSION)
+                      versions=VERSIONS)

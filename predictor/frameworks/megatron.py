@@ -39,10 +39,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from predictor.workload import ModelSpec, WorkloadSpec
 
 NAME = "megatron"
-# The release the launch files are written for, and checked against (tests/test_framework_checks.py builds its
-# TransformerConfig and parallel_state groups from every file): Megatron-Core 0.16.1 (PyPI megatron-core), with
-# Megatron-LM's core_r0.16 branch for pretrain_gpt.py.
-VERSION = "0.16.1"
+# The releases the launch files are written for, newest first: Megatron-Core 0.16.1 (PyPI megatron-core; with
+# Megatron-LM's core_r0.16 branch for pretrain_gpt.py), which tests/test_framework_checks.py checks every file against
+# (its TransformerConfig and parallel_state groups), and 0.14.0, whose TransformerConfig has no
+# fine_grained_activation_offloading (its transformer_config.py; 0.16.1 added it): a spec's
+# training.framework_version 0.14.0 is refused those plans (`_version_errors`).
+VERSIONS: tuple[str, ...] = ("0.16.1", "0.14.0")
+# Features by the first release that has them (megatron/core/transformer/transformer_config.py of each).
+_SINCE = {"fine-grained activation offloading (--fine-grained-activation-offloading, --offload-modules)": "0.16.1"}
 # The rank orders (innermost first) its process groups can build.
 ORDERS: tuple[tuple[str, ...], ...] = (("tp", "cp", "dp", "pp"), ("tp", "cp", "pp", "dp"))
 
@@ -134,8 +138,24 @@ def _ep_overlap_errors(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     return errors
 
 
+def _version_errors(plan: Plan, spec: "WorkloadSpec") -> list[str]:
+    """What the spec's older release (training.framework_version) does not have."""
+    version = spec.training.framework_version
+    if version is None:
+        return []
+    modules, _ = offloaded(plan.offload)
+    used = {feature: modules for feature in _SINCE}
+    return [f"{version} has no {feature}: it came in {since} (offload=layers:N, or framework_version {since})"
+            for feature, since in _SINCE.items() if used[feature] and _release(version) < _release(since)]
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
 def _all_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
-    return _rules(plan, spec) + _expert_group_errors(plan, spec) + _ep_overlap_errors(plan, spec)
+    return (_rules(plan, spec) + _expert_group_errors(plan, spec) + _ep_overlap_errors(plan, spec)
+            + _version_errors(plan, spec))
 
 
 def _default_overlap(plan: Plan) -> frozenset[str]:
@@ -505,4 +525,4 @@ MEGATRON = Framework(NAME, "Megatron-Core", _all_rules, _default_overlap, frozen
                      precisions=("fp32", "fp16", "bf16", "fp8", "fp4"), memory=MEMORY, space=SPACE,
                      constants=recorded_constants(NAME), launch=Launch(ARGS_FILE, _write, _read, _model_errors, read_kernel_args),
                      never={"schedule": ("gpipe",), "orders": other_orders(ORDERS)}, recompute_modules=True,
-                     levers=frozenset(LEVERS), kernels=KERNELS, version=VERSION)
+                     levers=frozenset(LEVERS), kernels=KERNELS, versions=VERSIONS)

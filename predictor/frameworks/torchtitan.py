@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 NAME = "torchtitan"
 # The release the launch files are written for and checked against (tests/test_torchtitan_config.py): the last with
 # the `--job.config_file` TOML loader; 0.3.0, the newest on PyPI, builds its config from Python functions instead.
-VERSION = "0.2.2"
+VERSIONS: tuple[str, ...] = ("0.2.2",)
 ORDERS: tuple[tuple[str, ...], ...] = (("tp", "cp", "dp", "pp"),)
 
 
@@ -299,4 +299,4 @@ TORCHTITAN = Framework(NAME, "torchtitan", _rules, _default_overlap, frozenset(O
                        precisions=("fp32", "bf16", "fp8"), memory=MEMORY, space=SPACE,
                        constants=recorded_constants(NAME), launch=Launch(TOML_FILE, _write, _read, _model_errors),
                        never={"zero": (1,), "orders": other_orders(ORDERS)}, kernels=KERNELS,
-                       version=VERSION)
+                       versions=VERSIONS)
