@@ -153,9 +153,9 @@ def megatron_refusals(text: str, gpus: int) -> list[str]:
 # config and the Megatron-DeepSpeed arguments, the engine's words, where it says them).
 ENGINE_REFUSALS: tuple[tuple[Callable[[dict[str, Any], dict[str, list[str]]], bool], str], ...] = (
     (lambda config, args: "--num-experts" in args and config["zero_optimization"]["stage"] == 3,
-     "deepspeed/runtime/engine.py: Native DeepSpeed MoE is not supported with ZeRO Stage 3"),
+     "deepspeed/runtime/engine.py:2215: Native DeepSpeed MoE is not supported with ZeRO Stage 3"),
     (lambda config, args: "--no-pipeline-parallel" not in args and config["zero_optimization"]["stage"] >= 2,
-     "deepspeed/runtime/pipe/engine.py: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
+     "deepspeed/runtime/pipe/engine.py:77: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
 )
 
 

@@ -48,7 +48,7 @@ def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
         errors.append(f"orders ranks tp-dp-pp only, not {'-'.join(plan.rank_order)}")
     if spec.model.is_moe and plan.zero == 3:
         errors.append("runs its native MoE (Megatron-DeepSpeed's --num-experts) with ZeRO stage 1 or 2 only, not zero=3 "
-                      "(deepspeed/runtime/engine.py: \"Native DeepSpeed MoE is not supported with ZeRO Stage "
+                      "(deepspeed/runtime/engine.py line 2215: \"Native DeepSpeed MoE is not supported with ZeRO Stage "
                       "3\")")
     if plan.optimizer_offload not in (0.0, 1.0):
         errors.append(f"offloads the whole optimizer or none of it (ZeRO-Offload), not optimizer_offload="

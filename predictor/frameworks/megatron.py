@@ -95,9 +95,9 @@ def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
 
 
 def _expert_group_errors(plan: Plan, spec: "WorkloadSpec") -> list[str]:
-    """megatron/core/parallel_state.py (`initialize_model_parallel`, Megatron-Core 0.16.1): the expert layers' groups
-    are built from expert tensor parallelism (1, as the launch writes it), ep and pp over the same world, and outside
-    the pp-last rank order their data-parallel size must equal the dense layers'."""
+    """megatron/core/parallel_state.py (`initialize_model_parallel`, Megatron-Core 0.16.1, lines 786-812): the expert
+    layers' groups are built from expert tensor parallelism (1, as the launch writes it), ep and pp over the same
+    world, and outside the pp-last rank order their data-parallel size must equal the dense layers'."""
     if not spec.model.is_moe:
         return []
     errors = []
@@ -114,9 +114,9 @@ def _expert_group_errors(plan: Plan, spec: "WorkloadSpec") -> list[str]:
 
 
 def _ep_overlap_errors(plan: Plan, spec: "WorkloadSpec") -> list[str]:
-    """megatron/core/transformer/transformer_config.py (`__post_init__`, Megatron-Core 0.16.1) asserts, under
-    overlap_moe_expert_parallel_comm: no full recomputation (nor its method or layer count), a bf16/fp16 model, at most
-    one MTP layer, and that one only with a pipeline. Under overlap=auto the recipes' overlap runs wherever the
+    """megatron/core/transformer/transformer_config.py (`__post_init__`, Megatron-Core 0.16.1, lines 1852-1896) asserts
+    under overlap_moe_expert_parallel_comm: no full recomputation (nor its method or layer count), a bf16/fp16 model,
+    at most one MTP layer, and that one only with a pipeline. Under overlap=auto the recipes' overlap runs wherever the
     combined 1F1B does (`_default_overlap`, which leaves it out under full recomputation); these refusals read no
     recompute there, since a search checks one recomputation of plans otherwise alike (`RULE_BLIND`)."""
     if not spec.model.is_moe or plan.ep == 1:
