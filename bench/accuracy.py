@@ -14,6 +14,9 @@ is reported as in-file, next to its cross-validated one):
 - SimuMax B200 Llama 3 70B iteration time (12 BF16 runs of 4 plans, `bench.memory_eval.simumax_workload`; that script
   checks their memory): Megatron-Core's BF16 linear GEMM rate on Blackwell chosen on them (`bench.simumax_time`),
   in-file and leave-one-plan-out, every other constant as recorded from the Megatron-Bridge file;
+- torchtitan's published runs (`bench.torchtitan_eval`, sources T1-T5 of its file): time in-file and
+  leave-one-source-out (torchtitan's constants chosen on every row, and without the row's source), and peak memory
+  where published, nothing fitted;
 - the CPU dataset: the shipped ScaleDL checkpoint on the configurations its training held out (20 % of each
   architecture, seed 0: the split its accuracy record names), without retraining. The paper's protocols, which
   retrain every method, are `bench.paper_table` (about 50 minutes).
@@ -44,7 +47,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from bench import accuracy_tables, common, interval_coverage, memory_eval, modern_eval, simumax_time, vtrain_eval
+from bench import (accuracy_tables, common, interval_coverage, memory_eval, modern_eval, simumax_time, torchtitan_eval,
+                   vtrain_eval)
 from bench.common import RESULTS, ROOT
 from predictor import evaluate as ev
 from predictor.evaluate import BRIDGE_DEVICES
@@ -168,6 +172,20 @@ def simumax_table(shared: Path) -> Iterator[Figures]:
                   f"{simumax_time.FIELD} chosen without the row's plan", "megatron/blackwell", sizes)
 
 
+def torchtitan_tables(shared: Path) -> Iterator[Figures]:
+    (path,) = common.ground_truth(shared, torchtitan_eval.FILE)
+    ev = torchtitan_eval.evaluate(path)
+    rows, workloads = ev.rows, ev.rows.workloads
+    keys = np.array([f"{torchtitan_eval.FRAMEWORK}/{GENERATIONS[spec.cluster.device]}" for spec, _, _ in rows.rows])
+    yield figures("torchtitan 2025 time, in-file", rows.measured, ev.in_file, workloads,
+                  f"torchtitan's {'/'.join(torchtitan_eval.GRID)} chosen on every row")
+    yield figures("torchtitan 2025 time, leave-one-source-out", rows.measured, ev.cv, workloads,
+                  "constants chosen without the row's source (T1..T5)", keys)
+    published = ~np.isnan(rows.memory)
+    yield figures("torchtitan 2025 memory", rows.memory[published], ev.memory[published], workloads[published],
+                  "nothing (in-file = cross-validated)")
+
+
 def cpu_table(_shared: Path) -> Iterator[Figures]:
     path = checkpoint_path("cpu")
     model, _ = load_predictor(str(path), "cpu")
@@ -189,7 +207,8 @@ def cpu_table(_shared: Path) -> Iterator[Figures]:
                                                           dtype=float)))
 
 
-SOURCES: tuple[Callable[[Path], Iterator[Figures]], ...] = (vtrain_tables, bridge_tables, simumax_table, cpu_table)
+SOURCES: tuple[Callable[[Path], Iterator[Figures]], ...] = (vtrain_tables, bridge_tables, simumax_table,
+                                                            torchtitan_tables, cpu_table)
 
 
 # ---------------------------------------------------------------- comparison with the record

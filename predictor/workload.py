@@ -335,6 +335,10 @@ class TrainingSpec(_Strict):
                                   "device with block-scaled tensor cores (Blackwell), else current scaling")
     optimizer: Literal["adam", "sgd"] = "adam"
     kernels: KernelsSpec | None = Field(default=None, description="framework settings that change the kernels")
+    compile: bool | None = Field(
+        default=None, description="torch.compile of each transformer block and of the loss (torchtitan's [compile] "
+                                  "enable, components model and loss); default: the framework's choice (torchtitan "
+                                  "compiles where float8 or async TP need it to pay off; the others never compile)")
     framework: str | None = Field(
         default=None, description=f"what trains it (predictor.frameworks: {', '.join(FRAMEWORKS)}): its runnable "
                                   f"plans and overlap; default {DEFAULT_FRAMEWORK} on a catalogue GPU, "

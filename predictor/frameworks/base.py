@@ -153,6 +153,9 @@ class Framework:
     # The releases its launch files are written for, newest (the default, checked against) first; a spec's
     # training.framework_version picks an older one, which its rules follow. Empty where it writes none.
     versions: tuple[str, ...] = ()
+    # Whether it compiles a plan's blocks and loss when the spec's training.compile leaves it unset (None: it runs
+    # eager and cannot compile).
+    compiles_by_default: Callable[[Plan, "WorkloadSpec"], bool] | None = None
 
     @property
     def version(self) -> str:
@@ -162,6 +165,13 @@ class Framework:
     def version_of(self, spec: "WorkloadSpec") -> str:
         """The release `spec` runs: its training.framework_version, else the newest."""
         return spec.training.framework_version or self.version
+
+    def compiled(self, plan: Plan, spec: "WorkloadSpec") -> bool:
+        """Whether the run compiles its blocks and loss: the spec's training.compile, else the framework's choice."""
+        if self.compiles_by_default is None:
+            return False
+        wanted = spec.training.compile
+        return self.compiles_by_default(plan, spec) if wanted is None else wanted
 
     def fitted_on(self, generation: str, device: str) -> bool:
         """Whether constants were fitted on the device generation or on the device itself: they then override the
@@ -195,6 +205,9 @@ class Framework:
         """Every reason this framework cannot run `plan` for `spec` (empty: it can)."""
         errors = [f"{self.title} {e}" for e in self.rules(plan, spec)]
         precision = spec.training.precision
+        if spec.training.compile and self.compiles_by_default is None:
+            errors.append(f"{self.title} does not compile its model (training.compile=true): remove training.compile "
+                          f"or use a framework that compiles (torchtitan)")
         if precision not in self.precisions:
             errors.append(f"{self.title} does not train in {precision} (it trains in {', '.join(self.precisions)})")
         wanted = overlap_kinds(plan.overlap)

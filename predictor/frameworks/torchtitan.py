@@ -87,7 +87,7 @@ def _default_overlap(plan: Plan) -> frozenset[str]:
 # separate copy), gradients reduce-scatter to fp32 shards; F.cross_entropy on .float() logits keeps the fp32
 # log-softmax (4 B) and its backward adds an fp32 gradient and its bf16 cast (6 B).
 MEMORY = MemoryFacts(NAME, grad_bytes=4.0, master_bytes=0.0, moment_bytes=4.0, grads_sharded_from=2,
-                     fsdp2_states=True, saved="torchtitan",
+                     fsdp2_states=True, saved="torchtitan", selective="op",
                      swiglu_saved=4.0, loss_saved_bytes=4.0, loss_peak_bytes=10.0,
                      grad_bucket_bytes=0.0, prefetch_params=0.0, workspace_bytes=32 * MIB)
 
@@ -168,6 +168,12 @@ def _stage_split(blocks: int, chunks: int) -> tuple[int, int, int]:
     return first, weight - first, per_stage
 
 
+def _compiles(plan: Plan, spec: "WorkloadSpec") -> bool:
+    """What torchtitan runs when training.compile is unset: compiled where float8, MX or NVFP4 linears or async TP
+    need torch.compile to pay off (its own default, `[compile] enable = false`, leaves them slower than BF16)."""
+    return spec.training.precision in ("fp8", "fp4") or "tp" in (overlap_kinds(plan.overlap) or ())
+
+
 def _put(config: dict[str, dict[str, Any]], dotted: str, value: Any) -> None:
     table, key = dotted.rsplit(".", 1)
     config.setdefault(table, {})[key] = value
@@ -179,7 +185,8 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
     zero=0 replicates over dp (DDP), zero=2/3 shards over dp·cp with FSDP2 (reshard never/always); stages
     are pp·v chunks of equal layers where they divide (`_stage_split` otherwise); float8 is tensorwise scaling with
     float8 all-gathers under FSDP2, named by no recipe_name (Float8LinearConverter refuses a recipe beside FSDP float8
-    all-gathers), and torch.compile, which float8 and async TP need to pay off. The model is the
+    all-gathers). torch.compile of the blocks and the loss is the spec's training.compile, else on where float8 or
+    async TP need it to pay off (`_compiles`). The model is the
     shipped flavor with the spec's dimensions, else `UNREGISTERED` (to register); a mixture of experts runs its routed
     experts without tensor parallelism (expert_tensor_parallel_degree 1, as the prediction prices them).
     """
@@ -212,8 +219,7 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
     config["activation_checkpoint"] = {"mode": plan.recompute,
                                        **({"selective_ac_option": "op"} if plan.recompute == "selective" else {})}
     fp8 = t.precision == "fp8"
-    if fp8 or par["enable_async_tensor_parallel"]:
-        config["compile"] = {"enable": True, "components": ["model", "loss"]}
+    config["compile"] = {"enable": TORCHTITAN.compiled(plan, spec), "components": ["model", "loss"]}
     if fp8:
         config["model"]["converters"] = ["quantize.linear.float8"]
         config["quantize.linear.float8"] = {"filter_fqns": ["output"], "enable_fsdp_float8_all_gather": plan.zero >= 2,
@@ -277,11 +283,17 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
                             + par["pipeline_parallel_last_stage_less_layers"]) / par["pipeline_parallel_layers_per_stage"])
         v = stages // pp
     mbs = par["pipeline_parallel_microbatch_size"] if pp > 1 else config["training"]["local_batch_size"]
+    compiled = config.get("compile", {}).get("enable", False)
     # FSDP2 / DDP and pipelining always overlap; async TP is the one switch.
     kinds = {"dp", "pp", *(["param"] if zero >= 2 else []), *(["tp"] if par["enable_async_tensor_parallel"] else [])}
-    return Plan(**degrees, mbs=mbs, zero=zero, recompute=config["activation_checkpoint"]["mode"],
+    plan = Plan(**degrees, mbs=mbs, zero=zero, recompute=config["activation_checkpoint"]["mode"],
                 sp=degrees["tp"] > 1, schedule=schedule, v=v, placement="tp-cp-dp-pp",
                 overlap=overlap_value(kinds), cp_comm=inverse(_ROTATE)[par["context_parallel_rotate_method"]])
+    if compiled != TORCHTITAN.compiled(plan, spec):
+        raise LaunchError(f"{TOML_FILE} sets [compile] enable = {str(compiled).lower()}, but the spec predicts it "
+                          f"{'compiled' if not compiled else 'eager'}: set training.compile: "
+                          f"{str(compiled).lower()} in the spec to predict the run this file launches")
+    return plan
 
 
 # PyTorch's SDPA flash backend (FlashAttention-2's kernels, built into PyTorch); its job config has no switch for the
@@ -299,4 +311,4 @@ TORCHTITAN = Framework(NAME, "torchtitan", _rules, _default_overlap, frozenset(O
                        precisions=("fp32", "bf16", "fp8"), memory=MEMORY, space=SPACE,
                        constants=recorded_constants(NAME), launch=Launch(TOML_FILE, _write, _read, _model_errors),
                        never={"zero": (1,), "orders": other_orders(ORDERS)}, kernels=KERNELS,
-                       versions=VERSIONS)
+                       versions=VERSIONS, compiles_by_default=_compiles)

@@ -24,7 +24,8 @@ from predictor.layer_graph import LayerGraph
 from predictor.memory import in_flight, saved_per_sample, kv_share, stage_params
 from predictor.memory.facts import GIB, MemoryFacts
 from predictor.memory.levers import Levers
-from predictor.memory.saved import (A, Dims, Saved, backward_working, kept, layer_tensors, loss_tensors, loss_working)
+from predictor.memory.saved import (A, Dims, Saved, backward_working, kept, layer_tensors, loss_tensors, loss_working,
+                                    op_sac_tensors)
 from predictor.parallel import Layout
 from predictor.workload import WorkloadSpec
 
@@ -131,10 +132,15 @@ class _LayerKind:
     def of(cls, d: Dims, facts: MemoryFacts, is_moe: bool, levers: Levers) -> "_LayerKind":
         """Found once per (dims, facts, kind, levers): a search meets the same few again in every memory row."""
         full = layer_tensors(d, facts, is_moe)
+        working = backward_working(d, is_moe)
+        if levers.op_sac:  # torchtitan's per-op policy: its saved outputs stay; backward recomputes the rest
+            left = op_sac_tensors(d, is_moe, levers.compiled)
+            return cls([], full[0].per_token, _bytes(full), _bytes(left), _bytes(left),
+                       working + max(0.0, _bytes(full) - _bytes(left)))
         left = kept(full, levers.recompute, levers.offload)
         modules = [(m, t.per_token) for t in left for m in filter(None, t.recompute.split("+") + [t.offload])]
         return cls(modules, full[0].per_token, _bytes(full), _bytes(left),
-                   _bytes(kept(full, levers.recompute, frozenset())), backward_working(d, is_moe))
+                   _bytes(kept(full, levers.recompute, frozenset())), working)
 
 
 def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: MemoryFacts, levers: Levers,
@@ -182,9 +188,9 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
         one = np.where(recomputed != 0, k.working + k.full_bytes, k.working + 0.0)
         one = np.where(offloaded != 0, one + k.left_bytes, one)  # double-buffered host copies: one layer in flight
         working = np.where(live, np.maximum(working, one * tokens), working)
-    loss = loss_tensors(d, facts, levers.te_cross_entropy) * max(1, spec.model.mtp_layers + 1)
+    loss = loss_tensors(d, facts, levers.te_cross_entropy, levers.compiled) * max(1, spec.model.mtp_layers + 1)
     acts[-1] += _bytes(loss) * tokens * flight[-1]
-    working[-1] = max(working[-1], loss_working(d, facts, levers.te_cross_entropy) * tokens)
+    working[-1] = max(working[-1], loss_working(d, facts, levers.te_cross_entropy, levers.compiled) * tokens)
     return acts, working, _by_module(per_module, plan.pp), to_host
 
 
@@ -231,13 +237,18 @@ def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Leve
     if facts.fsdp2_states:
         # FSDP2: the sharded parameter is the fp32 master; zero=2 keeps the gathered bf16 parameters after forward,
         # and a pipeline defers the reduce-scatter, accumulating unsharded fp32 gradients over the micro-batches.
+        # torchao's float8 and MX linears cast the weight in each forward and keep no low-precision copy; with
+        # tensorwise float8 FSDP2 gathers the linears' weights in float8 (`enable_fsdp_float8_all_gather`, which
+        # torchtitan's launch files set), 1 byte per gathered weight element.
         if plan.zero == 0:
-            return psi * 4.0 + gemm_params * copy, psi * grad_bytes, psi * 2 * facts.moment_bytes
+            return psi * 4.0, psi * grad_bytes, psi * 2 * facts.moment_bytes
         sharded = shard(2)
+        if t.precision == "fp8" and levers.fp8_format == "cs":
+            param_bytes = param_bytes - (param_bytes - 1.0) * gemm_params / np.maximum(psi, 1.0)
         unsharded_p = psi * param_bytes if plan.zero == 2 else 2 * largest * param_bytes
         unsharded_g = psi * grad_bytes if plan.pp > 1 else largest * grad_bytes
         moments = (2.0 if levers.bf16_moments else facts.moment_bytes) * 2
-        return (sharded * 4.0 + unsharded_p + gemm_params * copy, sharded * grad_bytes + unsharded_g,
+        return (sharded * 4.0 + unsharded_p, sharded * grad_bytes + unsharded_g,
                 sharded * moments * (1 - levers.optimizer_offload))
     if low and levers.fp8_param_gather:  # the param buffer holds FP8 weights (and their transposes), no BF16 copy
         weights = (psi - gemm_params) * param_bytes + gemm_params * copy

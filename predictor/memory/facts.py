@@ -20,6 +20,7 @@ GIB = 1024**3
 HEADROOM = 0.05
 
 SavedTensors = Literal["megatron-te", "torchtitan", "graph"]
+SelectiveAC = Literal["modules", "op"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,9 @@ class MemoryFacts:
     # Outside the allocator (runtime memory): the CUDA context and NCCL's buffers per communicator.
     cuda_context_bytes: float = 600 * MIB
     nccl_bytes_per_group: float = 160 * MIB
+    # What `recompute=selective` recomputes: Megatron-Core's modules (the attention core), or torchtitan's per-op
+    # policy ("op": `predictor.memory.saved.op_sac_tensors` are kept, the rest of each block recomputed).
+    selective: SelectiveAC = "modules"
     # Reserved over allocated at the peak: the caching allocator's slack (leave-one-plan-out on the simumax file).
     fragmentation: float = 0.04
 

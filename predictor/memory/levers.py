@@ -19,6 +19,7 @@ import numpy as np
 
 from predictor.layer_graph import LayerGraph
 from predictor.memory.facts import MemoryFacts
+from predictor.memory.saved import op_sac_saves_mm
 from predictor.plan import OFFLOAD_MODULES, RECOMPUTE_MODULES, Plan, offloaded, recompute_modules
 
 Fp8Format = Literal["cs", "mx"]
@@ -47,6 +48,10 @@ class Levers:
         column-wise copies with one E8M0 scale per 32 values).
     unfused_attention: whether attention is unfused (`training.kernels.attention`), keeping its s x s scores for
         backward; None: as the framework's saved-tensor list has it (eager modules unfused, the others fused).
+    op_sac: torchtitan's per-op selective checkpointing instead of recomputed modules: each layer keeps
+        `predictor.memory.saved.op_sac_tensors` and recomputes the rest of its forward (`op_sac_recomputed`).
+    compiled: the blocks and the loss run under torch.compile (torchtitan's `[compile]`): the saved tensors are
+        those the compiled backward reads, the loss keeps BF16 logits.
     """
 
     recompute: frozenset[str] = frozenset()
@@ -60,6 +65,8 @@ class Levers:
     fp8_param_gather: bool = False
     fp8_format: Fp8Format = "cs"
     unfused_attention: bool | None = None
+    op_sac: bool = False
+    compiled: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.recompute) - set(RECOMPUTE_MODULES) - {"full"}
@@ -75,6 +82,9 @@ class Levers:
             raise LeverError(f"offload_layers must be >= 0, got {self.offload_layers}")
         if not 0.0 <= self.optimizer_offload <= 1.0:
             raise LeverError(f"optimizer_offload is a fraction in [0, 1], got {self.optimizer_offload}")
+        if self.op_sac and self.recompute - {"core_attn"}:
+            raise LeverError(f"op_sac is torchtitan's selective checkpointing alone; got recompute="
+                             f"{'+'.join(sorted(self.recompute))!r} beside it")
         if self.fp8_format not in ("cs", "mx"):
             raise LeverError(f"fp8_format must be cs or mx, got {self.fp8_format!r}")
 
@@ -84,12 +94,16 @@ class Levers:
 
 
 def levers_of(plan: Plan, facts: MemoryFacts, fp8_format: Fp8Format = "cs",
-              unfused_attention: bool | None = None) -> Levers:
+              unfused_attention: bool | None = None, compiled: bool = False) -> Levers:
     """The levers a plan's fields name (recomputation, activation and optimizer offloading, the gradients' and
     moments' dtypes), with what its framework's launch files always set (`MemoryFacts.fp8_param_gather`, in the
-    device's FP8 format, and `te_cross_entropy`)."""
+    device's FP8 format, and `te_cross_entropy`); `recompute=selective` is the framework's own selective
+    checkpointing (`MemoryFacts.selective`); `compiled`: the run compiles its blocks and loss
+    (`Framework.compiled`)."""
     modules, layers = offloaded(plan.offload)
-    return Levers(recompute=recompute_modules(plan.recompute), recompute_layers=plan.recompute_layers or None,
+    op_sac = plan.recompute == "selective" and facts.selective == "op"
+    return Levers(recompute=frozenset() if op_sac else recompute_modules(plan.recompute),
+                  recompute_layers=plan.recompute_layers or None, op_sac=op_sac, compiled=compiled,
                   offload=modules, offload_layers=layers, optimizer_offload=plan.optimizer_offload,
                   bf16_moments=plan.moments == "bf16", bf16_grads=plan.grads == "bf16",
                   te_cross_entropy=facts.te_cross_entropy, fp8_param_gather=facts.fp8_param_gather,
@@ -119,3 +133,31 @@ def _module_of(name: str, kind: str) -> set[str]:
 def recomputed_nodes(graph: LayerGraph, modules: frozenset[str]) -> np.ndarray:
     """Bool per graph node: recomputed in backward under `modules` (Megatron-Core recompute module names)."""
     return np.array([bool(_module_of(n.name, n.kind) & modules) for n in graph.nodes], dtype=bool)
+
+
+def op_sac_recomputed(graph: LayerGraph) -> np.ndarray:
+    """Bool per graph node: what torchtitan's per-op selective checkpointing runs again in backward. In each
+    repeated block, every node but the attention kernel (SDPA is on its save list) and the odd-numbered linears
+    (`predictor.memory.saved.op_sac_saves_mm`, counted in the block's forward order): norms, activations, the
+    even-numbered linears, a MoE layer's experts."""
+    out = np.zeros(len(graph.nodes), dtype=bool)
+    block, position = None, 0
+    for i, node in enumerate(graph.nodes):
+        if node.group != "block":
+            continue
+        here = _block_of(node.name)
+        if here != block:
+            block, position = here, 0
+        if node.kind == "linear":
+            position += 1
+            out[i] = not op_sac_saves_mm(position)
+        else:
+            out[i] = node.kind != "attention"
+    return out
+
+
+def _block_of(name: str) -> str:
+    """The repeated block a node belongs to: its module path up to the layer index ('model.layers.3')."""
+    parts = name.split(".")
+    index = next((i for i, p in enumerate(parts) if p.isdigit()), len(parts) - 1)
+    return ".".join(parts[:index + 1])

@@ -10,6 +10,10 @@ projections (`multi_latent_attention.py`). An FP8 linear saves its own FP8 copy 
 1/32 for the scales); a BF16 linear shares its input with the producer's output. torchtitan (`torchtitan`) is the
 same list with eager SwiGLU (silu's output kept too). Each tensor names the Megatron-Core recompute module that
 drops it and the fine-grained offload module that moves it to the host.
+
+torchtitan's per-op selective checkpointing (`selective_ac_option = "op"`, its default) keeps another list:
+`op_sac_tensors`, the outputs its policy must save (`_op_sac_save_list` in pytorch/torchtitan
+`torchtitan/models/llama3/infra/parallelize.py`, applied by `torchtitan/distributed/activation_checkpoint.py`).
 """
 
 from __future__ import annotations
@@ -142,6 +146,61 @@ def layer_tensors(d: Dims, facts: MemoryFacts, moe: bool) -> list[Saved]:
     return attention_tensors(d) + (moe_mlp_tensors(d) if moe else dense_mlp_tensors(d, facts))
 
 
+def _block_mm_outputs(d: Dims, moe: bool) -> list[tuple[str, float]]:
+    """The outputs of a transformer block's `aten.mm` calls in torchtitan's forward order, elements per token of the
+    rank's sequence share: wq, wk, wv (column-parallel: heads over tp), wo (row-parallel: the full sequence's partial
+    sums before the reduce-scatter), then the dense MLP's w1, w3, w2 or a MoE layer's router gate and shared expert
+    (its routed experts run `_grouped_mm`, no mm)."""
+    t = d.tp
+    if d.mla is None:
+        q, kv = d.heads * d.head_dim, d.kv_heads * d.head_dim
+        out = [("wq output", q / t), ("wk output", kv / t), ("wv output", kv / t)]
+    else:  # DeepSeek-V3's attention (torchtitan/models/deepseek_v3/model/model.py): wq_a, wq_b, wkv_a, wkv_b
+        q_lora, kv_lora, rope, nope, v = d.mla
+        q = [("wq_a output", q_lora), ("wq_b output", d.heads * (nope + rope) / t)] if q_lora else \
+            [("wq output", d.heads * (nope + rope) / t)]
+        out = q + [("wkv_a output", kv_lora + rope), ("wkv_b output", d.heads * (nope + v) / t)]
+    out.append(("wo output (unreduced)", d.hidden))
+    if not moe:
+        return out + [("w1 output", d.ffn / t), ("w3 output", d.ffn / t), ("w2 output (unreduced)", d.hidden)]
+    out.append(("router scores", d.experts / t))
+    if d.shared_ffn:
+        out += [("shared w1 output", d.shared_ffn / t), ("shared w3 output", d.shared_ffn / t),
+                ("shared w2 output (unreduced)", d.hidden)]
+    return out
+
+
+def op_sac_saves_mm(position: int) -> bool:
+    """Whether torchtitan's per-op policy saves the block's `position`-th mm (counted from 1, per checkpointed block:
+    its `meta["forward_mm_count"]`): the odd ones, every second being recomputed."""
+    return position % 2 == 1
+
+
+def op_sac_tensors(d: Dims, moe: bool, compiled: bool = False) -> list[Saved]:
+    """What one layer keeps under torchtitan's per-op selective checkpointing: the block's input (the checkpointed
+    region's), and the outputs its policy marks MUST_SAVE: every odd-numbered `aten.mm` of the block ("saves output
+    of all compute ops, except every second mm"), the SDPA kernel's output and fp32 log-sum-exp, and each
+    sequence-parallel reduce-scatter's output. All else (norms, RoPE, SiLU, the even mms, the sequence-parallel
+    all-gathers, a MoE layer's grouped GEMMs and all-to-alls) is recomputed in backward. An mm's output is its
+    BF16 result whatever the linear's precision: torchao's float8 and MX linears reach the policy as `aten.mm`.
+
+    Eager, the policy's cache keeps every output it marks. A block compiled with torch.compile (torchtitan compiles
+    each block after wrapping it) is split by AOTAutograd's partitioner, which saves only what the backward graph
+    reads: the output projections' unreduced sums and the reduce-scatters' outputs feed only the residual adds,
+    whose backward reads nothing, so they are not kept."""
+    r = d.seq_shard
+    out = [Saved("block input", d.hidden / r * A)]
+    mms = _block_mm_outputs(d, moe)
+    out += [Saved(name, per_token * A) for i, (name, per_token) in enumerate(mms, 1)
+            if op_sac_saves_mm(i) and not (compiled and name.endswith("(unreduced)"))]
+    o = d.heads * (d.mla[4] if d.mla else d.head_dim)
+    out += [Saved("attention output (SDPA)", o / d.tp * A),
+            Saved("softmax log-sum-exp (fp32)", d.heads / d.tp * 4.0)]
+    if d.tp > 1 and not compiled:
+        out += [Saved(f"{half} reduce-scatter output", d.hidden / r * A) for half in ("attention", "mlp")]
+    return out
+
+
 def kept(tensors: list[Saved], recompute: frozenset[str], offload: frozenset[str]) -> list[Saved]:
     """The tensors left on the GPU once `recompute` modules drop theirs and `offload` modules move theirs."""
     return [s for s in tensors if not (set(s.recompute.split("+")) & recompute)
@@ -159,18 +218,28 @@ def backward_working(d: Dims, moe: bool) -> float:
 
 # Transformer Engine's fused cross-entropy keeps the BF16 logits, overwritten by their gradient in forward.
 TE_LOSS_BYTES = 2.0
+# A compiled cross-entropy (torchtitan's `[compile] components = ["loss"]`): Inductor fuses the fp32 upcast, the
+# log-softmax and the NLL into kernels that keep the BF16 logits (and a log-sum-exp per token), and backward writes
+# a BF16 gradient beside them: bytes per logit saved, and alive at its backward's start.
+COMPILED_LOSS_BYTES = (2.0, 4.0)
 
 
-def loss_tensors(d: Dims, facts: MemoryFacts, te_cross_entropy: bool = False) -> list[Saved]:
+def loss_tensors(d: Dims, facts: MemoryFacts, te_cross_entropy: bool = False, compiled: bool = False) -> list[Saved]:
     """What the last stage keeps for its loss: the final norm's input, the output layer's input, the logits."""
+    per_logit = TE_LOSS_BYTES if te_cross_entropy else COMPILED_LOSS_BYTES[0] if compiled else facts.loss_saved_bytes
     return [Saved("final norm input", d.hidden / d.seq_shard * A),
             Saved("output layer input", d.hidden / d.seq_shard * A),
-            Saved("logits (loss)", d.vocab / d.tp * (TE_LOSS_BYTES if te_cross_entropy else facts.loss_saved_bytes))]
+            Saved("logits (loss)", d.vocab / d.tp * per_logit)]
 
 
-def loss_working(d: Dims, facts: MemoryFacts, te_cross_entropy: bool = False) -> float:
+def loss_working(d: Dims, facts: MemoryFacts, te_cross_entropy: bool = False, compiled: bool = False) -> float:
     """Bytes per token alive at the start of the loss's backward beyond what it saved: the logits' gradients, the
     output layer's gathered input and unreduced input gradient."""
     gathered = 2 * d.hidden * A if d.seq_shard > 1 else 0.0
-    extra = 0.0 if te_cross_entropy else facts.loss_peak_bytes - facts.loss_saved_bytes
+    if te_cross_entropy:
+        extra = 0.0
+    elif compiled:
+        extra = COMPILED_LOSS_BYTES[1] - COMPILED_LOSS_BYTES[0]
+    else:
+        extra = facts.loss_peak_bytes - facts.loss_saved_bytes
     return d.vocab / d.tp * extra + gathered

@@ -189,7 +189,7 @@ class PlanPieces:
     def _levers(self, plan: Plan) -> Levers:
         recipe = recipe_of(self.spec, self.device)  # a block-scaled recipe keeps row- and columnwise weight copies
         return levers_of(plan, self.framework.memory, "mx" if recipe is not None and recipe.own_columnwise else "cs",
-                         unfused_attention=not self.fused)
+                         unfused_attention=not self.fused, compiled=self.framework.compiled(plan, self.spec))
 
     def _compute_row(self, graph: LayerGraph, lay: Layout) -> np.ndarray:
         """`compute_parts`, with the GPU's stalls on activation offloading added to the MoE waits (both are device

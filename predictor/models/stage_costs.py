@@ -15,10 +15,11 @@ from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import optimizer_bytes_per_param
 from predictor.models.lowprec import recipe_of, weight_quantisation_s
+from predictor.frameworks import Framework, framework_for
 from predictor.frameworks.kernels import Kernels
 from predictor.models.roofline import (HOST_OPS, AnalyticalConfig, call_costs, fused_attention, layer_times,
                                       softmax_fallback, softmax_fallbacks, spec_kernels)
-from predictor.memory.levers import recomputed_nodes
+from predictor.memory.levers import op_sac_recomputed, recomputed_nodes
 from predictor.moe import alltoall
 from predictor.parallel import Layout
 from predictor.plan import Plan, nvlink_domain, recompute_modules
@@ -47,7 +48,7 @@ def compute_parts(spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: De
     kernels = spec_kernels(spec, device)
     unfused_f, unfused_b = unfused_passes(nodes, plan.mbs, kernels, lay.act_bytes, device.mem_bandwidth * cfg.bw_eff)
     fwd, bwd = fwd + unfused_f, bwd + unfused_b
-    again = recomputed_forward(graph, lay)  # (pp, nodes): forwards each backward repeats
+    again = recomputed_forward(graph, lay, op_sac(plan, framework_for(spec, device)))  # forwards backward repeats
     t_f = counts @ fwd
     t_b = counts @ bwd + again @ fwd
     attention = counts[:, nodes.attention] @ (fwd + bwd)[nodes.attention]
@@ -102,13 +103,22 @@ def offload_waits(t_f: np.ndarray, t_b: np.ndarray, to_host: np.ndarray, device:
     return np.stack([np.maximum(0.0, copy - t_f), np.maximum(0.0, copy - t_b)])
 
 
-def recomputed_forward(graph: LayerGraph, lay: Layout) -> np.ndarray:
+def op_sac(plan: Plan, framework: Framework) -> bool:
+    """Whether the plan's selective recomputation is torchtitan's per-op policy (`MemoryFacts.selective`)."""
+    return plan.recompute == "selective" and framework.memory.selective == "op"
+
+
+def recomputed_forward(graph: LayerGraph, lay: Layout, per_op: bool = False) -> np.ndarray:
     """(pp, nodes): occurrences of each node whose forward each pipeline rank runs again in backward: every
     repeated block's nodes under full recomputation (the first `recompute_layers` blocks of each model chunk when
-    set), the nodes of the named modules otherwise (`predictor.memory.levers.recomputed_nodes`)."""
+    set), under torchtitan's per-op selective checkpointing (`per_op`) what its policy does not save
+    (`predictor.memory.levers.op_sac_recomputed`), the nodes of the named modules otherwise
+    (`predictor.memory.levers.recomputed_nodes`)."""
     plan, counts = lay.plan, lay.stage_counts
     if plan.recompute == "full":
         return np.where(lay.nodes.repeated, counts, 0.0) * full_share(lay)[:, None]
+    if per_op:
+        return np.where(op_sac_recomputed(graph), counts, 0.0)
     return np.where(recomputed_nodes(graph, recompute_modules(plan.recompute)), counts, 0.0)
 
 
@@ -143,10 +153,13 @@ def cp_stage_time(spec: WorkloadSpec, lay: Layout, cfg: AnalyticalConfig, device
 def ep_stage_time(spec: WorkloadSpec, lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndarray:
     """Expert-parallel seconds per pipeline rank for one micro-batch: each MoE layer dispatches its
     tokens·top_k·hidden elements to the experts' ranks and combines the results back, in forward and again
-    (their gradients) in backward: 4 all-to-alls over the ep group, 6 with full recomputation
-    (Megatron-Core's alltoall token dispatcher; `predictor.moe.alltoall`)."""
+    (their gradients) in backward: 4 all-to-alls over the ep group, 6 when backward recomputes them (full
+    recomputation, the moe module, torchtitan's per-op policy, whose save list has no all-to-all) (Megatron-Core's
+    alltoall token dispatcher; `predictor.moe.alltoall`)."""
     plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
-    calls = 6 if plan.recompute == "full" or "moe" in recompute_modules(plan.recompute) else 4
+    again = plan.recompute == "full" or op_sac(plan, framework_for(spec, device)) or \
+        "moe" in recompute_modules(plan.recompute)
+    calls = 6 if again else 4
     size = nodes.dispatch * plan.mbs * lay.act_bytes * cfg.moe_imbalance
     one = np.array([alltoall(x, lay.ep_group, cfg.a2a_eff) for x in size])
     return calls * (counts @ one)
@@ -192,6 +205,10 @@ def tp_stage_time(spec: WorkloadSpec, lay: Layout, cfg: AnalyticalConfig, device
     call_s = call_costs(cfg, device)[0]
     fwd_calls, bwd_calls, fwd_elems, bwd_elems = _tp_collectives(lay)
     collectives = _tp_time(lay, fwd_calls, fwd_elems, call_s) + _tp_time(lay, bwd_calls, bwd_elems, call_s)
+    if lay.plan.sp and op_sac(lay.plan, framework_for(spec, device)):
+        # the per-op policy saves the reduce-scatters' outputs but recomputes the blocks' forward all-gathers
+        size = np.where(fwd_calls > 0, fwd_elems / np.maximum(fwd_calls, 1), 0.0) * lay.act_bytes
+        collectives = collectives + fwd_calls * (comm.allgather(size, lay.tp_group) + call_s)
     return collectives + framework
 
 
