@@ -59,13 +59,15 @@ def test_module_names_are_canonical_and_checked() -> None:
         Plan.parse("dp=2,recompute_layers=3")
 
 
-def test_only_megatron_recomputes_modules_or_some_layers() -> None:
+def test_only_megatron_recomputes_modules_and_only_it_and_torchtitan_some_layers() -> None:
     modules, some = Plan.parse("dp=8,recompute=layernorm"), Plan.parse("dp=8,recompute=full,recompute_layers=1")
     assert FRAMEWORKS["megatron"].lever_errors(modules) == FRAMEWORKS["megatron"].lever_errors(some) == []
+    assert FRAMEWORKS["torchtitan"].lever_errors(some) == []  # every N-th block (selective_ac_option = N)
     for name in ("torchtitan", "deepspeed", "pytorch"):
         assert "--recompute-modules" in " ".join(FRAMEWORKS[name].lever_errors(modules))
-        assert "recompute_layers=0" in " ".join(FRAMEWORKS[name].lever_errors(some))
         assert not FRAMEWORKS[name].runs_value("recompute", "layernorm")
+    for name in ("deepspeed", "pytorch"):
+        assert "recompute_layers=0" in " ".join(FRAMEWORKS[name].lever_errors(some))
     spec = _spec(framework="deepspeed")
     with pytest.raises(LaunchError, match="recompute"):
         launch_files(modules, spec)

@@ -5,6 +5,7 @@ backward reads, and both reach the launch file."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,32 @@ def test_a_framework_that_does_not_compile_refuses_training_compile() -> None:
                        "training": {"global_batch": 16, "framework": "megatron", "compile": True},
                        "cluster": {"device": "h100"}})
     assert any("training.compile" in e for e in run_errors(Plan(dp=8, mbs=2, zero=1), spec))
+
+
+@pytest.mark.parametrize("text,option", [("dp=8,mbs=2,zero=3,recompute=full,recompute_layers=8", "4"),
+                                         ("dp=4,pp=2,v=2,mbs=1,zero=2,recompute=full,recompute_layers=2,"
+                                          "schedule=interleaved", "4"),
+                                         ("dp=8,mbs=2,zero=3,recompute=full", None),
+                                         ("dp=8,mbs=2,zero=3,recompute=selective", "op")])
+def test_checkpointing_every_nth_layer_is_written_and_read_back(text: str, option: str | None,
+                                                                tmp_path: Path) -> None:
+    """recompute=full of k blocks per chunk is torchtitan's selective-by-layer: every (blocks/k)-th block."""
+    spec, plan = _spec(), Plan.parse(text)
+    assert run_errors(plan, spec) == []
+    path = tmp_path / TOML_FILE
+    path.write_text(launch_files(plan, spec)[TOML_FILE])
+    table = tomllib.loads(path.read_text())["activation_checkpoint"]
+    assert table.get("selective_ac_option") == option
+    assert read_back(path, spec) == as_run(plan, TITAN)
+
+
+def test_a_layer_count_that_no_every_nth_block_spells_is_refused() -> None:
+    errors = run_errors(Plan.parse("dp=8,mbs=2,zero=3,recompute=full,recompute_layers=3"), _spec())
+    assert any("recompute_layers=3" in e and "32 blocks" in e for e in errors)
+
+
+def test_async_tp_without_compile_is_refused() -> None:
+    plan = Plan(dp=8, tp=8, sp=True, mbs=12, zero=3, overlap="dp+param+tp")
+    errors = run_errors(plan, _spec(nodes=8, batch=96, compile_=False))
+    assert any("Async TP requires torch.compile" in e and "training.compile" in e for e in errors)
+    assert run_errors(plan, _spec(nodes=8, batch=96)) == []  # unset: compiled, as async TP needs

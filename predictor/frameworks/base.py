@@ -144,6 +144,9 @@ class Framework:
     # Whether it recomputes named modules and a count of full layers (Megatron-Core's --recompute-modules and
     # --recompute-method block --recompute-num-layers); the others recompute none, selective or full only.
     recompute_modules: bool = False
+    # Whether it recomputes some layers only under recompute=full (`recompute_layers`; torchtitan checkpoints every
+    # N-th block, its rules say which counts that spells); Megatron-Core's is part of `recompute_modules`.
+    recomputes_some_layers: bool = False
     # The memory levers of LEVERS it pulls (its rules may narrow their values).
     levers: frozenset[str] = frozenset()
     # Where its unfused attention's softmax falls back to eager operators (None: its fused kernel always runs).
@@ -194,7 +197,7 @@ class Framework:
             if not self.runs_value("recompute", plan.recompute):
                 errors.append(f"{self.title} recomputes none, selective or full, not the modules {plan.recompute} "
                               f"(Megatron-Core's --recompute-modules)")
-            if plan.recompute_layers:
+            if plan.recompute_layers and not self.recomputes_some_layers:
                 errors.append(f"{self.title} recomputes every layer under recompute=full: use recompute_layers=0")
         for name, (none, words) in LEVERS.items():
             if name not in self.levers and getattr(plan, name) != none:

@@ -60,11 +60,20 @@ def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
                       f"parallelize asserts it: sequence-parallel norms split the sequence over tp, context "
                       f"parallelism into 2*cp chunks), which seq_len={tokens} is not (use a model.seq_len that is a "
                       f"multiple of {divisor}{other})")
+    blocks = _chunk_blocks(plan, spec)
+    if plan.recompute_layers and (plan.recompute != "full" or blocks % plan.recompute_layers
+                                  or spec.model.num_blocks % (plan.pp * plan.v)):
+        errors.append(f"checkpoints some layers only as every N-th block of a model chunk (selective_ac_option = N), "
+                      f"so recompute_layers={plan.recompute_layers} needs recompute=full and a count dividing the "
+                      f"{blocks} blocks of each chunk (use a divisor of {blocks}, or recompute_layers=0)")
     if plan.schedule == "interleaved" and plan.v == 1:
         errors.append("needs at least 2 stages per rank for Interleaved1F1B (use v >= 2 or schedule=1f1b)")
     if plan.rank_order not in ORDERS:
         errors.append(f"orders ranks tp-cp-dp-pp only (its mesh is pp, dp, cp, tp), not {'-'.join(plan.rank_order)}")
     wanted = overlap_kinds(plan.overlap)
+    if wanted and "tp" in wanted and plan.tp > 1 and spec.training.compile is False:
+        errors.append("runs async TP (overlap with tp) only under torch.compile (\"Async TP requires torch.compile\", "
+                      "models/llama3/infra/parallelize.py): set training.compile: true or leave tp out of overlap")
     if wanted is None:
         return errors
     always = {"dp"} if plan.group_size("dp") > 1 else set()
@@ -174,6 +183,28 @@ def _compiles(plan: Plan, spec: "WorkloadSpec") -> bool:
     return spec.training.precision in ("fp8", "fp4") or "tp" in (overlap_kinds(plan.overlap) or ())
 
 
+def _chunk_blocks(plan: Plan, spec: "WorkloadSpec") -> int:
+    """Transformer blocks per model chunk (a pipeline stage's share of the layers, or all of them)."""
+    return spec.model.num_blocks // (plan.pp * plan.v)
+
+
+def _checkpointing(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
+    """The `[activation_checkpoint]` table (torchtitan/distributed/activation_checkpoint.py): `full`; `selective` per
+    op (`selective_ac_option = "op"`); or, for recompute=full of `recompute_layers` blocks per chunk, `selective` by
+    layer, which checkpoints every N-th block (`_apply_layer_sac`: N = the blocks of a chunk over the count)."""
+    if plan.recompute == "full" and plan.recompute_layers:
+        return {"mode": "selective", "selective_ac_option": str(_chunk_blocks(plan, spec) // plan.recompute_layers)}
+    return {"mode": plan.recompute, **({"selective_ac_option": "op"} if plan.recompute == "selective" else {})}
+
+
+def _recompute(table: dict[str, str], plan_blocks: int) -> tuple[str, int]:
+    """(recompute, recompute_layers) of an `[activation_checkpoint]` table, `plan_blocks` the blocks per chunk."""
+    option = table.get("selective_ac_option", "op")
+    if table["mode"] == "selective" and option.isdigit():
+        return "full", plan_blocks // int(option)
+    return table["mode"], 0
+
+
 def _put(config: dict[str, dict[str, Any]], dotted: str, value: Any) -> None:
     table, key = dotted.rsplit(".", 1)
     config.setdefault(table, {})[key] = value
@@ -216,8 +247,7 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
         par.update(pipeline_parallel_layers_per_stage=per_stage, pipeline_parallel_first_stage_less_layers=first,
                    pipeline_parallel_last_stage_less_layers=last, pipeline_parallel_microbatch_size=plan.mbs)
     par["context_parallel_rotate_method"] = _ROTATE[plan.cp_comm]
-    config["activation_checkpoint"] = {"mode": plan.recompute,
-                                       **({"selective_ac_option": "op"} if plan.recompute == "selective" else {})}
+    config["activation_checkpoint"] = _checkpointing(plan, spec)
     fp8 = t.precision == "fp8"
     config["compile"] = {"enable": TORCHTITAN.compiled(plan, spec), "components": ["model", "loss"]}
     if fp8:
@@ -286,7 +316,8 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
     compiled = config.get("compile", {}).get("enable", False)
     # FSDP2 / DDP and pipelining always overlap; async TP is the one switch.
     kinds = {"dp", "pp", *(["param"] if zero >= 2 else []), *(["tp"] if par["enable_async_tensor_parallel"] else [])}
-    plan = Plan(**degrees, mbs=mbs, zero=zero, recompute=config["activation_checkpoint"]["mode"],
+    recompute, recompute_layers = _recompute(config["activation_checkpoint"], spec.model.num_blocks // (pp * v))
+    plan = Plan(**degrees, mbs=mbs, zero=zero, recompute=recompute, recompute_layers=recompute_layers,
                 sp=degrees["tp"] > 1, schedule=schedule, v=v, placement="tp-cp-dp-pp",
                 overlap=overlap_value(kinds), cp_comm=inverse(_ROTATE)[par["context_parallel_rotate_method"]])
     if compiled != TORCHTITAN.compiled(plan, spec):
@@ -311,4 +342,4 @@ TORCHTITAN = Framework(NAME, "torchtitan", _rules, _default_overlap, frozenset(O
                        precisions=("fp32", "bf16", "fp8"), memory=MEMORY, space=SPACE,
                        constants=recorded_constants(NAME), launch=Launch(TOML_FILE, _write, _read, _model_errors),
                        never={"zero": (1,), "orders": other_orders(ORDERS)}, kernels=KERNELS,
-                       versions=VERSIONS, compiles_by_default=_compiles)
+                       versions=VERSIONS, compiles_by_default=_compiles, recomputes_some_layers=True)
