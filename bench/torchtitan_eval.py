@@ -9,36 +9,30 @@ shipped toml's default, `selective` per op), and its precision as the Transforme
 (float8 tensorwise: per-tensor current scaling; rowwise: the block-scaled FP8 recipe, the nearest in quantisation
 work; MXFP8; NVFP4). Iteration time = global_batch * seq_len / (gpus * tps_per_gpu).
 
-The file's README allows constants of torchtitan's framework chosen leave-one-source-out: GRID's
-`AnalyticalConfig` constants are searched over each device generation's first principles on the rows of four
-sources and scored on the fifth; the in-file figure (chosen on every row) is printed beside it. Memory is priced
-with nothing fitted (in-file = cross-validated). Rows no preset describes (T4, a two-layer Llama 4 Scout) are
-counted as skipped.
+Nothing is fitted on it: time and memory are first principles and the devices' measured facts (in-file = cross-
+validated). The file's README allows torchtitan constants chosen leave-one-source-out, and none acts as a mechanism
+would: its GEMMs are priced by the devices' measured GEMM grids wherever no torchtitan constant is recorded on the
+generation (`roofline.layer_times`), so `gemm_eff_max` moves nothing (recording a fit would switch the grids and the
+attention device facts off for torchtitan); the host cost is the device profiles' measured one; the memory-bound
+kernels' bandwidth share (`bw_eff`) chose the floor of its range (0.30) on every four sources, a stand-in for what
+is missing, not a bandwidth. Rows no preset describes (T4, a two-layer Llama 4 Scout) are counted as skipped.
 
-    flock /tmp/scaledl-heavy.lock .venv/bin/python -m bench.torchtitan_eval [--shared PATH] [--record]
-
-`--record` stores the in-file constants as torchtitan's in predictor/checkpoints/framework-constants.json (every
-torchtitan prediction on Hopper and Blackwell then uses them).
+    .venv/bin/python -m bench.torchtitan_eval [--shared PATH]
 """
 
 from __future__ import annotations
 
-import datetime
-import itertools
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from bench import common
-from predictor.frameworks.base import CONSTANTS_FILE
 from predictor.graph_cache import graph_for
-from predictor.hardware import GENERATIONS
 from predictor.memory.facts import GIB
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.models.roofline import AnalyticalConfig, device_config
 from predictor.plan import Plan
 from predictor.workload import WorkloadSpec, parse_spec
 
@@ -50,11 +44,6 @@ DEVICES = {"h100-96gb-500w": "h100", "h200": "h200", "b200-power-limited": "b200
            "gb200 (INFERRED)": "gb200"}
 PRESETS = ("llama3.1-8b", "llama3.1-70b", "llama3-8b", "qwen3-8b")
 GPUS_PER_NODE = {"T5": 4}  # T5 ran on 4 GPUs; the others on 8-GPU hosts
-# The constant chosen leave-one-source-out: the large-GEMM fraction of peak torchtitan's kernels sustain in a step,
-# from 0.30 to the Hopper GEMM table's 0.878 (`device_config`). torchtitan's host cost (`host_op_s` 10-40 us) was
-# tried beside it and chose first principles (10 us) without every source alike; the FSDP2 and async-TP overlap is
-# priced by its mechanism (`predictor.models.overlap`), not fitted.
-GRID: dict[str, tuple[float, ...]] = {"gemm_eff_max": tuple(np.round(np.arange(0.30, 0.901, 0.05), 2))}
 GIGA = 1e9
 
 
@@ -133,46 +122,24 @@ def load(path: Path) -> Rows:
     return Rows(frame, rows, measured, memory, frame["source"].to_numpy(), len(df) - len(built))
 
 
-def configs() -> list[dict[str, float]]:
-    """Every combination of GRID's values."""
-    return [dict(zip(GRID, map(float, values))) for values in itertools.product(*GRID.values())]
-
-
-def predict(rows: list[tuple], constants: dict[str, float] | None) -> tuple[np.ndarray, np.ndarray]:
-    """(iteration seconds, peak GiB) of each row under `constants` over its generation's first principles (None: the
-    recorded constants, as a torchtitan prediction uses them)."""
-    out = []
-    for spec, graph, plan in rows:
-        cfg = None if constants is None else replace(device_config(GENERATIONS[spec.cluster.device]), **constants)
-        p = AnalyticalPredictor(cfg).predict(spec, graph, [plan])[0]
-        out.append((p.iter_time_s, p.peak_memory_gib))
-    return tuple(np.array(col) for col in zip(*out))
+def predict(rows: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
+    """(iteration seconds, peak GiB) of each row, as a torchtitan prediction prices it."""
+    out = [AnalyticalPredictor().predict(spec, graph, [plan])[0] for spec, graph, plan in rows]
+    return np.array([p.iter_time_s for p in out]), np.array([p.peak_memory_gib for p in out])
 
 
 @dataclass(frozen=True)
 class Evaluation:
-    """The rows predicted from first principles, with the constants chosen on every row (in-file) and without each
-    row's source (cv), and the peak memory (nothing fitted)."""
+    """The rows and their predicted iteration seconds and peak GiB (nothing fitted)."""
 
     rows: Rows
-    first_principles: np.ndarray
-    in_file: np.ndarray
-    cv: np.ndarray
+    time: np.ndarray
     memory: np.ndarray
-    chosen: dict[str, dict[str, float]]
-    in_file_constants: dict[str, float]
 
 
 def evaluate(path: Path) -> Evaluation:
-    """Every row predicted at every grid point once; each held-out source takes the point with the lowest MAPE on
-    the other sources' rows (`common.leave_one_group_out`)."""
     rows = load(path)
-    grid = configs()
-    table = np.array([predict(rows.rows, c)[0] for c in grid])
-    choice = common.leave_one_group_out(table, rows.measured, rows.sources)
-    fp, memory = predict(rows.rows, {})
-    return Evaluation(rows, fp, table[choice.in_file], choice.cv, memory,
-                      {s: grid[i] for s, i in choice.without.items()}, grid[choice.in_file])
+    return Evaluation(rows, *predict(rows.rows))
 
 
 def per_source(errors: np.ndarray, sources: np.ndarray) -> str:
@@ -182,36 +149,23 @@ def per_source(errors: np.ndarray, sources: np.ndarray) -> str:
 
 def main() -> int:
     parser = common.parser(__doc__, shared=True)
-    parser.add_argument("--record", action="store_true", help="store the in-file constants as torchtitan's")
     args = parser.parse_args()
     (path,) = common.ground_truth(args.shared, FILE)
     ev = evaluate(path)
     r = ev.rows
-    print(f"{'src':<4} {'model':<13} {'precision':<34} {'ac':<10} {'plan':<28} {'meas s':>7} {'first':>7} "
-          f"{'in-file':>7} {'cv':>7}  {'meas GiB':>8} {'pred GiB':>8}")
+    print(f"{'src':<4} {'model':<13} {'precision':<34} {'ac':<10} {'plan':<28} {'meas s':>7} {'pred s':>7} {'err':>7}  "
+          f"{'meas GiB':>8} {'pred GiB':>8}")
     for j, (spec, _, plan) in enumerate(r.rows):
         f = r.frame.iloc[j]
-        err = [100 * (p[j] / r.measured[j] - 1) for p in (ev.first_principles, ev.in_file, ev.cv)]
         print(f"{f['source']:<4} {f['model']:<13} {str(f['precision'])[:34]:<34} {plan.recompute:<10} "
               f"{f'dp={plan.dp},tp={plan.tp},mbs={plan.mbs},{plan.overlap}':<28} {r.measured[j]:>7.2f} "
-              + " ".join(f"{e:>+6.1f}%" for e in err) + f"  {r.memory[j]:>8.1f} {ev.memory[j]:>8.1f}")
-    time_errors = {name: common.ape(p, r.measured) for name, p in
-                   (("first principles", ev.first_principles), ("in-file", ev.in_file),
-                    ("leave-one-source-out", ev.cv))}
-    for name, e in time_errors.items():
-        print(f"time MAPE, {name}: {e.mean():.1f}%  ({per_source(e, r.sources)})")
+              f"{ev.time[j]:>7.2f} {100 * (ev.time[j] / r.measured[j] - 1):>+6.1f}%  {r.memory[j]:>8.1f} "
+              f"{ev.memory[j]:>8.1f}")
+    time = common.ape(ev.time, r.measured)
+    print(f"time MAPE (nothing fitted): {time.mean():.1f}%  ({per_source(time, r.sources)})")
     mem = common.ape(ev.memory, r.memory)
     print(f"memory MAPE (nothing fitted): {np.nanmean(mem):.1f}% over {int((~np.isnan(mem)).sum())} rows  "
-          f"({per_source(mem, r.sources)})")
-    print(f"in-file constants {ev.in_file_constants}; without each source: {ev.chosen}; skipped rows: {r.skipped}")
-    if args.record:
-        common.record_constants(CONSTANTS_FILE, FRAMEWORK, {
-            "constants": ev.in_file_constants,
-            "generations": sorted({GENERATIONS[spec.cluster.device] for spec, _, _ in r.rows}),
-            "source": f"{FILE}: {len(r.rows)} rows of sources {', '.join(sorted(set(r.sources)))}, chosen on all of "
-                      f"them (MAPE {time_errors['in-file'].mean():.1f}%); leave-one-source-out MAPE "
-                      f"{time_errors['leave-one-source-out'].mean():.1f}%",
-            "measured_by": "bench/torchtitan_eval.py --record", "date": datetime.date.today().isoformat()})
+          f"({per_source(mem, r.sources)}); skipped rows: {r.skipped}")
     return 0
 
 
