@@ -133,3 +133,29 @@ def test_async_tp_without_compile_is_refused() -> None:
     errors = run_errors(plan, _spec(nodes=8, batch=96, compile_=False))
     assert any("Async TP requires torch.compile" in e and "training.compile" in e for e in errors)
     assert run_errors(plan, _spec(nodes=8, batch=96)) == []  # unset: compiled, as async TP needs
+
+
+@pytest.mark.parametrize("device,recipe,converter", [("h100", None, "quantize.linear.float8"),
+                                                     ("b200", None, "quantize.linear.mx"),
+                                                     ("b200", "current", "quantize.linear.float8")])
+def test_the_float8_recipe_picks_torchaos_converter(device: str, recipe: str | None, converter: str,
+                                                    tmp_path: Path) -> None:
+    training = {"global_batch": 16, "framework": "torchtitan", "precision": "fp8", **({"recipe": recipe} if recipe else {})}
+    spec = parse_spec({"model": {"preset": "llama3.1-8b", "seq_len": 8192}, "training": training,
+                       "cluster": {"device": device}})
+    plan = Plan(dp=8, mbs=2, zero=3, recompute="selective")
+    path = tmp_path / TOML_FILE
+    path.write_text(launch_files(plan, spec)[TOML_FILE])
+    config = tomllib.loads(path.read_text())
+    assert config["model"]["converters"] == [converter]
+    assert read_back(path, spec) == as_run(plan, TITAN)
+    bf16 = parse_spec({**spec.model_dump(exclude_none=True), "training": {"global_batch": 16, "framework": "torchtitan"}})
+    with pytest.raises(LaunchError, match="training.recipe"):
+        read_back(path, bf16)
+
+
+def test_a_recipe_torchao_does_not_run_is_refused() -> None:
+    spec = parse_spec({"model": {"preset": "llama3.1-8b", "seq_len": 8192},
+                       "training": {"global_batch": 16, "framework": "torchtitan", "precision": "fp8",
+                                    "recipe": "delayed"}, "cluster": {"device": "h100"}})
+    assert any("training.recipe delayed" in e for e in run_errors(Plan(dp=8, mbs=2, zero=3), spec))

@@ -61,6 +61,8 @@ JOB_CONFIG: dict[str, dict[str, Any]] = {
     "quantize.linear.float8": {"enable_fsdp_float8_all_gather": bool, "precompute_float8_dynamic_scale_for_fsdp": bool,
                                "recipe_name": ("tensorwise", "rowwise", "rowwise_with_gw_hp"), "filter_fqns": [str],
                                "emulate": bool},
+    "quantize.linear.mx": {"mxfp8_dim1_cast_kernel_choice": ("triton", "cuda", "torch"), "recipe_name": str,
+                           "filter_fqns": [str]},
 }
 
 

@@ -12,7 +12,8 @@ off; SDPA flash attention.
 
 Launch file: `torchtitan.toml` for `torchtitan.train --job.config_file`, the job config of torchtitan 0.2.2 (PyPI;
 `torchtitan/config/job_config.py`, loaded by `config/manager.py`'s ConfigManager), the last release with that TOML
-loader: 0.3 builds its config from Python `config_registry` functions. Float8 is `[quantize.linear.float8]`.
+loader: 0.3 builds its config from Python `config_registry` functions. Float8 is `[quantize.linear.float8]`
+(tensorwise) or `[quantize.linear.mx]` (MXFP8), by the spec's recipe (`CONVERTERS`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from predictor.frameworks.kernels import KernelChoices, Kernels
 from predictor.frameworks.base import (Framework, Launch, LaunchError, hidden, inverse, other_orders, overlap_value,
                                        read_degrees, recorded_constants)
+from predictor.hardware import GENERATIONS, default_recipe
 from predictor.memory.facts import MIB, MemoryFacts
 from predictor.plan import AXES, AXIS, OVERLAP_KINDS, Plan, overlap_kinds
 
@@ -60,6 +62,10 @@ def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
                       f"parallelize asserts it: sequence-parallel norms split the sequence over tp, context "
                       f"parallelism into 2*cp chunks), which seq_len={tokens} is not (use a model.seq_len that is a "
                       f"multiple of {divisor}{other})")
+    recipe = _recipe(spec)
+    if recipe is not None and recipe not in CONVERTERS:
+        errors.append(f"runs float8 as torchao's converters do, dynamic tensorwise scaling (training.recipe current) "
+                      f"or MXFP8 (mxfp8), not training.recipe {recipe} (use current or mxfp8)")
     blocks = _chunk_blocks(plan, spec)
     if plan.recompute_layers and (plan.recompute != "full" or blocks % plan.recompute_layers
                                   or spec.model.num_blocks % (plan.pp * plan.v)):
@@ -214,9 +220,9 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
     """torchtitan's job config for a plan from `as_run`, by TOML table.
 
     zero=0 replicates over dp (DDP), zero=2/3 shards over dp·cp with FSDP2 (reshard never/always); stages
-    are pp·v chunks of equal layers where they divide (`_stage_split` otherwise); float8 is tensorwise scaling with
-    float8 all-gathers under FSDP2, named by no recipe_name (Float8LinearConverter refuses a recipe beside FSDP float8
-    all-gathers). torch.compile of the blocks and the loss is the spec's training.compile, else on where float8 or
+    are pp·v chunks of equal layers where they divide (`_stage_split` otherwise); float8 is the spec's recipe: current
+    scaling as torchao's tensorwise with float8 all-gathers under FSDP2, named by no recipe_name (Float8LinearConverter
+    refuses a recipe beside FSDP float8 all-gathers), or MXFP8 as `[quantize.linear.mx]` mxfp8_cublas. torch.compile of the blocks and the loss is the spec's training.compile, else on where float8 or
     async TP need it to pay off (`_compiles`). The model is the
     shipped flavor with the spec's dimensions, else `UNREGISTERED` (to register); a mixture of experts runs its routed
     experts without tensor parallelism (expert_tensor_parallel_degree 1, as the prediction prices them).
@@ -248,13 +254,31 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
                    pipeline_parallel_last_stage_less_layers=last, pipeline_parallel_microbatch_size=plan.mbs)
     par["context_parallel_rotate_method"] = _ROTATE[plan.cp_comm]
     config["activation_checkpoint"] = _checkpointing(plan, spec)
-    fp8 = t.precision == "fp8"
     config["compile"] = {"enable": TORCHTITAN.compiled(plan, spec), "components": ["model", "loss"]}
-    if fp8:
+    recipe = _recipe(spec)
+    if recipe == "current":
         config["model"]["converters"] = ["quantize.linear.float8"]
         config["quantize.linear.float8"] = {"filter_fqns": ["output"], "enable_fsdp_float8_all_gather": plan.zero >= 2,
                                             "precompute_float8_dynamic_scale_for_fsdp": plan.zero >= 2}
+    elif recipe == "mxfp8":
+        config["model"]["converters"] = ["quantize.linear.mx"]
+        config["quantize.linear.mx"] = {"recipe_name": "mxfp8_cublas", "filter_fqns": ["output"]}
     return config
+
+
+# The float8 recipes torchtitan runs through torchao's converters, by the spec's recipe name: dynamic tensorwise
+# scaling (`[quantize.linear.float8]`, torchao.float8: TE's current scaling) and MXFP8 (`[quantize.linear.mx]`,
+# recipe mxfp8_cublas: torchao.prototype.mx_formats); torchao has no delayed or 128-block scaling recipe in them.
+CONVERTERS = {"current": "quantize.linear.float8", "mxfp8": "quantize.linear.mx"}
+
+
+def _recipe(spec: "WorkloadSpec") -> str | None:
+    """The low-precision recipe the spec trains with: training.recipe, else the device's default (None in BF16/FP32)."""
+    t = spec.training
+    if t.precision not in ("fp8", "fp4"):
+        return None
+    gen = GENERATIONS.get(spec.cluster.device)
+    return t.recipe or (default_recipe(t.precision, gen) if gen else None)
 
 
 def _toml_value(value: Any) -> str:
@@ -320,6 +344,11 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
     plan = Plan(**degrees, mbs=mbs, zero=zero, recompute=recompute, recompute_layers=recompute_layers,
                 sp=degrees["tp"] > 1, schedule=schedule, v=v, placement="tp-cp-dp-pp",
                 overlap=overlap_value(kinds), cp_comm=inverse(_ROTATE)[par["context_parallel_rotate_method"]])
+    converters = config["model"].get("converters", [])
+    if converters != [CONVERTERS[r] for r in (_recipe(spec),) if r in CONVERTERS]:
+        raise LaunchError(f"{TOML_FILE} converts its linears with {converters or 'nothing'}, which is not the "
+                          f"spec's precision {spec.training.precision} and training.recipe: set them to what the file "
+                          f"runs ({', '.join(f'{k} for {v}' for k, v in CONVERTERS.items())}; bf16 for none)")
     if compiled != TORCHTITAN.compiled(plan, spec):
         raise LaunchError(f"{TOML_FILE} sets [compile] enable = {str(compiled).lower()}, but the spec predicts it "
                           f"{'compiled' if not compiled else 'eager'}: set training.compile: "
