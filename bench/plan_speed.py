@@ -59,6 +59,8 @@ def run_once(spec: str, space: str | None, nodes: str | None, predictor: str, ou
     if proc.returncode != 0:
         raise SystemExit(f"scaledl plan failed ({proc.returncode}): {proc.stderr.read()[-2000:]}")
     report = json.loads((out / "report.json").read_text())
+    if (out / "timings.json").exists():  # with the report's and the shutdown's (a checkout before it wrote none)
+        report["search"]["timings"] = json.loads((out / "timings.json").read_text())
     # CPU seconds of the whole tree (sampled every 0.1 s, so the last tenth of a second is missed): on a
     # shared machine this, not the wall time, says what the command costs; / 2 bounds an idle 2-core run.
     return {"wall_s": wall, "peak_rss_gib": peak / 2**30, "cpu_s": sum(cpu.values()), "report": report}
@@ -139,9 +141,16 @@ def _print_run(label: str, r: dict) -> None:
     print(f"{label:>3} {r['wall_s']:>7.2f} {r['cpu_s']:>6.1f} {s['timings']['ray_init_s'] + s['timings']['graph_wait_s']:>11.2f} {s['search_s']:>8.2f} "
           f"{s['evaluated_plans']:>7} {s['plans_per_s']:>8.0f} {r['peak_rss_gib']:>8.2f}  {top}")
     # replicas_ready overlaps the search (Tune starts while the replicas load): not in the sum.
-    sequential = sum(v for k, v in s["timings"].items() if k != "replicas_ready_s")
-    print("     phases (s): " + ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in s["timings"].items())
-          + f"; outside run_plan (python start, imports, report, exit) {r['wall_s'] - sequential:.2f}"
+    t = s["timings"]
+    sequential = sum(v for k, v in t.items() if k not in ("replicas_ready_s", "total_s") and not k.endswith("_own_s"))
+    if "startup_s" in t:
+        print(f"     split (s): imports {t['startup_s']:.2f}, Ray start {t['ray_init_s']:.2f} (meanwhile graph "
+              f"{t['graph_own_s']:.2f}, enumeration {t['enumeration_own_s']:.2f}, report imports "
+              f"{t['report_imports_own_s']:.2f}), then waiting on graph + enumeration "
+              f"{t['enumerate_s'] + t['graph_wait_s']:.2f}, prediction (search) {t['search_s']:.2f}, report "
+              f"{t['levers_s'] + t['wider_s'] + t['report_s']:.2f}, shutdown {t['shutdown_s']:.2f}")
+    print("     phases (s): " + ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in t.items())
+          + f"; outside the phases (python start and imports before timings had them, exit) {r['wall_s'] - sequential:.2f}"
           + f"; search after the replicas were ready: {s['search_after_ready_s']:.2f} s = "
           f"{s['plans_per_s_after_ready']:.0f} plans/s; once the first trial ran: {s['running_s']:.2f} s = "
           f"{s['plans_per_s_running']:.0f} plans/s; trials predicting: {s['predict_s']:.2f} s = "

@@ -4,21 +4,23 @@ replicas -> search (Ray Tune, or batches sent straight to the replicas) -> repor
 With several cluster sizes (`--nodes`) the valid plans of every size are concatenated into one search (a plan's
 degrees multiply to its size's GPU count, so the plan names its size), and the replicas hold the one graph.
 
-Ray is embedded (a private local instance, never someone else's) unless an address is given; the
-plans are enumerated and the layer graph built while Ray starts, and the search starts while the
+Without an address the Ray already running for this machine is used (RAY_ADDRESS, or a `ray start` cluster),
+else an embedded one is started for the command (private: never another command's); the plans are enumerated and the layer graph built while Ray starts, and the search starts while the
 replicas load, since each takes a second or more and neither needs the other to begin.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import ValidationError
 
@@ -86,11 +88,28 @@ def enumerate_sizes(specs: list[WorkloadSpec], space: SpaceConfig) -> Enumeratio
                        rejected=rejected, pruned=pruned)
 
 
+def running_ray() -> str | None:
+    """The Ray already running for this machine: RAY_ADDRESS, else the cluster `ray start` recorded in Ray's temporary
+    directory if its GCS still runs here (Ray itself would take a stale record and fail to connect); None when there is
+    none (a command then starts its own)."""
+    from ray._private.services import find_bootstrap_address, find_gcs_addresses
+
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    recorded = find_bootstrap_address(None)
+    return recorded if recorded is not None and recorded in find_gcs_addresses() else None
+
+
 def _connect(address: str | None) -> bool:
-    """Initialise Ray; True if this call started it (and so must shut it down)."""
+    """Initialise Ray (without an address: the one running here, else a new embedded one); True if this call started
+    it (and so must shut it down)."""
     import ray
 
     if ray.is_initialized():
+        return False
+    running = running_ray() if address is None else None
+    if running is not None:
+        init_ray(address=running, log_to_driver=False, logging_level=logging.WARNING)
         return False
     if address is None:
         # Idle workers prestarted as Ray starts (one per CPU) are there when the replicas and the result
@@ -128,6 +147,26 @@ def _import_report() -> None:
     pyplot()
 
 
+def _since_process_start() -> float:
+    """Seconds since this process started (Python's start and the command's imports, before `run_plan`): the kernel's
+    start time of the process and the clock since boot, both in the same clock, so exact to a clock tick."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, AttributeError, IndexError, ValueError):  # not Linux: unknown
+        return 0.0
+
+
+def _timed(timings: dict[str, float], name: str, work: Callable[..., Any], *args: Any) -> Any:
+    """`work(*args)`, its seconds recorded in `timings[name]` (work done in a thread beside Ray's start: its own time,
+    overlapped, not a phase of the run's sum)."""
+    start = time.perf_counter()
+    try:
+        return work(*args)
+    finally:
+        timings[name] = time.perf_counter() - start
+
+
 def _wait_ready(pool: Any) -> tuple[list[dict[str, Any]], float]:
     """The replicas' `info()` once all have loaded their predictor, and when that was (perf_counter)."""
     infos = pool.ready()
@@ -144,6 +183,7 @@ def _root_cause(err: Exception) -> str:
 def run_plan(req: PlanRequest) -> "Report":
     """Search the plans of `req.spec`, write the report into `req.out`; returns the report."""
     t0 = time.perf_counter()
+    req.timings["startup_s"] = _since_process_start()
     import ray
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -182,8 +222,9 @@ def run_plan(req: PlanRequest) -> "Report":
     sys.setswitchinterval(1e-4)
     try:
         with ThreadPoolExecutor(3) as ex:
-            enumerating = ex.submit(_enumerate, specs, space, options)
-            graph_job, imports = ex.submit(_graph, spec.model), ex.submit(_import_report)
+            enumerating = ex.submit(_timed, req.timings, "enumeration_own_s", _enumerate, specs, space, options)
+            graph_job = ex.submit(_timed, req.timings, "graph_own_s", _graph, spec.model)
+            imports = ex.submit(_timed, req.timings, "report_imports_own_s", _import_report)
             started = _connect(req.address)
             lap("ray_init_s")
             try:
@@ -289,4 +330,9 @@ def run_plan(req: PlanRequest) -> "Report":
             ray.shutdown()
     lap("shutdown_s")
     req.timings["total_s"] = time.perf_counter() - t0
+    # Where the command's time went, shutdown included (report.json is written before it): read by bench.plan_speed.
+    done_at = Path(req.out) / "timings.json"
+    tmp = done_at.with_name(f".{done_at.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({k: round(v, 3) for k, v in req.timings.items()}, indent=1))
+    os.replace(tmp, done_at)
     return report

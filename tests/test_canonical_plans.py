@@ -67,3 +67,4 @@ def test_plan_list_is_the_list_of_its_plans() -> None:
     assert joined[-1] == Plan(dp=1024) and list(joined[:-1]) == list(chosen)
     assert (joined.gpus() == 1024).all() and isinstance(joined.blocks[-1], Listed)
     assert np.array_equal(plans.gpus(), [p.gpus for p in every])
+
