@@ -69,6 +69,15 @@ def test_ranking_is_by_time_and_never_includes_infeasible_plans() -> None:
         rank(result, "cost")
 
 
+def test_ties_are_named_only_where_a_report_reads_their_order() -> None:
+    evs, limit = evaluated(0.6)
+    result = result_of(evs, limit)
+    full, first = rank(result), rank(result, named=5)
+    assert sorted(full) == sorted(first) and list(full[:5]) == list(first[:5])
+    times = result.table.iter_time_s[first]
+    assert np.all(np.diff(times) >= 0)  # still ranked; ties beyond the first 5 in the order searched
+
+
 @pytest.mark.parametrize("by", ["time", "cost"])
 def test_ranking_from_columns_orders_as_sorting_the_plans_would(by: str) -> None:
     """Ties (many plans share a time and a peak) break on memory, then on the plan's text, as sorting Python tuples

@@ -55,7 +55,8 @@ def build_report(*, spec: WorkloadSpec, spec_path: str, device: Device, predicto
     limit_gib = result.stats["memory_limit_gib"]
     sizes = sizes or [spec]
     t, gpus = result.table.iter_time_s, result.gpus
-    order = rank(result, by, price)
+    goal_set = goal.deadline_days is not None or goal.budget_usd is not None  # it may filter out the first rows
+    order = rank(result, by, price, named=None if goal_set else max(top_k, LIST_CAP))
     ranked = order[within_goal(t[order], gpus[order], spec, price, goal)]
     listed = ranked[: max(top_k, LIST_CAP)]
     interval = Interval.of(predictor.get("accuracy"))

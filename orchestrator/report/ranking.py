@@ -44,10 +44,12 @@ def measure(result: SearchResult, by: str) -> np.ndarray:
     return t if by == "time" else t * result.gpus
 
 
-def rank(result: SearchResult, by: str = "time", price: float | None = None) -> np.ndarray:
+def rank(result: SearchResult, by: str = "time", price: float | None = None, named: int | None = None) -> np.ndarray:
     """The rows of the feasible plans, best first: by iteration time (days to train: every size runs the same global
     batch), or by GPU-seconds per iteration (throughput per GPU, and cost at one price per GPU-hour). Cost needs a price
-    to report it."""
+    to report it. Plans alike in both break ties on their text among the first `named` rows (all when None; beyond
+    them, the order they were searched in: a full space has tens of thousands of such ties, and naming each plan
+    costs seconds where no report reads their order)."""
     if by not in RANK_BY:
         raise ValueError(f"rank by one of {', '.join(RANK_BY)}, not {by!r}")
     if by == "cost" and price is None:
@@ -60,6 +62,8 @@ def rank(result: SearchResult, by: str = "time", price: float | None = None) -> 
     starts = np.flatnonzero(np.concatenate([[True], (m[1:] != m[:-1]) | (peak[1:] != peak[:-1])]))
     ends = np.append(starts[1:], len(order))
     for a, b in zip(starts.tolist(), ends.tolist()):
+        if named is not None and a >= named:
+            break
         if b - a > 1:
             order[a:b] = sorted(order[a:b].tolist(), key=lambda i: str(result.plans[i]))
     return order
