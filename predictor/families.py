@@ -44,6 +44,8 @@ class Family:
     eager_attention: traced with transformers' eager attention (no SDPA path: attention sinks, soft-capping).
     loss_type: transformers' loss name where its class name does not name one.
     extra_tokens: positions beyond the patches of a vision model (class, distillation tokens).
+    honours: the optional model fields (`OPTIONAL_FIELDS`) its built model and its pricing follow; a spec that sets
+        another is refused, naming the field, rather than priced as a model it does not build.
     """
 
     name: str
@@ -66,10 +68,11 @@ class Family:
     eager_attention: bool = False
     loss_type: str | None = None
     extra_tokens: int = 0
+    honours: frozenset[str] = frozenset()
 
     @property
     def decoder(self) -> bool:
-        """Causal self-attention over one sequence: what context parallelism splits, and a fused kernel skips half of."""
+        """Causal self-attention over one sequence: what context parallelism splits and a fused kernel halves."""
         return self.kind == "decoder"
 
     @property
@@ -77,6 +80,20 @@ class Family:
         """A transformers model whose forward takes `use_cache` (traced with it off)."""
         return self.model_class is not None and self.kind in ("decoder", "seq2seq")
 
+
+# Model fields beyond the dims every family has (hidden, layers, heads, seq_len, vocab), with the value that asks
+# for nothing (None: unset; kv_heads equal to heads and head_dim of hidden / heads are plain attention).
+OPTIONAL_FIELDS: dict[str, Any] = {
+    "kv_heads": None, "head_dim": None, "ffn_hidden": None, "kwargs": {}, "decoder_layers": None,
+    "image_size": None, "patch_size": None, "sliding_window": None, "global_every": None, "experts": None,
+    "top_k": None, "expert_ffn": None, "shared_experts": 0, "dense_layers": 0, "router": "softmax",
+    "q_lora_rank": None, "kv_lora_rank": None, "qk_rope_head_dim": None, "qk_nope_head_dim": None,
+    "v_head_dim": None, "mtp_layers": 0,
+}
+_TEXT = frozenset({"ffn_hidden", "kwargs"})
+_DECODER = _TEXT | {"kv_heads", "head_dim", "sliding_window"}
+_ROUTED = frozenset({"experts", "top_k", "expert_ffn"})
+_MLA = frozenset({"q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"})
 
 FAMILIES: dict[str, Family] = {}
 # The families `scaledl profile` measures on the design grids (`predictor.design`), in its order: the ScaleDL paper's.
@@ -209,30 +226,39 @@ def _deepseek_v3_config(m: Any, extra: dict[str, Any]) -> Any:
 
 _GEMMA_PARTS = ("GeGLU with tanh GELU", "the post-attention and post-MLP RMSNorms")
 for _family in (
-    Family("gpt", "decoder", layout="megatron"),
-    Family("gpt2", "decoder", "GPT2LMHeadModel", _gpt2_config, "gpt2", layout="transformer_h", loss_type="ForCausalLM"),
-    Family("bert", "encoder", "BertForMaskedLM", _bert_config, "bert", layout="masked_lm"),
+    Family("gpt", "decoder", layout="megatron", honours=frozenset({"ffn_hidden"})),  # ScaleDL's GPT: MHA, no kwargs
+    Family("gpt2", "decoder", "GPT2LMHeadModel", _gpt2_config, "gpt2", layout="transformer_h", loss_type="ForCausalLM",
+           honours=_TEXT),
+    Family("bert", "encoder", "BertForMaskedLM", _bert_config, "bert", layout="masked_lm", honours=_TEXT),
     Family("t5", "seq2seq", "T5ForConditionalGeneration", _t5_config, "t5", layout="seq2seq",
-           config_defaults={"pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0}),  # google-t5 configs
+           config_defaults={"pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0},  # google-t5 configs
+           honours=_TEXT | {"decoder_layers"}),
     Family("vit", "vision", "ViTForImageClassification", _vision_config("ViTConfig"), "vit", layout="vision",
-           extra_tokens=1),
+           extra_tokens=1, honours=_TEXT | {"image_size", "patch_size"}),
     Family("deit", "vision", "DeiTForImageClassification", _vision_config("DeiTConfig"), "deit", layout="vision",
-           extra_tokens=2),
+           extra_tokens=2, honours=_TEXT | {"image_size", "patch_size"}),
     Family("llama", "decoder", "LlamaForCausalLM", _decoder_config("LlamaConfig"), "llama", experts_as="mixtral",
-           gated_ffn=True, llama_args=True, layout="hf_decoder", launch_names={"torchtitan": "llama3"}),
+           gated_ffn=True, llama_args=True, layout="hf_decoder", launch_names={"torchtitan": "llama3"},
+           honours=_DECODER | _ROUTED),
     Family("qwen3", "decoder", "Qwen3ForCausalLM", _decoder_config("Qwen3Config"), "qwen3", gated_ffn=True,
-           llama_args=True, qk_norm=True, layout="hf_decoder", launch_names={"torchtitan": "qwen3"}),
+           llama_args=True, qk_norm=True, layout="hf_decoder", launch_names={"torchtitan": "qwen3"}, honours=_DECODER),
     Family("gemma2", "decoder", "Gemma2ForCausalLM", _decoder_config("Gemma2Config"), "gemma2", global_every=2,
-           extra_parts=(*_GEMMA_PARTS, "logit soft-capping"), launch_names={"torchtitan": None}, eager_attention=True),
+           extra_parts=(*_GEMMA_PARTS, "logit soft-capping"), launch_names={"torchtitan": None}, eager_attention=True,
+           honours=_DECODER | {"global_every"}),
     Family("gemma3", "decoder", "Gemma3ForCausalLM", _decoder_config("Gemma3TextConfig"), "gemma3_text",
-           global_every=6, qk_norm=True, extra_parts=_GEMMA_PARTS, launch_names={"torchtitan": None}),
+           global_every=6, qk_norm=True, extra_parts=_GEMMA_PARTS, launch_names={"torchtitan": None},
+           honours=_DECODER | {"global_every"}),
     Family("mixtral", "decoder", "MixtralForCausalLM", _mixtral_config, "mixtral", moe=True, gated_ffn=True,
-           layout="hf_decoder", launch_names={"torchtitan": "llama4"}),  # torchtitan's MoE of Mixtral's shape
+           layout="hf_decoder", launch_names={"torchtitan": "llama4"},  # torchtitan's MoE of Mixtral's shape
+           honours=_DECODER | _ROUTED),
     Family("qwen3_moe", "decoder", "Qwen3MoeForCausalLM", _qwen3_moe_config, "qwen3_moe", moe=True, gated_ffn=True,
-           qk_norm=True, layout="hf_decoder", launch_names={"torchtitan": "qwen3"}),
+           qk_norm=True, layout="hf_decoder", launch_names={"torchtitan": "qwen3"},
+           honours=_DECODER | _ROUTED | {"dense_layers"}),
     Family("deepseek_v3", "decoder", "DeepseekV3ForCausalLM", _deepseek_v3_config, "deepseek_v3", moe=True,
-           gated_ffn=True, launch_names={"torchtitan": "deepseek_v3"}),
+           gated_ffn=True, launch_names={"torchtitan": "deepseek_v3"},
+           honours=_TEXT | _ROUTED | _MLA | {"kv_heads", "shared_experts", "dense_layers", "router", "mtp_layers"}),
     Family("gpt_oss", "decoder", "GptOssForCausalLM", _gpt_oss_config, "gpt_oss", moe=True, gated_ffn=True,
-           expert_biases=True, eager_attention=True, launch_names={"torchtitan": "gpt_oss"}),
+           expert_biases=True, eager_attention=True, launch_names={"torchtitan": "gpt_oss"},
+           honours=_TEXT | _ROUTED | {"kv_heads", "head_dim"}),
 ):
     register(_family)

@@ -4,8 +4,8 @@ Building a graph imports torch and traces the model (seconds for GPT-3 175B), wh
 loads in milliseconds; `scaledl plan` is run again and again on the same models. A graph is keyed
 by the model spec and by what it is built from (the source of every module of the graph builder
 `predictor.graph_build`, the family records, the model zoo, graph types, presets, tensor-parallel roles and MoE tracing;
-the torch and transformers versions), so a change to any of them builds it afresh. Models defined by user code (`module:`) or a config file (`hf_config:`) are kept in memory
-only: their source can change under the same spec. `SCALEDL_GRAPH_CACHE` moves the folder; a read-only one only costs speed.
+the torch and transformers versions), so a change to any of them builds it afresh. Models defined by user code (`module:`) are kept in memory only: their source can change under the
+same spec (an `hf_config:` spec holds its whole config, and the transformers version is in the key). `SCALEDL_GRAPH_CACHE` moves the folder; a read-only one only costs speed.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _builder_fingerprint() -> str:
 
 
 def _disk_path(model: ModelSpec, key: str) -> Path | None:
-    if model.module is not None or model.hf_config is not None:
+    if model.module is not None:
         return None
     return CACHE_DIR / f"{hashlib.sha1((key + _builder_fingerprint()).encode()).hexdigest()[:24]}.pkl"
 

@@ -161,19 +161,28 @@ def _hf_config(model: ModelSpec) -> Any:
         model_type = cfg.pop("model_type")
         fam = by_hf_model_type(model_type)
         cfg = {**(fam.config_defaults if fam is not None else {}), **cfg}
-        cfg.setdefault("attn_implementation", "sdpa")
-        return tf.AutoConfig.for_model(model_type, **cfg)
+        if fam is not None:  # a family's model traces with SDPA; another architecture with its own default
+            cfg.setdefault("attn_implementation", "sdpa")
+        config = tf.AutoConfig.for_model(model_type, **cfg)
+        _balanced_experts(config)  # a mixture of experts of any architecture: its experts traced with balanced routing
+        return config
     fam = _built_as(model)
     assert fam.config is not None
     extra = {**fam.config_defaults, **model.kwargs}  # family specs: kwargs are extra config fields (e.g. t5 d_kv)
     cfg = fam.config(model, extra)
     cfg._attn_implementation = "eager" if fam.eager_attention else "sdpa"
-    if fam.moe:  # experts traced with balanced routing (`predictor.moe_tracing`)
-        from predictor.moe_tracing import BALANCED, register_balanced_experts
-
-        register_balanced_experts()
-        cfg._experts_implementation = BALANCED
+    if fam.moe:
+        _balanced_experts(cfg)
     return cfg
+
+
+def _balanced_experts(config: Any) -> None:
+    """Trace the config's experts (transformers' experts implementations) with balanced routing
+    (`predictor.moe_tracing`); a model without such experts ignores it."""
+    from predictor.moe_tracing import BALANCED, register_balanced_experts
+
+    register_balanced_experts()
+    config._experts_implementation = BALANCED
 
 
 def _built_as(model: ModelSpec) -> Family:
@@ -265,12 +274,12 @@ def build_model(model: ModelSpec, device: str | torch.device = "meta", dtype: to
         return _cast(module, dtype)
     import transformers as tf
 
-    fam = _built_as(model)
+    fam = _built_as(model) if model.family is not None else None
     with user_model_errors(model, "building the model"):
         cfg = _hf_config(model)
         with device:
-            module = getattr(tf, fam.model_class)(cfg)
-    if fam.loss_type is not None:  # its class name does not name its loss; transformers falls back to it with a warning
+            module = getattr(tf, fam.model_class)(cfg) if fam else tf.AutoModelForCausalLM.from_config(cfg)
+    if fam is not None and fam.loss_type is not None:  # its class name names no loss: transformers warns, then uses it
         module.loss_type = fam.loss_type
     return _cast(module, dtype)
 
@@ -315,7 +324,7 @@ def example_inputs(model: ModelSpec, batch: int, device: str | torch.device = "m
         vocab = model.hf_config.get("vocab_size", vocab)
     inputs: dict[str, Any] = {"input_ids": ints((batch, s), vocab), "labels": ints((batch, s), vocab)}
     fam = model.family_entry
-    if fam is not None and fam.generative:
+    if (fam is not None and fam.generative) or model.any_architecture:
         inputs["use_cache"] = False
     return inputs
 

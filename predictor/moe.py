@@ -85,13 +85,14 @@ def moe_layers(model: "ModelSpec") -> int:
     return (model.layers or 0) - model.dense_layers + model.mtp_layers if model.is_moe else 0
 
 
-def active_params(total: int, model: "ModelSpec") -> int:
+def active_params(total: int, model: "ModelSpec", experts: float | None = None) -> int:
     """Parameters one token passes through: all but the experts it is not routed to (the embedding counted,
-    as the models' own 'active parameters' figures count it)."""
+    as the models' own 'active parameters' figures count it); `experts`: the routed experts' parameters where
+    the layer graph counts them (a hybrid's MoE layers), else `expert_params`."""
     if not model.is_moe:
         return total
     unused = 1 - (model.top_k or 0) / (model.experts or 1)
-    return int(round(total - unused * expert_params(model)))
+    return int(round(total - unused * (expert_params(model) if experts is None else experts)))
 
 
 def alltoall(size: float, group: comm.Group, eff: float = 1.0) -> float:

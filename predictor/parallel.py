@@ -153,6 +153,10 @@ def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None, cp: int, ep:
             gm[i], gn[i], gk[i], gb[i] = rows * ep / (tp * cp), 3 * d_ffn, d_in, e / ep
         elif nd.kind == "router":
             gm[i], gn[i], gk[i], gb[i] = _prod(nd.in_shape[:-1]) / (tp * cp), nd.params / nd.in_shape[-1], nd.in_shape[-1], 1
+        elif nd.kind == "ssm":  # the chunked scan as batched GEMMs per head: tokens x state, inner head_dim
+            a = nd.attrs
+            gm[i], gn[i], gk[i], gb[i] = a.get("seq", graph.tokens) / cp, a["state"] + a["chunk"], a["head_dim"], \
+                max(a["heads"] / tp, 1)
         elif nd.kind == "attention":
             h = nd.attrs.get("heads", heads or 1)
             seq = nd.attrs.get("seq", nd.in_shape[-2] if len(nd.in_shape) >= 2 else graph.tokens)

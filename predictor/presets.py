@@ -35,6 +35,18 @@ Qwen/Qwen3-30B-A3B, Qwen/Qwen3-235B-A22B, openai/gpt-oss-120b, deepseek-ai/DeepS
 Megatron-Bridge's model providers (Qwen3 235B: 94 layers, 64 heads, 4 query groups, kv channels 128, MoE FFN 1536,
 128 experts, top-8); seq_len 4096 as the Megatron-Bridge MoE recipes train them. `deepseek-v3` omits
 multi-token prediction, as the recipes' "w/o MTP" rows; `mtp_layers: 1` adds it.
+
+Architectures no family names are presets over their transformers configs (`hf_config:`, traced as transformers
+defines them; `predictor.graph_build.layer_kinds`), each config's fields from the model's published config.json:
+Llama 4 Scout and Maverick (meta-llama/Llama-4-Scout-17B-16E, Llama-4-Maverick-17B-128E text_config: every layer MoE
+with a shared expert in Scout, every other layer in Maverick, chunked attention of 8,192 tokens with a NoPE global
+layer in four), Nemotron-H 8B (nvidia/Nemotron-H-8B-Base-8K: 52 layers of Mamba-2, attention and squared-ReLU MLP in
+its hybrid_override_pattern), Nemotron-4 340B (nvidia/Nemotron-4-340B-Base, transformers' NemotronConfig: squared-ReLU
+MLP, half-rotary attention), Kimi K2 and Moonlight 16B-A3B (moonshotai/Kimi-K2-Base, moonshotai/Moonlight-16B-A3B:
+DeepSeek-V3's architecture, 384 and 64 experts), and Qwen3-Next 80B-A3B (Qwen/Qwen3-Next-80B-A3B-Instruct: Gated
+DeltaNet linear attention in three layers of four, 512 experts). Grok-1 has no transformers class: it is Mixtral's
+architecture at its published dimensions (xai-org/grok-1 run.py: 64 layers, 6,144 wide, 48 query and 8 key/value
+heads, 8 experts of 32,768, top-2, vocabulary 131,072, embeddings tied to the output).
 """
 
 from __future__ import annotations
@@ -95,6 +107,20 @@ def _moe(family: str, hidden: int, layers: int, heads: int, kv: int, ffn: int, v
     return {**spec, **extra}
 
 
+def _hf(seq_len: int, **config: Any) -> dict[str, Any]:
+    """A preset over a transformers config, trained at `seq_len` tokens."""
+    return {"hf_config": config, "seq_len": seq_len}
+
+
+_LLAMA4 = dict(model_type="llama4_text", hidden_size=5120, num_hidden_layers=48, num_attention_heads=40,
+               num_key_value_heads=8, head_dim=128, intermediate_size=8192, intermediate_size_mlp=16384,
+               vocab_size=202048, num_experts_per_tok=1, attention_chunk_size=8192, no_rope_layer_interval=4)
+_KIMI = dict(model_type="deepseek_v3", hidden_size=7168, num_hidden_layers=61, num_attention_heads=64,
+             num_key_value_heads=64, intermediate_size=18432, moe_intermediate_size=2048, n_routed_experts=384,
+             num_experts_per_tok=8, n_shared_experts=1, first_k_dense_replace=1, q_lora_rank=1536, kv_lora_rank=512,
+             qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, vocab_size=163840, n_group=1, topk_group=1)
+_NEMOTRON_H_8B = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "gpt3-125m": _gpt(768, 12, 12),
     "gpt3-350m": _gpt(1024, 24, 16),
@@ -153,4 +179,25 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "deepseek-v3": _moe("deepseek_v3", 7168, 61, 128, 128, 18432, 129280, 256, 8, 2048, shared_experts=1,
                         dense_layers=3, router="sigmoid", q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64,
                         qk_nope_head_dim=128, v_head_dim=128),
+    "grok-1": _moe("mixtral", 6144, 64, 48, 8, 32768, 131072, 8, 2, head_dim=128, seq_len=8192,
+                   kwargs={"tie_word_embeddings": True}),
+    "llama4-scout": _hf(8192, **_LLAMA4, num_local_experts=16, interleave_moe_layer_step=1),
+    "llama4-maverick": _hf(8192, **_LLAMA4, num_local_experts=128, interleave_moe_layer_step=2, use_qk_norm=False),
+    "nemotron-h-8b": _hf(8192, model_type="nemotron_h", hidden_size=4096, hybrid_override_pattern=_NEMOTRON_H_8B,
+                         num_attention_heads=32, num_key_value_heads=8, head_dim=128, intermediate_size=21504,
+                         mamba_num_heads=128, mamba_head_dim=64, ssm_state_size=128, n_groups=8, conv_kernel=4,
+                         vocab_size=131072),
+    "nemotron4-340b": _hf(4096, model_type="nemotron", hidden_size=18432, num_hidden_layers=96,
+                          num_attention_heads=96, num_key_value_heads=8, intermediate_size=73728, vocab_size=256000,
+                          partial_rotary_factor=0.5, tie_word_embeddings=False),
+    "kimi-k2": _hf(4096, **_KIMI),
+    "moonlight-16b-a3b": _hf(8192, **{**_KIMI, "hidden_size": 2048, "num_hidden_layers": 27, "num_attention_heads": 16,
+                                      "num_key_value_heads": 16, "intermediate_size": 11264, "moe_intermediate_size": 1408,
+                                      "n_routed_experts": 64, "num_experts_per_tok": 6, "n_shared_experts": 2,
+                                      "q_lora_rank": None}),
+    "qwen3-next-80b-a3b": _hf(4096, model_type="qwen3_next", hidden_size=2048, num_hidden_layers=48,
+                              num_attention_heads=16, num_key_value_heads=2, head_dim=256, intermediate_size=5120,
+                              moe_intermediate_size=512, shared_expert_intermediate_size=512, num_experts=512,
+                              num_experts_per_tok=10, linear_num_value_heads=32, linear_num_key_heads=16,
+                              linear_key_head_dim=128, linear_value_head_dim=128, vocab_size=151936),
 }

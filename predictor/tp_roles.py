@@ -24,6 +24,7 @@ COLUMN: frozenset[str] = frozenset({
     "gate_proj", "up_proj", "gate_up_proj",  # LLaMA's gated MLP (SwiGLU)
     "w1", "w3",  # MoE experts (Mixtral) and torchtitan's feed-forward names
     "q_b_proj", "kv_b_proj",  # multi-head latent attention's up-projections (DeepSeek-V3; down-projections replicated)
+    "in_proj", "in_proj_qkvz", "in_proj_ba", "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a",  # SSM mixers'
 })
 ROW: frozenset[str] = frozenset({
     "c_proj", "o_proj", "o", "out_proj", "dense_4h_to_h", "fc2", "fc_out", "wo", "linear_proj", "linear_fc2",

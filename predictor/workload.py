@@ -19,7 +19,8 @@ from typing import Annotated, Any, Literal, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from predictor.families import FAMILIES, Family, by_hf_model_type, family as family_record, names as family_names
+from predictor.families import (FAMILIES, OPTIONAL_FIELDS, Family, by_hf_model_type, family as family_record,
+                                names as family_names)
 from predictor.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, MEASURED_FRAMEWORK
 from predictor.frameworks.kernels import kernel_errors
 from predictor.hardware import DEVICES, GENERATIONS, tensor_core_facts
@@ -28,17 +29,24 @@ from predictor.presets import MODEL_PRESETS
 # Attribute names used by HuggingFace configs of the supported families, in lookup order.
 _HF_KEYS: dict[str, tuple[str, ...]] = {
     "hidden": ("hidden_size", "n_embd", "d_model"),
-    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
-    "heads": ("num_attention_heads", "n_head", "num_heads"),
-    "kv_heads": ("num_key_value_heads",),
-    "ffn_hidden": ("intermediate_size", "n_inner", "d_ff"),
+    "layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+    "heads": ("num_attention_heads", "n_head", "num_heads", "n_heads"),
+    "kv_heads": ("num_key_value_heads", "num_kv_heads", "n_kv_heads"),
+    "ffn_hidden": ("intermediate_size", "n_inner", "d_ff", "ffn_dim"),
     "vocab": ("vocab_size",),
-    "seq_len": ("max_position_embeddings", "n_positions"),
+    "seq_len": ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"),
     "image_size": ("image_size",),
     "patch_size": ("patch_size",),
     "decoder_layers": ("num_decoder_layers",),
     "head_dim": ("head_dim",),
     "sliding_window": ("sliding_window",),
+}
+# A mixture of experts in configs of architectures no family names (read only when both experts and top_k are).
+_HF_MOE_KEYS: dict[str, tuple[str, ...]] = {
+    "experts": ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts"),
+    "top_k": ("num_experts_per_tok", "moe_top_k", "num_experts_per_token"),
+    "expert_ffn": ("moe_intermediate_size", "expert_intermediate_size"),
+    "shared_experts": ("n_shared_experts", "num_shared_experts"),
 }
 
 # Upper bounds of model dimensions: far above any trained model (GPT-3 175B: hidden 12,288, 96 layers;
@@ -176,11 +184,15 @@ class ModelSpec(_Strict):
             name = data["preset"]
             if name not in MODEL_PRESETS:
                 raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(sorted(MODEL_PRESETS))}")
-            merged = dict(MODEL_PRESETS[name])
+            preset = MODEL_PRESETS[name]
+            if preset.get("hf_config") is not None:  # a preset that names a transformers config
+                given = {k: v for k, v in data.items() if v is not None and k != "preset"}
+                return {**_into_config({**preset, **given}), "preset": name}
+            merged = dict(preset)
             merged.update({k: v for k, v in data.items() if v is not None})  # explicit keys override the preset
             return merged
         if "hf_config" in bases:
-            return {**_dims_from_hf(data["hf_config"]), **{k: v for k, v in data.items() if v is not None}}
+            return _into_config({k: v for k, v in data.items() if v is not None})
         return data
 
     @model_validator(mode="after")
@@ -198,19 +210,23 @@ class ModelSpec(_Strict):
         else:
             missing += [k for k in ("seq_len", "vocab") if getattr(self, k) is None]
         if missing:
-            raise ValueError(f"model {self.family} needs {', '.join(missing)}")
+            what = self.family or f"hf_config {(self.hf_config or {}).get('model_type')!r}"
+            raise ValueError(f"model {what} needs {', '.join(missing)}" +
+                             (": give them next to hf_config" if self.hf_config else ""))
         assert self.hidden and self.heads
-        if self.hidden % self.heads:
+        if self.hidden % self.heads and not self.any_architecture:
             raise ValueError(f"heads={self.heads} must divide hidden={self.hidden}")
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise ValueError(f"kv_heads={self.kv_heads} must divide heads={self.heads}")
         if (self.experts is None) != (self.top_k is None) or (fam is not None and fam.moe and self.experts is None):
             raise ValueError(f"a mixture of experts needs both experts and top_k (model {self.family})")
-        if self.experts is not None and not (fam is not None and (fam.moe or fam.experts_as)
+        if self.experts is not None and not ((self.any_architecture or (fam is not None and (fam.moe or fam.experts_as)))
                                              and self.top_k <= self.experts):
             with_experts = family_names(lambda f: f.moe or f.experts_as is not None)
             raise ValueError(f"experts={self.experts}, top_k={self.top_k}: experts need a decoder family "
                              f"({', '.join(with_experts)}) and top_k <= experts")
+        if fam is not None and self.hf_config is None:  # an hf_config's fields are its config's (`_into_config`)
+            self._check_honoured(fam)
         if self.global_every is not None and self.sliding_window is None:
             raise ValueError(f"global_every={self.global_every} needs a sliding_window for the other layers")
         if self.dense_layers >= (self.layers or 0) and self.experts is not None:
@@ -222,6 +238,17 @@ class ModelSpec(_Strict):
             raise ValueError(f"{self.tokens:,} tokens per sample with heads={self.heads} make {scores:,} attention "
                              f"scores, more than the {_MAX_ELEMENTS:,} a tensor holds; give fewer tokens or heads")
         return self
+
+    def _check_honoured(self, fam: Family) -> None:
+        """Refuse a field the family's model does not build (gpt's kv_heads, mixtral's shared_experts), naming it."""
+        plain = {"kv_heads": self.heads, "head_dim": (self.hidden or 0) // (self.heads or 1)}
+        for name, unset in OPTIONAL_FIELDS.items():
+            value = getattr(self, name)
+            if name not in fam.honours and value != unset and value != plain.get(name, unset):
+                builds = ", ".join(f for f in OPTIONAL_FIELDS if f in fam.honours) or "none of them"
+                raise ValueError(f"{name}={_shown(value)}: family {fam.name} does not build it, so it would be "
+                                 f"priced as a model it is not; remove it or use a family that does (its optional "
+                                 f"fields: {builds})")
 
     @property
     def ffn_hidden_size(self) -> int:
@@ -255,10 +282,15 @@ class ModelSpec(_Strict):
         return family_record(self.family)
 
     @property
+    def any_architecture(self) -> bool:
+        """An `hf_config:` of an architecture no family names: built and traced as transformers defines it."""
+        return self.hf_config is not None and self.family is None
+
+    @property
     def decoder(self) -> bool:
-        """A decoder family: causal self-attention over one sequence."""
+        """A decoder: causal self-attention over one sequence (a decoder family, or any causal LM of an hf_config)."""
         fam = self.family_entry
-        return fam is not None and fam.decoder
+        return self.any_architecture or (fam is not None and fam.decoder)
 
     @property
     def seq2seq(self) -> bool:
@@ -472,21 +504,105 @@ class WorkloadSpec(_Strict):
 
 def _dims_from_hf(config: Any) -> dict[str, Any]:
     if not isinstance(config, dict) or "model_type" not in config:
-        raise ValueError("hf_config must be a mapping with a model_type (e.g. {model_type: gpt2, n_layer: 12, ...})")
+        raise ValueError(_NOT_A_CONFIG)
     model_type = config["model_type"]
     fam = by_hf_model_type(model_type)
-    if fam is None:
-        supported = ", ".join(f.hf_model_type for f in FAMILIES.values() if f.hf_model_type)
-        raise ValueError(f"hf_config.model_type {model_type!r} is not supported; supported: {supported}")
-    dims: dict[str, Any] = {"family": fam.name}
-    for field, keys in _HF_KEYS.items():
-        for key in keys:
-            if key in config:
-                dims[field] = config[key]
-                break
-    if fam.global_every is None:  # Qwen's configs carry a window that use_sliding_window leaves off
-        dims.pop("sliding_window", None)
+    if fam is not None:  # the family's dims from the config given, its defaults filled in where it gives none
+        try:
+            resolved: Any = _resolved_hf_config(config)
+        except ValueError:  # a family registered under a model_type transformers does not know: the config given
+            resolved = config
+        dims: dict[str, Any] = {"family": fam.name, **_read_keys(resolved, _HF_KEYS), **_read_keys(config, _HF_KEYS)}
+        if fam.global_every is None:  # Qwen's configs carry a window that use_sliding_window leaves off
+            dims.pop("sliding_window", None)
+        if fam.moe:
+            dims.update(_read_keys(resolved, _HF_MOE_KEYS))
+        return dims
+    # Any other architecture transformers defines: its dims read from the whole config (defaults and derived fields
+    # included), the layer graph traced from the model itself (predictor.graph_build).
+    resolved = _resolved_hf_config(config)
+    dims = {k: v for k, v in _read_keys(resolved, {**_HF_KEYS, **_HF_MOE_KEYS}).items()
+            if k != "sliding_window" and (k not in _HF_MOE_KEYS or v)}
+    dims.update(_local_attention(resolved))
+    dims.setdefault("heads", 1)  # a recurrent model (RWKV) has no attention heads: tensor parallelism cannot split them
+    if ("experts" in dims) != ("top_k" in dims) or not _has_moe_layers(resolved):
+        dims = {k: v for k, v in dims.items() if k not in _HF_MOE_KEYS}
     return dims
+
+
+_NOT_A_CONFIG = "hf_config must be a mapping with a model_type (e.g. {model_type: gpt2, n_layer: 12, ...})"
+# Fields beside an hf_config that are not the config's: the training sequence and what names the model.
+_BESIDE_CONFIG = ("hf_config", "seq_len", "preset", "family")
+
+
+def _into_config(data: dict[str, Any]) -> dict[str, Any]:
+    """An hf_config spec whose explicit dims (`layers: 24` beside a preset's config) are written into the config, so
+    the model built is the one the spec names; a field no config key holds is an error naming it."""
+    if not isinstance(data["hf_config"], dict) or "model_type" not in data["hf_config"]:
+        raise ValueError(_NOT_A_CONFIG)
+    config = dict(data["hf_config"])
+    keys = {**_HF_KEYS, **_HF_MOE_KEYS}
+    for field, value in data.items():
+        if field in _BESIDE_CONFIG:
+            continue
+        if field not in keys:
+            raise ValueError(f"{field}: an hf_config model is built from its config alone; set the config's own "
+                             f"field in hf_config instead")
+        config[next((k for k in keys[field] if k in config), keys[field][0])] = value
+    return {**_dims_from_hf(config), "hf_config": config,
+            **{k: data[k] for k in ("seq_len", "family") if data.get(k) is not None}}
+
+
+def _read_keys(config: Any, keys: dict[str, tuple[str, ...]]) -> dict[str, Any]:
+    """Each spec field from the first of its config keys the config (a dict, or a config object: its derived
+    properties too) holds and sets: a None is no value."""
+    get = config.get if isinstance(config, dict) else lambda k: getattr(config, k, None)
+    return {field: get(key) for field, names in keys.items()
+            for key in [next((k for k in names if get(k) is not None), None)] if key is not None}
+
+
+def _local_attention(config: Any) -> dict[str, Any]:
+    """The window of the layers whose attention is local (sliding or chunked: Llama 4's chunks of 8,192 tokens) as
+    `sliding_window` and `global_every`, where the config's layer_types interleave them with global layers at a
+    regular step (one in N global, or none); a fused kernel computes only their band (`sliding_window_work`)."""
+    layers = getattr(config, "num_hidden_layers", None)
+    kinds = getattr(config, "layer_types", None)
+    window = getattr(config, "sliding_window", None) or getattr(config, "attention_chunk_size", None)
+    if not isinstance(kinds, list) or len(kinds) != layers or not isinstance(window, int) or not layers:
+        return {}
+    local = sum(isinstance(k, str) and ("sliding" in k or "chunked" in k) for k in kinds)
+    if not local:
+        return {}
+    every = layers // (layers - local) if local < layers else None
+    if every is not None and layers - layers // every != local:
+        return {}  # an irregular pattern: its attention priced as global
+    return {"sliding_window": window, **({"global_every": every} if every else {})}
+
+
+def _has_moe_layers(config: Any) -> bool:
+    """False where the config's per-layer pattern names its MLPs and none is a mixture of experts (a hybrid whose
+    config carries expert defaults it does not use: Nemotron-H's layers_block_type without 'moe')."""
+    layers = getattr(config, "num_hidden_layers", None)
+    for value in vars(config).values():
+        if isinstance(value, (list, str)) and len(value) == layers and all(isinstance(v, str) for v in value):
+            kinds = {v.lower() for v in value}
+            if "mlp" in kinds or any("moe" in k for k in kinds):
+                return any("moe" in k for k in kinds)
+    return True
+
+
+def _resolved_hf_config(config: dict[str, Any]) -> Any:
+    """The config object transformers builds from `config` (its class's defaults filled in); nothing is
+    downloaded. A model_type transformers does not know is an error naming it."""
+    from transformers import AutoConfig  # only for an architecture no family record names
+
+    rest = {k: v for k, v in config.items() if k != "model_type"}
+    try:
+        return AutoConfig.for_model(config["model_type"], **rest)
+    except (ValueError, KeyError, TypeError) as err:
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        raise ValueError(f"hf_config.model_type {config['model_type']!r}: transformers cannot build its config "
+                         f"({first})") from None
 
 
 def _shown(value: Any) -> str:

@@ -215,7 +215,7 @@ _ENTRIES: list[tuple[str, bytes | str | dict[str, Any], str]] = [
     ("model/module-without-colon", _module_spec(MODULE), "module must look like"),
     ("model/module-without-inputs", {**VALID, "model": {"module": f"{MODULE}:net"}}, "inputs"),
     ("model/hf-without-model-type", {**VALID, "model": {"hf_config": {"n_layer": 2}}}, "model_type"),
-    ("model/hf-unsupported-type", _hf(model_type="mamba"), "model_type"),
+    ("model/hf-unknown-type", _hf(model_type="no_such_model"), "model_type"),
     ("model/input-rank-9", _module_spec(f"{MODULE}:net", inputs=[{"shape": [1] * 9}]), "model.inputs.0.shape"),
     ("model/input-negative-dim", _module_spec(f"{MODULE}:net", inputs=[{"shape": [-16]}]), "model.inputs.0.shape.0"),
     ("model/input-high-1e20", _module_spec(f"{MODULE}:net", inputs=[{"shape": [16], "dtype": "int64",

@@ -28,7 +28,7 @@ def _toy_config(m: Any, extra: dict[str, Any]) -> Any:
 
 TOY = Family("toy", "decoder", "MistralForCausalLM", _toy_config, hf_model_type="toy_mistral", gated_ffn=True,
              llama_args=True, qk_norm=True, layout="hf_decoder", launch_names={"torchtitan": None},
-             roles={"o_proj": "replicated"})
+             roles={"o_proj": "replicated"}, honours=frozenset({"kv_heads", "ffn_hidden", "kwargs"}))
 
 
 @pytest.fixture

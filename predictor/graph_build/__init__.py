@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from predictor.graph_build.assembly import assemble
 from predictor.graph_build.blocks import block_counts, block_lists, first_block_only, reduced_spec, user_block_list
+from predictor.graph_build.layer_kinds import hybrid_lists, hybrid_plan
 from predictor.graph_build.step_costs import measure_costs
 from predictor.graph_build.tracing import export_ops
 from predictor.layer_graph import LayerGraph, LayerNode
@@ -36,12 +37,19 @@ def build_graph(model: ModelSpec) -> LayerGraph:
     """The layer graph of `model` at micro-batch 1, traced afresh (see the package docstring for the method)."""
     if model.is_moe and (0 < model.dense_layers < (model.layers or 0) or model.mtp_layers):
         return _mixed_moe_graph(model)
-    blocks = block_counts(model)
-    reduced = reduced_spec(model) if blocks else model
-    module = build_model(reduced, device="meta")
+    if model.hf_config is not None and model.decoder:  # any causal LM: one block of each kind it stacks
+        with user_model_errors(model, "building the model"):
+            reduced, counts = hybrid_plan(model)
+        module = build_model(reduced, device="meta")
+        lists, first_only = hybrid_lists(module, counts), set()
+    else:
+        blocks = block_counts(model)
+        reduced = reduced_spec(model) if blocks else model
+        module = build_model(reduced, device="meta")
+        with user_model_errors(model, _tracing(model)):
+            lists = block_lists(module, blocks)
+            first_only = first_block_only(model, lists) if lists else set()
     with user_model_errors(model, _tracing(model)):
-        lists = block_lists(module, blocks)
-        first_only = first_block_only(model, lists) if lists else set()
         inputs = example_inputs(reduced, 1, device="meta")
         args, kwargs = module_args(reduced, inputs)
 
@@ -49,7 +57,27 @@ def build_graph(model: ModelSpec) -> LayerGraph:
             lists = user_block_list(module)
         ops = export_ops(module, args, kwargs)
         costs = measure_costs(module, reduced, inputs)
-    return assemble(model, module, ops, costs, lists, first_only)
+    graph = assemble(model, module, ops, costs, lists, first_only)
+    return dispatched_experts(graph, model) if model.any_architecture else graph
+
+
+def dispatched_experts(graph: LayerGraph, model: ModelSpec) -> LayerGraph:
+    """Experts a reference implementation runs densely (Llama 4's: every token through every expert, weighted by
+    its router score) priced as the balanced top-k dispatch training frameworks run, as `predictor.moe_tracing`
+    traces the others: their FLOPs, saved and output elements scaled to tokens x top_k / experts rows each."""
+    if not model.top_k:
+        return graph
+    nodes, share = [], 1.0
+    for n in graph.nodes:
+        if n.kind == "experts" and n.fwd_flops:
+            rows = n.fwd_flops / (6 * n.attrs["d_in"] * n.attrs["d_ffn"] * n.attrs["experts"])
+            share = min(1.0, graph.tokens * model.top_k / n.attrs["experts"] / rows)
+        if n.tp == "experts" and share < 1 / 1.5:  # the experts and their activation
+            rows_in = (int(n.in_shape[0] * share), *n.in_shape[1:]) if n.in_shape else n.in_shape
+            n = replace(n, fwd_flops=n.fwd_flops * share, bwd_flops=n.bwd_flops * share, in_shape=rows_in,
+                        act_elems=n.act_elems * share, out_elems=n.out_elems * share)
+        nodes.append(n)
+    return replace(graph, nodes=nodes)
 
 
 def _mixed_moe_graph(model: ModelSpec) -> LayerGraph:

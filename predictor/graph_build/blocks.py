@@ -50,10 +50,11 @@ class BlockList:
     count: int  # blocks in the full model
     group: str  # "block", or "enc"/"dec" for an encoder-decoder
     traced_whole: bool = False  # a user module's blocks: all traced, each node counted once
+    index: int = 0  # the traced block of the list this entry stands for (a hybrid traces one of each kind)
 
     @property
     def prefix(self) -> str:
-        return self.path if self.traced_whole else f"{self.path}.0"
+        return self.path if self.traced_whole else f"{self.path}.{self.index}"
 
     @property
     def stack(self) -> str:

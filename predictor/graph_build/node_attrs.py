@@ -20,7 +20,7 @@ def kind_of(mod: nn.Module | None, is_attention: bool, is_loss: bool) -> str:
     if is_loss:
         return "loss"
     if is_attention:
-        return "attention"
+        return "ssm" if mod is not None and is_ssm(mod) else "attention"
     if mod is None:
         return "other"
     cls = type(mod).__name__
@@ -50,6 +50,24 @@ def kind_of(mod: nn.Module | None, is_attention: bool, is_loss: bool) -> str:
     if "embed" in cls.lower():
         return "embedding"
     return "other"
+
+
+def is_ssm(mod: nn.Module) -> bool:
+    """A state-space or linear-attention mixer (Mamba, Mamba-2, Gated DeltaNet): its decay `A_log` is a parameter
+    of its own. Its scan's matmuls and einsums look like an attention core's to the tracer; it is priced apart."""
+    return any(name == "A_log" for name, _ in mod.named_parameters(recurse=False))
+
+
+def _ssm_attrs(mod: nn.Module, spec: ModelSpec) -> dict[str, int]:
+    """Heads, head width, state size and scan chunk of a mixer, read off the module."""
+    heads = int(mod.A_log.numel())
+    def first(names: tuple[str, ...], default: int) -> int:
+        return next((int(getattr(mod, a)) for a in names if isinstance(getattr(mod, a, None), int)), default)
+
+    head_dim = first(("head_dim", "head_v_dim"), int(spec.hidden or 0) // max(heads, 1))
+    state = first(("ssm_state_size", "head_k_dim", "d_state"), head_dim)
+    chunk = getattr(mod, "chunk_size", 64)
+    return {"heads": heads, "head_dim": head_dim, "state": state, "chunk": int(chunk) if isinstance(chunk, int) else 64}
 
 
 def _linear_dims(mod: nn.Module) -> tuple[int, int]:
@@ -102,9 +120,14 @@ def node_attrs(kind: str, mod: nn.Module | None, ops: list[Op], spec: ModelSpec,
                      kernel=int(mod.kernel_size[0]), stride=int(mod.stride[0]))
     elif kind == "attention":
         attrs.update(_attention_attrs(mod, ops, spec))
+    elif kind == "ssm" and mod is not None:
+        attrs.update(_ssm_attrs(mod, spec), seq=int(seq))
     elif kind == "experts" and mod is not None:  # down_proj: (E, h, f), or (E, f, h) where stored transposed
         shape = mod.down_proj.shape
-        ffn = int(shape[1] if getattr(mod, "is_transposed", False) else shape[2])
+        if hasattr(mod, "is_transposed"):
+            ffn = int(shape[1] if mod.is_transposed else shape[2])
+        else:  # a module of its own (Llama 4's): the dimension that is not the hidden size
+            ffn = int(shape[1] if shape[2] == spec.hidden else shape[2])
         attrs.update(experts=int(shape[0]), d_in=int(spec.hidden or 0), d_ffn=ffn)
     elif kind in ("layernorm", "rmsnorm", "activation", "dropout", "softmax", "other", "embedding", "loss"):
         if out_shape:

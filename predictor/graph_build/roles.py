@@ -22,7 +22,7 @@ def tp_role(kind: str, path: str, group: str, mod: nn.Module | None, spec: Model
             else "replicated"
     if kind == "linear":
         return linear_role(strip_call(path), in_block, d_out, None if spec.vision else spec.vocab, _roles(spec))
-    if kind == "attention":
+    if kind in ("attention", "ssm"):
         return "heads"
     if kind == "experts" or (kind == "activation" and prev_role == "experts"):
         return "experts"

@@ -103,7 +103,8 @@ class AnalyticalPredictor(Predictor):
         table.shared_extra["attention_kernel"] = pieces.framework.attention_kernel
         table.shared_extra["attention_rate"] = attention_note(pieces.framework, spec, pieces.device)
         if spec.model.is_moe:  # all of a mixture of experts' parameters, and those one token passes (top_k experts)
-            table.shared_extra.update(params=graph.params, active_params=active_params(graph.params, spec.model))
+            table.shared_extra.update(params=graph.params, active_params=active_params(
+                graph.params, spec.model, sum(n.params * n.count for n in graph.nodes if n.kind == "experts")))
         return table
 
     def pieces(self, spec: WorkloadSpec, graph: LayerGraph) -> PlanPieces:
