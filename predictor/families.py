@@ -69,6 +69,7 @@ class Family:
     loss_type: str | None = None
     extra_tokens: int = 0
     honours: frozenset[str] = frozenset()
+    router: str = "softmax"  # the score function of its transformers model's router
 
     @property
     def decoder(self) -> bool:
@@ -255,7 +256,7 @@ for _family in (
            qk_norm=True, layout="hf_decoder", launch_names={"torchtitan": "qwen3"},
            honours=_DECODER | _ROUTED | {"dense_layers"}),
     Family("deepseek_v3", "decoder", "DeepseekV3ForCausalLM", _deepseek_v3_config, "deepseek_v3", moe=True,
-           gated_ffn=True, launch_names={"torchtitan": "deepseek_v3"},
+           gated_ffn=True, launch_names={"torchtitan": "deepseek_v3"}, router="sigmoid",
            honours=_TEXT | _ROUTED | _MLA | {"kv_heads", "shared_experts", "dense_layers", "router", "mtp_layers"}),
     Family("gpt_oss", "decoder", "GptOssForCausalLM", _gpt_oss_config, "gpt_oss", moe=True, gated_ffn=True,
            expert_biases=True, eager_attention=True, launch_names={"torchtitan": "gpt_oss"},

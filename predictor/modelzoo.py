@@ -161,8 +161,8 @@ def _hf_config(model: ModelSpec) -> Any:
         model_type = cfg.pop("model_type")
         fam = by_hf_model_type(model_type)
         cfg = {**(fam.config_defaults if fam is not None else {}), **cfg}
-        if fam is not None:  # a family's model traces with SDPA; another architecture with its own default
-            cfg.setdefault("attn_implementation", "sdpa")
+        if fam is not None:  # a family's model traces with SDPA (or eager where it has none); another with its default
+            cfg.setdefault("attn_implementation", "eager" if fam.eager_attention else "sdpa")
         config = tf.AutoConfig.for_model(model_type, **cfg)
         _balanced_experts(config)  # a mixture of experts of any architecture: its experts traced with balanced routing
         return config

@@ -41,6 +41,12 @@ _HF_KEYS: dict[str, tuple[str, ...]] = {
     "head_dim": ("head_dim",),
     "sliding_window": ("sliding_window",),
 }
+# What a family's launch file spells beyond the dims (DeepSeek-V3's multi-head latent attention, dense layers).
+_HF_FAMILY_KEYS: dict[str, tuple[str, ...]] = {
+    "dense_layers": ("first_k_dense_replace",), "q_lora_rank": ("q_lora_rank",), "kv_lora_rank": ("kv_lora_rank",),
+    "qk_rope_head_dim": ("qk_rope_head_dim",), "qk_nope_head_dim": ("qk_nope_head_dim",),
+    "v_head_dim": ("v_head_dim",),
+}
 # A mixture of experts in configs of architectures no family names (read only when both experts and top_k are).
 _HF_MOE_KEYS: dict[str, tuple[str, ...]] = {
     "experts": ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts"),
@@ -120,7 +126,7 @@ class ModelSpec(_Strict):
     image_size: int | None = Field(default=None, strict=True, gt=0, le=_MAX_IMAGE)
     patch_size: int | None = Field(default=None, strict=True, gt=0, le=_MAX_IMAGE)
     # Mixture of experts (the MoE families; `llama` with experts is built as Mixtral, Llama with MoE MLPs).
-    experts: int | None = Field(default=None, strict=True, gt=0, le=4096, description="routed experts per MoE layer")
+    experts: int | None = Field(default=None, strict=True, gt=0, le=65536, description="routed experts per MoE layer")
     top_k: int | None = Field(default=None, strict=True, gt=0, le=64, description="experts each token is routed to")
     expert_ffn: int | None = Field(default=None, strict=True, gt=0, le=4 * _MAX_WIDTH,
                                    description="FFN width of one expert (default: ffn_hidden)")
@@ -515,17 +521,19 @@ def _dims_from_hf(config: Any) -> dict[str, Any]:
         dims: dict[str, Any] = {"family": fam.name, **_read_keys(resolved, _HF_KEYS), **_read_keys(config, _HF_KEYS)}
         if fam.global_every is None:  # Qwen's configs carry a window that use_sliding_window leaves off
             dims.pop("sliding_window", None)
-        if fam.moe:
-            dims.update(_read_keys(resolved, _HF_MOE_KEYS))
-        return dims
+        if fam.moe:  # its experts and what else of them the family's launch files spell (MLA, leading dense layers)
+            dims.update(_read_keys(resolved, _HF_MOE_KEYS), router=fam.router)
+            dims.update(_read_keys(resolved, _HF_FAMILY_KEYS))
+        return {k: v for k, v in dims.items() if k not in OPTIONAL_FIELDS or k in fam.honours}  # what it builds
     # Any other architecture transformers defines: its dims read from the whole config (defaults and derived fields
     # included), the layer graph traced from the model itself (predictor.graph_build).
     resolved = _resolved_hf_config(config)
-    dims = {k: v for k, v in _read_keys(resolved, {**_HF_KEYS, **_HF_MOE_KEYS}).items()
+    text = resolved.get_text_config() if hasattr(resolved, "get_text_config") else resolved  # a multimodal config's
+    dims = {k: v for k, v in _read_keys(text, {**_HF_KEYS, **_HF_MOE_KEYS}).items()
             if k != "sliding_window" and (k not in _HF_MOE_KEYS or v)}
-    dims.update(_local_attention(resolved))
+    dims.update(_local_attention(text))
     dims.setdefault("heads", 1)  # a recurrent model (RWKV) has no attention heads: tensor parallelism cannot split them
-    if ("experts" in dims) != ("top_k" in dims) or not _has_moe_layers(resolved):
+    if ("experts" in dims) != ("top_k" in dims) or not _has_moe_layers(text):
         dims = {k: v for k, v in dims.items() if k not in _HF_MOE_KEYS}
     return dims
 
@@ -556,7 +564,13 @@ def _into_config(data: dict[str, Any]) -> dict[str, Any]:
 def _read_keys(config: Any, keys: dict[str, tuple[str, ...]]) -> dict[str, Any]:
     """Each spec field from the first of its config keys the config (a dict, or a config object: its derived
     properties too) holds and sets: a None is no value."""
-    get = config.get if isinstance(config, dict) else lambda k: getattr(config, k, None)
+    def get(key: str) -> Any:
+        try:  # a config may refuse a field that differs per layer (AmbiguousGlobalPerLayerAttributeError)
+            value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+        except Exception:  # noqa: BLE001 - such a field has no one value: none is read
+            return None
+        return None if isinstance(value, (list, dict)) else value  # a per-layer width (Gemma 3n) is no one value
+
     return {field: get(key) for field, names in keys.items()
             for key in [next((k for k in names if get(k) is not None), None)] if key is not None}
 

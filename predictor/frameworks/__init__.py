@@ -64,6 +64,9 @@ def launch_files(plan: Plan, spec: "WorkloadSpec", checked: bool = False) -> dic
         errors += framework.launch.model_errors(spec)
     if spec.model.module is not None:
         errors.append(f"model.module {spec.model.module!r} is a PyTorch module: only ScaleDL's runner launches it")
+    if spec.model.any_architecture:
+        errors.append(f"model.hf_config of model_type {spec.model.hf_config.get('model_type')!r}: no family record "
+                      f"(predictor.families) says how {framework.title}'s launch file spells it")
     if errors:
         raise LaunchError(f"{framework.title} cannot run {plan}: " + "; ".join(errors))
     assert framework.launch is not None

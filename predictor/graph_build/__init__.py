@@ -35,7 +35,7 @@ from predictor.workload import ModelSpec
 
 def build_graph(model: ModelSpec) -> LayerGraph:
     """The layer graph of `model` at micro-batch 1, traced afresh (see the package docstring for the method)."""
-    if model.is_moe and (0 < model.dense_layers < (model.layers or 0) or model.mtp_layers):
+    if model.hf_config is None and model.is_moe and (0 < model.dense_layers < (model.layers or 0) or model.mtp_layers):
         return _mixed_moe_graph(model)
     if model.hf_config is not None and model.decoder:  # any causal LM: one block of each kind it stacks
         with user_model_errors(model, "building the model"):

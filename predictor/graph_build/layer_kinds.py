@@ -46,11 +46,15 @@ def block_stack(module: nn.Module, layers: int) -> tuple[str, nn.ModuleList]:
     return name, stack
 
 
-def hybrid_plan(model: ModelSpec) -> tuple[ModelSpec, list[int]]:
-    """(the spec to trace, the full model's block count each of its blocks stands for)."""
+def hybrid_plan(model: ModelSpec) -> tuple[ModelSpec, list[int] | None]:
+    """(the spec to trace, the full model's block count each of its blocks stands for; None where no list of
+    `layers` blocks is found: the model is traced whole, as one block)."""
     layers = model.layers or 0
     full = build_model(model, device="meta")
-    _, stack = block_stack(full, layers)
+    try:
+        _, stack = block_stack(full, layers)
+    except ValueError:
+        return model, None
     kinds = [signature(b) for b in stack]
     first = {}
     for i, k in enumerate(kinds):
@@ -84,7 +88,9 @@ def _cut_config(config: Any, given: dict[str, Any], layers: int, prefix: int) ->
     return out
 
 
-def hybrid_lists(module: nn.Module, counts: list[int]) -> list[BlockList]:
-    """The traced model's blocks, each counted for the full model's blocks of its kind."""
+def hybrid_lists(module: nn.Module, counts: list[int] | None) -> list[BlockList]:
+    """The traced model's blocks, each counted for the full model's blocks of its kind ([]: traced whole)."""
+    if counts is None:
+        return []
     path, _ = block_stack(module, len(counts))
     return [BlockList(path, c, "block", index=i) for i, c in enumerate(counts)]
