@@ -181,7 +181,9 @@ def op_sac_tensors(d: Dims, moe: bool, compiled: bool = False) -> list[Saved]:
     region's), and the outputs its policy marks MUST_SAVE: every odd-numbered `aten.mm` of the block ("saves output
     of all compute ops, except every second mm"), the SDPA kernel's output and fp32 log-sum-exp, and each
     sequence-parallel reduce-scatter's output. All else (norms, RoPE, SiLU, the even mms, the sequence-parallel
-    all-gathers, a MoE layer's grouped GEMMs and all-to-alls) is recomputed in backward. An mm's output is its
+    all-gathers, a MoE layer's grouped GEMMs) is recomputed in backward. Its MoE models also save the expert
+    all-to-alls' outputs (`all_to_all_single`, torchtitan/models/deepseek_v3/infra/parallelize.py): not counted
+    here, as a layer's list does not know the expert-parallel degree. An mm's output is its
     BF16 result whatever the linear's precision: torchao's float8 and MX linears reach the policy as `aten.mm`.
 
     Eager, the policy's cache keeps every output it marks. A block compiled with torch.compile (torchtitan compiles

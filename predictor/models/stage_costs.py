@@ -154,12 +154,11 @@ def ep_stage_time(spec: WorkloadSpec, lay: Layout, cfg: AnalyticalConfig, device
     """Expert-parallel seconds per pipeline rank for one micro-batch: each MoE layer dispatches its
     tokens·top_k·hidden elements to the experts' ranks and combines the results back, in forward and again
     (their gradients) in backward: 4 all-to-alls over the ep group, 6 when backward recomputes them (full
-    recomputation, the moe module, torchtitan's per-op policy, whose save list has no all-to-all) (Megatron-Core's
-    alltoall token dispatcher; `predictor.moe.alltoall`)."""
+    recomputation, the moe module; torchtitan's per-op policy saves their outputs: `all_to_all_single` is on the
+    save list of its MoE models, pytorch/torchtitan torchtitan/models/deepseek_v3/infra/parallelize.py)
+    (Megatron-Core's alltoall token dispatcher; `predictor.moe.alltoall`)."""
     plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
-    again = plan.recompute == "full" or op_sac(plan, framework_for(spec, device)) or \
-        "moe" in recompute_modules(plan.recompute)
-    calls = 6 if again else 4
+    calls = 6 if plan.recompute == "full" or "moe" in recompute_modules(plan.recompute) else 4
     size = nodes.dispatch * plan.mbs * lay.act_bytes * cfg.moe_imbalance
     one = np.array([alltoall(x, lay.ep_group, cfg.a2a_eff) for x in size])
     return calls * (counts @ one)
