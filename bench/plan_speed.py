@@ -69,10 +69,12 @@ def run_once(spec: str, space: str | None, nodes: str | None, predictor: str, ou
 def exhaustive_best(spec_path: str, space_name: str | None, nodes: str | None, predictor: str,
                     limit_gib: float) -> tuple[str, int, float]:
     """(best plan, plans, seconds) predicting every valid plan of every cluster size here, one table per size,
-    without Ray or Tune."""
+    without Ray or Tune, with the memory-lever variants `scaledl plan` adds (`orchestrator.lever_search`)."""
     import numpy as np
 
     from orchestrator.commands.plan import parse_nodes
+    from orchestrator.lever_search import Repredictor, explore_levers
+    from orchestrator.search import SearchResult
     from orchestrator.planning import sized_spec
     from orchestrator.replicas import join_tables
     from predictor.graph_cache import graph_for
@@ -85,14 +87,16 @@ def exhaustive_best(spec_path: str, space_name: str | None, nodes: str | None, p
     model, _ = load_predictor(predictor, spec.cluster.device)
     graph = graph_for(spec.model)
     plans, tables, seconds = [], [], 0.0
-    for size in parse_nodes(nodes) if nodes else [spec.cluster.nodes]:
-        sized = sized_spec(spec, size)
+    sizes = [sized_spec(spec, size) for size in (parse_nodes(nodes) if nodes else [spec.cluster.nodes])]
+    for sized in sizes:
         valid = enumerate_plans(sized, space).plans
         start = time.perf_counter()
         tables.append(model.predict_table(sized, graph, valid))
         seconds += time.perf_counter() - start
         plans += valid
     table = join_tables(tables)  # a size with no valid plan answers an empty table, which may lack the extra columns
+    levered = explore_levers(SearchResult(plans, table, limit_gib, limit_gib), sizes, Repredictor(model, graph, sized_spec))
+    table, plans = levered.table, levered.plans
     ok = np.flatnonzero(~(table.peak_memory_gib > limit_gib))
     if not len(ok):
         return "-", len(plans), seconds  # nothing fits: as the report's ranking shows it

@@ -50,6 +50,13 @@ def test_exhaustive_search_finds_the_direct_answer(pool, tmp_path, runner) -> No
         assert result.stats["plans_per_s_running"] > result.stats["plans_per_s"]
 
 
+def test_an_exhaustive_search_of_any_size_runs_without_tune() -> None:
+    from orchestrator.search import EXHAUSTIVE_LIMIT, uses_tune
+
+    assert not uses_tune("exhaustive", EXHAUSTIVE_LIMIT, SearchOptions())  # a million plans too: its batches are fixed
+    assert uses_tune("optuna", 10, SearchOptions()) and uses_tune("random", 10, SearchOptions())
+
+
 def test_tune_and_direct_searches_give_the_same_answers(pool, tmp_path) -> None:
     """The same plans, predictions and files either way: which runs the batches is no part of the answer."""
     results = {name: run_search(PLANS, pool, tmp_path / name, CAPACITY, SearchOptions(batch_size=500, **options),
