@@ -235,7 +235,7 @@ class ModelSpec(_Strict):
             self._check_honoured(fam)
         if self.global_every is not None and self.sliding_window is None:
             raise ValueError(f"global_every={self.global_every} needs a sliding_window for the other layers")
-        if self.dense_layers >= (self.layers or 0) and self.experts is not None:
+        if self.dense_layers >= (self.layers or 0) and self.experts is not None and self.hf_config is None:
             raise ValueError(f"dense_layers={self.dense_layers} leaves no MoE layer of layers={self.layers}")
         if self.vision and self.image_size % self.patch_size:  # type: ignore[operator]
             raise ValueError(f"patch_size={self.patch_size} must divide image_size={self.image_size}")
