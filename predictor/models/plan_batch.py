@@ -254,7 +254,7 @@ class PlanPieces:
             keys = ((sharding, d, zero, m if zero >= 3 else 0, dp_g, edp_g),
                     (inter, mbs, sharding) if pp > 1 else None,
                     (sharding, zero >= 1, d, plan.optimizer_offload, plan.moments),
-                    (plan.overlap, degrees, plan.schedule, zero, sp))  # what the frameworks' overlap reads
+                    (plan.overlap, degrees, plan.schedule, zero, sp, plan.recompute == "full"))  # what overlap reads
             stage, memory = stage_rows.get(stage_key), memory_rows.get(memory_key)
             got = [index.get(key) for index, key in zip(rest, keys)]
             if stage is None or memory is None or None in got:
