@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from bench import common
-from predictor.device_resolver import get_device
+from predictor.resolver import get_device
 from predictor.evaluate import bridge_workload
 from predictor.graph_cache import graph_for
 from predictor.memory.accounting import PARTS, RankMemory, rank_memory

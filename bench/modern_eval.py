@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from bench import common
-from predictor.device_resolver import get_device
+from predictor.resolver import get_device
 from bench.memory_eval import recipe_workload
 from predictor.evaluate import BRIDGE_DEVICES, bridge_measured_s
 from predictor.frameworks.base import CONSTANTS_FILE

@@ -21,14 +21,12 @@ import numpy as np
 
 from bench import common
 from bench.modern_eval import FILE, Rows, load_rows, recipe_rows
-from predictor.device_resolver import get_device
-from predictor.frameworks import framework_for
-from predictor.hardware import GENERATIONS
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.roofline import framework_config, layer_times
 from predictor.models.stage_costs import compute_parts, ep_stage_time
 from predictor.parallel import apply_plan
 from predictor.plan import nvlink_domain
+from predictor.resolver import get_device, resolve
 
 # Node groups of the stage's kernel time, each a predicate on the sharded nodes (kind, experts, attention).
 KERNEL_GROUPS: tuple[str, ...] = ("experts", "attention", "router", "linear", "other")
@@ -57,12 +55,13 @@ def placement(spec, plan, group) -> str:
 
 def row_parts(spec, graph, plan, measured_s: float, label: dict[str, str]) -> RowParts:
     """The predicted parts of one row under the constants its framework and device generation record."""
-    device = get_device(spec.cluster.device)
-    cfg = framework_config(framework_for(spec, device), GENERATIONS[device.name], device.name)
+    resolved = resolve(spec, get_device(spec.cluster.device))  # the catalogue device, without the cluster's links
+    device = resolved.device
+    cfg = framework_config(resolved.framework, resolved.generation, device.name)
     lay = apply_plan(spec, graph, plan, device)
-    t_f, t_b, host_f, host_b, sync_f, sync_b, *_ = compute_parts(spec, graph, lay, device, cfg)
+    t_f, t_b, host_f, host_b, sync_f, sync_b, *_ = compute_parts(resolved, graph, lay, cfg)
     slowest = int(np.argmax(t_f + t_b + sync_f + sync_b))
-    fwd, bwd = layer_times(spec, graph, plan.tp, plan.sp, plan.mbs, device, cfg, cp=plan.cp, ep=plan.ep)
+    fwd, bwd = layer_times(resolved, graph, plan.tp, plan.sp, plan.mbs, cfg, cp=plan.cp, ep=plan.ep)
     nodes, counts = lay.nodes, lay.stage_counts[slowest]
     kind = np.asarray(nodes.kind)
     masks = {"experts": nodes.experts, "attention": nodes.attention, "router": kind == "router",
@@ -70,7 +69,7 @@ def row_parts(spec, graph, plan, measured_s: float, label: dict[str, str]) -> Ro
     masks["other"] = ~np.logical_or.reduce(list(masks.values()))
     stage = {name: float(counts[mask] @ (fwd + bwd)[mask]) for name, mask in masks.items()}
     stage.update(host=float(host_f[slowest] + host_b[slowest]), expert_host=float(sync_f[slowest] + sync_b[slowest]),
-                 a2a=float(ep_stage_time(spec, lay, cfg, device)[slowest]))
+                 a2a=float(ep_stage_time(resolved, lay, cfg)[slowest]))
     prediction = AnalyticalPredictor(None).predict(spec, graph, [plan])[0]
     iteration = {k: v for k, v in prediction.breakdown.items() if v}
     iteration.update({f"hidden {k}": v for k, v in prediction.hidden_comm.items()})

@@ -24,8 +24,8 @@ from bench import common
 from bench.memory_eval import BRIDGE, recipe_workload
 from orchestrator.lever_search import Repredictor, explore_levers
 from orchestrator.planning import sized_spec
-from orchestrator.search import SearchResult
-from predictor.device_resolver import get_device
+from orchestrator.search_types import SearchResult
+from predictor.resolver import get_device
 from predictor.graph_cache import graph_for
 from predictor.hardware import GIB
 from predictor.memory.facts import HEADROOM

@@ -17,7 +17,7 @@ from orchestrator.local_cluster import local_cluster
 from orchestrator.validate import validate
 from orchestrator.validation.jobs import jobs_for
 from orchestrator.validation_report import short_plan
-from predictor.device_resolver import get_device
+from predictor.resolver import get_device
 from predictor.graph_cache import graph_for
 from predictor.models.registry import load_predictor
 from predictor.plan import Plan

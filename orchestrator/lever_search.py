@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from predictor.frameworks import run_errors
+from predictor.launch import run_errors
 from predictor.plan import Plan, PlanError, canonical_recompute, recompute_modules
 from predictor.prediction import Prediction
 from predictor.prediction_table import PredictionTable
+from predictor.resolver import resolve
 from predictor.workload import WorkloadSpec
 
 if TYPE_CHECKING:  # pragma: no cover (the search module imports Ray Tune: `scaledl predict` asks for fixes without it)
-    from orchestrator.search import SearchResult
+    from orchestrator.search_types import SearchResult
 
 # Overflowing plans whose levers are tried (the fastest first): a few seconds of predictions at most.
 LEVER_PLANS = 512
@@ -49,10 +50,9 @@ class Repredictor:
     def table(self, spec: WorkloadSpec, plans: Sequence[Plan]) -> PredictionTable:
         if self._loaded is None:
             if isinstance(self.predictor, str):
-                from predictor.device_resolver import spec_device
                 from predictor.models.registry import load_predictor
 
-                self._loaded = load_predictor(self.predictor, spec.cluster.device, spec_device(spec).model)[0]
+                self._loaded = load_predictor(self.predictor, spec.cluster.device, resolve(spec).device.model)[0]
             else:
                 self._loaded = self.predictor
         return self._loaded.predict_table(spec, self.graph, list(plans))
@@ -61,7 +61,7 @@ class Repredictor:
 def runs(plan: Plan, spec: WorkloadSpec) -> bool:
     """Whether `plan` passes the structural rules and its framework's (a lever the framework lacks fails here)."""
     try:
-        return not run_errors(plan, spec)
+        return not run_errors(plan, resolve(spec))
     except PlanError:
         return False
 

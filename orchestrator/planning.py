@@ -26,10 +26,11 @@ from pydantic import ValidationError
 
 from orchestrator.lifecycle import init_ray, shutdown_ray_meanwhile
 from orchestrator.cluster_address import check_reachable
-from orchestrator.search import SearchError, SearchOptions, check_resume, choose_searcher, run_search, uses_tune
-from predictor.device_resolver import spec_device
+from orchestrator.search import SearchError, check_resume, choose_searcher, run_search, uses_tune
+from orchestrator.search_types import SearchOptions
 from predictor.memory.facts import HEADROOM
 from predictor.models.registry import check_predictor_name
+from predictor.resolver import resolve
 from predictor.workload import SpecError, load_spec
 from predictor.workload import WorkloadSpec
 from search_spaces import Enumeration, SpaceConfig, enumerate_plans, resolve_space
@@ -189,6 +190,7 @@ def run_plan(req: PlanRequest) -> "Report":
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     spec = load_spec(req.spec, req.trust_module)
+    resolved = resolve(spec)  # an unknown framework is refused here, before Ray starts
     if isinstance(req.predictor, str):
         check_predictor_name(req.predictor)
     space_name, space = resolve_space(spec, req.space)
@@ -198,7 +200,6 @@ def run_plan(req: PlanRequest) -> "Report":
             specs.append(sized_spec(spec, n))
         except ValidationError as err:
             raise SpecError(f"{req.spec} on {n} nodes (--nodes): " + "; ".join(e["msg"] for e in err.errors())) from None
-    device = spec_device(spec)
     options = SearchOptions(searcher=req.searcher, budget_s=req.budget_s, max_trials=req.max_trials,
                             headroom=req.headroom, resume=req.resume, seed=req.seed)
     # What identifies the search for --resume, and the refusals that need no Ray: a folder to resume that holds no
@@ -272,7 +273,7 @@ def run_plan(req: PlanRequest) -> "Report":
                     best[0] = min(best[0], score)
                     progress.update(task, advance=n, best=f"{best[0]:.3f} s" if best[0] < 1e6 else "none fits yet")
 
-                result = run_search(enumeration.plans, pool, Path(req.out), device.mem_capacity / 2**30, options,
+                result = run_search(enumeration.plans, pool, Path(req.out), resolved.device.mem_capacity / 2**30, options,
                                     key=key, on_batch=on_batch)
             try:
                 infos, ready_at = ready.result()
@@ -298,7 +299,7 @@ def run_plan(req: PlanRequest) -> "Report":
         result.stats["plans_per_s_after_ready"] = round(result.stats["evaluated_plans"] / after, 1)
         result.stats["replicas"] = infos
         result.stats["timings"] = {k: round(v, 3) for k, v in req.timings.items()}
-        report = build_report(spec=spec, spec_path=req.spec, device=device,
+        report = build_report(resolved=resolved, spec_path=req.spec,
                               predictor={"name": infos[0]["predictor"], "accuracy": infos[0].get("accuracy")},
                               space_name=space_name, space=space, enumeration=enumeration, result=result,
                               by=req.rank_by, price=req.price_per_gpu_hour, top_k=req.top_k, sizes=specs,

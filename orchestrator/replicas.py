@@ -67,17 +67,18 @@ class PredictorReplica:
         """`predictor`: a registry name or checkpoint path (loaded here, once per replica), or a ready
         Predictor object (shipped pickled, e.g. a library user's own model). `sizes`: the same workload on
         other cluster sizes; each plan is predicted on the one with its GPU count."""
-        from predictor.device_resolver import spec_device
-        from predictor.frameworks import framework_for
         from predictor.models.registry import load_predictor, measured_accuracy  # heavy (torch): only in the actor
 
+        from predictor.resolver import resolve
+
+        resolved = resolve(spec)
         self.spec, self.graph = spec, graph
         self.specs = {s.cluster.gpus: s for s in (*sizes, spec)}
         if isinstance(predictor, str):
-            self.predictor, self.label = load_predictor(predictor, spec.cluster.device, spec_device(spec).model)
+            self.predictor, self.label = load_predictor(predictor, spec.cluster.device, resolved.device.model)
         else:
             self.predictor, self.label = predictor, predictor.name
-        self.accuracy = measured_accuracy(self.predictor, spec.cluster.device, framework_for(spec).name)
+        self.accuracy = measured_accuracy(self.predictor, spec.cluster.device, resolved.framework.name)
         self.calls = 0
 
     def info(self) -> dict[str, Any]:

@@ -15,7 +15,8 @@ run over what is left (exhaustive and random: the batches not stored yet; Optuna
 seeded TPE, whose trials on stored groups answer from the store at once, so it replays its history
 and goes on). Not `Tuner.restore`: Tune counts a run stopped by its budget as finished, so restoring
 it continues nothing, and a restored run keeps the old budget.
-Plans predicted above the device memory, less a headroom, are kept as infeasible with the reason.
+Plans predicted above the device memory, less a headroom, are kept as infeasible with the reason. The options and the
+result are plain data (`orchestrator.search_types`).
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ import threading
 import time
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Iterator, Sequence
@@ -37,95 +36,16 @@ import numpy as np
 import ray
 
 from orchestrator.replicas import Answers, ReplicaPool, Sent, join_tables
-from orchestrator.store import (RETRIES, Batch, Outcome, ResultStore, SearchError, check_resumable, memory_reason,
+from orchestrator.search_types import SEARCHERS, SearchOptions, SearchResult
+from orchestrator.store import (RETRIES, Batch, Outcome, ResultStore, SearchError, check_resumable,
                                prepare_store)
 from predictor.plan import Plan
-from predictor.prediction import Prediction
 from predictor.prediction_table import PredictionTable
-from predictor.memory.facts import HEADROOM
 from search_spaces import GROUP_AXES, TuneSpace
 from search_spaces.plan_list import PlanList
 
-SEARCHERS = ("auto", "exhaustive", "optuna", "random")
-EXHAUSTIVE_LIMIT = 2_000_000  # predicting every plan beats sampling while the driver holds their columns (~1.5 kB a plan)
-DIRECT_LIMIT = EXHAUSTIVE_LIMIT  # an exhaustive search up to this many plans runs without Tune
 MAX_BATCH = 131_072
 STORE_FORMAT = "plan-indices-table-2"  # stored batches: plans by their index in the enumeration, answers as columns (2: stage memories end to end)
-
-
-@dataclass
-class SearchOptions:
-    searcher: str = "auto"
-    budget_s: float | None = None  # wall-clock budget of the search
-    max_trials: int | None = None  # Optuna / random: trials (groups) to try; default: all groups, at most 256
-    exhaustive_limit: int = EXHAUSTIVE_LIMIT  # auto: exhaustive up to this many valid plans, else Optuna
-    direct_limit: int = DIRECT_LIMIT  # exhaustive up to this many valid plans: without Tune
-    headroom: float = HEADROOM  # memory kept free: feasible iff peak <= capacity * (1 - headroom)
-    batch_size: int | None = None  # exhaustive: plans per trial (default: 2 rounds of trials, 256..MAX_BATCH plans)
-    concurrency: int = 1  # trials in flight (without Tune: batches, plus the next one); the replicas work in parallel
-    seed: int = 0
-    resume: bool = False
-
-
-@dataclass
-class Evaluated:
-    """One evaluated plan: its prediction, or the error of predicting it; `infeasible` says why it cannot run."""
-
-    plan: Plan
-    prediction: Prediction | None
-    error: str | None = None
-    infeasible: str | None = None
-
-    @property
-    def feasible(self) -> bool:
-        return self.prediction is not None and self.error is None and self.infeasible is None
-
-
-def infeasibility(pred: Prediction, limit_gib: float, capacity_gib: float) -> str | None:
-    """Why `pred` cannot run on a device of `capacity_gib` keeping `limit_gib` usable, or None."""
-    return memory_reason(pred.peak_memory_gib, limit_gib, capacity_gib)
-
-
-@dataclass
-class SearchResult:
-    """Every evaluated plan, as columns (a search evaluates up to millions; a report shows a few hundred):
-    `plans[i]` was predicted as row i of `table`, in the order evaluated; `failed` holds the plans whose prediction
-    failed, with why. A plan is infeasible when its predicted peak memory exceeds `limit_gib`."""
-
-    plans: PlanList
-    table: PredictionTable
-    limit_gib: float
-    capacity_gib: float
-    failed: list[tuple[Plan, str]] = field(default_factory=list)
-    stats: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.plans = PlanList.of(self.plans)
-
-    @classmethod
-    def of(cls, evaluated: list[Evaluated], stats: dict[str, Any], limit_gib: float, capacity_gib: float) -> "SearchResult":
-        """The result of already evaluated plans (their predictions are kept as the objects given)."""
-        done = [e for e in evaluated if e.prediction is not None]
-        return cls(PlanList.of([e.plan for e in done]), PredictionTable.from_predictions([e.prediction for e in done]),  # type: ignore[misc]
-                   limit_gib, capacity_gib, [(e.plan, e.error or "") for e in evaluated if e.prediction is None], stats)
-
-    @cached_property
-    def infeasible(self) -> np.ndarray:
-        return self.table.peak_memory_gib > self.limit_gib
-
-    @cached_property
-    def gpus(self) -> np.ndarray:
-        return self.plans.gpus()
-
-    def reason(self, row: int) -> str | None:
-        """Why the plan of `row` cannot run, or None."""
-        return memory_reason(float(self.table.peak_memory_gib[row]), self.limit_gib, self.capacity_gib)
-
-    @property
-    def evaluated(self) -> list[Evaluated]:
-        """Every plan as an `Evaluated` (one Prediction object each: for small searches and tests)."""
-        return ([Evaluated(p, pred, infeasible=self.reason(i)) for i, (p, pred) in enumerate(zip(self.plans, self.table.rows()))]
-                + [Evaluated(p, None, error=e) for p, e in self.failed])
 
 
 def choose_searcher(requested: str, n_plans: int, limit: int) -> str:

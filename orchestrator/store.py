@@ -44,14 +44,6 @@ class SearchError(RuntimeError):
     """A search that cannot start or continue; the message says what to change."""
 
 
-def memory_reason(peak_gib: float, limit_gib: float, capacity_gib: float) -> str | None:
-    """Why a plan peaking at `peak_gib` cannot run on a device of `capacity_gib` keeping `limit_gib` usable, or None."""
-    if peak_gib > limit_gib:
-        return (f"predicted peak memory {peak_gib:.1f} GiB exceeds {limit_gib:.1f} GiB "
-                f"({capacity_gib:.1f} GiB device less headroom)")
-    return None
-
-
 class ResultStore:
     """Collects each trial's answers on the driver's node and persists them, one atomic file per batch."""
 

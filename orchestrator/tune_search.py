@@ -27,7 +27,7 @@ from orchestrator.store import RETRIES, Outcome, ResultStore
 from search_spaces import TuneSpace
 
 if TYPE_CHECKING:
-    from orchestrator.search import SearchOptions
+    from orchestrator.search_types import SearchOptions
 
 EXPERIMENT = "search"
 

@@ -3,7 +3,7 @@
 Figures are dense (never the 2:4-sparsity number). Link bandwidths are one direction in
 bytes/s. `cpu` is this machine: its figures are measured on first use and cached (see
 `predictor.measure.device`), one rank being one single-threaded process. This module imports no
-other project module, so everything can import it; `predictor.device_resolver` turns a spec's
+other project module, so everything can import it; `predictor.resolver` turns a spec's
 device into a `Device`.
 """
 
@@ -148,7 +148,7 @@ DEVICES: dict[str, Device | None] = {
                                     "576 TB/s) / 72 GPUs, sparse halved; 288 GB HBM3e per GPU (Blackwell Ultra "
                                     "technical blog)", extra={"sms": 152, "nvlink_domain": 72},
                    host_link=_C2C, host_memory_bandwidth=_HOST_DRAM["grace"]),
-    "cpu": None,  # measured on first use: see predictor.device_resolver.get_device("cpu")
+    "cpu": None,  # measured on first use: see predictor.resolver.get_device("cpu")
 }
 # Streaming multiprocessors ("sms" in Device.extra), used for GEMM wave quantisation: NVIDIA
 # architecture whitepapers (V100 80, A100 108, H100/H200 SXM 132); H20: 78 per public spec listings.
@@ -237,3 +237,39 @@ def default_recipe(precision: str, gen: str) -> str:
     if precision == "fp4":
         return "nvfp4"
     return "mxfp8" if "mxfp8" in tensor_core_facts(gen)["recipes"] else "current"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One Transformer Engine recipe: the tensor cores it runs on and the bytes its quantisation moves
+    (`predictor.models.lowprec` prices it).
+
+    precision: the tensor cores' data type, a `Device.peak_flops` key ('fp8' or 'fp4').
+    data_bytes: bytes per quantised element (E4M3/E5M2 1, E2M1 0.5).
+    scale_bytes: scale bytes per element: the block scale's bytes over its block (0 for one scale per tensor).
+    amax_pass: whether the cast needs the tensor's amax first (a per-tensor scale computed now): one more read.
+    own_columnwise: whether the columnwise usage is quantised apart (block scales run along one dimension).
+    """
+
+    name: str
+    precision: str
+    data_bytes: float
+    scale_bytes: float
+    amax_pass: bool
+    own_columnwise: bool
+
+
+# Transformer Engine's recipes, the names a spec's `training.recipe` may take.
+RECIPES: dict[str, Recipe] = {
+    "delayed": Recipe("delayed", "fp8", 1.0, 0.0, amax_pass=False, own_columnwise=False),
+    "current": Recipe("current", "fp8", 1.0, 0.0, amax_pass=True, own_columnwise=False),
+    "blockwise": Recipe("blockwise", "fp8", 1.0, 4 / 128, amax_pass=False, own_columnwise=True),
+    "mxfp8": Recipe("mxfp8", "fp8", 1.0, 1 / 32, amax_pass=False, own_columnwise=True),
+    "nvfp4": Recipe("nvfp4", "fp4", 0.5, 1 / 16, amax_pass=True, own_columnwise=True),
+}
+
+
+def recipe_kernels(name: str, gen: str) -> Recipe:
+    """The recipe whose kernels a run asking for recipe `name` runs on generation `gen`: FP8 block scaling on a
+    generation that emulates it runs that recipe's kernels, every other recipe its own."""
+    return RECIPES[tensor_core_facts(gen).get("blockwise_runs_as", name) if name == "blockwise" else name]

@@ -21,9 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from predictor.families import (FAMILIES, OPTIONAL_FIELDS, Family, by_hf_model_type, family as family_record,
                                 names as family_names)
-from predictor.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, MEASURED_FRAMEWORK
-from predictor.frameworks.kernels import kernel_errors
-from predictor.hardware import DEVICES, GENERATIONS, tensor_core_facts
+from predictor.hardware import DEVICES, GENERATIONS, RECIPES, tensor_core_facts
 from predictor.presets import MODEL_PRESETS
 
 # Attribute names used by HuggingFace configs of the supported families, in lookup order.
@@ -340,9 +338,9 @@ class ModelSpec(_Strict):
 
 # Precisions whose linears' GEMMs run on low-precision tensor cores while the rest of the step stays in BF16.
 LOW_PRECISIONS: tuple[str, ...] = ("fp8", "fp4")
-# Transformer Engine's recipes (predictor.models.lowprec), by the precision their GEMMs run in.
-RECIPE_PRECISION: dict[str, str] = {"delayed": "fp8", "current": "fp8", "blockwise": "fp8", "mxfp8": "fp8",
-                                    "nvfp4": "fp4"}
+# Transformer Engine's recipes (`hardware.RECIPES`, priced by predictor.models.lowprec), by the precision their GEMMs
+# run in.
+RECIPE_PRECISION: dict[str, str] = {name: recipe.precision for name, recipe in RECIPES.items()}
 
 
 class KernelsSpec(_Strict):
@@ -378,21 +376,14 @@ class TrainingSpec(_Strict):
                                   "enable, components model and loss); default: the framework's choice (torchtitan "
                                   "compiles where float8 or async TP need it to pay off; the others never compile)")
     framework: str | None = Field(
-        default=None, description=f"what trains it (predictor.frameworks: {', '.join(FRAMEWORKS)}): its runnable "
-                                  f"plans and overlap; default {DEFAULT_FRAMEWORK} on a catalogue GPU, "
-                                  f"{MEASURED_FRAMEWORK} (ScaleDL's own runner) on a measured device")
+        default=None, description="what trains it: a framework registered in predictor.frameworks (its runnable plans "
+                                  "and overlap), checked by predictor.resolver.resolve; default Megatron-Core on a "
+                                  "catalogue GPU, ScaleDL's own runner (pytorch) on a measured device")
 
     framework_version: str | None = Field(
         default=None, description="the framework release the job runs (its launch file and rules follow it); "
                                   "default: the newest each framework module names (predictor.frameworks: "
-                                  "Framework.versions)")
-
-    @field_validator("framework")
-    @classmethod
-    def _known_framework(cls, name: str | None) -> str | None:
-        """A name outside the registry (`predictor.frameworks.FRAMEWORKS`, read now: a framework registered after
-        import is a choice too), with the closest one: usually a typo."""
-        return registered(name, FRAMEWORKS, "framework", "frameworks")
+                                  "Framework.versions); checked by predictor.resolver.resolve")
 
 
 def _is_kernel_profile(path: str) -> bool:
@@ -491,20 +482,6 @@ class WorkloadSpec(_Strict):
                 raise ValueError(f"training.recipe {recipe!r} needs block-scaled tensor cores (Blackwell); device "
                                  f"{name!r} has none: set training.recipe to one it runs ({', '.join(runs)}) or use a "
                                  f"Blackwell device")
-        framework = self.training.framework
-        measured = device is None
-        if framework not in (None, MEASURED_FRAMEWORK) and measured:
-            raise ValueError(f"training.framework {framework!r} runs on GPUs; a measured device ({name}) runs "
-                             f"ScaleDL's own runner: use framework: pytorch or leave it out")
-        runs = FRAMEWORKS[MEASURED_FRAMEWORK if measured else framework or DEFAULT_FRAMEWORK]
-        version = self.training.framework_version
-        if version is not None and version not in runs.versions:
-            raise ValueError(f"training.framework_version {version!r}: {runs.title} is written for "
-                             f"{', '.join(runs.versions) or 'no release (it writes no launch file)'}; use one of "
-                             f"those or leave it out")
-        errors = kernel_errors(self, runs)
-        if errors:
-            raise ValueError("; ".join(errors))
         return self
 
 

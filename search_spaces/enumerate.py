@@ -25,9 +25,11 @@ from itertools import product
 from typing import Iterable, Iterator
 
 from predictor.plan import AXES, Axis
-from predictor.plan.axes import OPTION_AXIS, OPTIONS, resolve
-from predictor.frameworks import Framework, framework_for
+from predictor.plan.axes import OPTION_AXIS, OPTIONS
+from predictor.plan.axes import resolve as function_named
+from predictor.frameworks import Framework
 from predictor.plan import Plan, plan_errors, recompute_errors, recompute_for_model
+from predictor.resolver import resolve
 from predictor.workload import WorkloadSpec
 from search_spaces.plan_list import PlanList, Product
 from search_spaces.space import CHOICE_AXES, INT_AXES, SpaceConfig
@@ -97,7 +99,7 @@ def _degrees(spec: WorkloadSpec, space: SpaceConfig) -> Iterator[tuple[dict[str,
 def _regrouping_degrees(spec: WorkloadSpec, space: SpaceConfig, axis: Axis, divisors: tuple[int, ...]) -> list[int]:
     """The degrees of the space of an axis that regroups a stage's ranks (multiplies into no GPU count), so it is
     chosen apart, among the degrees its `choices` allow at a stage of ranks with these `divisors`."""
-    auto = resolve(axis.choices)(spec, divisors) if axis.choices else list(divisors)
+    auto = function_named(axis.choices)(spec, divisors) if axis.choices else list(divisors)
     if auto is None:
         return [1]
     return [d for d in _pick(getattr(space, axis.name), auto, getattr(space, f"max_{axis.name}")) if d in auto]
@@ -204,25 +206,24 @@ def _variants(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int], m
 def all_errors(plan: Plan, spec: WorkloadSpec, space: SpaceConfig, framework: Framework | None = None) -> list[str]:
     """Structural reasons and the framework's: why a search does not propose `plan`. `framework`: the spec's, which
     a caller checking many plans looks up once."""
-    return plan_errors(plan, spec, space.allow_cross_node_tp) + (framework or framework_for(spec)).errors(plan, spec)
+    return plan_errors(plan, spec, space.allow_cross_node_tp) + (framework or resolve(spec).framework).errors(plan, spec)
 
 
 def candidates(spec: WorkloadSpec, space: SpaceConfig) -> Iterator[Plan]:
     """Every plan the space proposes for the workload, valid or not, less the option values its framework
     never runs (`runnable_space`)."""
-    space = runnable_space(space, framework_for(spec), spec)
+    space = runnable_space(space, resolve(spec).framework, spec)
     for degrees, mbs in _degrees(spec, space):
         yield from _variants(spec, space, degrees, mbs)
 
 
-def _add_variants(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, options: _Options,
-                  fixed: dict[str, int]) -> None:
+def _add_variants(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, framework: Framework,
+                  options: _Options, fixed: dict[str, int]) -> None:
     """Check the candidates of `_variants` at the `fixed` degrees and micro-batch, one per RULE_BLIND group,
     and add them to `result` in `_variants`' order: a group's errors count once per member, each in the order
     its first member would have met it."""
     if not options.recompute or not options.tuned:
         return
-    framework = framework_for(spec)
     repeats = len(options.recompute) * len(options.tuned)
     blind = {"recompute": options.recompute[0], **options.tuned[0]}
     gpus = Plan.trusted({**fixed, **blind}).gpus
@@ -243,8 +244,8 @@ def _add_variants(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, o
         result.plans.append(Product(tuple(valid), tuple(options.recompute), tuple(options.tuned), gpus))
 
 
-def _add_prototype(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int],
-                   mbs: int) -> None:
+def _add_prototype(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, framework: Framework,
+                   degrees: dict[str, int], mbs: int) -> None:
     """Add the candidates of one (degrees, mbs) prototype to `result`: all rejected with its reasons when the
     prototype fails the structural rules, else each checked (`_add_variants`)."""
     options = _options(spec, space, degrees)
@@ -256,15 +257,15 @@ def _add_prototype(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, 
         for reason in proto_errors:
             result.rejected[reason] += n
         return
-    _add_variants(result, spec, space, options, {**degrees, "mbs": mbs})
+    _add_variants(result, spec, space, framework, options, {**degrees, "mbs": mbs})
 
 
 def enumerate_plans(spec: WorkloadSpec, space: SpaceConfig) -> Enumeration:
     """The valid plans of `space` for `spec` that its framework runs, with rejection counts per reason."""
-    result = Enumeration(plans=PlanList(), checked=0)
-    space = runnable_space(space, framework_for(spec), spec)
+    result, framework = Enumeration(plans=PlanList(), checked=0), resolve(spec).framework
+    space = runnable_space(space, framework, spec)
     for degrees, mbs in _degrees(spec, space):
-        _add_prototype(result, spec, space, degrees, mbs)
+        _add_prototype(result, spec, space, framework, degrees, mbs)
     return result
 
 
@@ -276,8 +277,8 @@ def sample_plans(spec: WorkloadSpec, space: SpaceConfig, count: int, seed: int =
     of them come first from the prototypes nearest that plan (fewest halvings and doublings of its degrees and
     micro-batch: where a wider space's better plan usually is, e.g. tp=8 as tp=4 with another axis at 2), the rest
     at random."""
-    result = Enumeration(plans=PlanList(), checked=0)
-    space = runnable_space(space, framework_for(spec), spec)
+    result, framework = Enumeration(plans=PlanList(), checked=0), resolve(spec).framework
+    space = runnable_space(space, framework, spec)
     prototypes = list(_degrees(spec, space))
     random.Random(seed).shuffle(prototypes)
     if near is not None:
@@ -289,13 +290,13 @@ def sample_plans(spec: WorkloadSpec, space: SpaceConfig, count: int, seed: int =
         for prototype in sorted(prototypes, key=distance):  # stable: equally near ones keep the random order
             if len(result.plans) >= count // 2:
                 break
-            _add_prototype(result, spec, space, *prototype)
+            _add_prototype(result, spec, space, framework, *prototype)
             taken.add(id(prototype))
         prototypes = [p for p in prototypes if id(p) not in taken]
     for degrees, mbs in prototypes:
         if len(result.plans) >= count:
             break
-        _add_prototype(result, spec, space, degrees, mbs)
+        _add_prototype(result, spec, space, framework, degrees, mbs)
     return result
 
 

@@ -27,9 +27,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, create_model, field_validator
 
-from predictor.frameworks import FRAMEWORKS, framework_for
+from predictor.frameworks import FRAMEWORKS
 from predictor.plan import AXES, AXIS_NAMES
 from predictor.plan import CP_COMM, PLACEMENTS, RECOMPUTE_MODES, PlanError, canonical_recompute, overlap_kinds
+from predictor.resolver import resolve
 from predictor.workload import SpecError, WorkloadSpec
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -226,7 +227,7 @@ def narrow(space: SpaceConfig, section: dict[str, Any] | None, base_name: str = 
 
 def default_space_name(spec: WorkloadSpec) -> str:
     """The space a search of `spec` uses unless told otherwise: its framework's own (`Framework.space`)."""
-    return framework_for(spec).name
+    return resolve(spec).framework.name
 
 
 def for_workload(space: SpaceConfig, spec: WorkloadSpec) -> SpaceConfig:

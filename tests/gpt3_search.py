@@ -7,8 +7,8 @@ from functools import cache
 
 from orchestrator.planning import enumerate_sizes, sized_spec
 from orchestrator.report import Report, build_report
-from orchestrator.search import Evaluated, SearchResult, infeasibility
-from predictor.device_resolver import get_device
+from orchestrator.search_types import Evaluated, SearchResult, infeasibility
+from predictor.resolver import get_device, resolve
 from predictor.hardware import GIB
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.workload import parse_spec
@@ -56,6 +56,6 @@ def sized_build(accuracy: dict | None = None, **kw) -> Report:
     space = load_space("megatron-3d")
     stats = {"memory_limit_gib": CAPACITY * 0.9, "headroom": 0.1, "searcher": "exhaustive", "evaluated_plans": len(evs),
              "trials": 1, "trials_failed": 0, "search_s": 1.0, "plans_per_s": 1.0}
-    return build_report(spec=SPEC, spec_path="spec.yaml", device=DEVICE, predictor={"name": "analytical", "accuracy": accuracy},
+    return build_report(resolved=resolve(SPEC), spec_path="spec.yaml", predictor={"name": "analytical", "accuracy": accuracy},
                         space_name="megatron-3d", space=space, enumeration=enumeration, result=SearchResult.of(evs, stats, CAPACITY * 0.9, CAPACITY),
                         sizes=specs, price=2.0, **kw)

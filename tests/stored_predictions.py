@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from orchestrator.history import History
-from predictor.device_resolver import get_device
+from predictor.resolver import get_device
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan

@@ -91,10 +91,12 @@ def test_scaledl_plan_plans_it(scaledl, tmp_path: Path, preset: str) -> None:
 
 
 def test_launch_files_spell_a_family_and_refuse_an_architecture_none_spells() -> None:
-    from predictor.frameworks import LaunchError, launch_files
+    from predictor.frameworks import LaunchError
+    from predictor.launch import launch_files
+    from predictor.resolver import resolve
 
     plan = Plan(dp=32, tp=8, ep=8, sp=True)
-    args = launch_files(plan, _spec("kimi-k2"))["megatron_args.txt"]  # DeepSeek-V3's family: MLA, 1 dense layer
+    args = launch_files(plan, resolve(_spec("kimi-k2")))["megatron_args.txt"]  # DeepSeek-V3's family: MLA, 1 dense layer
     assert "--multi-latent-attention" in args and "--kv-lora-rank 512" in args and "([0]*1+[1]*60)" in args
     with pytest.raises(LaunchError, match="model_type 'nemotron_h': no family record"):
-        launch_files(Plan(dp=64, tp=4, sp=True), _spec("nemotron-h-8b"))
+        launch_files(Plan(dp=64, tp=4, sp=True), resolve(_spec("nemotron-h-8b")))

@@ -3,17 +3,18 @@
 import numpy as np
 import pytest
 
-from predictor.device_resolver import get_device
+from predictor.resolver import get_device
 from predictor.graph_cache import graph_for
 from predictor.hardware import GB, TFLOPS, device_facts
 from predictor.kernels.profile import shipped_profile
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.attention import BWD_FLOPS, attention_curves
 from predictor.models.roofline import device_config, framework_config, fused_attention_curves, layer_times
-from predictor.frameworks import framework_for
+
 from predictor.hardware import generation
 from predictor.plan import Plan
 from predictor.workload import parse_spec
+from predictor.resolver import resolve
 
 
 def _figure(kernel, head_dim, causal, pass_):
@@ -69,10 +70,10 @@ def test_hopper_kernels_outrun_ampere_flash_attention_2_on_the_same_shape():
 def test_fused_attention_prices_from_the_kernels_figures():
     spec = _spec("torchtitan", "h100")
     device, graph = get_device("h100"), graph_for(spec.model)
-    curves = fused_attention_curves(spec, device)
+    curves = fused_attention_curves(resolve(spec, device))
     assert curves.kernel == "flash-attention-2" and curves.generation == "hopper"
-    cfg = framework_config(framework_for(spec, device), generation(device), device.name)
-    fwd, bwd = layer_times(spec, graph, 1, False, 1, device, cfg)
+    cfg = framework_config(resolve(spec, device).framework, generation(device), device.name)
+    fwd, bwd = layer_times(resolve(spec, device), graph, 1, False, 1, cfg)
     i = next(k for k, n in enumerate(graph.nodes) if n.kind == "attention")
     node = graph.nodes[i]
     a = node.attrs
@@ -98,7 +99,7 @@ def test_a_kernel_without_figures_is_flagged_and_priced_from_first_principles():
     # Megatron-Core's constants fitted on Hopper were chosen with attention as GEMMs at their efficiency
     assert "not used" in note("megatron", "h100")
     assert note("megatron", "a100-80gb").startswith("device facts: flash-attention-2 on ampere")  # TE on Ampere
-    assert fused_attention_curves(_spec("torchtitan", "h100", precision="fp32"), get_device("h100")) is None
+    assert fused_attention_curves(resolve(_spec("torchtitan", "h100", precision="fp32"), get_device("h100"))) is None
 
 
 def test_memory_bound_layers_run_at_the_generations_measured_bandwidth():
@@ -110,8 +111,8 @@ def test_memory_bound_layers_run_at_the_generations_measured_bandwidth():
     assert device_config("hopper").bw_eff == 0.9  # no STREAM-like figure catalogued: the default
     spec = _spec("torchtitan", "b200")
     device, graph = get_device("b200"), graph_for(spec.model)
-    cfg = framework_config(framework_for(spec, device), "blackwell", "b200")
-    fwd, _ = layer_times(spec, graph, 1, False, 1, device, cfg)
+    cfg = framework_config(resolve(spec, device).framework, "blackwell", "b200")
+    fwd, _ = layer_times(resolve(spec, device), graph, 1, False, 1, cfg)
     i = next(k for k, n in enumerate(graph.nodes) if n.kind == "rmsnorm")
     node = graph.nodes[i]
     elems = float(np.prod(node.in_shape)) + node.out_elems

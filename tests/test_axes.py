@@ -5,7 +5,7 @@ import pytest
 
 from predictor.plan import AXES, AXIS_NAMES, complete_order, placements
 from predictor.design import ProfileConfig
-from predictor.device_resolver import get_device
+from predictor.resolver import get_device, resolve
 from predictor.parallel import apply_plan, group_of
 from predictor.plan import PLACEMENTS, Plan, PlanError, placement_warnings, plan_errors
 from predictor.workload import ModelSpec, parse_spec
@@ -143,6 +143,6 @@ def test_each_stage_axis_is_priced_by_the_cost_its_entry_names(text, part):
     (pred,) = AnalyticalPredictor().predict(spec, graph, [plan])
     axis = AXIS[part.split("_")[0]]
     lay = apply_plan(spec, graph, plan, H100)
-    per_stage = stage_cost(axis)(spec, lay, AnalyticalConfig().for_device(H100), H100)
+    per_stage = stage_cost(axis)(resolve(spec, H100), lay, AnalyticalConfig().for_device(H100))
     m = plan.microbatches(spec.training.global_batch)
     assert pred.breakdown[part] == pytest.approx(m * float(per_stage.max()), rel=1e-9) and pred.breakdown[part] > 0

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor.frameworks import run_errors
+from predictor.launch import run_errors
 from predictor.plan import Plan, recompute_for_model
+from predictor.resolver import resolve
 from predictor.workload import load_spec, parse_spec
 from search_spaces import enumerate_plans, explain, load_space, narrow, resolve_space
 from search_spaces.plan_list import Listed, PlanList
@@ -34,9 +35,9 @@ def test_a_dense_model_is_never_proposed_a_module_it_does_not_have() -> None:
 
 def test_the_rules_refuse_a_module_the_model_does_not_have() -> None:
     plan = Plan(dp=128, tp=8, mbs=1, recompute="layernorm+moe_act", sp=True)
-    errors = run_errors(plan, GPT3)
+    errors = run_errors(plan, resolve(GPT3))
     assert any("moe_act, which the model does not have" in e and "use recompute=layernorm" in e for e in errors)
-    assert not run_errors(Plan(dp=128, tp=8, mbs=1, recompute="layernorm", sp=True), GPT3)
+    assert not run_errors(Plan(dp=128, tp=8, mbs=1, recompute="layernorm", sp=True), resolve(GPT3))
     assert any("does not have" in r for r in explain(plan, GPT3, load_space("full")))
 
 

@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictor.device_resolver import get_device
-from predictor.frameworks import launch_files
+from predictor.resolver import get_device
+from predictor.launch import launch_files
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.workload import load_spec
+from predictor.resolver import resolve
 from search_spaces import enumerate_plans, resolve_space
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -48,5 +49,5 @@ def test_torchtitan_llama_gets_an_fsdp_plan_by_default() -> None:
 
 def test_mixtral_deepspeed_default_winner_launches_its_experts() -> None:
     spec, space, winner = _default_winner("mixtral-8x7b-deepspeed-a100x32")
-    args = json.loads(launch_files(winner, spec)["deepspeed_config.json"])["megatron_deepspeed_args"]
+    args = json.loads(launch_files(winner, resolve(spec))["deepspeed_config.json"])["megatron_deepspeed_args"]
     assert space == "deepspeed" and args[args.index("--num-experts") + 1] == "8" and "--topk" in args

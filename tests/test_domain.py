@@ -69,7 +69,7 @@ def test_a_machine_under_the_same_cpu_name_is_told_apart_by_its_figures(tmp_path
     machines apart, beyond the few per cent that re-measuring one machine moves them."""
     import json
 
-    from predictor.device_resolver import get_device
+    from predictor.resolver import get_device
     from predictor.workload import ClusterSpec
 
     record = json.loads(PROFILE.read_text())

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from predictor.device_resolver import spec_device
-from predictor.frameworks import FRAMEWORKS, framework_for, launch_files, run_errors
+from predictor.resolver import resolve
+from predictor.frameworks import FRAMEWORKS
+from predictor.launch import launch_files, run_errors
 from predictor.graph_cache import graph_for
 from predictor.memory.facts import HEADROOM
 from predictor.models.analytical import AnalyticalPredictor
@@ -34,7 +35,7 @@ def _spec(preset: str, device: str, nodes: int, global_batch: int, framework: st
 
 
 EXAMPLES = [p.stem for p in sorted((ROOT / "examples").glob("*.yaml"))
-            if framework_for(load_spec(p)).name in ("megatron", "deepspeed")]
+            if resolve(load_spec(p)).framework.name in ("megatron", "deepspeed")]
 MOE = {"qwen3-235b-h100x256": _spec("qwen3-235b-a22b", "h100", 32, 2048),
        "gpt-oss-120b-h100x64": _spec("gpt-oss-120b", "h100", 8, 1024),
        "mixtral-8x7b-a100x32": _spec("mixtral-8x7b", "a100-80gb", 4, 256),
@@ -47,7 +48,7 @@ def _specs() -> dict[str, WorkloadSpec]:
 
 def refusals(plan: Plan, spec: WorkloadSpec, tmp_path: Path) -> list[str]:
     """The spec's framework's own refusals of the file written for `plan` (written whatever the rules say)."""
-    files = launch_files(plan, spec, checked=True)
+    files = launch_files(plan, resolve(spec), checked=True)
     if "megatron_args.txt" in files:
         return megatron_refusals(files["megatron_args.txt"], spec.cluster.gpus)
     path = tmp_path / "deepspeed_config.json"
@@ -60,7 +61,7 @@ def top_plans(spec: WorkloadSpec, k: int = 10) -> list[Plan]:
     _, space = resolve_space(spec)
     plans = list(enumerate_plans(spec, space).plans)
     table = AnalyticalPredictor().predict_table(spec, graph_for(spec.model), plans)
-    limit = spec_device(spec).mem_capacity / 2**30 * (1 - HEADROOM)
+    limit = resolve(spec).device.mem_capacity / 2**30 * (1 - HEADROOM)
     fits = [i for i in table.iter_time_s.argsort() if table.peak_memory_gib[i] <= limit]
     return [plans[i] for i in fits[:k]]
 
@@ -117,11 +118,11 @@ def agreement(specs: dict[str, WorkloadSpec], per_spec: int, tmp_path: Path) -> 
     verdicts = ("both accept", "both refuse", "rules refuse what the checks cannot see")
     by_framework: dict[str, dict[str, int]] = {}
     for i, (name, spec) in enumerate(specs.items()):
-        framework = framework_for(spec).name
+        framework = resolve(spec).framework.name
         counts = by_framework.setdefault(framework, dict.fromkeys(verdicts, 0))
         own = DEEPSPEED_OWN if framework == "deepspeed" else VALIDATE_ARGS
         for plan in sampled_plans(spec, per_spec, seed=i):
-            rules = run_errors(plan, spec, allow_cross_node_tp=True)
+            rules = run_errors(plan, resolve(spec), allow_cross_node_tp=True)
             checks = refusals(plan, spec, tmp_path)
             assert rules or not checks, f"{name} {plan}: the framework refuses it ({checks}), the rules let it through"
             if rules and not checks:
@@ -167,11 +168,11 @@ def test_an_older_release_is_refused_what_it_lacks() -> None:
     release no module names is refused with the ones it does."""
     spec = parse_spec({"model": {"preset": "llama3-8b"}, "training": {"global_batch": 64, "framework_version": "0.14.0"},
                        "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8}})
-    (error,) = run_errors(Plan.parse("dp=8,mbs=1,zero=1,offload=core_attn"), spec)
+    (error,) = run_errors(Plan.parse("dp=8,mbs=1,zero=1,offload=core_attn"), resolve(spec))
     assert "0.14.0 has no fine-grained activation offloading" in error and "0.16.1" in error
-    assert run_errors(Plan.parse("dp=8,mbs=1,zero=1,offload=layers:2"), spec) == []
+    assert run_errors(Plan.parse("dp=8,mbs=1,zero=1,offload=layers:2"), resolve(spec)) == []
     newest = spec.model_copy(update={"training": spec.training.model_copy(update={"framework_version": None})})
-    assert run_errors(Plan.parse("dp=8,mbs=1,zero=1,offload=core_attn"), newest) == []
+    assert run_errors(Plan.parse("dp=8,mbs=1,zero=1,offload=core_attn"), resolve(newest)) == []
     with pytest.raises(SpecError, match="written for 0.16.1, 0.14.0"):
-        parse_spec({"model": {"preset": "llama3-8b"}, "training": {"global_batch": 64, "framework_version": "0.9"},
-                    "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8}})
+        resolve(parse_spec({"model": {"preset": "llama3-8b"}, "training": {"global_batch": 64, "framework_version": "0.9"},
+                            "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8}}))

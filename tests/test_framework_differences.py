@@ -6,7 +6,7 @@ and the per-call costs (`extra['framework_s']`), with the constants that price t
 import numpy as np
 import pytest
 
-from predictor.device_resolver import get_device
+from predictor.resolver import get_device
 from predictor.evaluate import vtrain_workload
 from predictor.frameworks.deepspeed import DEEPSPEED
 from predictor.graph_cache import graph_for
@@ -18,6 +18,7 @@ from predictor.parallel import apply_plan, shard_nodes
 from predictor.plan import Plan, plan_errors
 from predictor.prediction import Prediction
 from predictor.workload import WorkloadSpec, parse_spec
+from predictor.resolver import resolve
 
 # Time parts the named differences can move: the computation and the fill and drain it sets (attention, host), and
 # the communication parts that charge a per-call cost.
@@ -82,13 +83,13 @@ def test_megatron_deepspeed_softmax_falls_back_where_its_fused_kernel_does_not_a
     attention = shard_nodes(graph, 8, False, 16).attention
 
     def forward(tp: int, mbs: int) -> float:
-        return float(layer_times(spec, graph, tp, False, mbs, device)[0][attention].sum())
+        return float(layer_times(resolve(spec, device), graph, tp, False, mbs)[0][attention].sum())
 
     assert forward(8, 1) > forward(4, 1)  # half the scores, yet slower
     assert forward(8, 2) < forward(4, 2)
     eager = softmax_fallbacks(shard_nodes(graph, 8, False, 16), 1, False, fallback)
     assert eager.any() and not softmax_fallbacks(shard_nodes(graph, 8, False, 16), 2, False, fallback).any()
     layouts = {mbs: apply_plan(spec, graph, Plan(tp=8, mbs=mbs, recompute="full"), device) for mbs in (1, 2)}
-    host = {mbs: compute_parts(spec, graph, lay, device, AnalyticalConfig())[2] for mbs, lay in layouts.items()}
+    host = {mbs: compute_parts(resolve(spec, device), graph, lay, AnalyticalConfig())[2] for mbs, lay in layouts.items()}
     layers = layouts[1].stage_counts @ eager  # the forward host time of each attention layer gains the operators
     assert host[1] == pytest.approx(host[2] + layers * fallback.ops * AnalyticalConfig().host_op_s)

@@ -14,10 +14,10 @@ import yaml
 
 from orchestrator.cli import main
 from orchestrator.commands import plan as plan_command
-from predictor.device_resolver import spec_device
-from predictor.frameworks import FRAMEWORKS, LaunchError, as_run, framework_for, launch_files, read_back, run_errors
+from predictor.frameworks import FRAMEWORKS, LaunchError, as_run
+from predictor.launch import launch_files, read_back, run_errors
 from predictor.frameworks import base
-from predictor.frameworks.base import Framework, Launch, recorded_constants
+from predictor.frameworks.base import Framework, Launch, LaunchTarget, recorded_constants
 from predictor.graph_cache import graph_for
 from predictor.hardware import DEVICES
 from predictor.models.analytical import AnalyticalPredictor
@@ -25,6 +25,7 @@ from predictor.models.roofline import AnalyticalConfig, device_config, framework
 from predictor.plan import Plan
 from predictor.prediction import Prediction
 from predictor.workload import SpecError, WorkloadSpec, parse_spec
+from predictor.resolver import resolve
 from search_spaces import enumerate_plans, resolve_space
 
 PROFILE = "predictor/data/cpu/device.json"
@@ -80,33 +81,33 @@ def test_a_devices_own_constants_go_over_its_generations(tmp_path, monkeypatch):
         device_config("blackwell"), gemm_eff_max=0.6, grouped_gemm_eff=0.5)
 
 
-def test_framework_for_decides_once_which_framework_applies():
-    assert framework_for(_spec()).name == "megatron"  # the default on a catalogue GPU
-    assert framework_for(_spec(framework="torchtitan")).name == "torchtitan"
-    assert framework_for(_spec("cpu")).name == "pytorch"  # a measured device runs ScaleDL's runner
-    assert framework_for(_spec("cpu", profile=PROFILE)).name == "pytorch"
+def test_the_resolver_decides_once_which_framework_applies():
+    assert resolve(_spec()).framework.name == "megatron"  # the default on a catalogue GPU
+    assert resolve(_spec(framework="torchtitan")).framework.name == "torchtitan"
+    assert resolve(_spec("cpu")).framework.name == "pytorch"  # a measured device runs ScaleDL's runner
+    assert resolve(_spec("cpu", profile=PROFILE)).framework.name == "pytorch"
     # A device given decides: a measured one prices any spec with ScaleDL's runner, a catalogue one with the spec's.
-    measured = spec_device(_spec("cpu", profile=PROFILE))
-    assert framework_for(_spec(framework="deepspeed"), measured).name == "pytorch"
-    assert framework_for(_spec(framework="deepspeed"), DEVICES["h100"]).name == "deepspeed"
+    measured = resolve(_spec("cpu", profile=PROFILE)).device
+    assert resolve(_spec(framework="deepspeed"), measured).framework.name == "pytorch"
+    assert resolve(_spec(framework="deepspeed"), DEVICES["h100"]).framework.name == "deepspeed"
 
 
-def test_the_analytical_predictor_prices_with_the_framework_framework_for_names():
+def test_the_analytical_predictor_prices_with_the_framework_the_resolver_names():
     spec, predictor = _spec(framework="torchtitan"), AnalyticalPredictor()
     pieces = predictor.pieces(spec, graph_for(spec.model))
     assert pieces.framework is FRAMEWORKS["torchtitan"] and pieces.config == framework_config(FRAMEWORKS["torchtitan"], "hopper")
 
 
-def test_the_spec_takes_the_registrys_names_with_a_did_you_mean():
+def test_the_resolver_takes_the_registrys_names_with_a_did_you_mean():
     for name in tuple(FRAMEWORKS)[:-1]:
-        assert _spec(framework=name).training.framework == name
+        assert resolve(_spec(framework=name)).framework.name == name
     with pytest.raises(SpecError, match=r"training.framework: unknown framework; did you mean 'torchtitan'\? "
                                         r"frameworks: megatron, torchtitan, deepspeed, pytorch \(got 'torchtitn'\)"):
-        _spec(framework="torchtitn")
+        resolve(_spec(framework="torchtitn"))
     with pytest.raises(SpecError, match="frameworks: megatron"):
-        _spec(framework="jax")
+        resolve(_spec(framework="jax"))
     with pytest.raises(SpecError, match="runs on GPUs"):
-        _spec("cpu", framework="megatron")
+        resolve(_spec("cpu", framework="megatron"))
 
 
 def test_a_prediction_says_which_constants_price_it():
@@ -126,7 +127,7 @@ def _toy_rules(plan: Plan, spec: WorkloadSpec) -> list[str]:
     return ["runs no pipelines (pp must be 1)"] if plan.pp > 1 else []
 
 
-def _toy_write(plan: Plan, spec: WorkloadSpec) -> dict[str, str]:
+def _toy_write(plan: Plan, target: LaunchTarget) -> dict[str, str]:
     return {"toy.json": json.dumps({"dp": plan.dp, "tp": plan.tp, "mbs": plan.mbs, "zero": plan.zero, "sp": plan.sp,
                                     "overlap": plan.overlap})}
 
@@ -153,9 +154,9 @@ def toy(monkeypatch: pytest.MonkeyPatch) -> Callable[[Framework], None]:
     return register
 
 
-def test_an_unregistered_framework_is_refused_by_the_spec():
+def test_an_unregistered_framework_is_refused_by_the_resolver():
     with pytest.raises(SpecError, match="unknown framework"):
-        _spec(framework="toy")
+        resolve(_spec(framework="toy"))
 
 
 def _priced(spec: WorkloadSpec, plan: Plan) -> Prediction:
@@ -165,10 +166,10 @@ def _priced(spec: WorkloadSpec, plan: Plan) -> Prediction:
 
 def test_a_framework_added_in_one_place_is_chosen_validated_searched_priced_and_launched(toy, tmp_path, capsys):
     spec = _spec(framework="toy")
-    assert framework_for(spec) is TOY
+    assert resolve(spec).framework is TOY
     # validated: its rules (and its precisions) beside the structural ones
-    assert run_errors(Plan(pp=2, mbs=1), spec) == ["ToyTrain runs no pipelines (pp must be 1)"]
-    assert run_errors(Plan(dp=2), spec) == []
+    assert run_errors(Plan(pp=2, mbs=1), resolve(spec)) == ["ToyTrain runs no pipelines (pp must be 1)"]
+    assert run_errors(Plan(dp=2), resolve(spec)) == []
     # searched in its own space by default
     name, space = resolve_space(spec)
     plans = enumerate_plans(spec, space).plans
@@ -186,12 +187,12 @@ def test_a_framework_added_in_one_place_is_chosen_validated_searched_priced_and_
     assert _priced(spec, plan).peak_memory_gib > base.peak_memory_gib + 0.9
     toy()
     # launched: its file written, and read back as the plan it runs
-    files = launch_files(plan, spec)
+    files = launch_files(plan, resolve(spec))
     assert list(files) == ["toy.json"]
     (tmp_path / "toy.json").write_text(files["toy.json"])
     assert read_back(tmp_path / "toy.json", spec) == as_run(plan, TOY)
     with pytest.raises(LaunchError, match="runs no pipelines"):
-        launch_files(Plan(pp=2, mbs=1), spec)
+        launch_files(Plan(pp=2, mbs=1), resolve(spec))
     # the CLI: its help names it, and `scaledl predict` takes a spec of it
     parser = argparse.ArgumentParser()
     plan_command.add_arguments(parser)

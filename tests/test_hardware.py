@@ -6,11 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from predictor.device_resolver import get_device
+from predictor.resolver import get_device
 from predictor.hardware import DEVICES, GB, GENERATIONS, TFLOPS, device_facts, gemm_facts
 from predictor.models.roofline import AnalyticalConfig, device_config, gemm_efficiency
 from predictor.measure import device as measure_device
 from predictor.workload import parse_spec
+from predictor.resolver import resolve
 
 
 def test_catalogue_uses_dense_peaks():
@@ -93,13 +94,13 @@ def _cpu_spec(**cluster):
 
 
 def test_a_device_profile_prices_the_spec_as_on_the_machine_that_measured_it(tmp_path):
-    from predictor.device_resolver import spec_device
+    from predictor.resolver import resolve
     from predictor.models.analytical import AnalyticalPredictor
     from predictor.graph_cache import graph_for
     from predictor.plan import Plan
 
     record = json.loads(open(DATASET_PROFILE).read())
-    pinned = spec_device(_cpu_spec(device_profile=DATASET_PROFILE))
+    pinned = resolve(_cpu_spec(device_profile=DATASET_PROFILE)).device
     assert pinned.peak_flops == record["peak_flops"] and pinned.mem_bandwidth == record["mem_bandwidth"]
     assert pinned.extra["tp_linear_s"] == record["step_costs"]["tp_linear_s"]
     assert "device.json" in pinned.source and pinned.measured
@@ -108,7 +109,7 @@ def test_a_device_profile_prices_the_spec_as_on_the_machine_that_measured_it(tmp
     del faster["step_costs"]
     (tmp_path / "device.json").write_text(json.dumps(faster))
     spec = _cpu_spec(device_profile=str(tmp_path / "device.json"))
-    assert spec_device(spec).flops("fp32") == 2 * pinned.flops("fp32") and spec_device(spec).extra == {}
+    assert resolve(spec).device.flops("fp32") == 2 * pinned.flops("fp32") and resolve(spec).device.extra == {}
     plans = [Plan(tp=2)]
     graph = graph_for(spec.model)
     slow = AnalyticalPredictor().predict(_cpu_spec(device_profile=DATASET_PROFILE), graph, plans)[0]
@@ -117,12 +118,12 @@ def test_a_device_profile_prices_the_spec_as_on_the_machine_that_measured_it(tmp
     # the profile prices each collective on its own link, unless the spec gives the node's link itself
     assert set(pinned.op_links) == {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}
     link = {"bandwidth_gbps": 10, "latency_us": 5}
-    overridden = spec_device(_cpu_spec(device_profile=DATASET_PROFILE, intra_node=link))
+    overridden = resolve(_cpu_spec(device_profile=DATASET_PROFILE, intra_node=link)).device
     assert overridden.op_links == {} and overridden.intra_node.bandwidth == 10 * GB
 
 
 def test_device_profile_errors_name_the_field_and_the_fix(tmp_path):
-    from predictor.device_resolver import spec_device
+    from predictor.resolver import resolve
     from predictor.workload import SpecError
 
     with pytest.raises(SpecError, match=r"device_profile .*nope.json' does not exist.*scaledl profile"):
@@ -132,16 +133,16 @@ def test_device_profile_errors_name_the_field_and_the_fix(tmp_path):
                     "cluster": {"device": "a100-80gb", "device_profile": DATASET_PROFILE}})
     (tmp_path / "gpu.json").write_text(json.dumps({"peak_flops": {}, "link": None, "collectives": []}))
     with pytest.raises(ValueError, match=r"cluster.device_profile .*gpu.json' is not a readable device profile"):
-        spec_device(_cpu_spec(device_profile=str(tmp_path / "gpu.json")))
+        resolve(_cpu_spec(device_profile=str(tmp_path / "gpu.json"))).device
 
 
 def test_profile_dataset_is_priced_with_its_own_device_profile():
     from predictor.evaluate import load_profile_dataset
-    from predictor.device_resolver import spec_device
+    from predictor.resolver import resolve
 
     data = load_profile_dataset(families=("bert",), with_layers=False)
     record = json.loads(open(DATASET_PROFILE).read())
-    assert {spec_device(s.spec).peak_flops["fp32"] for s in data.samples} == {record["peak_flops"]["fp32"]}
+    assert {resolve(s.spec).device.peak_flops["fp32"] for s in data.samples} == {record["peak_flops"]["fp32"]}
     assert data.provenance["device_profile"].endswith("predictor/data/cpu/device.json")
 
 

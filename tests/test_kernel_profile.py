@@ -65,7 +65,7 @@ def test_profile_has_every_section_with_sane_figures(measured):
 
 
 def test_a_spec_naming_the_profile_is_priced_with_it(measured, tmp_path):
-    from predictor.device_resolver import spec_device
+    from predictor.resolver import resolve
     from predictor.graph_cache import graph_for
     from predictor.models.analytical import AnalyticalPredictor
     from predictor.plan import Plan
@@ -78,14 +78,14 @@ def test_a_spec_naming_the_profile_is_priced_with_it(measured, tmp_path):
         return parse_spec({"model": model, "training": {"global_batch": 4, "precision": "fp32"},
                            "cluster": {"nodes": 1, "gpus_per_node": 2, **cluster}})
 
-    cpu = spec_device(spec({"device": "cpu", "device_profile": str(path)}))
+    cpu = resolve(spec({"device": "cpu", "device_profile": str(path)})).device
     assert cpu.peak_flops["fp32"] == max(p[4] for p in profile["gemm"]["fp32"]["points"])
     assert cpu.mem_bandwidth == max(p[1] for p in profile["memory_bound"]["points"])
     assert set(cpu.op_links) == {"all_gather", "all_reduce", "reduce_scatter", "send_recv"}
     gpu_profile = tmp_path / "h100.json"
     gpu_profile.write_text(json.dumps({**profile, "device": "h100"}))
     gpus = spec({"device": "h100", "device_profile": str(gpu_profile)})
-    h100 = spec_device(gpus)
+    h100 = resolve(gpus).device
     assert h100.extra["host_op_s"] == profile["host_op_s"] and h100.intra_node.generation == ""
     graph = graph_for(gpus.model)
     measured_link = AnalyticalPredictor().predict(gpus, graph, [Plan(dp=2, mbs=2)])[0]
@@ -95,8 +95,8 @@ def test_a_spec_naming_the_profile_is_priced_with_it(measured, tmp_path):
     assert measured_link.breakdown["dp_comm"] > 10 * max(data_sheet.breakdown["dp_comm"], 1e-6)
     from predictor.kernels.profile import PROFILES_DIR  # a shipped profile of published figures keeps the catalogue links
 
-    shipped = spec_device(spec({"device": "h100", "device_profile": str(PROFILES_DIR / "h100.json")}))
-    assert shipped.intra_node == spec_device(catalogue).intra_node
+    shipped = resolve(spec({"device": "h100", "device_profile": str(PROFILES_DIR / "h100.json")})).device
+    assert shipped.intra_node == resolve(catalogue).device.intra_node
 
 
 def test_the_bench_script_compares_a_measured_profile_with_a_shipped_one(measured):

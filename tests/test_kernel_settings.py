@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from predictor.frameworks import FRAMEWORKS, as_run, kernels_back, launch_files, read_back
+from predictor.frameworks import FRAMEWORKS, as_run
+from predictor.launch import kernels_back, launch_files, read_back
 from predictor.frameworks.kernels import FIELDS, Kernels, kernels_of
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
 from predictor.workload import SpecError, parse_spec
+from predictor.resolver import resolve
 
 
 def _spec(kernels: dict | None = None, preset: str = "gpt3-2.7b", framework: str = "megatron", device: str = "a100-80gb",
@@ -44,7 +46,7 @@ def test_each_framework_has_its_defaults():
 ])
 def test_settings_a_framework_cannot_run_are_refused_with_the_field(kernels, framework, preset, precision, words):
     with pytest.raises(SpecError, match="training.kernels") as err:
-        _spec(kernels, preset, framework, "h100", precision=precision)
+        resolve(_spec(kernels, preset, framework, "h100", precision=precision))
     assert words in str(err.value)
 
 
@@ -94,7 +96,7 @@ def test_without_transformer_engine_no_tensor_parallel_overlap():
 ])
 def test_the_launch_file_runs_the_settings_it_was_written_with(tmp_path, framework, kernels, plan):
     spec = _spec(kernels, framework=framework)
-    files = launch_files(Plan.parse(plan), spec)
+    files = launch_files(Plan.parse(plan), resolve(spec))
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     first = tmp_path / next(iter(files))

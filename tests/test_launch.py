@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from predictor.frameworks import FRAMEWORKS, LaunchError, as_run, framework_for, launch_files, launch_settings, read_back
+from predictor.frameworks import FRAMEWORKS, LaunchError, as_run
+from predictor.launch import launch_files, launch_settings, read_back
 from predictor.frameworks.megatron import chunk_layers, layout_stages
 from predictor.plan import Plan
 from predictor.workload import WorkloadSpec, parse_spec
+from predictor.resolver import resolve
 
 
 def _spec(framework: str, preset: str, device: str, nodes: int, global_batch: int, precision: str = "bf16") -> WorkloadSpec:
@@ -122,11 +124,11 @@ def _write(files: dict[str, str], out: Path) -> Path:
     return out / next(name for name in files if name != "torchrun.sh")
 
 
-@pytest.mark.parametrize("spec, text", WINNERS, ids=[f"{framework_for(s).name}:{t}" for s, t in WINNERS])
+@pytest.mark.parametrize("spec, text", WINNERS, ids=[f"{resolve(s).framework.name}:{t}" for s, t in WINNERS])
 def test_each_launch_file_reads_back_as_the_winner(spec: WorkloadSpec, text: str, tmp_path: Path) -> None:
     plan = Plan.parse(text)
-    framework = framework_for(spec)
-    files = launch_files(plan, spec)
+    framework = resolve(spec).framework
+    files = launch_files(plan, resolve(spec))
     back = read_back(_write(files, tmp_path), spec)
     want = as_run(plan, framework)
     if framework.name == "megatron":
@@ -148,7 +150,7 @@ def test_as_run_resolves_auto_overlap_to_the_frameworks_kinds() -> None:
 
 def test_megatron_file_expresses_zero_cp_fp8_and_the_schedule(tmp_path: Path) -> None:
     files = launch_files(Plan.parse("dp=2,tp=4,cp=2,mbs=1,zero=1,recompute=selective,sp=true,cp_comm=allgather"),
-                         LLAMA_FP8)
+                         resolve(LLAMA_FP8))
     args = shlex.split(files["megatron_args.txt"])
     joined = " ".join(args)
     for expected in ("--context-parallel-size 2", "--cp-comm-type all_gather", "--use-distributed-optimizer",
@@ -156,11 +158,11 @@ def test_megatron_file_expresses_zero_cp_fp8_and_the_schedule(tmp_path: Path) ->
                      "--group-query-attention --num-query-groups 8", "--bf16"):
         assert expected in joined
     assert "--recompute-method" not in args  # Megatron refuses a method with selective recompute
-    fsdp = shlex.split(launch_files(Plan.parse("dp=4,tp=2,cp=2,mbs=2,zero=3,sp=true"), LLAMA_FP8)["megatron_args.txt"])
+    fsdp = shlex.split(launch_files(Plan.parse("dp=4,tp=2,cp=2,mbs=2,zero=3,sp=true"), resolve(LLAMA_FP8))["megatron_args.txt"])
     assert " ".join(fsdp).count("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params") == 1
     assert "--ckpt-format fsdp_dtensor" in " ".join(fsdp)
     gpt3 = launch_files(Plan.parse("dp=64,tp=4,pp=4,mbs=2,zero=1,recompute=full,sp=true,schedule=interleaved,v=8,"
-                                   "overlap=dp+param+tp"), GPT3)
+                                   "overlap=dp+param+tp"), resolve(GPT3))
     gpt3_args = " ".join(shlex.split(gpt3["megatron_args.txt"]))
     assert "--num-virtual-stages-per-pipeline-rank 8" in gpt3_args and "--no-overlap-p2p-communication" in gpt3_args
     script = gpt3["torchrun.sh"]
@@ -170,28 +172,28 @@ def test_megatron_file_expresses_zero_cp_fp8_and_the_schedule(tmp_path: Path) ->
 
 def test_torchtitan_file_uses_its_real_keys() -> None:
     config = tomllib.loads(launch_files(Plan.parse("dp=2,tp=2,cp=2,mbs=1,zero=3,sp=true,overlap=dp+param+tp"),
-                                        TITAN_FP8)["torchtitan.toml"])
+                                        resolve(TITAN_FP8))["torchtitan.toml"])
     par = config["parallelism"]
     assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (2, 1)
     assert par["fsdp_reshard_after_forward"] == "always" and par["enable_async_tensor_parallel"] is True
     assert config["model"]["converters"] == ["quantize.linear.float8"]
     assert config["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] is True
     assert config["compile"]["enable"] is True
-    ddp = tomllib.loads(launch_files(Plan(dp=8, mbs=1), TITAN_1)["torchtitan.toml"])
+    ddp = tomllib.loads(launch_files(Plan(dp=8, mbs=1), resolve(TITAN_1))["torchtitan.toml"])
     assert (ddp["parallelism"]["data_parallel_replicate_degree"], ddp["parallelism"]["data_parallel_shard_degree"]) == (8, 1)
     assert ddp["activation_checkpoint"]["mode"] == "none"  # torchtitan's default is selective: always written
     assert ddp["training"]["local_batch_size"] == 1 and ddp["training"]["global_batch_size"] == 64
 
 
 def test_deepspeed_config_carries_the_megatron_deepspeed_arguments() -> None:
-    config = json.loads(launch_files(Plan.parse("dp=2,tp=2,pp=4,mbs=2,zero=1,recompute=full,sp=true"), DS)
+    config = json.loads(launch_files(Plan.parse("dp=2,tp=2,pp=4,mbs=2,zero=1,recompute=full,sp=true"), resolve(DS))
                         ["deepspeed_config.json"])
     assert config["zero_optimization"] == {"stage": 1, "overlap_comm": False}
     assert config["gradient_accumulation_steps"] == 16 and config["train_micro_batch_size_per_gpu"] == 2
     args = " ".join(config["megatron_deepspeed_args"])
     assert "--pipeline-model-parallel-size 4" in args and "--zero-stage 1" in args and "--sequence-parallel" in args
     assert "--no-pipeline-parallel" not in args and "--deepspeed-activation-checkpointing" in args
-    dp_only = json.loads(launch_files(Plan(dp=16, mbs=4, zero=3), DS)["deepspeed_config.json"])
+    dp_only = json.loads(launch_files(Plan(dp=16, mbs=4, zero=3), resolve(DS))["deepspeed_config.json"])
     assert dp_only["zero_optimization"] == {"stage": 3, "overlap_comm": True}
     assert "--no-pipeline-parallel" in dp_only["megatron_deepspeed_args"]
 
@@ -213,28 +215,28 @@ def test_deepspeed_config_carries_the_megatron_deepspeed_arguments() -> None:
 ])
 def test_refusals_name_the_field(spec: WorkloadSpec, text: str, field: str) -> None:
     with pytest.raises(LaunchError, match=field.replace("+", r"\+")):
-        launch_files(Plan.parse(text), spec)
-    settings = launch_settings(Plan.parse(text), spec)  # the report states the refusal instead of files
+        launch_files(Plan.parse(text), resolve(spec))
+    settings = launch_settings(Plan.parse(text), resolve(spec))  # the report states the refusal instead of files
     assert settings["files"] == {} and field in settings["notes"][0]
 
 
 def test_an_uneven_layer_split_counts_the_embedding_and_the_loss():
-    args = launch_files(Plan.parse("dp=8,tp=8,pp=8,cp=2,mbs=1,zero=1,sp=true,schedule=interleaved,v=8"), L405)
+    args = launch_files(Plan.parse("dp=8,tp=8,pp=8,cp=2,mbs=1,zero=1,sp=true,schedule=interleaved,v=8"), resolve(L405))
     text = args["megatron_args.txt"]
     assert "--account-for-embedding-in-pipeline-split" in text and "--account-for-loss-in-pipeline-split" in text
-    even = launch_files(Plan.parse("dp=64,tp=4,pp=4,mbs=2,zero=1,sp=true,schedule=interleaved,v=8"), GPT3)
+    even = launch_files(Plan.parse("dp=64,tp=4,pp=4,mbs=2,zero=1,sp=true,schedule=interleaved,v=8"), resolve(GPT3))
     assert "--account-for-embedding-in-pipeline-split" not in even["megatron_args.txt"]
 
 
 def test_megatron_file_expresses_experts_and_their_parallelism() -> None:
-    args = shlex.split(launch_files(Plan.parse("dp=64,pp=4,mbs=1,zero=1,schedule=interleaved,v=4,ep=64"), DSV3)
+    args = shlex.split(launch_files(Plan.parse("dp=64,pp=4,mbs=1,zero=1,schedule=interleaved,v=4,ep=64"), resolve(DSV3))
                        ["megatron_args.txt"])
     value = {flag: args[i + 1] for i, flag in enumerate(args[:-1]) if flag.startswith("--")}
     assert value["--expert-model-parallel-size"] == "64" and value["--num-experts"] == "256"
     assert value["--moe-router-topk"] == "8" and value["--moe-ffn-hidden-size"] == "2048"
     assert value["--moe-layer-freq"] == "([0]*3+[1]*58)" and value["--q-lora-rank"] == "1536"
     assert "--overlap-moe-expert-parallel-comm" in args and "--multi-latent-attention" in args
-    titan = tomllib.loads(launch_files(Plan.parse("dp=16,mbs=2,zero=3,ep=8"), QWEN_TITAN)["torchtitan.toml"])
+    titan = tomllib.loads(launch_files(Plan.parse("dp=16,mbs=2,zero=3,ep=8"), resolve(QWEN_TITAN))["torchtitan.toml"])
     assert titan["parallelism"]["expert_parallel_degree"] == 8 and titan["model"]["name"] == "qwen3"
 
 
@@ -244,7 +246,7 @@ def test_an_uneven_megatron_pipeline_is_a_layout() -> None:
     for text, chunks in (("dp=16,pp=16,mbs=1,zero=1,ep=16", 16),
                          ("dp=64,pp=4,mbs=1,zero=1,schedule=interleaved,v=4,ep=64", 16),
                          ("dp=32,pp=8,mbs=1,zero=1,schedule=interleaved,v=4,ep=8", 32)):
-        args = shlex.split(launch_files(Plan.parse(text), DSV3)["megatron_args.txt"])
+        args = shlex.split(launch_files(Plan.parse(text), resolve(DSV3))["megatron_args.txt"])
         stages = layout_stages(_values(args)["--pipeline-model-parallel-layout"])
         assert [stage.count("t") for stage in stages] == chunk_layers(61, chunks)
         assert "--num-virtual-stages-per-pipeline-rank" not in args
@@ -252,12 +254,12 @@ def test_an_uneven_megatron_pipeline_is_a_layout() -> None:
     mtp = parse_spec({"model": {"preset": "deepseek-v3", "mtp_layers": 1},
                       "training": {"global_batch": 4096, "framework": "megatron"},
                       "cluster": {"device": "gb200", "nodes": 32, "gpus_per_node": 8}})
-    args = shlex.split(launch_files(Plan.parse("dp=16,pp=16,mbs=1,zero=1,ep=16"), mtp)["megatron_args.txt"])
+    args = shlex.split(launch_files(Plan.parse("dp=16,pp=16,mbs=1,zero=1,ep=16"), resolve(mtp))["megatron_args.txt"])
     _megatron_accepts_the_pipeline(args)  # the MTP layer in the last chunk, before the loss
     assert _values(args)["--pipeline-model-parallel-layout"].endswith("|tttmL")
     assert chunk_layers(61, 16) == [3] + [4] * 13 + [3, 3] and chunk_layers(7, 3) == [2, 3, 2]
     even = shlex.split(launch_files(Plan.parse("dp=64,tp=4,pp=4,mbs=2,zero=1,sp=true,schedule=interleaved,v=8"),
-                                    GPT3)["megatron_args.txt"])
+                                    resolve(GPT3))["megatron_args.txt"])
     assert "--pipeline-model-parallel-layout" not in even  # 96 layers on 32 chunks: even
 
 
@@ -265,7 +267,7 @@ def test_torchrun_script_passes_each_argument_whole(tmp_path: Path) -> None:
     """The arguments file quotes what the shell would split or glob (a layout's |, *, parentheses): the script hands
     torchrun every argument whole (a stand-in torchrun prints what it gets)."""
     plan = Plan.parse("dp=16,pp=16,mbs=1,zero=1,ep=16")
-    files = launch_files(plan, DSV3)
+    files = launch_files(plan, resolve(DSV3))
     _write(files, tmp_path)
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "torchrun").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
@@ -280,14 +282,14 @@ def test_torchrun_script_passes_each_argument_whole(tmp_path: Path) -> None:
 def test_deepspeed_launch_trains_the_experts() -> None:
     """Mixtral under Megatron-DeepSpeed: its experts in every layer with top-2 gating (without --num-experts it would
     train a dense model); a mixture it cannot build is refused, naming what."""
-    config = json.loads(launch_files(Plan.parse("dp=32,mbs=1,zero=1"), MIXTRAL_DS)["deepspeed_config.json"])
+    config = json.loads(launch_files(Plan.parse("dp=32,mbs=1,zero=1"), resolve(MIXTRAL_DS))["deepspeed_config.json"])
     value = _values(config["megatron_deepspeed_args"])
     assert (value["--num-experts"], value["--topk"], value["--expert-interval"]) == ("8", "2", "1")
     assert "--create-moe-param-group" in config["megatron_deepspeed_args"]
     dsv3 = _spec("deepspeed", "deepseek-v3", "a100-80gb", 32, 4096)
-    notes = launch_settings(Plan.parse("dp=32,tp=8,mbs=1,zero=1,sp=true"), dsv3)["notes"]
+    notes = launch_settings(Plan.parse("dp=32,tp=8,mbs=1,zero=1,sp=true"), resolve(dsv3))["notes"]
     assert "shared experts" in notes[0] and "multi-latent attention" in notes[0] and "sigmoid router" in notes[0]
-    dense = json.loads(launch_files(Plan(dp=16, mbs=4, zero=3), DS)["deepspeed_config.json"])
+    dense = json.loads(launch_files(Plan(dp=16, mbs=4, zero=3), resolve(DS))["deepspeed_config.json"])
     assert "--num-experts" not in dense["megatron_deepspeed_args"]
 
 
@@ -296,18 +298,18 @@ def test_torchtitan_names_its_shipped_flavor_or_how_to_register_one() -> None:
                            ("deepseek-v3", "671B"), ("qwen3-30b-a3b", "30B-A3B"), ("qwen3-8b", "8B"),
                            ("qwen3-32b", "32B")):
         spec = _spec("torchtitan", preset, "h100", 16, 1024)
-        text = launch_files(Plan(dp=128, mbs=1, zero=3), spec)["torchtitan.toml"]
+        text = launch_files(Plan(dp=128, mbs=1, zero=3), resolve(spec))["torchtitan.toml"]
         assert tomllib.loads(text)["model"]["flavor"] == flavor and "register" not in text
         assert tomllib.loads(text)["model"]["name"] == ("qwen3" if preset.startswith("qwen3") else
                                                         "deepseek_v3" if preset == "deepseek-v3" else "llama3")
     mixtral = _spec("torchtitan", "mixtral-8x7b", "h100", 4, 256)
-    text = launch_files(Plan.parse("dp=32,mbs=1,zero=3,ep=8"), mixtral)["torchtitan.toml"]
+    text = launch_files(Plan.parse("dp=32,mbs=1,zero=3,ep=8"), resolve(mixtral))["torchtitan.toml"]
     config = tomllib.loads(text)
     assert config["model"] == {"name": "llama4", "flavor": "scaledl"}
     assert "register it in torchtitan/models/llama4/__init__.py" in text and "experts=8, top_k=2" in text
     assert config["parallelism"]["expert_parallel_degree"] == 8
     assert config["parallelism"]["expert_tensor_parallel_degree"] == 1  # the routed experts priced without tp
-    assert "expert_tensor_parallel_degree" not in tomllib.loads(launch_files(Plan(dp=8, mbs=1), TITAN_1)
+    assert "expert_tensor_parallel_degree" not in tomllib.loads(launch_files(Plan(dp=8, mbs=1), resolve(TITAN_1))
                                                                 ["torchtitan.toml"])["parallelism"]
 
 
@@ -315,10 +317,10 @@ def test_torchtitan_cuts_uneven_pipelines_with_its_stage_weights() -> None:
     """61 layers on 32 stages: one layer per stage and the embedding's and output's stages one lighter
     (ceil((61 + 1 + 1) / 2) = 32 stages); a cut its balance check refuses is a launch refusal that says why."""
     config = tomllib.loads(launch_files(Plan.parse("dp=32,pp=8,mbs=1,zero=2,schedule=interleaved,v=4,ep=8"),
-                                        DSV3_TITAN)["torchtitan.toml"])["parallelism"]
+                                        resolve(DSV3_TITAN))["torchtitan.toml"])["parallelism"]
     assert (config["pipeline_parallel_layers_per_stage"], config["pipeline_parallel_first_stage_less_layers"],
             config["pipeline_parallel_last_stage_less_layers"]) == (2, 1, 1)
-    refused = launch_settings(Plan.parse("dp=16,pp=16,mbs=1,zero=2,schedule=interleaved,v=3,ep=16"), DSV3_TITAN)
+    refused = launch_settings(Plan.parse("dp=16,pp=16,mbs=1,zero=2,schedule=interleaved,v=3,ep=16"), resolve(DSV3_TITAN))
     assert refused["files"] == {} and "cannot cut 61 layers into 48 pipeline stages" in refused["notes"][0]
 
 
@@ -339,5 +341,5 @@ def test_megatron_args_build_the_presets_model(preset: str, present: list[str], 
     spec = parse_spec({"model": {"preset": preset}, "training": {"global_batch": 64, "precision": "bf16"},
                        "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8}})
     args = launch_files(Plan.parse("dp=8,mbs=1,zero=1" + (",ep=8" if spec.model.is_moe else "")),
-                        spec)["megatron_args.txt"].split()
+                        resolve(spec))["megatron_args.txt"].split()
     assert all(a in args for a in present) and not any(a in args for a in absent)

@@ -13,9 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from predictor.frameworks import launch_files
+from predictor.launch import launch_files
 from predictor.plan import Plan
 from predictor.workload import WorkloadSpec, parse_spec
+from predictor.resolver import resolve
 
 ds_config = pytest.importorskip("deepspeed.runtime.config", reason="DeepSpeed is not installed (pip install deepspeed)")
 
@@ -40,7 +41,7 @@ def test_deepspeed_loads_the_written_config(preset: str, nodes: int, batch: int,
 
     spec, p = _spec(preset, nodes, batch, precision), Plan.parse(plan)
     path = tmp_path / "deepspeed_config.json"
-    path.write_text(launch_files(p, spec)["deepspeed_config.json"])
+    path.write_text(launch_files(p, resolve(spec))["deepspeed_config.json"])
     monkeypatch.setattr(dist, "get_rank", lambda *args, **kwargs: 0)  # no process group on a CPU test machine
     mpu = SimpleNamespace(get_data_parallel_world_size=lambda: p.dp)
     loaded = ds_config.DeepSpeedConfig(str(path), mpu=mpu)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from orchestrator.lever_search import Repredictor, explore_levers, memory_levers, runs
 from orchestrator.planning import sized_spec
-from orchestrator.search import SearchResult
+from orchestrator.search_types import SearchResult
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan

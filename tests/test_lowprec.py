@@ -9,13 +9,14 @@ import pytest
 
 from predictor.frameworks.megatron import megatron_args
 from predictor.graph_cache import graph_for
-from predictor.hardware import DEVICES, device_facts
-from predictor.models.lowprec import (RECIPES, copies, input_share, low_precision_gemms, quantisation_times,
-                                      quantised_bytes, recipe_of, weight_quantisation_s)
+from predictor.hardware import DEVICES, RECIPES, device_facts
+from predictor.models.lowprec import (copies, input_share, low_precision_gemms, quantisation_times,
+                                      quantised_bytes, weight_quantisation_s)
 from predictor.models.roofline import AnalyticalConfig, device_config, gemm_efficiency, layer_times
 from predictor.parallel import apply_plan, shard_nodes
 from predictor.plan import Plan
 from predictor.workload import parse_spec
+from predictor.resolver import resolve
 
 
 def _spec(device: str, precision: str, recipe: str | None = None, batch: int = 64):
@@ -43,8 +44,8 @@ def test_the_blocks_linears_run_in_low_precision_attention_router_and_output_lay
     assert names == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     # the output layer's time is its BF16 time: nothing of it runs in FP4 or is quantised
     head = _node(graph, "lm_head")
-    fp4, bf16 = layer_times(spec, graph, 1, False, 2, B200, CFG), layer_times(_spec("b200", "bf16"), graph, 1, False,
-                                                                               2, B200, CFG)
+    fp4, bf16 = layer_times(resolve(spec, B200), graph, 1, False, 2, CFG), layer_times(resolve(_spec("b200", "bf16"), B200), graph, 1, False,
+                                                                               2, CFG)
     assert fp4[0][head] == bf16[0][head] and fp4[1][head] == bf16[1][head]
     moe = parse_spec({"model": {"preset": "qwen3-30b-a3b", "seq_len": 4096}, "training": {"global_batch": 64,
                       "precision": "fp8", "framework": "megatron"}, "cluster": {"device": "b200"}})
@@ -60,7 +61,7 @@ def test_nvfp4_layer_time_is_the_fp4_gemm_plus_the_quantisation_traffic():
     graph = graph_for(spec.model)
     nodes = shard_nodes(graph, 1, False, spec.model.heads)
     mbs, fc1 = 2, _node(graph, "gate_proj")
-    fwd, bwd = layer_times(spec, graph, 1, False, mbs, B200, CFG)
+    fwd, bwd = layer_times(resolve(spec, B200), graph, 1, False, mbs, CFG)
     q_f, q_b = quantisation_times(graph, nodes, mbs, RECIPES["nvfp4"], B200, BW, CFG.launch_s)
     rate = B200.flops("fp4") * CFG.fp4_gemm_eff * gemm_efficiency(
         nodes.gemm_m[fc1] * mbs, nodes.gemm_n[fc1], nodes.gemm_k[fc1], 1, CFG, B200.extra["sms"])
@@ -78,7 +79,7 @@ def test_quantisation_time_scales_with_the_tensors_bytes():
     spec = _spec("b200", "fp8", "mxfp8")
     graph = graph_for(spec.model)
     nodes = shard_nodes(graph, 1, False, spec.model.heads)
-    recipe = recipe_of(spec, B200)
+    recipe = resolve(spec, B200).recipe
     one = quantisation_times(graph, nodes, 1, recipe, B200, BW, 0.0)
     four = quantisation_times(graph, nodes, 4, recipe, B200, BW, 0.0)
     np.testing.assert_allclose(four[0], 4 * one[0])
@@ -100,14 +101,14 @@ def test_columnwise_copies_follow_the_generation_and_the_recipe():
 
 
 def test_recipes_by_default_and_by_name():
-    assert recipe_of(_spec("b200", "fp8"), B200).name == "mxfp8"
-    assert recipe_of(_spec("h100", "fp8"), H100).name == "current"
-    assert recipe_of(_spec("b200", "fp4"), B200).name == "nvfp4"
-    assert recipe_of(_spec("b200", "fp8", "blockwise"), B200).name == "mxfp8"  # TE emulates it with MXFP8
-    assert recipe_of(_spec("h100", "bf16"), H100) is None
-    assert "--fp8-recipe tensorwise" in " ".join(megatron_args(Plan(dp=8), _spec("b200", "fp8", "current")))
-    assert "--fp8-recipe mxfp8" in " ".join(megatron_args(Plan(dp=8), _spec("b200", "fp8")))
-    assert "--fp8-recipe delayed" in " ".join(megatron_args(Plan(dp=8), _spec("h100", "fp8", "delayed")))
+    assert resolve(_spec("b200", "fp8"), B200).recipe.name == "mxfp8"
+    assert resolve(_spec("h100", "fp8"), H100).recipe.name == "current"
+    assert resolve(_spec("b200", "fp4"), B200).recipe.name == "nvfp4"
+    assert resolve(_spec("b200", "fp8", "blockwise"), B200).recipe.name == "mxfp8"  # TE emulates it with MXFP8
+    assert resolve(_spec("h100", "bf16"), H100).recipe is None
+    assert "--fp8-recipe tensorwise" in " ".join(megatron_args(Plan(dp=8), resolve(_spec("b200", "fp8", "current"))))
+    assert "--fp8-recipe mxfp8" in " ".join(megatron_args(Plan(dp=8), resolve(_spec("b200", "fp8"))))
+    assert "--fp8-recipe delayed" in " ".join(megatron_args(Plan(dp=8), resolve(_spec("h100", "fp8", "delayed"))))
 
 
 @pytest.mark.parametrize("device, precision, recipe, words", [

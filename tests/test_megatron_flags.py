@@ -9,9 +9,10 @@ import shlex
 
 import pytest
 
-from predictor.frameworks import launch_files
+from predictor.launch import launch_files
 from predictor.plan import Plan
 from predictor.workload import parse_spec
+from predictor.resolver import resolve
 
 ARGUMENTS_PY = {
     "_add_network_size_args": {
@@ -68,6 +69,6 @@ def _spec(preset: str, nodes: int, global_batch: int = 1024, kernels: dict | Non
 ])
 def test_every_megatron_flag_written_is_one_its_parser_defines(preset: str, nodes: int, plan: str,
                                                               model: dict) -> None:
-    text = launch_files(Plan.parse(plan), _spec(preset, nodes, **model))["megatron_args.txt"]
+    text = launch_files(Plan.parse(plan), resolve(_spec(preset, nodes, **model)))["megatron_args.txt"]
     flags = {a for a in shlex.split(text) if a.startswith("--")}
     assert flags and flags <= DEFINED, sorted(flags - DEFINED)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from predictor.device_resolver import get_device
+from predictor.resolver import get_device
 from predictor.memory import activation_bytes, in_flight, model_state_bytes
 from predictor.parallel import apply_plan
 from predictor.plan import Plan

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from predictor.frameworks import FRAMEWORKS, LaunchError, as_run, launch_files, read_back
+from predictor.frameworks import FRAMEWORKS, LaunchError, as_run
+from predictor.launch import launch_files, read_back
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan, PlanError
 from predictor.workload import parse_spec
+from predictor.resolver import resolve
 
 
 def _spec(preset: str = "llama3-8b", framework: str = "megatron", nodes: int = 1, seq: int = 8192,
@@ -70,7 +72,7 @@ def test_only_megatron_recomputes_modules_and_only_it_and_torchtitan_some_layers
         assert "recompute_layers=0" in " ".join(FRAMEWORKS[name].lever_errors(some))
     spec = _spec(framework="deepspeed")
     with pytest.raises(LaunchError, match="recompute"):
-        launch_files(modules, spec)
+        launch_files(modules, resolve(spec))
 
 
 @pytest.mark.parametrize("text", ["dp=8,recompute=layernorm+moe_act,mbs=1", "dp=4,tp=2,sp=true,recompute=full,"
@@ -78,7 +80,7 @@ def test_only_megatron_recomputes_modules_and_only_it_and_torchtitan_some_layers
 def test_megatron_launch_files_write_the_levers_and_read_them_back(text, tmp_path: Path) -> None:
     spec = _spec("mixtral-8x7b", seq=4096)
     plan = Plan.parse(text + (",ep=8" if "pp=2" not in text else ""))
-    for name, content in launch_files(plan, spec).items():
+    for name, content in launch_files(plan, resolve(spec)).items():
         (tmp_path / name).write_text(content)
     args = (tmp_path / "megatron_args.txt").read_text()
     if plan.recompute_layers:

@@ -3,7 +3,7 @@ domains larger than a node (NVL72 racks), and the Llama 3.1 405B preset."""
 
 import pytest
 
-from predictor.device_resolver import get_device
+from predictor.resolver import get_device
 from predictor.hardware import DEVICES, GB, TFLOPS, UnsupportedPrecision
 from predictor.modelzoo import build_model, param_count
 from predictor.workload import ModelSpec, SpecError, parse_spec

@@ -12,8 +12,8 @@ import yaml
 
 from orchestrator.cli import main
 from predictor.comm import Group, Link
-from predictor.device_resolver import get_device
-from predictor.frameworks import framework_for
+from predictor.resolver import get_device
+
 from predictor.graph_cache import graph_for
 from predictor.modelzoo import build_model, param_count
 from predictor.models.analytical import AnalyticalPredictor
@@ -23,6 +23,7 @@ from predictor.parallel import apply_plan
 from predictor.plan import Plan, plan_errors
 from predictor.presets import MODEL_PRESETS
 from predictor.workload import ModelSpec, SpecError, parse_spec
+from predictor.resolver import resolve
 from search_spaces import enumerate_plans, load_space
 
 # Total and active parameters the models' publishers give (billions): Mistral's Mixtral posts, Qwen3's model
@@ -119,10 +120,10 @@ def test_ep_rules() -> None:
         in plan_errors(Plan(dp=2, pp=4, ep=4), spec)
     dense = _spec({"preset": "llama3-8b"})
     assert any("the model has none" in e for e in plan_errors(Plan(dp=8, ep=2), dense))
-    assert any("sequence parallelism" in e for e in framework_for(spec).errors(Plan(dp=4, tp=2, ep=4), spec))
-    assert framework_for(spec).errors(Plan(dp=4, tp=2, sp=True, ep=8), spec) == []  # ep over dp·tp ranks
+    assert any("sequence parallelism" in e for e in resolve(spec).framework.errors(Plan(dp=4, tp=2, ep=4), spec))
+    assert resolve(spec).framework.errors(Plan(dp=4, tp=2, sp=True, ep=8), spec) == []  # ep over dp·tp ranks
     deepspeed = _spec(SMALL_MOE, framework="deepspeed")
-    assert any("ep must be 1" in e for e in framework_for(deepspeed).errors(Plan(dp=8, ep=2), deepspeed))
+    assert any("ep must be 1" in e for e in resolve(deepspeed).framework.errors(Plan(dp=8, ep=2), deepspeed))
 
 
 def test_plan_string_writes_ep_only_when_it_is_not_one() -> None:

@@ -8,13 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictor.frameworks import FRAMEWORKS, as_run, launch_files, read_back
+from predictor.frameworks import FRAMEWORKS, as_run
+from predictor.launch import launch_files, read_back
 from predictor.graph_cache import graph_for
 from predictor.hardware import DEVICES
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.stage_costs import offload_waits
 from predictor.plan import Plan, PlanError
 from predictor.workload import parse_spec
+from predictor.resolver import resolve
 
 
 def _spec(device: str = "h100", nodes: int = 8, gpus_per_node: int = 8):
@@ -75,7 +77,7 @@ def test_optimizer_offload_moves_the_state_to_the_host_at_the_host_links_price()
 
 
 def _round_trip(plan: Plan, spec, tmp_path: Path) -> Plan:
-    files = launch_files(plan, spec)
+    files = launch_files(plan, resolve(spec))
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     return read_back(tmp_path / next(iter(files)), spec)
@@ -86,7 +88,7 @@ def _round_trip(plan: Plan, spec, tmp_path: Path) -> Plan:
 def test_megatron_launch_files_write_the_levers_and_read_them_back(levers: str, tmp_path: Path) -> None:
     spec = _spec()
     plan = Plan.parse("dp=8,tp=8,mbs=1,zero=1,sp=true," + levers)
-    args = launch_files(plan, spec)["megatron_args.txt"]
+    args = launch_files(plan, resolve(spec))["megatron_args.txt"]
     assert "--cross-entropy-fusion-impl" in args  # the fused loss the memory prediction assumes
     assert ("--cpu-offloading-num-layers" in args) == ("layers:" in levers)
     assert ("--optimizer-cpu-offload" in args) == ("optimizer_offload" in levers)
@@ -100,7 +102,7 @@ def test_deepspeed_offloads_the_whole_optimizer_under_zero(tmp_path: Path) -> No
     framework = FRAMEWORKS["deepspeed"]
     plan = Plan.parse("dp=8,mbs=1,zero=2,optimizer_offload=1")
     assert not framework.errors(plan, spec) and not framework.lever_errors(plan)
-    config = json.loads(launch_files(plan, spec)["deepspeed_config.json"])
+    config = json.loads(launch_files(plan, resolve(spec))["deepspeed_config.json"])
     assert config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     assert _round_trip(plan, spec, tmp_path) == as_run(plan, framework)
     assert any("whole optimizer or none" in e for e in framework.errors(plan.with_(optimizer_offload=0.5), spec))

@@ -7,7 +7,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from predictor.device_resolver import spec_device
 from predictor.evaluate import load_profile_dataset, predict_samples, subset
 from predictor.graph_cache import graph_for
 from predictor.models.features import TrainingData
@@ -15,6 +14,7 @@ from predictor.models.layerwise import LayerwiseModel, analytical_layer_time
 from predictor.models.op_costs import OpCosts, OpRow, is_gemm
 from predictor.models.scaledl import ScaleDLPredictor
 from predictor.workload import ModelSpec
+from predictor.resolver import resolve
 from tests.gpt_graph import gpt_graph
 
 SMALL = dict(hidden=64, layers=2, heads=4)
@@ -83,11 +83,11 @@ def test_operator_costs_price_real_non_gemm_layers_closer_than_the_roofline(bert
     fit_on = [o for o in data.layers if spec_ids[id(o.spec)] in fit_ids]
     held = [o for o in data.layers if spec_ids[id(o.spec)] not in fit_ids
             and not is_gemm(o.graph, o.index, o.key.heads)]
-    with_ops = LayerwiseModel(analytical_layer_time, spec_device, op_costs=True).fit(fit_on)
+    with_ops = LayerwiseModel(analytical_layer_time, resolve, op_costs=True).fit(fit_on)
     assert set(with_ops.op_costs_by_device) == {"cpu"}
     roofline_err, op_err = [], []
     for o in held:
-        roofline = analytical_layer_time(o.spec, o.graph, o.key, spec_device(o.spec))[o.index, 0]
+        roofline = analytical_layer_time(resolve(o.spec), o.graph, o.key)[o.index, 0]
         priced = with_ops.op_costs_by_device["cpu"].apply(o.graph, 1, False, o.key.heads, o.key.mbs,
                                                np.full((len(o.graph.nodes), 2), roofline))[o.index, 0]
         roofline_err.append(abs(np.log(roofline / o.fwd_s)))

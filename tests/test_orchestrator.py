@@ -14,7 +14,8 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from orchestrator.replicas import ReplicaPool  # noqa: E402
-from orchestrator.search import SearchOptions, run_search  # noqa: E402
+from orchestrator.search import run_search  # noqa: E402
+from orchestrator.search_types import SearchOptions  # noqa: E402
 from predictor.models.analytical import AnalyticalPredictor  # noqa: E402
 from search_spaces import enumerate_plans, load_space  # noqa: E402
 from tests.gpt3_search import CAPACITY, GRAPH, PLANS, SPEC, best_direct, best_found  # noqa: E402

@@ -10,7 +10,8 @@ pytestmark = pytest.mark.slow
 
 from orchestrator.local_cluster import local_cluster  # noqa: E402
 from orchestrator.replicas import ReplicaPool  # noqa: E402
-from orchestrator.search import SearchOptions, run_search  # noqa: E402
+from orchestrator.search import run_search  # noqa: E402
+from orchestrator.search_types import SearchOptions  # noqa: E402
 from tests.gpt3_search import CAPACITY, GRAPH, PLANS, SPEC, best_direct, best_found  # noqa: E402
 
 

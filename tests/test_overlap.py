@@ -2,7 +2,8 @@
 
 import pytest
 
-from predictor.frameworks import FRAMEWORKS, framework_for, launch_files
+from predictor.frameworks import FRAMEWORKS
+from predictor.launch import launch_files
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.hardware import DEVICES
@@ -10,6 +11,7 @@ from predictor.models.overlap import COMM_SMS, slowdown
 from predictor.models.roofline import AnalyticalConfig
 from predictor.plan import Plan
 from predictor.workload import parse_spec
+from predictor.resolver import resolve
 from search_spaces import enumerate_plans, load_space
 
 CFG = AnalyticalConfig()
@@ -72,8 +74,8 @@ def test_each_framework_overlaps_what_its_recipes_do():
     assert FRAMEWORKS["deepspeed"].overlap(Plan(dp=8, zero=3)) == {"dp", "param"}
     assert FRAMEWORKS["deepspeed"].overlap(Plan(dp=8, zero=1)) == frozenset()
     assert FRAMEWORKS["pytorch"].overlap(plan) == frozenset()
-    assert framework_for(parse_spec({"model": {"preset": "gpt2"}, "training": {"global_batch": 8},
-                                    "cluster": {"device": "h100"}})).name == "megatron"
+    assert resolve(parse_spec({"model": {"preset": "gpt2"}, "training": {"global_batch": 8},
+                                    "cluster": {"device": "h100"}})).framework.name == "megatron"
 
 
 def test_frameworks_refuse_what_they_cannot_run():
@@ -130,7 +132,7 @@ def test_fp8_runs_the_linears_on_the_fp8_peak_and_keeps_an_fp8_weight_copy():
     # Megatron-Core with --fp8-param-gather (which its launch files write) keeps each transformer-layer linear's FP8
     # weight and transpose in place of the BF16 weight: 2 bytes per parameter either way
     assert b.memory_breakdown["weights"] == pytest.approx(a.memory_breakdown["weights"], rel=1e-9)
-    assert "--fp8-param-gather" in launch_files(Plan(dp=8, zero=1), fp8)["megatron_args.txt"]
+    assert "--fp8-param-gather" in launch_files(Plan(dp=8, zero=1), resolve(fp8))["megatron_args.txt"]
     slower = AnalyticalPredictor(AnalyticalConfig(fp8_gemm_eff=0.5)).predict(fp8, GRAPH, [Plan(dp=8, zero=1)])[0]
     assert slower.breakdown["compute"] > b.breakdown["compute"]
     with pytest.raises(Exception, match="training.precision 'fp8' is not available on device 'a100-80gb'"):

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictor.device_resolver import spec_device
+from predictor.resolver import resolve
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.overlap import slowdown
@@ -33,7 +33,7 @@ def test_no_plan_hides_more_communication_than_its_computation(path):
     table = AnalyticalPredictor().predict_table(spec, graph_for(spec.model), plans)
     parts = dict(zip(TIME_PARTS, table.breakdown.T))
     hidden = table.hidden.sum(axis=1)
-    computation = parts["compute"] - slowdown(spec_device(spec)) * hidden  # before the SMs lost to communication
+    computation = parts["compute"] - slowdown(resolve(spec).device) * hidden  # before the SMs lost to communication
     assert np.all(hidden <= computation * (1 + 1e-9)), path.stem
     assert set(EXPOSED_IN) == set(HIDDEN_KINDS)
     for part in set(EXPOSED_IN.values()):  # the busiest link: every kind's whole communication fits the iteration

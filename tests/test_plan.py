@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from predictor.device_resolver import get_device
+from predictor.resolver import get_device
 from predictor.parallel import apply_plan, group_of, shard_nodes, stage_counts
 from predictor.plan import Plan, PlanError, plan_errors
 from predictor.workload import parse_spec

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from predictor.frameworks import LaunchError, launch_files
+from predictor.frameworks import LaunchError
+from predictor.launch import launch_files
 from predictor.modelzoo import build_model, param_count
 from predictor.models.roofline import sliding_window_work
 from predictor.plan import Plan
 from predictor.workload import ModelSpec, parse_spec
+from predictor.resolver import resolve
 
 # preset: (hidden, layers, heads, kv heads, ffn, vocab, head width, tied embeddings, the HF checkpoint's parameters,
 # what the Llama architecture adds (+) or leaves out (-) of it).
@@ -108,7 +110,7 @@ def test_no_launch_file_trains_gemma_as_another_model(framework: str) -> None:
     """Megatron-LM's pretrain_gpt.py, Megatron-DeepSpeed's GPT and torchtitan cannot build Gemma: a launch is refused
     with what is missing, while the plan is still predicted."""
     with pytest.raises(LaunchError, match="gemma2"):
-        launch_files(Plan(dp=8, mbs=1), _spec(framework, "gemma2-9b"))
+        launch_files(Plan(dp=8, mbs=1), resolve(_spec(framework, "gemma2-9b")))
 
 
 def test_a_window_is_read_from_a_gemma_config_only() -> None:

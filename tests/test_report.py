@@ -16,14 +16,15 @@ from orchestrator.report.explain import explain
 from orchestrator.lever_search import Repredictor
 from orchestrator.report.ranking import front, rank
 from orchestrator.report.render_json import to_json
-from orchestrator.search import Evaluated, SearchResult, infeasibility
-from predictor.device_resolver import get_device
-from predictor.frameworks import launch_settings
+from orchestrator.search_types import Evaluated, SearchResult, infeasibility
+from predictor.resolver import get_device
+from predictor.launch import launch_settings
 from predictor.graph_cache import graph_for
 from predictor.hardware import GIB
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
 from predictor.workload import parse_spec
+from predictor.resolver import resolve
 from search_spaces import enumerate_plans, load_space
 from tests.gpt_graph import gpt_graph
 
@@ -51,7 +52,7 @@ def report_for(headroom: float = 0.6, evs: list[Evaluated] | None = None, **kw):
     stats = {"memory_limit_gib": limit, "headroom": headroom, "searcher": "exhaustive", "evaluated_plans": len(evs),
              "trials": 3, "trials_failed": 0, "search_s": 1.0, "plans_per_s": len(evs)}
     space = load_space("megatron-3d")
-    return build_report(spec=SPEC, spec_path="spec.yaml", device=DEVICE, predictor={"name": "analytical", "accuracy": None},
+    return build_report(resolved=resolve(SPEC), spec_path="spec.yaml", predictor={"name": "analytical", "accuracy": None},
                         space_name="megatron-3d", space=space, enumeration=enumerate_plans(SPEC, space),
                         result=result_of(evs, limit, **stats), **kw), evs
 
@@ -139,13 +140,13 @@ def test_report_files_follow_the_schema(tmp_path) -> None:
 
 def test_launch_settings_follow_the_plan() -> None:
     plan = Plan(dp=2, tp=4, pp=2, mbs=2, zero=1, recompute="full", sp=True, schedule="interleaved", v=3)
-    settings = launch_settings(plan, SPEC)  # the spec's framework: Megatron-Core (tests/test_launch.py: all three)
+    settings = launch_settings(plan, resolve(SPEC))  # the spec's framework: Megatron-Core (tests/test_launch.py: all three)
     assert settings["framework"] == "megatron" and not settings["notes"]
     args = settings["files"]["megatron_args.txt"]
     assert "--tensor-model-parallel-size 4" in args and "--num-virtual-stages-per-pipeline-rank 3" in args
     assert "--use-distributed-optimizer" in args and "--recompute-granularity full" in args
     assert "torchrun --nnodes 2 --nproc-per-node 8" in settings["files"]["torchrun.sh"]
-    refused = launch_settings(plan.with_(zero=2, schedule="gpipe", v=1), SPEC)
+    refused = launch_settings(plan.with_(zero=2, schedule="gpipe", v=1), resolve(SPEC))
     assert not refused["files"] and "GPipe" in refused["notes"][0] and "zero=2" in refused["notes"][0]
 
 
@@ -197,7 +198,7 @@ def test_explanation_names_context_parallelism_and_what_the_framework_hides() ->
     plans = [Plan.parse("dp=4,cp=2,mbs=1,zero=1"), Plan.parse("dp=8,mbs=1,zero=1")]
     preds = AnalyticalPredictor().predict(spec, graph_for(spec.model), plans)
     result = SearchResult.of([Evaluated(p, pr) for p, pr in zip(plans, preds)], {}, 1e9, 1e9)
-    text = explain(result, np.array([0]), spec, 1e9)
+    text = explain(result, np.array([0]), resolve(spec), 1e9)
     assert "cp=2 splits every sequence over 2 ranks" in text and "over dp*cp = 8 ranks" in text
     assert "Megatron-Core hides" in text and "gradient reduction" in text
 
@@ -231,7 +232,7 @@ def test_when_nothing_fits_the_closest_plans_come_with_re_predicted_levers(tmp_p
     stats = {"memory_limit_gib": limit, "headroom": 1 - limit / CAPACITY, "searcher": "exhaustive",
              "evaluated_plans": len(evs), "trials": 1, "trials_failed": 0, "search_s": 1.0, "plans_per_s": 1.0}
     space = load_space("megatron-3d")
-    report = build_report(spec=SPEC, spec_path="spec.yaml", device=DEVICE, predictor={"name": "analytical", "accuracy": None},
+    report = build_report(resolved=resolve(SPEC), spec_path="spec.yaml", predictor={"name": "analytical", "accuracy": None},
                           space_name="megatron-3d", space=space, enumeration=enumerate_plans(SPEC, space),
                           result=result_of(evs, limit, **stats),
                           repredictor=Repredictor(AnalyticalPredictor(), GRAPH, sized_spec))

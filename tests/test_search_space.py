@@ -72,7 +72,10 @@ MIXTRAL = parse_spec({"model": {"preset": "mixtral-8x7b"}, "training": {"global_
 @pytest.mark.parametrize("spec", [BERT, MIXTRAL], ids=["bert", "mixtral"])
 def test_no_rule_reads_the_fields_the_enumerator_checks_once(spec, framework) -> None:
     # enumerate_plans checks one candidate of those that differ only in RULE_BLIND fields: no rule may read them.
-    spec = spec.model_copy(update={"training": spec.training.model_copy(update={"framework": framework})})
+    # a GPU framework on a GPU (a measured device runs ScaleDL's runner only: the resolver refuses the others there)
+    cluster = spec.cluster if framework == "pytorch" else spec.cluster.model_copy(update={"device": "a100-80gb"})
+    spec = spec.model_copy(update={"training": spec.training.model_copy(update={"framework": framework}),
+                                   "cluster": cluster})
     space = narrow(load_space("full"), {"mbs": [1, 2]}, "full")
     checked = 0
     for plan in candidates(spec, space):

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from predictor.device_resolver import get_device
-from predictor.frameworks import FRAMEWORKS, as_run, launch_files, read_back, run_errors
+from predictor.resolver import get_device, resolve
+from predictor.frameworks import FRAMEWORKS, as_run
+from predictor.launch import launch_files, read_back, run_errors
 from predictor.frameworks.base import LaunchError
 from predictor.frameworks.torchtitan import TOML_FILE
 from predictor.graph_cache import graph_for
@@ -91,7 +92,7 @@ def test_compile_is_written_to_the_toml_and_read_back(compile_, precision, expec
     spec = _spec(nodes=8, batch=96, precision=precision, compile_=compile_)
     plan = Plan(dp=8, tp=8, sp=True, mbs=12, zero=3, recompute="selective")
     path = tmp_path / TOML_FILE
-    path.write_text(launch_files(plan, spec)[TOML_FILE])
+    path.write_text(launch_files(plan, resolve(spec))[TOML_FILE])
     assert f"[compile]\nenable = {str(expected).lower()}" in path.read_text()
     assert read_back(path, spec) == as_run(plan, TITAN)
     other = _spec(nodes=8, batch=96, precision=precision, compile_=not expected)
@@ -103,7 +104,7 @@ def test_a_framework_that_does_not_compile_refuses_training_compile() -> None:
     spec = parse_spec({"model": {"preset": "llama3.1-8b", "seq_len": 8192},
                        "training": {"global_batch": 16, "framework": "megatron", "compile": True},
                        "cluster": {"device": "h100"}})
-    assert any("training.compile" in e for e in run_errors(Plan(dp=8, mbs=2, zero=1), spec))
+    assert any("training.compile" in e for e in run_errors(Plan(dp=8, mbs=2, zero=1), resolve(spec)))
 
 
 @pytest.mark.parametrize("text,option", [("dp=8,mbs=2,zero=3,recompute=full,recompute_layers=8", "4"),
@@ -115,24 +116,24 @@ def test_checkpointing_every_nth_layer_is_written_and_read_back(text: str, optio
                                                                 tmp_path: Path) -> None:
     """recompute=full of k blocks per chunk is torchtitan's selective-by-layer: every (blocks/k)-th block."""
     spec, plan = _spec(), Plan.parse(text)
-    assert run_errors(plan, spec) == []
+    assert run_errors(plan, resolve(spec)) == []
     path = tmp_path / TOML_FILE
-    path.write_text(launch_files(plan, spec)[TOML_FILE])
+    path.write_text(launch_files(plan, resolve(spec))[TOML_FILE])
     table = tomllib.loads(path.read_text())["activation_checkpoint"]
     assert table.get("selective_ac_option") == option
     assert read_back(path, spec) == as_run(plan, TITAN)
 
 
 def test_a_layer_count_that_no_every_nth_block_spells_is_refused() -> None:
-    errors = run_errors(Plan.parse("dp=8,mbs=2,zero=3,recompute=full,recompute_layers=3"), _spec())
+    errors = run_errors(Plan.parse("dp=8,mbs=2,zero=3,recompute=full,recompute_layers=3"), resolve(_spec()))
     assert any("recompute_layers=3" in e and "32 blocks" in e for e in errors)
 
 
 def test_async_tp_without_compile_is_refused() -> None:
     plan = Plan(dp=8, tp=8, sp=True, mbs=12, zero=3, overlap="dp+param+tp")
-    errors = run_errors(plan, _spec(nodes=8, batch=96, compile_=False))
+    errors = run_errors(plan, resolve(_spec(nodes=8, batch=96, compile_=False)))
     assert any("Async TP requires torch.compile" in e and "training.compile" in e for e in errors)
-    assert run_errors(plan, _spec(nodes=8, batch=96)) == []  # unset: compiled, as async TP needs
+    assert run_errors(plan, resolve(_spec(nodes=8, batch=96))) == []  # unset: compiled, as async TP needs
 
 
 @pytest.mark.parametrize("device,recipe,converter", [("h100", None, "quantize.linear.float8"),
@@ -145,7 +146,7 @@ def test_the_float8_recipe_picks_torchaos_converter(device: str, recipe: str | N
                        "cluster": {"device": device}})
     plan = Plan(dp=8, mbs=2, zero=3, recompute="selective")
     path = tmp_path / TOML_FILE
-    path.write_text(launch_files(plan, spec)[TOML_FILE])
+    path.write_text(launch_files(plan, resolve(spec))[TOML_FILE])
     config = tomllib.loads(path.read_text())
     assert config["model"]["converters"] == [converter]
     assert read_back(path, spec) == as_run(plan, TITAN)
@@ -158,4 +159,4 @@ def test_a_recipe_torchao_does_not_run_is_refused() -> None:
     spec = parse_spec({"model": {"preset": "llama3.1-8b", "seq_len": 8192},
                        "training": {"global_batch": 16, "framework": "torchtitan", "precision": "fp8",
                                     "recipe": "delayed"}, "cluster": {"device": "h100"}})
-    assert any("training.recipe delayed" in e for e in run_errors(Plan(dp=8, mbs=2, zero=3), spec))
+    assert any("training.recipe delayed" in e for e in run_errors(Plan(dp=8, mbs=2, zero=3), resolve(spec)))

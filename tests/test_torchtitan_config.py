@@ -26,10 +26,12 @@ from typing import Any
 import pytest
 from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
 
-from predictor.frameworks import as_run, framework_for, launch_files, read_back, run_errors
+from predictor.frameworks import as_run
+from predictor.launch import launch_files, read_back, run_errors
 from predictor.frameworks.torchtitan import FLAVORS, TOML_FILE, UNREGISTERED
 from predictor.plan import Plan
 from predictor.workload import WorkloadSpec, parse_spec
+from predictor.resolver import resolve
 
 MODELS = ("deepseek_v3", "flux", "gpt_oss", "llama3", "llama3_ft", "llama4", "qwen3")
 SHIPPED_FLAVORS = {
@@ -145,7 +147,7 @@ def _torchtitan_accepts(config: dict[str, Any], plan: Plan, spec: WorkloadSpec) 
 def test_every_written_setting_is_a_job_config_field_torchtitan_accepts(spec: WorkloadSpec, text: str,
                                                                        tmp_path: Path) -> None:
     plan = Plan.parse(text)
-    written = launch_files(plan, spec)[TOML_FILE]
+    written = launch_files(plan, resolve(spec))[TOML_FILE]
     config = tomllib.loads(written)
     settings = list(_settings(config))
     unknown = [f"{section}.{key}" for section, key, _ in settings if key not in JOB_CONFIG.get(section, {})]
@@ -159,7 +161,7 @@ def test_every_written_setting_is_a_job_config_field_torchtitan_accepts(spec: Wo
         model["flavor"] == UNREGISTERED and f"register it in torchtitan/models/{model['name']}/__init__.py" in written)
     path = tmp_path / TOML_FILE
     path.write_text(written)
-    assert asdict(read_back(path, spec)) == asdict(as_run(plan, framework_for(spec)))
+    assert asdict(read_back(path, spec)) == asdict(as_run(plan, resolve(spec).framework))
 
 
 @pytest.mark.parametrize("spec, text, divisor", [
@@ -169,7 +171,7 @@ def test_every_written_setting_is_a_job_config_field_torchtitan_accepts(spec: Wo
 def test_a_seq_len_that_tp_2_cp_does_not_divide_is_refused(spec: WorkloadSpec, text: str, divisor: int) -> None:
     """Every model's parallelize asserts seq_len % (tp * 2 * cp) == 0 (ParallelDims.seq_len_divisor); the structural
     cp rule asks only for 2*cp, so the refusal is torchtitan's alone, naming the field and what divides."""
-    (error,) = run_errors(Plan.parse(text), spec)
+    (error,) = run_errors(Plan.parse(text), resolve(spec))
     assert error.startswith("torchtitan needs model.seq_len divisible by tp*2*cp = ") and f"= {divisor} " in error
     assert f"seq_len={spec.model.tokens} is not (use a model.seq_len that is a multiple of {divisor}" in error
 
@@ -198,7 +200,7 @@ def test_torchtitans_loader_reads_each_written_value(config_manager: Any, spec: 
                                                      tmp_path: Path) -> None:
     """ConfigManager loads the file as `torchtitan.train --job.config_file` does; each value lands in its field."""
     path = tmp_path / TOML_FILE
-    path.write_text(launch_files(Plan.parse(text), spec)[TOML_FILE])
+    path.write_text(launch_files(Plan.parse(text), resolve(spec))[TOML_FILE])
     loaded = config_manager().parse_args(["--job.config_file", str(path)])
     for section, key, value in _settings(tomllib.loads(path.read_text())):
         assert getattr(functools.reduce(getattr, section.split("."), loaded), key) == value, f"{section}.{key}"

@@ -19,7 +19,7 @@ def xp_rules(plan, spec):
     return [] if plan.xp & (plan.xp - 1) == 0 else [f"xp={plan.xp} is not a power of two"]
 
 
-def xp_stage_time(spec, lay, cfg, device):
+def xp_stage_time(resolved, lay, cfg):
     """A millisecond per node of each stage per extra xp rank."""
     return lay.stage_counts.sum(axis=1) * 1e-3 * (lay.plan.xp - 1)
 
@@ -38,8 +38,9 @@ from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import HIDDEN_KINDS, OVERLAP_KINDS, TIME_PARTS, Plan, plan_errors
 from predictor.workload import parse_spec
+from predictor.resolver import resolve
 from orchestrator.report.explain import explain
-from orchestrator.search import SearchResult
+from orchestrator.search_types import SearchResult
 from search_spaces import enumerate_plans, resolve_space
 
 spec = parse_spec({"model": {"family": "gpt", "hidden": 1024, "layers": 8, "heads": 16, "seq_len": 1024,
@@ -56,7 +57,7 @@ print(json.dumps({
     "ruled": plan_errors(Plan.parse("dp=8,xp=3"), spec),
     "parts": TIME_PARTS, "hidden": HIDDEN_KINDS, "overlap": OVERLAP_KINDS,
     "degrees": sorted({p.xp for p in plans}),
-    "explained": explain(found, found.table.iter_time_s.argsort(), spec, 80.0),
+    "explained": explain(found, found.table.iter_time_s.argsort(), resolve(spec), 80.0),
     "priced": [table.row(i).breakdown["xp_comm"] for i in (0, 1)],
     "times": [table.row(i).iter_time_s for i in (0, 1)],
     "args": degree_args(toy, "megatron"),

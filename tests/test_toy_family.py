@@ -9,10 +9,12 @@ import pytest
 
 from predictor import graph_cache
 from predictor.families import FAMILIES, Family
-from predictor.frameworks import LaunchError, launch_files
+from predictor.frameworks import LaunchError
+from predictor.launch import launch_files
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan, plan_errors
+from predictor.resolver import resolve
 from predictor.workload import SpecError, parse_spec
 
 
@@ -63,10 +65,10 @@ def test_a_registered_family_is_built_traced_priced_and_launched(toy: Family) ->
     assert all(not plan_errors(p, spec) for p in plans)  # a decoder: context parallelism splits its sequence
     table = AnalyticalPredictor().predict_table(spec, graph, plans)
     assert (table.iter_time_s > 0).all()
-    args = launch_files(plans[0], spec)["megatron_args.txt"]
+    args = launch_files(plans[0], resolve(spec))["megatron_args.txt"]
     assert "--swiglu" in args and "--qk-layernorm" in args
     with pytest.raises(LaunchError, match="torchtitan ships no toy model"):
-        launch_files(plans[0], _spec("torchtitan"))
+        launch_files(plans[0], resolve(_spec("torchtitan")))
 
 
 def test_an_hf_config_of_its_model_type_is_the_family(toy: Family) -> None:

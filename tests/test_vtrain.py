@@ -7,8 +7,8 @@ import warnings
 import pandas as pd
 import pytest
 
-from predictor.device_resolver import spec_device
 from predictor.evaluate import load_vtrain, megatron_vocab, vtrain_workload
+from predictor.resolver import resolve
 from tests.vtrain_rows import SINGLE
 
 MULTI = SINGLE.with_name("vtrain_ground_truth_multi.csv")
@@ -27,7 +27,7 @@ def test_a_row_runs_in_vtrains_setting():
     assert (spec.cluster.nodes, spec.cluster.gpus_per_node) == (8, 8)
     assert spec.model.vocab == 51200 and spec.training.precision == "fp16"
     assert (plan.tp, plan.dp, plan.pp, plan.mbs, plan.recompute, plan.schedule) == (16, 4, 1, 4, "full", "1f1b")
-    device = spec_device(spec)
+    device = resolve(spec).device
     assert device.intra_node.bandwidth == pytest.approx(300e9)  # the catalogue's NVLink (evaluate.py says why)
     assert device.inter_node.bandwidth == pytest.approx(12.5e9)  # 800 Gb/s per 8-GPU node
 

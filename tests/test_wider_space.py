@@ -11,9 +11,9 @@ from orchestrator.planning import sized_spec
 from orchestrator.report import build_report
 from orchestrator.report.document import sections
 from orchestrator.report.render_json import to_json
-from orchestrator.search import Evaluated, SearchResult, infeasibility
+from orchestrator.search_types import Evaluated, SearchResult, infeasibility
 from orchestrator.wider_space import GAIN, SAMPLE, best_of_sample
-from predictor.device_resolver import get_device
+from predictor.resolver import get_device, resolve
 from predictor.hardware import GIB
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.workload import parse_spec
@@ -36,7 +36,7 @@ def searched(space_name: str, headroom: float):
                  for p, pr in zip(plans, AnalyticalPredictor().predict(SPEC, GRAPH, plans))]
     stats = {"memory_limit_gib": limit, "headroom": headroom, "searcher": "exhaustive", "evaluated_plans": len(plans),
              "trials": 1, "trials_failed": 0, "search_s": 1.0, "plans_per_s": len(plans)}
-    return build_report(spec=SPEC, spec_path="spec.yaml", device=DEVICE, predictor={"name": "analytical", "accuracy": None},
+    return build_report(resolved=resolve(SPEC), spec_path="spec.yaml", predictor={"name": "analytical", "accuracy": None},
                         space_name=space_name, space=space, enumeration=enumerate_plans(SPEC, space),
                         result=SearchResult.of(evaluated, stats, limit, CAPACITY))
 

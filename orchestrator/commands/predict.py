@@ -11,13 +11,13 @@ from typing import Any
 
 from orchestrator.cli import UsageError
 from orchestrator.commands.plan import add_trust_argument
-from predictor.device_resolver import spec_device
 from predictor.models.domain import advice as domain_advice
 from predictor.models.registry import load_predictor
-from predictor.frameworks import framework_for, run_errors
+from predictor.launch import run_errors
 from predictor.memory.facts import HEADROOM
 from predictor.plan import Plan, PlanError, placement_warnings
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS, Prediction
+from predictor.resolver import Resolved, resolve
 from predictor.workload import WorkloadSpec, load_spec, read_text
 from search_spaces import resolve_space
 
@@ -51,26 +51,27 @@ def _plan_texts(args: argparse.Namespace) -> list[str]:
     return texts
 
 
-def _checked(text: str, spec: WorkloadSpec) -> Plan | str:
+def _checked(text: str, resolved: Resolved) -> Plan | str:
     """The plan, or the reason it cannot run: any plan that runs is predicted, a slow placement too
     (`placement_warnings` says what it costs); a plan outside the spec's framework is refused with why."""
     try:
         plan = Plan.parse(text)
     except PlanError as err:
         return str(err)
-    errors = run_errors(plan, spec, allow_cross_node_tp=True)
+    errors = run_errors(plan, resolved, allow_cross_node_tp=True)
     return plan if not errors else f"invalid plan {text!r}: " + "; ".join(errors)
 
 
-def predict_texts(spec: WorkloadSpec, texts: list[str], predictor_name: str) -> tuple[list[dict[str, Any]], str]:
+def predict_texts(resolved: Resolved, texts: list[str], predictor_name: str) -> tuple[list[dict[str, Any]], str]:
     """One result object per plan text, in order (an `error` object for invalid plans), and the predictor label."""
+    spec = resolved.spec
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        predictor, label = load_predictor(predictor_name, spec.cluster.device, spec_device(spec).model)
+        predictor, label = load_predictor(predictor_name, spec.cluster.device, resolved.device.model)
     for w in caught:
         if issubclass(w.category, UserWarning):  # ours (e.g. the analytical fallback); not libraries' deprecations
             print(f"scaledl predict: warning: {w.message}", file=sys.stderr)
-    checked = [_checked(t, spec) for t in texts]
+    checked = [_checked(t, resolved) for t in texts]
     plans = [c for c in checked if isinstance(c, Plan)]
     predictions: list[Prediction] = []
     if plans:
@@ -78,7 +79,7 @@ def predict_texts(spec: WorkloadSpec, texts: list[str], predictor_name: str) -> 
 
         predictions = predictor.predict(spec, graph_for(spec.model), plans)
     it = iter(predictions)
-    capacity = spec_device(spec).mem_capacity / 1024**3
+    capacity = resolved.device.mem_capacity / 1024**3
     limit = capacity * (1 - HEADROOM)
     out = []
     for text, c in zip(texts, checked):
@@ -136,14 +137,15 @@ def _fit_text(r: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec, args.trust_module)
+    resolved = resolve(spec)
     resolve_space(spec)  # a bad `search:` section is refused here too, as `scaledl plan` refuses it
     texts = _plan_texts(args)
-    results, label = predict_texts(spec, texts, args.predictor)
+    results, label = predict_texts(resolved, texts, args.predictor)
     errors = [r for r in results if "error" in r]
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results, indent=1))
     else:
-        _print_tables(spec, results, label)
+        _print_tables(resolved, results, label)
     _warn_outside(results)
     for r in results:
         for w in r.get("warnings", []):
@@ -178,12 +180,12 @@ def _short(text: str) -> str:
     return ",".join(p for p in text.split(",") if p.split("=")[0] in ("dp", "tp", "pp", "mbs") or p not in defaults)
 
 
-def _print_tables(spec: WorkloadSpec, results: list[dict[str, Any]], label: str) -> None:
+def _print_tables(resolved: Resolved, results: list[dict[str, Any]], label: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    device = spec_device(spec)
+    spec, device = resolved.spec, resolved.device
     capacity = device.mem_capacity / 1024**3
     ok = [r for r in results if "error" not in r]
     if not ok:  # every plan was refused: the errors alone, no empty table
@@ -213,6 +215,6 @@ def _print_tables(spec: WorkloadSpec, results: list[dict[str, Any]], label: str)
         console.print(parts)
         hidden = r.get("hidden_comm") or {}
         if hidden:
-            console.print(f"communication hidden behind computation ({framework_for(spec).title}): "
+            console.print(f"communication hidden behind computation ({resolved.framework.title}): "
                           + ", ".join(f"{k} {v:.4f} s" for k, v in hidden.items()))
         console.print("memory per pipeline stage (GiB): " + ", ".join(f"{x:.1f}" for x in r["memory_per_stage_gib"]))

@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from predictor.frameworks import launch_settings
 from orchestrator.lever_search import Repredictor
 from orchestrator.report import levers
 from orchestrator.report.explain import explain
@@ -17,10 +16,12 @@ from orchestrator.report.model import (ClosePlan, DeviceInfo, FrontPlan, Infeasi
 from orchestrator.report.points import points
 from orchestrator.report.ranking import costs, front, intervals, measure, rank, within_goal
 from orchestrator.report.text import caution, interval_text
-from orchestrator.search import SearchResult
-from predictor.hardware import GIB, Device
+from orchestrator.search_types import SearchResult
+from predictor.hardware import GIB
+from predictor.launch import launch_settings
 from predictor.models.intervals import Interval
 from predictor.plan import Plan
+from predictor.resolver import Resolved, resolve
 from predictor.workload import WorkloadSpec
 from search_spaces import Enumeration, SpaceConfig
 
@@ -39,19 +40,25 @@ def pareto(result: SearchResult, ranked: np.ndarray, spec: WorkloadSpec, price: 
     return out
 
 
-def _launch(plan: Plan, spec: WorkloadSpec) -> Launch:
+def _launch(plan: Plan, resolved: Resolved) -> Launch:
     """The winner's launch section: the search validated it (enumeration or the lever search ran its rules)."""
-    settings = launch_settings(plan, spec, checked=True)
+    settings = launch_settings(plan, resolved, checked=True)
     return Launch(plan, settings["framework"], settings["files"], settings["notes"])
 
 
-def build_report(*, spec: WorkloadSpec, spec_path: str, device: Device, predictor: dict[str, Any], space_name: str,
+def _sized(resolved: Resolved, spec: WorkloadSpec) -> Resolved:
+    """`resolved` for the same workload on another cluster size (itself where `spec` is its own)."""
+    return resolved if spec is resolved.spec else resolve(spec, resolved.given_device)
+
+
+def build_report(*, resolved: Resolved, spec_path: str, predictor: dict[str, Any], space_name: str,
                  space: SpaceConfig, enumeration: Enumeration, result: SearchResult, by: str = "time",
                  price: float | None = None, top_k: int = 10, sizes: list[WorkloadSpec] | None = None,
                  goal: TrainingGoal = TrainingGoal(), repredictor: Repredictor | None = None) -> Report:
-    """The report of `result`. `sizes`: the spec at each cluster size searched (default: the spec's); the winner's
-    launch settings are for its size. `repredictor`: predicts the levers tried on the plans closest to fitting
+    """The report of `result` for the resolved spec. `sizes`: the spec at each cluster size searched (default: the
+    spec's); the winner's launch settings are for its size. `repredictor`: predicts the levers tried on the plans closest to fitting
     when none fits (without it they are listed with no lever)."""
+    spec, device = resolved.spec, resolved.device
     limit_gib = result.stats["memory_limit_gib"]
     sizes = sizes or [spec]
     t, gpus = result.table.iter_time_s, result.gpus
@@ -61,7 +68,7 @@ def build_report(*, spec: WorkloadSpec, spec_path: str, device: Device, predicto
     listed = ranked[: max(top_k, LIST_CAP)]
     interval = Interval.of(predictor.get("accuracy"))
     spans, alike = intervals(result, ranked, interval, by)
-    explanation = explain(result, ranked, spec, limit_gib, by)
+    explanation = explain(result, ranked, resolved, limit_gib, by)
     if interval is not None and len(ranked):
         explanation += " " + interval_text(interval, int(alike.sum()))
     infeasible = np.flatnonzero(result.infeasible)
@@ -99,6 +106,6 @@ def build_report(*, spec: WorkloadSpec, spec_path: str, device: Device, predicto
         failed=result.failed[:LIST_CAP], failed_total=len(result.failed), top_k=top_k,
         explanation=explanation,
         caution=caution(result.table.row(int(ranked[0])) if len(ranked) else None),
-        launch=_launch(winner, by_gpus.get(winner.gpus, spec)) if winner is not None else None,
+        launch=_launch(winner, _sized(resolved, by_gpus.get(winner.gpus, spec))) if winner is not None else None,
         points=points(result, ranked, spec, goal, price),
     )

@@ -7,12 +7,11 @@ from dataclasses import asdict
 
 import numpy as np
 
-from orchestrator.search import SearchResult
-from predictor.frameworks import framework_for
+from orchestrator.search_types import SearchResult
 from predictor.plan import HIDDEN_WORDS, PART_WORDS, PRICING_ORDER, Plan
 from predictor.plan.axes import resolve
 from predictor.prediction import TIME_PARTS, Prediction
-from predictor.workload import WorkloadSpec
+from predictor.resolver import Resolved
 
 def _degrees(p: Plan) -> tuple[int, ...]:
     return tuple(p.degrees().values())
@@ -34,10 +33,11 @@ def _compare(wp: Prediction, op: Prediction, name: str) -> str:
     return f"it is {total:.2f} s ({100 * total / op.iter_time_s:.1f} %) faster than {name} thanks to {why}{cost}"
 
 
-def explain(result: SearchResult, ranked: np.ndarray, spec: WorkloadSpec, limit_gib: float, by: str = "time") -> str:
+def explain(result: SearchResult, ranked: np.ndarray, resolved: Resolved, limit_gib: float, by: str = "time") -> str:
     """Why the winner (the first of the `ranked` rows) wins, from its breakdown and plan against the runners-up and
     the faster plans that do not fit (of its cluster size: within one size, cost and throughput per GPU order plans
     as time does)."""
+    spec = resolved.spec
     if not len(ranked):
         return ("No evaluated plan fits in memory (within the deadline and budget); see the plans closest to fitting "
                 "and the change that would make each fit.")
@@ -55,7 +55,7 @@ def explain(result: SearchResult, ranked: np.ndarray, spec: WorkloadSpec, limit_
                                              **(resolve(axis.facts)(p, spec) if axis.facts else {})))
     hidden = sum(pred.hidden_comm.values())
     if hidden > 0:
-        facts.append(f"{framework_for(spec).title} hides {hidden:.2f} s of communication behind computation "
+        facts.append(f"{resolved.framework.title} hides {hidden:.2f} s of communication behind computation "
                      f"({', '.join(HIDDEN_WORDS.get(k, k) for k in pred.hidden_comm)})")
     text = "; ".join(facts) + ". "
     if len(ranked) > 1:

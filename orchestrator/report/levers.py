@@ -15,7 +15,7 @@ import numpy as np
 
 from orchestrator.lever_search import Repredictor, memory_levers, runs
 from orchestrator.report.model import ClosePlan, Lever
-from orchestrator.search import SearchResult
+from orchestrator.search_types import SearchResult
 from predictor.plan import Plan
 from predictor.workload import WorkloadSpec
 

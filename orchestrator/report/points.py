@@ -11,7 +11,7 @@ import numpy as np
 from orchestrator.report.model import TrainingGoal
 from orchestrator.report.ranking import costs, days_and_cost, front
 from orchestrator.report.text import train_text
-from orchestrator.search import SearchResult
+from orchestrator.search_types import SearchResult
 from predictor.workload import WorkloadSpec
 
 

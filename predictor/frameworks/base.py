@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 from itertools import permutations
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from predictor.frameworks.kernels import KernelChoices, Kernels, kernels_of
 from predictor.memory.facts import MemoryFacts
@@ -85,15 +85,33 @@ def _no_kernel_settings(text: str) -> dict[str, Any]:
     return {}
 
 
+class LaunchTarget(Protocol):
+    """What a launch writer reads of a resolved spec (`predictor.resolver.Resolved` is one, decided once for the
+    pricing and the launch file alike): the spec, its device's generation, the low-precision recipe it asks for and its kernel settings."""
+
+    @property
+    def spec(self) -> "WorkloadSpec": ...
+
+    @property
+    def generation(self) -> str: ...
+
+    @property
+    def recipe_name(self) -> str | None: ...
+
+    @property
+    def kernels(self) -> Kernels: ...
+
+
 @dataclass(frozen=True)
 class Launch:
-    """A framework's launch file: `write(plan, spec)` gives {file name: text} for a plan from `as_run`, the first
-    file being the one `read(text, spec)` parses back into that plan; `model_errors(spec)` says what of the model its
-    training script cannot build (a plan the framework runs is still refused a launch file that would train another
-    model); `read_kernels(text)` gives the kernel settings (`predictor.frameworks.kernels`) the file sets."""
+    """A framework's launch file: `write(plan, target)` gives {file name: text} for a plan from `as_run` and a
+    resolved spec, the first file being the one `read(text, spec)` parses back into that plan; `model_errors(spec)`
+    says what of the model its training script cannot build (a plan the framework runs is still refused a launch file
+    that would train another model); `read_kernels(text)` gives the kernel settings (`predictor.frameworks.kernels`)
+    the file sets."""
 
     file: str
-    write: Callable[[Plan, "WorkloadSpec"], dict[str, str]]
+    write: Callable[[Plan, LaunchTarget], dict[str, str]]
     read: Callable[[str, "WorkloadSpec"], Plan]
     model_errors: Callable[["WorkloadSpec"], list[str]] = _no_model_errors
     read_kernels: Callable[[str], dict[str, Any]] = _no_kernel_settings

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from predictor.frameworks.base import (EAGER_SOFTMAX, Framework, Launch, SoftmaxFallback, hidden, other_orders, overlap_value, parse_args,
+from predictor.frameworks.base import (EAGER_SOFTMAX, Framework, Launch, LaunchTarget, SoftmaxFallback, hidden, other_orders, overlap_value, parse_args,
                                        recorded_constants)
 from predictor.frameworks.kernels import KernelChoices, Kernels, fusion_args, kernels_of, read_fusions
 from predictor.frameworks.megatron import Spelling, common_args, common_fields, qk_norm
@@ -170,8 +170,8 @@ def deepspeed_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, Any]:
     return config
 
 
-def _write(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
-    return {JSON_FILE: json.dumps(deepspeed_config(plan, spec), indent=2) + "\n"}
+def _write(plan: Plan, target: LaunchTarget) -> dict[str, str]:
+    return {JSON_FILE: json.dumps(deepspeed_config(plan, target.spec), indent=2) + "\n"}
 
 
 def _read_kernels(text: str) -> dict[str, Any]:

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:  # pragma: no cover
-    from predictor.frameworks.base import Framework
     from predictor.workload import WorkloadSpec
 
 ATTENTION_BACKENDS: tuple[str, ...] = ("flash", "cudnn", "unfused")
@@ -88,15 +87,16 @@ def kernels_of(spec: "WorkloadSpec", choices: KernelChoices, generation: str) ->
     return replace(base, **chosen)
 
 
-def kernel_errors(spec: "WorkloadSpec", framework: "Framework") -> list[str]:
-    """Why the framework cannot run the spec's kernel settings, each naming the field and the fix."""
+def kernel_errors(spec: "WorkloadSpec", choices: KernelChoices, title: str) -> list[str]:
+    """Why the framework titled `title`, whose kernel settings are `choices`, cannot run the spec's kernel settings,
+    each naming the field and the fix."""
     chosen = requested(spec)
     errors = []
     for name, value in chosen.items():
-        values, why = framework.kernels.allowed.get(name, (None, ""))
+        values, why = choices.allowed.get(name, (None, ""))
         if values is not None and value not in values:
             shown = ", ".join(str(v).lower() for v in values)
-            errors.append(f"training.kernels.{name}={str(value).lower()}: {framework.title} {why} (use {shown}, or "
+            errors.append(f"training.kernels.{name}={str(value).lower()}: {title} {why} (use {shown}, or "
                           f"leave it unset)")
     family = spec.model.family_entry
     if chosen.get("fused_bias_gelu") is False and family is not None and family.gated_ffn:
@@ -106,8 +106,8 @@ def kernel_errors(spec: "WorkloadSpec", framework: "Framework") -> list[str]:
         if spec.training.precision in ("fp8", "fp4"):
             errors.append(f"training.kernels.transformer_engine=false: {spec.training.precision} GEMMs are Transformer "
                           f"Engine's (use precision bf16, or transformer_engine true)")
-        if chosen.get("attention") in framework.kernels.te_attention:
-            errors.append(f"training.kernels.attention={chosen['attention']}: {framework.title} runs it through "
+        if chosen.get("attention") in choices.te_attention:
+            errors.append(f"training.kernels.attention={chosen['attention']}: {title} runs it through "
                           f"Transformer Engine (use unfused, or transformer_engine true)")
     return errors
 

@@ -29,9 +29,9 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any, Callable
 
 from predictor.frameworks.kernels import ATTENTION_KERNELS, KernelChoices, Kernels, fusion_args, kernels_of, read_fusions
-from predictor.frameworks.base import (LEVERS, Framework, Launch, args_text, degree_args, hidden, inverse,
+from predictor.frameworks.base import (LEVERS, Framework, Launch, LaunchTarget, args_text, degree_args, hidden, inverse,
                                        other_orders, overlap_value, parse_args, read_degrees, recorded_constants)
-from predictor.hardware import GENERATIONS, default_recipe
+from predictor.hardware import GENERATIONS
 from predictor.memory.facts import MIB, MemoryFacts
 from predictor.plan import OVERLAP_KINDS, Plan, embedding_and_loss_in_split, offloaded, overlap_kinds
 
@@ -348,8 +348,8 @@ def layout_stages(layout: str) -> list[str]:
     return text.split("|")
 
 
-def megatron_args(plan: Plan, spec: "WorkloadSpec") -> list[str]:
-    """Megatron-LM `pretrain_gpt.py` arguments for a plan from `as_run`.
+def megatron_args(plan: Plan, target: LaunchTarget) -> list[str]:
+    """Megatron-LM `pretrain_gpt.py` arguments for a plan from `as_run` and a resolved spec.
 
     ZeRO-1 is the distributed optimizer, ZeRO-2/3 Megatron-FSDP (which needs its own checkpoint format);
     FP8 runs per-tensor current scaling on Hopper and MXFP8 on Blackwell, FP4 NVFP4. An uneven pipeline is a
@@ -357,7 +357,7 @@ def megatron_args(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     and --num-virtual-stages-per-pipeline-rank, and TransformerConfig refuses it beside --account-for-*-in-pipeline-
     split).
     """
-    kinds = hidden(plan)
+    spec, kinds = target.spec, hidden(plan)
     args = common_args(plan, spec, NAME, SPELLING)
     if qk_norm(spec.model):
         args.append("--qk-layernorm")
@@ -385,11 +385,10 @@ def megatron_args(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     if precision == "fp8":
         # FP8 parameters in the param buffer (no BF16 copy), as Megatron-Bridge's FP8 performance recipes run and
         # the memory prediction assumes (MEMORY.fp8_param_gather)
-        recipe = spec.training.recipe or default_recipe(precision, GENERATIONS[spec.cluster.device])
-        args += ["--fp8-format", "hybrid", "--fp8-recipe", _FP8_RECIPES[recipe], "--fp8-param-gather"]
+        args += ["--fp8-format", "hybrid", "--fp8-recipe", _FP8_RECIPES[target.recipe_name], "--fp8-param-gather"]
     elif precision == "fp4":
         args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
-    kernels = kernels_of(spec, KERNELS, GENERATIONS.get(spec.cluster.device, ""))
+    kernels = target.kernels
     return args + _lever_args(plan, kernels.transformer_engine) + kernel_args(kernels)
 
 
@@ -472,8 +471,8 @@ def torchrun_script(plan: Plan, spec: "WorkloadSpec", script: str = "pretrain_gp
     return "\n".join(lines) + "\n"
 
 
-def _write(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
-    return {ARGS_FILE: args_text(megatron_args(plan, spec)), "torchrun.sh": torchrun_script(plan, spec)}
+def _write(plan: Plan, target: LaunchTarget) -> dict[str, str]:
+    return {ARGS_FILE: args_text(megatron_args(plan, target)), "torchrun.sh": torchrun_script(plan, target.spec)}
 
 
 def _model_errors(spec: "WorkloadSpec") -> list[str]:

@@ -24,7 +24,7 @@ import tomllib
 from typing import TYPE_CHECKING, Any
 
 from predictor.frameworks.kernels import KernelChoices, Kernels
-from predictor.frameworks.base import (Framework, Launch, LaunchError, hidden, inverse, other_orders, overlap_value,
+from predictor.frameworks.base import (Framework, Launch, LaunchError, LaunchTarget, hidden, inverse, other_orders, overlap_value,
                                        read_degrees, recorded_constants)
 from predictor.hardware import GENERATIONS, default_recipe
 from predictor.memory.facts import MIB, MemoryFacts
@@ -296,9 +296,10 @@ def _toml(config: dict[str, dict[str, Any]], header: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(plan: Plan, spec: "WorkloadSpec") -> dict[str, str]:
+def _write(plan: Plan, target: LaunchTarget) -> dict[str, str]:
     """`torchtitan.toml` for torchtitan 0.2.2's `--job.config_file`, its torchrun line and any flavor to register as
     comments (the loader reads tables only)."""
+    spec = target.spec
     m, c = spec.model, spec.cluster
     config = torchtitan_config(plan, spec)
     header = [f"torchtitan job config for plan {plan}",

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from predictor.device_resolver import spec_device
-from predictor.frameworks import Framework, framework_for
-from predictor.hardware import DEVICES, GENERATIONS, Device, gemm_facts, generation
+from predictor.frameworks import Framework
+from predictor.hardware import DEVICES, GENERATIONS, Device, gemm_facts
 from predictor.kernels.gemm import measured_gemm
 from predictor.layer_graph import LayerGraph
 from predictor.models.base import Predictor
 from predictor.models.plan_batch import PlanPieces
-from predictor.models.roofline import AnalyticalConfig, framework_config, fused_attention_curves, spec_kernels
+from predictor.models.roofline import AnalyticalConfig, framework_config, fused_attention_curves
 from predictor.moe import active_params
 from predictor.plan import Plan
 from predictor.prediction import Prediction
 from predictor.prediction_table import PredictionTable
+from predictor.resolver import Resolved, resolve
 from predictor.workload import WorkloadSpec
 
 # Workloads whose pieces a predictor keeps (a replica serving several cluster sizes asks for each in turn).
@@ -46,22 +46,21 @@ def constants_note(framework: Framework, gen: str, device: str = "") -> str:
     return f"first principles: {framework.name} has no constants fitted on {gen} (fitted on {fitted}){facts}"
 
 
-def attention_note(framework: Framework, spec: WorkloadSpec, device: Device) -> str:
+def attention_note(resolved: Resolved) -> str:
     """What prices the attention of a prediction: the device facts' figures of the framework's fused kernel on the
     device's generation, or where they do not (unfused attention, no figures of the kernel, constants fitted on the
     generation) the batched-GEMM model, and why."""
-    curves = fused_attention_curves(spec, device)
+    curves = fused_attention_curves(resolved)
     if curves is not None:
         return f"device facts: {curves.how}"
-    kernel = spec_kernels(spec, device).attention_kernel
+    framework, gen, kernel = resolved.framework, resolved.generation, resolved.attention_backend
     if kernel is None:
         return "first principles: unfused attention as batched GEMMs plus the scores' passes through memory"
-    gen = generation(device)
-    if kernel and framework.fitted_on(gen, device.name):
+    if framework.fitted_on(gen, resolved.device.name):
         return (f"batched GEMMs at {framework.title}'s gemm_eff_max fitted on {gen} (with attention priced so); "
                 f"device facts of {kernel} not used")
     return (f"first principles (GEMM efficiency): the device facts have no figures of {kernel or 'its fused kernel'} "
-            f"on {gen} at {spec.training.precision}")
+            f"on {gen} at {resolved.spec.training.precision}")
 
 
 class AnalyticalPredictor(Predictor):
@@ -80,7 +79,7 @@ class AnalyticalPredictor(Predictor):
 
     def __init__(self, config: AnalyticalConfig | None = None, device: Device | None = None) -> None:
         self.given = config  # None: each framework's calibrated constants (framework_config)
-        self.device = device  # None: spec_device(spec)
+        self.device = device  # None: the spec's own (`predictor.resolver.resolve`)
         self._pieces: dict[int, PlanPieces] = {}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -97,11 +96,11 @@ class AnalyticalPredictor(Predictor):
     def predict_table(self, spec: WorkloadSpec, graph: LayerGraph, plans: Sequence[Plan]) -> PredictionTable:
         pieces = self.pieces(spec, graph)
         table = pieces.table(graph, plans)
+        resolved = pieces.resolved
         if self.given is None:
-            table.shared_extra["constants"] = constants_note(pieces.framework, generation(pieces.device),
-                                                             pieces.device.name)
+            table.shared_extra["constants"] = constants_note(pieces.framework, resolved.generation, pieces.device.name)
         table.shared_extra["attention_kernel"] = pieces.framework.attention_kernel
-        table.shared_extra["attention_rate"] = attention_note(pieces.framework, spec, pieces.device)
+        table.shared_extra["attention_rate"] = attention_note(resolved)
         if spec.model.is_moe:  # all of a mixture of experts' parameters, and those one token passes (top_k experts)
             table.shared_extra.update(params=graph.params, active_params=active_params(
                 graph.params, spec.model, sum(n.params * n.count for n in graph.nodes if n.kind == "experts")))
@@ -109,12 +108,12 @@ class AnalyticalPredictor(Predictor):
 
     def pieces(self, spec: WorkloadSpec, graph: LayerGraph) -> PlanPieces:
         """The pieces of (spec, graph) under this predictor's device and constants, kept across calls."""
-        device = self.device or spec_device(spec)
-        framework = framework_for(spec, device)
-        config = self.given or framework_config(framework, generation(device), device.name, device.extra)
+        resolved = resolve(spec, self.device)
+        device = resolved.device
+        config = self.given or framework_config(resolved.framework, resolved.generation, device.name, device.extra)
         pieces = self._pieces.get(id(spec))
-        if pieces is None or not pieces.serves(spec, graph, device, framework, config):
+        if pieces is None or not pieces.serves(resolved, graph, config):
             if len(self._pieces) >= _KEPT_WORKLOADS:
                 self._pieces.pop(next(iter(self._pieces)))
-            pieces = self._pieces[id(spec)] = PlanPieces(spec, graph, device, framework, config)
+            pieces = self._pieces[id(spec)] = PlanPieces(resolved, graph, config)
         return pieces

@@ -22,7 +22,6 @@ import torch
 from sklearn.ensemble import RandomForestRegressor
 from torch import nn
 
-from predictor.device_resolver import spec_device
 from predictor.layer_graph import LAYER_KINDS, LayerGraph
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
@@ -30,13 +29,14 @@ from predictor.models.features import TERMS, TrainingData, by_workload, global_m
 from predictor.models.records import layer_key
 from predictor.plan import RECOMPUTE_MODES, SCHEDULES, Plan
 from predictor.prediction import TIME_PARTS, Prediction
+from predictor.resolver import resolve
 from predictor.workload import WorkloadSpec
 
 
 def hp_row(spec: WorkloadSpec, plan: Plan) -> list[float]:
     """Hyper-parameters only: model dims, batch, precision, plan, device peak."""
     m, t = spec.model, spec.training
-    device = spec_device(spec)
+    device = resolve(spec).device
     return [
         math.log(m.hidden or 1), math.log(max(m.num_blocks, 1)), math.log(m.heads or 1), math.log(m.ffn_hidden_size or 1),
         math.log(max(m.tokens, 1)), math.log(m.vocab or 1), math.log(t.global_batch), math.log(plan.mbs),
@@ -91,14 +91,14 @@ class RFHyperParams(_Baseline):
 def _node_inputs(spec: WorkloadSpec, graph: LayerGraph, plan: Plan) -> np.ndarray:
     """Per node: kind one-hot, log count and the Eq. 7 layer features under the plan (no edges)."""
     key = layer_key(spec, plan)
-    feats = layer_matrix(graph, key, spec_device(spec), [], range(len(graph.nodes)))
+    feats = layer_matrix(graph, key, resolve(spec).device, [], range(len(graph.nodes)))
     kinds = np.asarray([[float(n.kind == k) for k in LAYER_KINDS] + [math.log(n.count)] for n in graph.nodes])
     return np.concatenate([kinds, feats], axis=1).astype(np.float32)
 
 
 def _global(spec: WorkloadSpec, plans: Sequence[Plan]) -> np.ndarray:
     """Z without the analytical terms (the baselines do not see the analytical model)."""
-    device = spec_device(spec)
+    device = resolve(spec).device
     return global_matrix(spec, plans, device, np.zeros((len(plans), len(TERMS)))).astype(np.float32)
 
 

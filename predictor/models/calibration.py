@@ -20,11 +20,11 @@ from typing import Sequence
 import numpy as np
 from scipy.optimize import minimize
 
-from predictor.device_resolver import spec_device
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.roofline import AnalyticalConfig
 from predictor.models.base import TrainingDataError
 from predictor.models.features import Sample, by_workload
+from predictor.resolver import resolve
 
 FITTED = ("host_op_s", "call_s")
 _START = (AnalyticalConfig.host_op_s,) * 2  # both start from first principles' host cost per operator
@@ -47,7 +47,7 @@ def fit_fixed_costs(samples: Sequence[Sample], base: AnalyticalConfig | None = N
     says nothing about it, so it keeps `base`'s value. GPU samples only: a measured CPU's costs are measured."""
     if not samples:
         raise TrainingDataError("fit_fixed_costs needs measured iterations; got none")
-    measured = sorted({s.spec.cluster.device for s in samples if spec_device(s.spec).measured})
+    measured = sorted({s.spec.cluster.device for s in samples if resolve(s.spec).measured})
     if measured:
         raise TrainingDataError(f"fixed-cost calibration is for GPU devices; {', '.join(measured)} is a measured "
                                "device whose step costs come from its profile (`scaledl profile`), not from a fit: "

@@ -13,7 +13,6 @@ from typing import Sequence
 
 import numpy as np
 
-from predictor.device_resolver import spec_device
 from predictor.layer_graph import LayerGraph
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.features import TERMS, global_matrix, overhead_seconds
@@ -22,6 +21,7 @@ from predictor.models.records import LayerKey, layer_key
 from predictor.plan import COMM_PARTS, TERM_OF_PART, Plan
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
 from predictor.prediction_table import PredictionTable, row_sums
+from predictor.resolver import resolve
 from predictor.workload import WorkloadSpec
 
 _OVERHEAD = TERMS.index("overhead")
@@ -46,7 +46,7 @@ def compose(analytical: AnalyticalPredictor, layerwise: LayerwiseModel, spec: Wo
     """The plans' terms: the layer-wise regressors are asked once per layer key (plans sharing micro-batch,
     tp, sp, precision and device share their layers' times). `use_comm=False`: the communication parts are
     dropped (an ablation)."""
-    device = spec_device(spec)
+    device = resolve(spec).device
     table = analytical.predict_table(spec, graph, plans)
     counts = np.asarray([n.count for n in graph.nodes], dtype=float)
     keys: list[LayerKey] = []

@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from predictor.device_resolver import spec_device
 from predictor.hardware import Device
 from predictor.plan import Plan
+from predictor.resolver import resolve
 from predictor.workload import WorkloadSpec
 
 DEGREES = ("dp", "tp", "pp", "mbs")
@@ -99,7 +99,7 @@ class TrainingDomain:
 
     def _add(self, spec: WorkloadSpec, plan: Plan) -> None:
         self._outside_plans.clear()  # the domain grows: what lay outside may not any more
-        figures, cpu_model = _hardware(spec_device(spec))
+        figures, cpu_model = _hardware(resolve(spec).device)
         numbers = {**_sizes(spec), **figures, **_plan_degrees(plan)}
         for name, value in numbers.items():
             if value > 0:
@@ -112,7 +112,7 @@ class TrainingDomain:
 
     def outside_workload(self, spec: WorkloadSpec) -> list[str]:
         """What of the workload (not the plan) lies outside the domain, e.g. 'vocab 30522 (trained 4096)'."""
-        return self._outside(_sizes(spec), _workload_settings(spec)) + self.outside_hardware(spec_device(spec))
+        return self._outside(_sizes(spec), _workload_settings(spec)) + self.outside_hardware(resolve(spec).device)
 
     def trained_family(self, spec: WorkloadSpec) -> bool:
         """Whether the workload's model family is among those trained on."""

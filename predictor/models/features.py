@@ -212,7 +212,7 @@ def global_matrix(spec: WorkloadSpec, plans: Sequence[Plan], device: Device, ter
 
     Degrees enter saturating ((n-1)/n, bubble fraction) and no absolute model or cluster size
     enters at all, so a correction learned on 2-8 ranks stays bounded on 512. `device` carries
-    the cluster's link overrides and device profile (`spec_device(spec)`). Vectorised: a search asks
+    the cluster's link overrides and device profile (`predictor.resolver.resolve`). Vectorised: a search asks
     thousands of plans at once.
     """
     def col(attr: str) -> np.ndarray:

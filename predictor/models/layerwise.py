@@ -18,21 +18,21 @@ import numpy as np
 from sklearn.base import clone
 from sklearn.ensemble import RandomForestRegressor
 
-from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.models.roofline import layer_times
 from predictor.models.features import layer_matrix
 from predictor.models.op_costs import OpCosts, OpRow, is_gemm
 from predictor.models.records import LayerKey, LayerObs
+from predictor.resolver import Resolved
 from predictor.workload import WorkloadSpec
 
 # Analytical (fwd, bwd) seconds of every node of a graph, per micro-batch and occurrence: shape (n, 2).
-BaseTime = Callable[[WorkloadSpec, LayerGraph, LayerKey, Device], np.ndarray]
+BaseTime = Callable[[Resolved, LayerGraph, LayerKey], np.ndarray]
 
 
-def analytical_layer_time(spec: WorkloadSpec, graph: LayerGraph, key: LayerKey, device: Device) -> np.ndarray:
+def analytical_layer_time(resolved: Resolved, graph: LayerGraph, key: LayerKey) -> np.ndarray:
     """The analytical model's per-layer roofline time: the base the regressors correct, and the fallback."""
-    fwd, bwd = layer_times(spec, graph, key.tp, key.sp, key.mbs, device)
+    fwd, bwd = layer_times(resolved, graph, key.tp, key.sp, key.mbs)
     return np.stack([fwd, bwd], axis=1)
 
 
@@ -44,10 +44,10 @@ def default_regressor(seed: int = 0) -> RandomForestRegressor:
 class LayerwiseModel:
     """φ_kind per (device, layer kind) on top of an analytical base time."""
 
-    def __init__(self, base_time: BaseTime, device_of: Callable[[WorkloadSpec], Device],
+    def __init__(self, base_time: BaseTime, resolver: Callable[[WorkloadSpec], Resolved],
                  regressor: Any | None = None, seed: int = 0, op_costs: bool = False) -> None:
         self.base_time = base_time
-        self.device_of = device_of
+        self.resolver = resolver
         self.regressor = regressor if regressor is not None else default_regressor(seed)
         self.use_op_costs = op_costs
         self.models: dict[tuple[str, str], Any] = {}  # (device, kind) -> fitted regressor
@@ -67,15 +67,15 @@ class LayerwiseModel:
         ys: dict[tuple[str, str], list[np.ndarray]] = {}
         priced: set[tuple[str, str]] = set()  # kinds whose base differs from the roofline somewhere
         for rows in groups.values():
-            spec, graph, key = rows[0].spec, rows[0].graph, rows[0].key
-            analytical, base = self._bases(spec, graph, key)
+            resolved, graph, key = self.resolver(rows[0].spec), rows[0].graph, rows[0].key
+            analytical, base = self._bases(resolved, graph, key)
             for kind in sorted({graph.nodes[o.index].kind for o in rows}):
                 mine = [o for o in rows if graph.nodes[o.index].kind == kind]
                 keys = self.attr_keys.setdefault(kind, sorted({a for o in obs for a in o.graph.nodes[o.index].attrs
                                                                if o.graph.nodes[o.index].kind == kind}))
                 idx = [o.index for o in mine]
                 meas = np.asarray([[o.fwd_s, max(o.bwd_s, 1e-9)] for o in mine])
-                xs.setdefault((key.device, kind), []).append(layer_matrix(graph, key, self.device_of(spec), keys, idx))
+                xs.setdefault((key.device, kind), []).append(layer_matrix(graph, key, resolved.device, keys, idx))
                 ys.setdefault((key.device, kind), []).append(np.log(meas / base[idx]))
                 if not np.array_equal(base[idx], analytical[idx]):
                     priced.add((key.device, kind))
@@ -100,10 +100,10 @@ class LayerwiseModel:
         fitted = {device: OpCosts.fit(r) for device, r in rows.items()}
         return {device: costs for device, costs in fitted.items() if costs is not None}
 
-    def _bases(self, spec: WorkloadSpec, graph: LayerGraph, key: LayerKey) -> tuple[np.ndarray, np.ndarray]:
+    def _bases(self, resolved: Resolved, graph: LayerGraph, key: LayerKey) -> tuple[np.ndarray, np.ndarray]:
         """(analytical, regressed-on) seconds per node: the regressors correct the second, which is the
         first with the device's operator costs pricing the non-GEMM layers, where it has them."""
-        analytical = np.maximum(np.asarray(self.base_time(spec, graph, key, self.device_of(spec)), dtype=float), 1e-9)
+        analytical = np.maximum(np.asarray(self.base_time(resolved, graph, key), dtype=float), 1e-9)
         costs = self.op_costs_by_device.get(key.device)
         if costs is None:
             return analytical, analytical
@@ -111,15 +111,15 @@ class LayerwiseModel:
 
     def predict(self, spec: WorkloadSpec, graph: LayerGraph, key: LayerKey) -> tuple[np.ndarray, np.ndarray]:
         """(predicted, analytical) fwd/bwd seconds per node, per micro-batch and occurrence: arrays (n, 2)."""
-        analytical, base = self._bases(spec, graph, key)
+        resolved = self.resolver(spec)
+        analytical, base = self._bases(resolved, graph, key)
         pred = base.copy()
         by_kind: dict[str, list[int]] = {}
         for i, n in enumerate(graph.nodes):
             if (key.device, n.kind) in self.models:
                 by_kind.setdefault(n.kind, []).append(i)
-        device = self.device_of(spec)
         for kind, idx in by_kind.items():
-            x = layer_matrix(graph, key, device, self.attr_keys[kind], idx)
+            x = layer_matrix(graph, key, resolved.device, self.attr_keys[kind], idx)
             ratio = np.exp(np.asarray(self.models[(key.device, kind)].predict(x)).reshape(len(idx), 2))
             pred[idx] = base[idx] * ratio
         return pred, analytical

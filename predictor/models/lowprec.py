@@ -40,62 +40,19 @@ Which recipes a generation runs, and whether its FP8 GEMMs are TN only, are devi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from predictor.hardware import Device, default_recipe, generation, tensor_core_facts
+from predictor.hardware import Device, Recipe, generation, tensor_core_facts
 from predictor.layer_graph import LayerGraph
 from predictor.parallel import ShardedNodes
-from predictor.workload import LOW_PRECISIONS, RECIPE_PRECISION, WorkloadSpec
 
 SOURCE_BYTES = 2.0  # the BF16 tensor a quantisation kernel reads (activations, gradients and the weights' copy)
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """One Transformer Engine recipe: the tensor cores it runs on and the bytes its quantisation moves.
-
-    precision: the tensor cores' data type, a `Device.peak_flops` key ('fp8' or 'fp4').
-    data_bytes: bytes per quantised element (E4M3/E5M2 1, E2M1 0.5).
-    scale_bytes: scale bytes per element: the block scale's bytes over its block (0 for one scale per tensor).
-    amax_pass: whether the cast needs the tensor's amax first (a per-tensor scale computed now): one more read.
-    own_columnwise: whether the columnwise usage is quantised apart (block scales run along one dimension).
-    """
-
-    name: str
-    precision: str
-    data_bytes: float
-    scale_bytes: float
-    amax_pass: bool
-    own_columnwise: bool
-
-
-RECIPES: dict[str, Recipe] = {
-    "delayed": Recipe("delayed", "fp8", 1.0, 0.0, amax_pass=False, own_columnwise=False),
-    "current": Recipe("current", "fp8", 1.0, 0.0, amax_pass=True, own_columnwise=False),
-    "blockwise": Recipe("blockwise", "fp8", 1.0, 4 / 128, amax_pass=False, own_columnwise=True),
-    "mxfp8": Recipe("mxfp8", "fp8", 1.0, 1 / 32, amax_pass=False, own_columnwise=True),
-    "nvfp4": Recipe("nvfp4", "fp4", 0.5, 1 / 16, amax_pass=True, own_columnwise=True),
-}
-assert {name: r.precision for name, r in RECIPES.items()} == RECIPE_PRECISION  # the names a spec may ask for
 
 # Modules the layer graph keeps apart that Megatron-Core runs as one TE linear on one input (linear_qkv, linear_fc1):
 # by their last path component, under one parent.
 FUSED_INPUTS: tuple[frozenset[str], ...] = (frozenset({"q_proj", "k_proj", "v_proj"}), frozenset({"query", "key", "value"}),
                                             frozenset({"q", "k", "v"}), frozenset({"gate_proj", "up_proj"}),
                                             frozenset({"w1", "w3"}), frozenset({"wi_0", "wi_1"}))
-
-
-def recipe_of(spec: WorkloadSpec, device: Device) -> Recipe | None:
-    """The recipe the spec's GEMMs run (None in BF16, FP16 or FP32): `training.recipe`, else the device's default
-    (`default_recipe`); FP8 block scaling on a generation that emulates it runs that recipe's kernels."""
-    precision = spec.training.precision
-    if precision not in LOW_PRECISIONS:
-        return None
-    gen = generation(device)
-    name = spec.training.recipe or default_recipe(precision, gen)
-    return RECIPES[tensor_core_facts(gen).get("blockwise_runs_as", name) if name == "blockwise" else name]
 
 
 def low_precision_gemms(nodes: ShardedNodes) -> np.ndarray:

@@ -24,14 +24,14 @@ from predictor.layer_graph import LayerGraph
 from predictor.memory import GIB, buffer_bytes, in_flight, kv_share, model_state_bytes, saved_per_sample, stage_params
 from predictor.memory.accounting import memory_parts_by_stage, offloaded_bytes
 from predictor.memory.levers import Levers, levers_of
-from predictor.models.lowprec import recipe_of
 from predictor.models import overlap
-from predictor.models.roofline import AnalyticalConfig, call_costs, spec_kernels
+from predictor.models.roofline import AnalyticalConfig, call_costs
 from predictor.models.stage_costs import compute_parts, dp_time, offload_waits, optimizer_time, p2p_time
 from predictor.parallel import Layout, apply_plan, plan_groups
 from predictor.plan import AXIS_NAMES, HIDDEN_KINDS, OVERLAP_KINDS, STAGE_AXES, Axis, Plan, nvlink_domain
 from predictor.plan.axes import SHARDING_FIELDS, resolve
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
+from predictor.resolver import Resolved
 from predictor.prediction_table import PredictionTable, row_sums
 from predictor.workload import WorkloadSpec
 
@@ -104,14 +104,14 @@ class _Stages:
 class PlanPieces:
     """The analytical model's pieces for one workload on one device under one framework's constants."""
 
-    def __init__(self, spec: WorkloadSpec, graph: LayerGraph, device: Device, framework: Framework,
-                 config: AnalyticalConfig) -> None:
-        self.spec, self.device, self.framework, self.config = spec, device, framework, config
+    def __init__(self, resolved: Resolved, graph: LayerGraph, config: AnalyticalConfig) -> None:
+        self.resolved, self.config = resolved, config
+        self.spec, self.device, self.framework = resolved.spec, resolved.device, resolved.framework
         self.graph_ref = weakref.ref(graph)
-        self.cfg = config.for_device(device)
-        self.domain = nvlink_domain(spec)
-        self.collective_s, self.p2p_s = call_costs(self.cfg, device)
-        self.kernels = spec_kernels(spec, device)
+        self.cfg = config.for_device(self.device)
+        self.domain = resolved.nvlink_domain
+        self.collective_s, self.p2p_s = call_costs(self.cfg, self.device)
+        self.kernels = resolved.kernels
         self.fused = self.kernels.fused_attention
         self.groups: dict[tuple, tuple] = {}
         self.group_ids: dict[comm.Group, int] = {}
@@ -136,10 +136,9 @@ class PlanPieces:
             rows.add(None, np.zeros(1))
         self.p2p.add(None, (0.0,))
 
-    def serves(self, spec: WorkloadSpec, graph: LayerGraph, device: Device, framework: Framework,
-               config: AnalyticalConfig) -> bool:
-        return (spec is self.spec and self.graph_ref() is graph and device == self.device
-                and framework is self.framework and config == self.config)
+    def serves(self, resolved: Resolved, graph: LayerGraph, config: AnalyticalConfig) -> bool:
+        return (resolved.spec is self.spec and self.graph_ref() is graph and resolved.device == self.device
+                and resolved.framework is self.framework and config == self.config)
 
     def _group_id(self, group: comm.Group) -> int:
         return self.group_ids.setdefault(group, len(self.group_ids))
@@ -175,7 +174,7 @@ class PlanPieces:
                             dp_time(lay, psi_exp, m, self.collective_s, lay.edp_group)))
 
     def _optimizer_row(self, sharding: tuple, lay: Layout) -> tuple[float]:
-        return (optimizer_time(self.spec, lay, *self._psi(sharding, lay), self.device, self.cfg),)
+        return (optimizer_time(self.resolved, lay, *self._psi(sharding, lay), self.cfg),)
 
     def _p2p_row(self, lay: Layout) -> tuple[float]:
         return (p2p_time(lay, self.device, self.p2p_s),)
@@ -187,14 +186,14 @@ class PlanPieces:
         return tuple(float(k in kinds) for k in OVERLAP_KINDS)
 
     def _levers(self, plan: Plan) -> Levers:
-        recipe = recipe_of(self.spec, self.device)  # a block-scaled recipe keeps row- and columnwise weight copies
+        recipe = self.resolved.recipe  # a block-scaled recipe keeps row- and columnwise weight copies
         return levers_of(plan, self.framework.memory, "mx" if recipe is not None and recipe.own_columnwise else "cs",
                          unfused_attention=not self.fused, compiled=self.framework.compiled(plan, self.spec))
 
     def _compute_row(self, graph: LayerGraph, lay: Layout) -> np.ndarray:
         """`compute_parts`, with the GPU's stalls on activation offloading added to the MoE waits (both are device
         time that the host's pace does not stretch)."""
-        parts = compute_parts(self.spec, graph, lay, self.device, self.config)
+        parts = compute_parts(self.resolved, graph, lay, self.config)
         if lay.plan.offload != "none" and not self.device.measured:
             to_host = offloaded_bytes(self.spec, graph, lay, self.framework.memory, self._levers(lay.plan))
             parts[4:6] += offload_waits(parts[0], parts[1], to_host, self.device)
@@ -215,10 +214,10 @@ class PlanPieces:
     def _pieces(self) -> tuple[tuple[Any, Callable[[LayerGraph, Layout, tuple, int], Any]], ...]:
         """Each piece's table and how to compute a row of it (from a plan's layout, sharding and micro-batches),
         in the order of the rows of `table`'s index: stage pieces, memory pieces, then the others."""
-        spec, device, cfg = self.spec, self.device, self.cfg
+        resolved, cfg = self.resolved, self.cfg
         return (
             (self.compute, lambda g, lay, sh, m: self._compute_row(g, lay)),
-            *((rows, lambda g, lay, sh, m, cost=stage_cost(axis): cost(spec, lay, cfg, device))
+            *((rows, lambda g, lay, sh, m, cost=stage_cost(axis): cost(resolved, lay, cfg))
               for rows, axis in zip(self.comm, STAGE_AXES)),
             (self.memory, lambda g, lay, sh, m: self._memory_row(g, lay, sh)),
             (self.dp, lambda g, lay, sh, m: self._dp_row(sh, lay, m)),

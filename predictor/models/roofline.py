@@ -14,15 +14,15 @@ from functools import cache
 
 import numpy as np
 
-from predictor.frameworks import Framework, framework_for
-from predictor.frameworks.base import EAGER_SOFTMAX, SoftmaxFallback
-from predictor.frameworks.kernels import Kernels, kernels_of
+from predictor.frameworks import Framework
+from predictor.frameworks.base import SoftmaxFallback
 from predictor.hardware import DEVICES, GB, Device, GemmFact, device_facts, gemm_facts, generation
 from predictor.kernels.gemm import measured_gemm
 from predictor.layer_graph import LayerGraph
 from predictor.parallel import BYTES, shard_nodes
 from predictor.models.attention import BWD_FLOPS, AttentionCurves, attention_curves
-from predictor.models.lowprec import low_precision_gemms, quantisation_times, recipe_of
+from predictor.models.lowprec import low_precision_gemms, quantisation_times
+from predictor.resolver import Resolved
 from predictor.workload import ModelSpec, WorkloadSpec
 
 
@@ -265,21 +265,21 @@ def sliding_window_work(model: ModelSpec) -> float:
     return (model.layers - local + local * band) / model.layers
 
 
-def layer_times(spec: WorkloadSpec, graph: LayerGraph, tp: int, sp: bool, mbs: int, device: Device,
-                cfg: AnalyticalConfig | None = None, **degrees: int) -> tuple[np.ndarray, np.ndarray]:
+def layer_times(resolved: Resolved, graph: LayerGraph, tp: int, sp: bool, mbs: int, cfg: AnalyticalConfig | None = None,
+                **degrees: int) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds of one occurrence of each graph node on one rank at micro-batch `mbs`, the
-    nodes sharded by `tp`, `sp` and the other axes' `degrees` (`predictor.parallel.shard_nodes`).
+    nodes sharded by `tp`, `sp` and the other axes' `degrees` (`predictor.parallel.shard_nodes`), on the resolved
+    spec's device under its framework and recipe.
 
     The learned predictor falls back to this for layers it has no timings for.
     """
+    spec, device, framework, recipe = resolved.spec, resolved.device, resolved.framework, resolved.recipe
     cfg = (cfg or AnalyticalConfig()).for_device(device)
     prec = spec.training.precision
-    kernels = spec_kernels(spec, device)
-    fused, fallback = kernels.fused_attention, softmax_fallback(spec, device)
-    curves = fused_attention_curves(spec, device)
-    recipe = recipe_of(spec, device)
+    fused, fallback = resolved.fused_attention, resolved.softmax_fallback
+    curves = fused_attention_curves(resolved)
     # a framework whose gemm_eff_max was fitted on the generation keeps the curve it was fitted with
-    grid = not framework_for(spec, device).fitted_on(generation(device), device.name)
+    grid = not framework.fitted_on(resolved.generation, device.name)
     key = (id(graph), tp, sp, mbs, tuple(sorted(degrees.items())), device.name, device.flops(prec),
            device.mem_bandwidth, prec, recipe, cfg, fused, fallback, curves and curves.how, grid)
     hit = _TIME_CACHE.get(key)
@@ -298,41 +298,20 @@ def softmax_fallbacks(nodes, mbs: int, fused: bool, fallback: SoftmaxFallback | 
     return nodes.attention & ~fallback.fused(nodes.gemm_batch * mbs, nodes.gemm_m, nodes.gemm_n)
 
 
-def spec_kernels(spec: WorkloadSpec, device: Device) -> Kernels:
-    """The kernel settings a prediction of the spec on the device runs with (the spec's, else its framework's
-    defaults on the device's generation)."""
-    return kernels_of(spec, framework_for(spec, device).kernels, generation(device))
-
-
-def fused_attention(spec: WorkloadSpec, device: Device) -> bool:
-    """Whether the spec's attention runs as one fused kernel (no s² scores through memory)."""
-    return spec_kernels(spec, device).fused_attention
-
-
-def softmax_fallback(spec: WorkloadSpec, device: Device) -> SoftmaxFallback | None:
-    """Where an unfused attention's softmax runs eager operators: where the framework's fused kernel does not apply,
-    or everywhere without the masked-softmax fusion."""
-    if not spec_kernels(spec, device).fused_softmax:
-        return EAGER_SOFTMAX
-    return framework_for(spec, device).softmax_fallback
-
-
 # Precisions whose runs' fused attention is a 16-bit kernel (an FP8/FP4 recipe leaves attention in BF16: Megatron-Core's
 # --fp8-dot-product-attention is off by default); an FP32 run's attention has no catalogued kernel.
 FUSED_KERNEL_PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4")
 
 
-def fused_attention_curves(spec: WorkloadSpec, device: Device) -> AttentionCurves | None:
-    """The device facts' figures of the fused-attention kernel the spec runs on the device's generation
-    (`predictor.frameworks.kernels`): the first principles of its attention where none of the framework's constants
+def fused_attention_curves(resolved: Resolved) -> AttentionCurves | None:
+    """The device facts' figures of the fused-attention kernel the spec's framework runs on the device's generation
+    (`Framework.attention_backends`): the first principles of its attention where none of the framework's constants
     were fitted on the generation. None where its attention is unfused, the catalogue has no figures of its kernel
     there, or its constants were fitted on the generation (or the device) with attention as batched GEMMs at their
     `gemm_eff_max`, as recorded constants override the GEMM facts: attention then prices as those GEMMs."""
-    framework = framework_for(spec, device)
-    gen = generation(device)
-    kernel = spec_kernels(spec, device).attention_kernel
-    if (kernel is None or spec.training.precision not in FUSED_KERNEL_PRECISIONS
-            or framework.fitted_on(gen, device.name)):
+    gen, kernel = resolved.generation, resolved.attention_backend
+    if (kernel is None or resolved.spec.training.precision not in FUSED_KERNEL_PRECISIONS
+            or resolved.framework.fitted_on(gen, resolved.device.name)):
         return None
     return attention_curves(gen, kernel)
 

@@ -36,7 +36,6 @@ import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
-from predictor.device_resolver import spec_device
 from predictor.layer_graph import LayerGraph
 from predictor.models import checkpoint
 from predictor.models.analytical import AnalyticalPredictor
@@ -53,6 +52,7 @@ from predictor.models.roofline import AnalyticalConfig
 from predictor.plan import Plan
 from predictor.prediction import Prediction
 from predictor.prediction_table import PredictionTable
+from predictor.resolver import resolve
 from predictor.workload import WorkloadSpec
 
 # Correction networks averaged (`CorrectionEnsemble`). Three: in the CPU dataset's in-domain CV they
@@ -99,7 +99,7 @@ class ScaleDLPredictor(Predictor):
                            unseen=dict(unseen) if unseen else None, seed=seed)
         # The composition's base; `calibrate`: its GPU framework costs fitted first (fit_fixed_costs).
         self.analytical = AnalyticalPredictor(AnalyticalConfig(step_p2p=step_p2p))
-        self.layerwise = LayerwiseModel(analytical_layer_time, spec_device, regressor, seed, op_costs)
+        self.layerwise = LayerwiseModel(analytical_layer_time, resolve, regressor, seed, op_costs)
         self.net: CorrectionEnsemble | None = None
         self.z_mean = np.zeros(GLOBAL_DIM)
         self.z_std = np.ones(GLOBAL_DIM)

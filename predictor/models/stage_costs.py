@@ -14,15 +14,15 @@ from predictor import comm
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import optimizer_bytes_per_param
-from predictor.models.lowprec import recipe_of, weight_quantisation_s
-from predictor.frameworks import Framework, framework_for
+from predictor.models.lowprec import weight_quantisation_s
+from predictor.frameworks import Framework
 from predictor.frameworks.kernels import Kernels
-from predictor.models.roofline import (HOST_OPS, AnalyticalConfig, call_costs, fused_attention, layer_times,
-                                      softmax_fallback, softmax_fallbacks, spec_kernels)
+from predictor.models.roofline import HOST_OPS, AnalyticalConfig, call_costs, layer_times, softmax_fallbacks
 from predictor.memory.levers import op_sac_recomputed, recomputed_nodes
 from predictor.moe import alltoall
 from predictor.parallel import Layout
 from predictor.plan import Plan, nvlink_domain, recompute_modules
+from predictor.resolver import Resolved
 from predictor.workload import WorkloadSpec
 
 # PyTorch DDP's gradient bucket (bucket_cap_mb=25): one all-reduce per bucket. Megatron's buckets are of the
@@ -30,8 +30,7 @@ from predictor.workload import WorkloadSpec
 DDP_BUCKET_BYTES = 25 * 2**20
 
 
-def compute_parts(spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: Device,
-                  config: AnalyticalConfig) -> np.ndarray:
+def compute_parts(resolved: Resolved, graph: LayerGraph, lay: Layout, config: AnalyticalConfig) -> np.ndarray:
     """Per pipeline rank, one micro-batch, as rows: the layers' forward and backward (with recomputation), the
     host's forward and backward operator time, the MoE dispatchers' host waits in forward and backward, the
     attention cores' forward + backward (what a cp ring hides behind), the same with their recomputed forward (the
@@ -42,19 +41,19 @@ def compute_parts(spec: WorkloadSpec, graph: LayerGraph, lay: Layout, device: De
     micro-batch stretches its compute to the host's pace; each MoE layer's dispatcher waits for the host once
     per pass (forward, backward, a recomputed forward), which then launches its local experts' kernels:
     expert_host_s per local expert (gemm_batch = E/ep)."""
-    plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
-    fwd, bwd = layer_times(spec, graph, plan.tp, plan.sp, plan.mbs, device, config, cp=plan.cp, ep=plan.ep)
+    plan, nodes, counts, device = lay.plan, lay.nodes, lay.stage_counts, resolved.device
+    fwd, bwd = layer_times(resolved, graph, plan.tp, plan.sp, plan.mbs, config, cp=plan.cp, ep=plan.ep)
     cfg = config.for_device(device)
-    kernels = spec_kernels(spec, device)
+    kernels = resolved.kernels
     unfused_f, unfused_b = unfused_passes(nodes, plan.mbs, kernels, lay.act_bytes, device.mem_bandwidth * cfg.bw_eff)
     fwd, bwd = fwd + unfused_f, bwd + unfused_b
-    again = recomputed_forward(graph, lay, op_sac(plan, framework_for(spec, device)))  # forwards backward repeats
+    again = recomputed_forward(graph, lay, op_sac(plan, resolved.framework))  # forwards backward repeats
     t_f = counts @ fwd
     t_b = counts @ bwd + again @ fwd
     attention = counts[:, nodes.attention] @ (fwd + bwd)[nodes.attention]
     attention_all = attention + again[:, nodes.attention] @ fwd[nodes.attention]
-    fallback = softmax_fallback(spec, device)
-    eager = softmax_fallbacks(nodes, plan.mbs, fused_attention(spec, device), fallback)
+    fallback = resolved.softmax_fallback
+    eager = softmax_fallbacks(nodes, plan.mbs, resolved.fused_attention, fallback)
     ops = np.array([HOST_OPS.get(k, 1) for k in nodes.kind], dtype=float)
     if eager.any():
         ops = ops + eager * fallback.ops
@@ -131,12 +130,12 @@ def full_share(lay: Layout) -> np.ndarray:
     return np.minimum(plan.recompute_layers * plan.v, blocks) / blocks
 
 
-def cp_stage_time(spec: WorkloadSpec, lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndarray:
+def cp_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.ndarray:
     """Context-parallel seconds per pipeline rank for one micro-batch: each attention layer exchanges
     the K and V of its sequence chunk with the other cp-1 ranks in forward, and K, V and their
     gradients in backward (Megatron-Core's p2p ring, torchtitan's ring; `cp_comm=allgather`: one
     all-gather of K, V in forward and a reduce-scatter of their gradients in backward)."""
-    plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
+    plan, nodes, counts, spec = lay.plan, lay.nodes, lay.stage_counts, resolved.spec
     kv_heads = spec.model.kv_heads or spec.model.heads or 1
     head_dim = (spec.model.hidden or 0) / (spec.model.heads or 1)
     chunk = 2 * lay.tokens / plan.cp * plan.mbs * kv_heads / plan.tp * head_dim * lay.act_bytes  # K and V
@@ -150,7 +149,7 @@ def cp_stage_time(spec: WorkloadSpec, lay: Layout, cfg: AnalyticalConfig, device
     return layers * one
 
 
-def ep_stage_time(spec: WorkloadSpec, lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndarray:
+def ep_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.ndarray:
     """Expert-parallel seconds per pipeline rank for one micro-batch: each MoE layer dispatches its
     tokens·top_k·hidden elements to the experts' ranks and combines the results back, in forward and again
     (their gradients) in backward: 4 all-to-alls over the ep group, 6 when backward recomputes them (full
@@ -197,14 +196,15 @@ def tp_calls(lay: Layout) -> np.ndarray:
     return (fwd_calls + bwd_calls) * (2 if lay.plan.sp else 1)
 
 
-def tp_stage_time(spec: WorkloadSpec, lay: Layout, cfg: AnalyticalConfig, device: Device) -> np.ndarray:
+def tp_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.ndarray:
     """Tensor-parallel seconds per pipeline rank for one micro-batch: the collectives, and on a
     measured device the runtime's own cost per sharded linear (`tp_linear_s`, DTensor on CPU)."""
+    device = resolved.device
     framework = lay.stage_counts @ lay.nodes.tp_linear * device.extra.get("tp_linear_s", 0.0)
     call_s = call_costs(cfg, device)[0]
     fwd_calls, bwd_calls, fwd_elems, bwd_elems = _tp_collectives(lay)
     collectives = _tp_time(lay, fwd_calls, fwd_elems, call_s) + _tp_time(lay, bwd_calls, bwd_elems, call_s)
-    if lay.plan.sp and op_sac(lay.plan, framework_for(spec, device)):
+    if lay.plan.sp and op_sac(lay.plan, resolved.framework):
         # the per-op policy saves the reduce-scatters' outputs but recomputes the blocks' forward all-gathers
         size = np.where(fwd_calls > 0, fwd_elems / np.maximum(fwd_calls, 1), 0.0) * lay.act_bytes
         collectives = collectives + fwd_calls * (comm.allgather(size, lay.tp_group) + call_s)
@@ -246,7 +246,7 @@ def dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float,
             float(grad_calls[worst]), float(param_calls[worst]))
 
 
-def optimizer_time(spec: WorkloadSpec, lay: Layout, psi: np.ndarray, psi_exp: np.ndarray, device: Device,
+def optimizer_time(resolved: Resolved, lay: Layout, psi: np.ndarray, psi_exp: np.ndarray,
                    cfg: AnalyticalConfig) -> float:
     """Seconds of the optimizer step: memory-bound over the fullest rank's local optimizer state (`psi`: its
     parameters per pipeline rank, `psi_exp` the routed experts' among them), read and written with the
@@ -254,7 +254,7 @@ def optimizer_time(spec: WorkloadSpec, lay: Layout, psi: np.ndarray, psi_exp: np
     on the host (Megatron-Core's HybridDeviceOptimizer, DeepSpeed's CPU Adam), memory-bound over host DRAM,
     after its gradients cross the host link and before its updated weights cross back. In FP8 or FP4 the updated
     weights are quantised once per step (`lowprec.weight_quantisation_s`), with them."""
-    plan = lay.plan
+    plan, spec, device = lay.plan, resolved.spec, resolved.device
     state = optimizer_bytes_per_param(spec.training.optimizer, spec.training.precision)
     if plan.moments == "bf16":
         state -= 4.0 if spec.training.optimizer == "adam" else 2.0
@@ -264,7 +264,7 @@ def optimizer_time(spec: WorkloadSpec, lay: Layout, psi: np.ndarray, psi_exp: np
     host = plan.optimizer_offload
     bw = device.mem_bandwidth * cfg.bw_eff
     on_device = (1 - host) * local * opt_bytes / bw
-    recipe = recipe_of(spec, device)
+    recipe = resolved.recipe
     if recipe is not None:
         on_device += weight_quantisation_s(lay.nodes, lay.stage_counts, recipe, device, bw, cfg.launch_s)
     if not host or device.host_link is None:

@@ -1,14 +1,15 @@
 """The parallel plan and its axes: `axes` (the registry, pure data), `plan` (the `Plan` value and its parsing),
-`rules` (whether a plan runs a workload) and `placement` (rank orders and NVLink domains)."""
+`rules` (whether a plan runs a workload, and which of its groups leave an NVLink domain) and `placement` (rank
+orders and NVLink domains)."""
 
 from predictor.plan.axes import (AXES, AXIS, AXIS_NAMES, COMM_PARTS, DEFAULT_ORDER, HIDDEN_KINDS, HIDDEN_WORDS,
                                  OVERLAP_KINDS, PART_WORDS, PRICING_ORDER, STAGE_AXES, TERM_OF_PART, TIME_PARTS, Axis, TimePart)
-from predictor.plan.placement import (complete_order, cross_domain_axes, nvlink_domain, placement_error,
-                                      placement_warnings, placements)
+from predictor.plan.placement import complete_order, nvlink_domain, placement_error, placements
 from predictor.plan.plan import (CP_COMM, GPU_AXES, GRADS, MOMENTS, OFFLOAD_MODULES, PLACEMENTS, RECOMPUTE_MODES,
                                  RECOMPUTE_MODULES, SCHEDULES, Plan, PlanError, canonical_recompute, offloaded,
                                  overlap_kinds, recompute_modules)
-from predictor.plan.rules import embedding_and_loss_in_split, plan_errors, recompute_errors, recompute_for_model
+from predictor.plan.rules import (cross_domain_axes, embedding_and_loss_in_split, placement_warnings, plan_errors,
+                                  recompute_errors, recompute_for_model)
 
 __all__ = [
     "AXES", "AXIS", "AXIS_NAMES", "Axis", "COMM_PARTS", "CP_COMM",

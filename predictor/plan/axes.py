@@ -52,7 +52,7 @@ class Axis:
     parts: tuple[TimePart, ...] = ()
     hidden: Mapping[str, str] = field(default_factory=dict)  # kinds of `Prediction.hidden_comm` it reports: words
     overlap: tuple[str, ...] = ()  # kinds of a plan's `overlap` that hide its communication
-    stage_cost: str = ""  # "module:function" (spec, layout, config, device) -> seconds per pipeline stage and micro-batch
+    stage_cost: str = ""  # "module:function" (resolved spec, layout, config) -> seconds per pipeline stage and micro-batch
     cost_fields: tuple[str, ...] = ()  # the plan fields `stage_cost` reads beyond `SHARDING_FIELDS` and its group
     # what its hidden communication runs beside: the stage's "compute", its "gemms" (all but attention), "attention",
     # or "phases" (half beside attention, half beside the rest: `predictor.models.overlap`)

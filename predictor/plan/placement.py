@@ -1,4 +1,5 @@
-"""Where a plan's ranks sit: rank orders (placements), NVLink domains, and the groups that leave them.
+"""Where a plan's ranks sit: rank orders (placements) and NVLink domains (`predictor.plan.rules` says which groups
+leave them).
 
 Rank order: a placement names axes innermost first ('tp-dp-pp': tp ranks are adjacent GPUs). Axes a
 placement leaves out are inserted at their `order` position, so the placements written before an axis existed
@@ -11,10 +12,9 @@ from functools import lru_cache
 from itertools import permutations
 from typing import TYPE_CHECKING
 
-from predictor.plan.axes import DEFAULT_ORDER, FIRST_AXES, NVLINK_AXES, RANK_AXES
+from predictor.plan.axes import DEFAULT_ORDER, FIRST_AXES, RANK_AXES
 
 if TYPE_CHECKING:  # pragma: no cover
-    from predictor.plan.plan import Plan
     from predictor.workload import WorkloadSpec
 
 
@@ -54,21 +54,3 @@ def nvlink_domain(spec: "WorkloadSpec") -> int:
     """GPUs that share one NVLink domain (a node, or an NVL72 rack): where a group's collectives stay fast."""
     c = spec.cluster
     return int(getattr(c, "nvlink_domain_gpus", None) or c.gpus_per_node)
-
-
-def cross_domain_axes(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
-    """Axes of NVLINK_AXES whose groups span more consecutive GPUs than one NVLink domain holds."""
-    domain = nvlink_domain(spec)
-    return [a for a in NVLINK_AXES if getattr(plan, a) > 1 and plan.group_span(a) > domain]
-
-
-def spans_text(plan: "Plan", axis: str, domain: int) -> str:
-    return (f"{axis}={getattr(plan, axis)} with placement={plan.placement} spans {plan.group_span(axis)} consecutive "
-            f"GPUs, more than an NVLink domain's {domain}")
-
-
-def placement_warnings(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
-    """What a runnable but slow placement costs: tp groups whose collectives leave NVLink."""
-    domain = nvlink_domain(spec)
-    return [f"{spans_text(plan, axis, domain)}: its per-layer collectives run over the inter-node network, typically "
-            f"~10x slower than NVLink (the prediction prices them so)" for axis in cross_domain_axes(plan, spec)]

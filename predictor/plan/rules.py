@@ -12,8 +12,8 @@ from functools import cache
 from typing import TYPE_CHECKING, Callable
 
 from predictor.families import names as family_names
-from predictor.plan.axes import AXES, resolve
-from predictor.plan.placement import cross_domain_axes, nvlink_domain, spans_text
+from predictor.plan.axes import AXES, NVLINK_AXES, resolve
+from predictor.plan.placement import nvlink_domain
 from predictor.plan.plan import RECOMPUTE_MODULES, canonical_recompute, recompute_modules
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -163,3 +163,21 @@ def recompute_errors(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
         return []
     return [f"recompute={plan.recompute} names {'+'.join(sorted(missing))}, which the model does not have (its "
             f"modules: {', '.join(sorted(model_modules(spec)))}); use recompute={recompute_for_model(plan.recompute, spec)}"]
+
+
+def cross_domain_axes(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
+    """Axes of NVLINK_AXES whose groups span more consecutive GPUs than one NVLink domain holds."""
+    domain = nvlink_domain(spec)
+    return [a for a in NVLINK_AXES if getattr(plan, a) > 1 and plan.group_span(a) > domain]
+
+
+def spans_text(plan: "Plan", axis: str, domain: int) -> str:
+    return (f"{axis}={getattr(plan, axis)} with placement={plan.placement} spans {plan.group_span(axis)} consecutive "
+            f"GPUs, more than an NVLink domain's {domain}")
+
+
+def placement_warnings(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
+    """What a runnable but slow placement costs: tp groups whose collectives leave NVLink."""
+    domain = nvlink_domain(spec)
+    return [f"{spans_text(plan, axis, domain)}: its per-layer collectives run over the inter-node network, typically "
+            f"~10x slower than NVLink (the prediction prices them so)" for axis in cross_domain_axes(plan, spec)]
