@@ -91,8 +91,9 @@ def test_a_spec_naming_the_profile_is_priced_with_it(measured, tmp_path):
     measured_link = AnalyticalPredictor().predict(gpus, graph, [Plan(dp=2, mbs=2)])[0]
     catalogue = spec({"device": "h100"})
     data_sheet = AnalyticalPredictor().predict(catalogue, graph, [Plan(dp=2, mbs=2)])[0]
-    # gloo between two processes is ~1000x slower than NVLink: the measured link exposes the gradient all-reduce
-    assert measured_link.breakdown["dp_comm"] > 10 * max(data_sheet.breakdown["dp_comm"], 1e-6)
+    # gloo between two processes over loopback is several times slower than NVLink's data sheet (6x to 1000x on the
+    # machines this ran on): the measured link, not the catalogue's, prices the gradient all-reduce
+    assert measured_link.breakdown["dp_comm"] > 2 * max(data_sheet.breakdown["dp_comm"], 1e-6)
     from predictor.kernels.profile import PROFILES_DIR  # a shipped profile of published figures keeps the catalogue links
 
     shipped = resolve(spec({"device": "h100", "device_profile": str(PROFILES_DIR / "h100.json")})).device

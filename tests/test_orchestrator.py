@@ -52,7 +52,8 @@ def test_exhaustive_search_finds_the_direct_answer(pool, tmp_path, runner) -> No
 
 
 def test_an_exhaustive_search_of_any_size_runs_without_tune() -> None:
-    from orchestrator.search import EXHAUSTIVE_LIMIT, uses_tune
+    from orchestrator.search import uses_tune
+    from orchestrator.search_types import EXHAUSTIVE_LIMIT
 
     assert not uses_tune("exhaustive", EXHAUSTIVE_LIMIT, SearchOptions())  # a million plans too: its batches are fixed
     assert uses_tune("optuna", 10, SearchOptions()) and uses_tune("random", 10, SearchOptions())
