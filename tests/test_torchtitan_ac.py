@@ -160,3 +160,19 @@ def test_a_recipe_torchao_does_not_run_is_refused() -> None:
                        "training": {"global_batch": 16, "framework": "torchtitan", "precision": "fp8",
                                     "recipe": "delayed"}, "cluster": {"device": "h100"}})
     assert any("training.recipe delayed" in e for e in run_errors(Plan(dp=8, mbs=2, zero=3), resolve(spec)))
+
+
+def test_expert_parallel_all_to_all_outputs_are_kept_and_not_sent_again() -> None:
+    spec = parse_spec({"model": {"preset": "qwen3-30b-a3b", "seq_len": 4096},
+                       "training": {"global_batch": 8, "framework": "torchtitan"}, "cluster": {"device": "h100"}})
+    d = Dims.of(spec.model, tp=1, sp=False, precision="bf16", ep=8)
+    kept = {s.name: s.per_token for s in op_sac_tensors(d, True)}
+    assert kept["dispatched tokens (all-to-all output)"] == kept["combined tokens (all-to-all output)"] \
+        == spec.model.top_k * spec.model.hidden * 2
+    assert "dispatched tokens (all-to-all output)" not in {s.name for s in op_sac_tensors(Dims.of(
+        spec.model, tp=1, sp=False, precision="bf16"), True)}
+    graph, plan = graph_for(spec.model), Plan(dp=8, ep=8, mbs=1, zero=3)
+    runs = {mode: AnalyticalPredictor().predict(spec, graph, [plan.with_(recompute=mode)])[0]
+            for mode in ("none", "selective", "full")}
+    assert runs["full"].peak_memory_gib < runs["selective"].peak_memory_gib < runs["none"].peak_memory_gib
+    assert runs["selective"].breakdown["ep_comm"] == runs["none"].breakdown["ep_comm"] < runs["full"].breakdown["ep_comm"]

@@ -55,10 +55,11 @@ class Dims:
     linear_input_bytes: float  # bytes per element a linear keeps of its input (2 in BF16, 1 in FP8)
     fp8: bool
     scores_keys: int = 0  # keys per query whose scores an unfused attention keeps (0: fused)
+    ep: int = 1  # expert-parallel degree: above 1 a MoE layer's tokens cross all-to-alls
 
     @classmethod
     def of(cls, model: ModelSpec, tp: int, sp: bool, precision: str, fp8_format: str = "cs",
-           scores_keys: int = 0) -> "Dims":
+           scores_keys: int = 0, ep: int = 1) -> "Dims":
         heads = model.heads or 1
         head_dim = model.head_dim or model.hidden // heads
         mla = None
@@ -70,7 +71,7 @@ class Dims:
         return cls(model.hidden, model.ffn_hidden or 4 * model.hidden, heads, model.kv_heads or heads, head_dim,
                    model.vocab or 0, model.experts or 0, model.top_k or 0, expert_ffn,
                    model.shared_experts * expert_ffn, mla, tp, tp if sp else 1, lin, precision in ("fp8", "fp4"),
-                   scores_keys)
+                   scores_keys, ep)
 
 
 A = 2.0  # bytes per BF16 activation element
@@ -180,10 +181,11 @@ def op_sac_tensors(d: Dims, moe: bool, compiled: bool = False) -> list[Saved]:
     """What one layer keeps under torchtitan's per-op selective checkpointing: the block's input (the checkpointed
     region's), and the outputs its policy marks MUST_SAVE: every odd-numbered `aten.mm` of the block ("saves output
     of all compute ops, except every second mm"), the SDPA kernel's output and fp32 log-sum-exp, and each
-    sequence-parallel reduce-scatter's output. All else (norms, RoPE, SiLU, the even mms, the sequence-parallel
-    all-gathers, a MoE layer's grouped GEMMs) is recomputed in backward. Its MoE models also save the expert
-    all-to-alls' outputs (`all_to_all_single`, torchtitan/models/deepseek_v3/infra/parallelize.py): not counted
-    here, as a layer's list does not know the expert-parallel degree. An mm's output is its
+    sequence-parallel reduce-scatter's output, and under expert parallelism the expert all-to-alls' outputs (on
+    the save list of its MoE models, `all_to_all_single`: torchtitan/models/deepseek_v3/infra/parallelize.py): the
+    dispatched tokens the grouped GEMMs read and the combined ones the routing weights multiply, top_k per token
+    each. All else (norms, RoPE, SiLU, the even mms, the sequence-parallel all-gathers, a MoE layer's grouped GEMMs)
+    is recomputed in backward. An mm's output is its
     BF16 result whatever the linear's precision: torchao's float8 and MX linears reach the policy as `aten.mm`.
 
     Eager, the policy's cache keeps every output it marks. A block compiled with torch.compile (torchtitan compiles
@@ -200,6 +202,9 @@ def op_sac_tensors(d: Dims, moe: bool, compiled: bool = False) -> list[Saved]:
             Saved("softmax log-sum-exp (fp32)", d.heads / d.tp * 4.0)]
     if d.tp > 1 and not compiled:
         out += [Saved(f"{half} reduce-scatter output", d.hidden / r * A) for half in ("attention", "mlp")]
+    if moe and d.ep > 1:
+        out += [Saved(f"{which} tokens (all-to-all output)", d.top_k * d.hidden / d.tp * A)
+                for which in ("dispatched", "combined")]
     return out
 
 
