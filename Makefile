@@ -18,6 +18,9 @@ $(STAMP): pyproject.toml
 	# TORCH_SPEC is passed unquoted so it may carry pip options (e.g. an --index-url for a CUDA build).
 	$(BIN)/pip install -q $(TORCH_SPEC)
 	$(BIN)/pip install -q -e ".[test]"
+	# torchtitan's config loader and ParallelDims check the written torchtitan.toml in the tests; --no-deps: its data,
+	# tokenizer and logging stack is not needed, and its Triton MoE kernels (1 GB) are never imported.
+	$(BIN)/pip install -q --no-deps torchtitan==0.2.2
 	touch $(STAMP)
 
 plan: setup

@@ -9,6 +9,9 @@ DeepSpeed are test extras, `pip install -e .[test]`).
   checks run as on the cluster.
 - DeepSpeed 0.19.8: `DeepSpeedConfig` loads the file as a rank of the plan's data-parallel group would, then the
   engines' refusals that need a built model (`ENGINE_REFUSALS`, each quoting its file).
+- torchtitan 0.2.2 (installed without its dependencies by `make setup`): `ConfigManager` loads the TOML as
+  `torchtitan.train --job.config_file` does, then `ParallelDims` validates its degrees against the world size, as the
+  trainer builds it (torchtitan/train.py).
 
 Each returns the framework's refusals (empty: it accepts the file).
 """
@@ -16,11 +19,14 @@ Each returns the framework's refusals (empty: it accepts the file).
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
 import json
+import sys
 import shlex
 import warnings
 from contextlib import contextmanager, suppress
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Iterator
 
 import torch
@@ -176,3 +182,37 @@ def deepspeed_refusals(text: str, dp: int, path: str) -> list[str]:
     finally:
         dist.get_rank = get_rank
     return [words for refused, words in ENGINE_REFUSALS if refused(config, args)]
+
+
+def torchtitan_module(name: str) -> ModuleType | None:
+    """A module of the installed torchtitan, or None where it is not installed. Its package `__init__` is not run:
+    it imports the Triton MoE kernels (triton: 1 GB, GPU only), which neither the config loader nor ParallelDims use;
+    the modules' own code runs unchanged."""
+    if "torchtitan" not in sys.modules:
+        spec = importlib.util.find_spec("torchtitan")
+        if spec is None or spec.submodule_search_locations is None:
+            return None
+        package = ModuleType("torchtitan")
+        package.__path__, package.__spec__ = list(spec.submodule_search_locations), spec
+        sys.modules["torchtitan"] = package
+    return importlib.import_module(name)
+
+
+def torchtitan_refusals(path: str, world_size: int) -> list[str]:
+    """torchtitan's refusals of a written `torchtitan.toml` at `path` for a job of `world_size` ranks: its loader's,
+    then ParallelDims' (torchtitan/distributed/parallel_dims.py `_validate`)."""
+    manager = torchtitan_module("torchtitan.config.manager")
+    parallel_dims = torchtitan_module("torchtitan.distributed.parallel_dims")
+    try:
+        job = manager.ConfigManager().parse_args(["--job.config_file", path])
+    except (SystemExit, ValueError, TypeError) as err:
+        return [f"ConfigManager: {err}"]
+    p = job.parallelism
+    try:
+        parallel_dims.ParallelDims(
+            dp_replicate=p.data_parallel_replicate_degree, dp_shard=p.data_parallel_shard_degree,
+            cp=p.context_parallel_degree, tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
+            ep=p.expert_parallel_degree, etp=p.expert_tensor_parallel_degree, world_size=world_size)
+    except AssertionError as err:
+        return [f"ParallelDims: {err}"]
+    return []

@@ -14,6 +14,7 @@ import pytest
 
 from predictor.resolver import resolve
 from predictor.frameworks import FRAMEWORKS
+from predictor.frameworks.base import LaunchError
 from predictor.launch import launch_files, run_errors
 from predictor.graph_cache import graph_for
 from predictor.memory.facts import HEADROOM
@@ -24,7 +25,12 @@ from search_spaces import enumerate_plans, resolve_space
 
 pytest.importorskip("megatron.core", reason="megatron-core is a test extra (pip install -e .[test])")
 pytest.importorskip("deepspeed", reason="DeepSpeed is a test extra (pip install -e .[test])")
-from tests.framework_checks import deepspeed_refusals, megatron_refusals  # noqa: E402
+from tests.framework_checks import deepspeed_refusals, megatron_refusals, torchtitan_module  # noqa: E402
+from tests.framework_checks import torchtitan_refusals  # noqa: E402
+
+if torchtitan_module("torchtitan.distributed.parallel_dims") is None:
+    pytest.skip("torchtitan 0.2.2 is installed by make setup (pip install --no-deps torchtitan==0.2.2)",
+                allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,11 +41,12 @@ def _spec(preset: str, device: str, nodes: int, global_batch: int, framework: st
 
 
 EXAMPLES = [p.stem for p in sorted((ROOT / "examples").glob("*.yaml"))
-            if resolve(load_spec(p)).framework.name in ("megatron", "deepspeed")]
+            if resolve(load_spec(p)).framework.name in ("megatron", "deepspeed", "torchtitan")]
 MOE = {"qwen3-235b-h100x256": _spec("qwen3-235b-a22b", "h100", 32, 2048),
        "gpt-oss-120b-h100x64": _spec("gpt-oss-120b", "h100", 8, 1024),
        "mixtral-8x7b-a100x32": _spec("mixtral-8x7b", "a100-80gb", 4, 256),
-       "mixtral-8x22b-h100x128": _spec("mixtral-8x22b", "h100", 16, 1024)}
+       "mixtral-8x22b-h100x128": _spec("mixtral-8x22b", "h100", 16, 1024),
+       "qwen3-30b-a3b-torchtitan-h100x16": _spec("qwen3-30b-a3b", "h100", 2, 256, "torchtitan")}
 
 
 def _specs() -> dict[str, WorkloadSpec]:
@@ -47,10 +54,18 @@ def _specs() -> dict[str, WorkloadSpec]:
 
 
 def refusals(plan: Plan, spec: WorkloadSpec, tmp_path: Path) -> list[str]:
-    """The spec's framework's own refusals of the file written for `plan` (written whatever the rules say)."""
-    files = launch_files(plan, resolve(spec), checked=True)
+    """The spec's framework's own refusals of the file written for `plan` (written whatever the rules say; where no file
+    can spell the plan, nothing for the framework to check)."""
+    try:
+        files = launch_files(plan, resolve(spec), checked=True)
+    except LaunchError:
+        return []
     if "megatron_args.txt" in files:
         return megatron_refusals(files["megatron_args.txt"], spec.cluster.gpus)
+    if "torchtitan.toml" in files:
+        path = tmp_path / "torchtitan.toml"
+        path.write_text(files["torchtitan.toml"])
+        return torchtitan_refusals(str(path), spec.cluster.gpus)
     path = tmp_path / "deepspeed_config.json"
     path.write_text(files["deepspeed_config.json"])
     return deepspeed_refusals(path.read_text(), plan.dp, str(path))
@@ -84,6 +99,13 @@ VALIDATE_ARGS = ("GPipe schedule", "schedule=interleaved with v=1", "Megatron-FS
 # context or expert parallelism here, its ZeRO overlap switches).
 DEEPSPEED_OWN = ("one pipeline schedule", "context parallelism", "expert parallelism", "overlaps the gradient reduction",
                  "cannot overlap param", "switches ZeRO-3", "offloads", "orders ranks", "communication (it overlaps")
+# torchtitan's rules of what its loader and ParallelDims do not see: the mesh order, the overlaps it always or never
+# runs, its FSDP2/DDP choices and the interleaved schedule's stages per rank, which its parallelize and pipeline
+# builders hold. ParallelDims refuses only degrees that do not multiply to the world size, which no structurally valid
+# plan has, so no sampled torchtitan plan is refused by both.
+TORCHTITAN_OWN = ("orders ranks", "always overlaps", "cannot overlap", "has no ZeRO-1", "runs DDP (zero=0) only",
+                  "stages per rank")
+OWN = {"megatron": VALIDATE_ARGS, "deepspeed": DEEPSPEED_OWN, "torchtitan": TORCHTITAN_OWN}
 
 # Values each sampled plan's fields are drawn from around a valid plan of the space.
 VARIED = {"recompute": ("none", "selective", "full"), "overlap": ("auto", "dp", "dp+param", "dp+param+tp+ep",
@@ -120,7 +142,7 @@ def agreement(specs: dict[str, WorkloadSpec], per_spec: int, tmp_path: Path) -> 
     for i, (name, spec) in enumerate(specs.items()):
         framework = resolve(spec).framework.name
         counts = by_framework.setdefault(framework, dict.fromkeys(verdicts, 0))
-        own = DEEPSPEED_OWN if framework == "deepspeed" else VALIDATE_ARGS
+        own = OWN[framework]
         for plan in sampled_plans(spec, per_spec, seed=i):
             rules = run_errors(plan, resolve(spec), allow_cross_node_tp=True)
             checks = refusals(plan, spec, tmp_path)
@@ -135,13 +157,14 @@ def agreement(specs: dict[str, WorkloadSpec], per_spec: int, tmp_path: Path) -> 
 
 
 AGREEMENT_SPECS = ("deepseek-v3-h100x256", "deepseek-v3-gb200x256", "qwen3-235b-h100x256", "mixtral-8x7b-a100x32",
-                   "mixtral-8x7b-deepspeed-a100x32", "gpt-oss-120b-h100x64")
+                   "mixtral-8x7b-deepspeed-a100x32", "gpt-oss-120b-h100x64", "llama3-70b-torchtitan-h100x64",
+                   "qwen3-30b-a3b-torchtitan-h100x16")
 
 
 def test_rules_agree_with_the_frameworks_checks_on_sampled_plans(tmp_path: Path) -> None:
     specs = _specs()
     counts = agreement({name: specs[name] for name in AGREEMENT_SPECS}, 20, tmp_path)
-    assert all(c["both accept"] and c["both refuse"] for c in counts.values()), counts
+    assert all(c["both accept"] and (c["both refuse"] or f == "torchtitan") for f, c in counts.items()), counts
 
 
 @pytest.mark.slow
@@ -150,7 +173,7 @@ def test_rules_agree_with_the_frameworks_checks_on_1000_plans(tmp_path: Path) ->
     counts = agreement({name: specs[name] for name in AGREEMENT_SPECS}, 1000 // len(AGREEMENT_SPECS) + 1, tmp_path)
     print(counts)
     assert sum(sum(c.values()) for c in counts.values()) >= 1000
-    assert all(c["both accept"] and c["both refuse"] for c in counts.values()), counts
+    assert all(c["both accept"] and (c["both refuse"] or f == "torchtitan") for f, c in counts.items()), counts
 
 
 def test_the_named_versions_are_the_checked_ones() -> None:
@@ -176,3 +199,16 @@ def test_an_older_release_is_refused_what_it_lacks() -> None:
     with pytest.raises(SpecError, match="written for 0.16.1, 0.14.0"):
         resolve(parse_spec({"model": {"preset": "llama3-8b"}, "training": {"global_batch": 64, "framework_version": "0.9"},
                             "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8}}))
+
+
+def test_torchtitans_checks_refuse_a_file_it_would_not_run(tmp_path: Path) -> None:
+    """The torchtitan checks are real: degrees that do not multiply to the world size are refused by ParallelDims, an
+    unknown key by the loader."""
+    spec = _specs()["llama3-70b-torchtitan-h100x64"]
+    path = tmp_path / "torchtitan.toml"
+    text = launch_files(top_plans(spec, 1)[0], resolve(spec))["torchtitan.toml"]
+    path.write_text(text)
+    assert torchtitan_refusals(str(path), spec.cluster.gpus) == []
+    assert any("ParallelDims: Invalid parallel dims" in r for r in torchtitan_refusals(str(path), spec.cluster.gpus + 8))
+    path.write_text(text.replace("[parallelism]", "[parallelism]\nno_such_degree = 2"))
+    assert any(r.startswith("ConfigManager") for r in torchtitan_refusals(str(path), spec.cluster.gpus))

@@ -9,9 +9,9 @@ their flavors from models/<name>/__init__.py, the converters from components/qua
 train.py (the global batch), distributed/pipeline_parallel.py (micro-batches), models/*/infra/parallelize.py (seq_len
 divisor, DDP only as the sole parallelism), distributed/activation_checkpoint.py (selective_ac_option),
 distributed/tensor_parallel.py (async TP needs compile) and components/quantization/float8.py (a recipe refuses FSDP
-float8 all-gathers); torch's own `get_schedule_class` resolves the pipeline schedule. Where torchtitan 0.2 is
-installed, its ConfigManager loads each file too (it imports on a CPU machine beside torch with tyro and triton:
-`pip install --no-deps torchtitan==0.2.2 triton` and `pip install tyro`)."""
+float8 all-gathers); torch's own `get_schedule_class` resolves the pipeline schedule. `make setup`
+installs torchtitan 0.2.2 without its dependencies (tyro is a test extra), and its ConfigManager loads each file too
+(tests/framework_checks.py imports it without torchtitan's package init, which only loads Triton GPU kernels)."""
 
 from __future__ import annotations
 
@@ -183,16 +183,17 @@ def test_the_flavors_the_writer_names_are_ones_torchtitan_ships() -> None:
 
 @pytest.fixture(scope="module")
 def config_manager() -> Any:
-    """torchtitan 0.2's ConfigManager class; skipped, saying why, where it is not installed."""
+    """torchtitan 0.2's ConfigManager class (`make setup` installs torchtitan 0.2.2); skipped, saying why, where it is
+    not installed."""
+    from tests.framework_checks import torchtitan_module
+
     try:
         installed = version("torchtitan")
     except PackageNotFoundError:
-        pytest.skip("torchtitan 0.2 is not installed (pip install --no-deps torchtitan==0.2.2 triton; "
-                    "pip install tyro)")
+        pytest.skip("torchtitan 0.2 is not installed (make setup: pip install --no-deps torchtitan==0.2.2)")
     if not installed.startswith("0.2."):
         pytest.skip(f"torchtitan {installed} has no --job.config_file TOML loader (0.2 has)")
-    manager = pytest.importorskip("torchtitan.config.manager", reason="torchtitan 0.2 imports tyro and triton")
-    return manager.ConfigManager
+    return torchtitan_module("torchtitan.config.manager").ConfigManager
 
 
 @pytest.mark.parametrize("spec, text", PLANS, ids=IDS)

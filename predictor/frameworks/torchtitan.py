@@ -242,6 +242,9 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
         par["data_parallel_replicate_degree"] = plan.dp
         _put(config, AXIS["dp"].launch[NAME], 1)
     else:
+        if plan.zero not in _RESHARD:
+            raise LaunchError(f"{TOML_FILE} has no ZeRO-{plan.zero}: FSDP2 reshards after forward (zero=3) or keeps "
+                              "the gathered weights (zero=2)")
         par["data_parallel_replicate_degree"] = 1
         par["fsdp_reshard_after_forward"] = _RESHARD[plan.zero]
     if m.is_moe:
