@@ -76,3 +76,26 @@ def profile_cluster(device_kind: str, path: str | Path, resume: bool = False, ad
     finally:
         for actor in actors:
             ray.kill(actor)
+
+
+def recheck_cluster(path: str | Path, address: str | None = None, per_section: int = 4,
+                    seed: int = 0) -> tuple[list[kp.Recheck], list[str], str]:
+    """A sample of the profile at `path` measured again on the cluster at `address`, what of the hardware and
+    software it records differs now (a new driver, torch or GPU model is reason enough to measure it again), and
+    the device kind (cpu or cuda) it was measured on."""
+    profile = kp.read(path)
+    kind = "cpu" if profile["device"] == "cpu" else "cuda"
+    connect_ray(address)
+    actors = node_actors(kind)
+    try:
+        nodes = RayNodes(actors)
+        now = nodes.call("identity")
+        before = kp.machine(profile).get("nodes", [])
+        changed = [f"{key}: {before[0].get(key)} -> {now[0].get(key)}" for key in ("cpu", "gpu", "torch", "cuda")
+                   if before and before[0].get(key) != now[0].get(key)]
+        if before and len(before) != len(now):
+            changed.append(f"nodes: {len(before)} -> {len(now)}")
+        return kp.recheck(nodes, profile, per_section, seed), changed, kind
+    finally:
+        for actor in actors:
+            ray.kill(actor)

@@ -91,10 +91,13 @@ def dataset_device(root: str | Path, fingerprints: Sequence[str]) -> tuple[str, 
 
 
 def load_profile_dataset(root: str | Path = CPU_DATASET, designs: Sequence[str] | None = ("doptimal",),
-                         families: Sequence[str] = FAMILIES, with_layers: bool = True) -> TrainingData:
-    """Measured iterations (status ok) of `designs` as Samples, with their layer timings and provenance."""
+                         families: Sequence[str] | None = FAMILIES, with_layers: bool = True) -> TrainingData:
+    """Measured iterations (status ok) of `designs` and `families` (None: every family, as `scaledl profile --spec`
+    measures a user's own) as Samples, with their layer timings and provenance."""
     it = dataset.load(root, "iterations")
-    it = it[(it["status"] == "ok") & it["family"].isin(families) & (it["iter_time_s"] > 0)]
+    it = it[(it["status"] == "ok") & (it["iter_time_s"] > 0)]
+    if families is not None:
+        it = it[it["family"].isin(families)]
     if designs is not None:
         it = it[it["design"].isin(designs)]
     it = it.sort_values("config_id").reset_index(drop=True)

@@ -12,6 +12,7 @@ from predictor.evaluate import mre, predict_samples
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.calibration import fit_fixed_costs, log_error
 from predictor.models.features import Sample, TrainingData
+from predictor.resolver import resolve
 from predictor.models.roofline import AnalyticalConfig, device_config
 from predictor.models.scaledl import ScaleDLPredictor
 from predictor.workload import parse_spec
@@ -80,3 +81,21 @@ def test_single_gpu_data_leaves_the_call_cost_alone():
     assert samples and all(s.plan.gpus == 1 for s in samples)
     fitted = fit_fixed_costs(samples, AnalyticalConfig(call_s=7e-6))
     assert fitted.call_s == 7e-6 and 10e-6 < fitted.host_op_s < 200e-6
+
+
+def test_calibrated_analytical_fits_the_fixed_costs_over_the_kernel_model(rows):
+    """`analytical-calibrated` (scaledl evaluate's variant) is the analytical model with the host and call costs
+    fitted on its training rows over the constants it prices them with (DeepSpeed's on Ampere here)."""
+    from predictor.models.analytical import kernel_model_config
+    from predictor.models.calibration import CalibratedAnalytical
+    from predictor.models.registry import PREDICTORS
+
+    train, test = rows
+    model = PREDICTORS["analytical-calibrated"].make(0).fit(TrainingData(train))
+    assert isinstance(model, CalibratedAnalytical)
+    assert model.config == fit_fixed_costs(train, kernel_model_config(resolve(train[0].spec)))
+    assert model.config.gemm_eff_max == kernel_model_config(resolve(train[0].spec)).gemm_eff_max
+    true = np.asarray([s.iter_time_s for s in test])
+    fitted, _ = predict_samples(model, test)
+    first_principles, _ = predict_samples(AnalyticalPredictor(device_config("ampere")), test)
+    assert mre(fitted, true) < mre(first_principles, true)

@@ -137,3 +137,21 @@ def test_cuda_without_a_gpu_exits_2(scaledl, tmp_path):
         pytest.skip("this machine has a GPU")
     result = scaledl.run("profile", "--device", "cuda", "--kernels", str(tmp_path / "k.json"))
     assert result.returncode == 2 and "no CUDA GPU" in result.stderr
+
+
+def test_revalidate_compares_the_profile_with_fresh_measurements(measured, tmp_path):
+    from orchestrator.kernel_profile import recheck_cluster
+
+    path, profile, _ = measured
+    rechecks, changed, kind = recheck_cluster(path, per_section=2)
+    assert kind == "cpu" and changed == []
+    sections = {r.section for r in rechecks}
+    assert {"gemm.fp32", "gemm.bf16", "grouped_gemm.fp32", "attention.sdpa-cpu", "memory_bound", "launch_s"} <= sections
+    assert all(len(r.ratios) == (2 if r.section != "launch_s" else 2) and min(r.ratios) > 0 for r in rechecks)
+    slower = tmp_path / "slower.json"  # a profile whose figures are 3x what this machine does: it has drifted
+    tripled = kp.read(path)
+    for table in tripled["gemm"].values():
+        table["points"] = [[*p[:-1], 3 * p[-1]] for p in table["points"]]
+    kp.write(tripled, slower)
+    moved, _, _ = recheck_cluster(slower, per_section=2)
+    assert {r.section for r in moved if r.deviation > 0.5} >= {"gemm.fp32", "gemm.bf16"}

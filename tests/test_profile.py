@@ -61,3 +61,40 @@ def test_existing_output_needs_resume_and_bad_flags_are_clear(tmp_path, capsys):
 def test_non_positive_counts_are_rejected(tmp_path, capsys, flag, value):
     assert main(["profile", "--out", str(tmp_path), flag, value]) == 2
     assert flag in capsys.readouterr().err
+
+
+MOE_SPEC = """model:
+  family: mixtral
+  hidden: 64
+  layers: 6
+  heads: 4
+  kv_heads: 2
+  seq_len: 32
+  vocab: 256
+  experts: 4
+  top_k: 2
+  expert_ffn: 96
+training:
+  global_batch: 2
+  precision: fp32
+cluster:
+  device: cpu
+  nodes: 1
+  gpus_per_node: 1
+"""
+
+
+def test_a_specs_own_moe_model_is_measured_into_a_dataset_the_learned_predictor_reads(tmp_path):
+    from predictor.evaluate import load_profile_dataset
+
+    spec = tmp_path / "moe.yaml"
+    spec.write_text(MOE_SPEC)
+    out = tmp_path / "ds"
+    assert main(["profile", "--spec", str(spec), "--out", str(out), "--procs", "1", "--steps", "1", "--warmup", "1",
+                 "--layer-repeats", "1"]) == 0
+    rows = dataset.load(out, "iterations")
+    assert sorted(rows["batch"]) == [1, 2] and set(rows["status"]) == {"ok"} and set(rows["layers"]) == {2}
+    assert "experts" in set(dataset.load(out, "layers")["kind"])  # the MoE layer's grouped GEMMs, timed
+    data = load_profile_dataset(out, designs=None, families=None)
+    assert [s.model for s in data.samples] == ["mixtral", "mixtral"]
+    assert any(o.graph.nodes[o.index].kind == "experts" for o in data.layers)

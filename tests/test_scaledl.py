@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
 from predictor.evaluate import mre, predict_samples
-from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.analytical import AnalyticalPredictor, kernel_model_config
 from predictor.models.features import TrainingData, graph_of, overhead_seconds
 from predictor.models.registry import checkpoint_path, load_predictor
+from predictor.resolver import resolve
 from predictor.models.roofline import AnalyticalConfig
 from predictor.models.scaledl import ScaleDLPredictor
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
@@ -55,12 +57,15 @@ def test_training_beats_the_untrained_composition_on_held_out_real_rows(fitted, 
     learned, _ = predict_samples(fitted, test)
     plain = ScaleDLPredictor(use_gnn=False, use_global=False).fit(TrainingData(train))  # factors all 1
     untrained, _ = predict_samples(plain, test)
-    # ScaleDL composes first principles (AnalyticalConfig), not DeepSpeed's constants recorded on these rows.
-    analytical, _ = predict_samples(AnalyticalPredictor(AnalyticalConfig()), test)
+    # ScaleDL composes the kernel model: the constants the analytical model prices these rows with (DeepSpeed's on
+    # Ampere), pipeline p2p at its α-β time.
+    kernel_model = replace(kernel_model_config(resolve(train[0].spec)), step_p2p=False)
+    analytical, _ = predict_samples(AnalyticalPredictor(kernel_model), test)
     # No layer data for A100 and no dispatch term on a GPU: the plain sum is the analytical time.
     assert all(overhead_seconds(graph_of(s.spec), s.plan, s.spec) == 0 for s in test)
     np.testing.assert_allclose(untrained, analytical, rtol=1e-9)
-    assert mre(learned, true) < 0.6 * mre(analytical, true)
+    first_principles, _ = predict_samples(AnalyticalPredictor(AnalyticalConfig()), test)
+    assert mre(learned, true) < mre(analytical, true) < 0.6 * mre(first_principles, true)
 
 
 def test_same_seed_same_model(vtrain_slice):
@@ -248,8 +253,6 @@ def test_small_data_chooses_its_epochs_by_cross_validation_and_may_keep_the_comp
     the plain composition times noise unrelated to the plans are often left exactly uncorrected, and never
     trained for long (3 folds of 45 rows are a noisy judge: over noise draws 0-13, 8 kept the composition and
     the others stopped at 5 or 15 of 60 epochs); real ones, which the composition misprices, are corrected."""
-    from dataclasses import replace
-
     from predictor.models import gnn_training
 
     train, test = vtrain_slice
@@ -258,9 +261,10 @@ def test_small_data_chooses_its_epochs_by_cross_validation_and_may_keep_the_comp
     chosen: list[int] = []
     cv_epochs = gnn_training.cv_epochs
     monkeypatch.setattr(gnn_training, "cv_epochs", lambda *a: chosen.append(cv_epochs(*a)) or chosen[-1])
-    first_principles = AnalyticalPredictor(AnalyticalConfig())  # what ScaleDL composes, before any calibration
-    priced, _ = predict_samples(first_principles, small)  # A100 has no layer timings: plain sum = analytical
-    composition, _ = predict_samples(first_principles, test)
+    # what ScaleDL composes, before any calibration: the kernel model (DeepSpeed's constants on Ampere)
+    kernel_model = AnalyticalPredictor(replace(kernel_model_config(resolve(small[0].spec)), step_p2p=False))
+    priced, _ = predict_samples(kernel_model, small)  # A100 has no layer timings: plain sum = analytical
+    composition, _ = predict_samples(kernel_model, test)
     kept = 0
     for draw in range(6):
         noise = np.random.default_rng(draw).normal(0.0, 0.2, len(small))
@@ -272,7 +276,7 @@ def test_small_data_chooses_its_epochs_by_cross_validation_and_may_keep_the_comp
     assert kept >= 3 and max(chosen) <= 30
     learned = ScaleDLPredictor(epochs=60, seed=1).fit(TrainingData(small))
     true = np.asarray([s.iter_time_s for s in small])
-    assert mre(predict_samples(learned, small)[0], true) < 0.5 * mre(priced, true)
+    assert mre(predict_samples(learned, small)[0], true) < mre(priced, true)
 
 
 @pytest.mark.slow

@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "memory-bound, launch, collectives; one actor per node) into PATH (JSON); with --resume "
                              "an interrupted profile is completed")
     parser.add_argument("--spec", default=None, metavar="SPEC",
-                        help="measure the spec's own model (any family, MoE, hf_config: or module: models) at reduced "
+                        help="measure the spec's own model (any family, MoE, hf_config: models) at reduced "
                              "depth: whole iterations and every layer, micro-batches 1-8, into --out")
     parser.add_argument("--address", default=None, help="Ray cluster address for --kernels (default: a local Ray)")
     parser.add_argument("--gemm-shapes", type=int, default=24, help="GEMM shapes per precision (--kernels)")

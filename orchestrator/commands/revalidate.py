@@ -10,11 +10,15 @@ import time
 
 from orchestrator.cli import UsageError
 
-HELP = "re-measure stored predictions on the live cluster, record them in SQLite and alert on drift"
+HELP = ("re-measure stored predictions on the live cluster, record them in SQLite and alert on drift; or, with "
+        "--kernels, compare a device kernel profile with fresh measurements and say when to re-profile")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--history", required=True, metavar="sqlite:///PATH", help="the history database")
+    parser.add_argument("--history", default=None, metavar="sqlite:///PATH", help="the history database")
+    parser.add_argument("--kernels", default=None, metavar="PATH",
+                        help="instead of predictions, re-measure a sample of this kernel profile's points (written by "
+                             "`scaledl profile --kernels`) and alert when they moved more than --threshold")
     when = parser.add_mutually_exclusive_group()
     when.add_argument("--once", action="store_true", help="one round, then exit (cron); the default")
     when.add_argument("--every", metavar="DURATION", help="a round every DURATION (6h, 30m, 90s), forever (ray job)")
@@ -43,6 +47,11 @@ def run(args: argparse.Namespace) -> int:
     from orchestrator.validation.placement import connect_ray, default_device
     from predictor.models.registry import checkpoint_path
 
+    if args.kernels:
+        return run_kernels(args)
+    if not args.history:
+        raise UsageError("give --history sqlite:///PATH (stored predictions to re-measure) or --kernels PATH (a "
+                         "kernel profile to compare with fresh measurements)")
     if args.sample < 1:
         raise UsageError(f"--sample must be at least 1, got {args.sample}")
     if args.retrain and not args.dataset:
@@ -77,3 +86,37 @@ def run(args: argparse.Namespace) -> int:
             # A long-lived job keeps watching after an alert; the alert is in its log.
             sys.stdout.flush()
             time.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+
+def run_kernels(args: argparse.Namespace) -> int:
+    """Compare the kernel profile with fresh measurements of a sample of its points; 1 when it should be re-measured."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from orchestrator.kernel_profile import recheck_cluster
+    from predictor.kernels.profile import ProfileError
+    from predictor.measure.kernel_profile import KernelProfileError
+
+    if args.threshold <= 0:
+        raise UsageError(f"--threshold must be positive, got {args.threshold}")
+    try:
+        rechecks, changed, kind = recheck_cluster(args.kernels, args.address, seed=args.seed or 0)
+    except (KernelProfileError, ProfileError) as err:
+        raise UsageError(str(err)) from None
+    table = Table(title=f"{args.kernels}: fresh / stored figures")
+    for col in ("section", "points", "median |change|", "range of fresh / stored"):
+        table.add_column(col)
+    for r in rechecks:
+        table.add_row(r.section, str(len(r.ratios)), f"{100 * r.deviation:.1f}%", f"{min(r.ratios):.2f}-{max(r.ratios):.2f}")
+    Console().print(table)
+    moved = [r for r in rechecks if r.deviation > args.threshold]
+    for line in changed:
+        print(f"changed since the profile was measured: {line}")
+    if moved or changed:
+        what = ", ".join(f"{r.section} ({100 * r.deviation:.0f}%)" for r in moved) or "the machine"
+        print(f"RE-PROFILE: {what} moved past the {100 * args.threshold:.0f}% threshold; measure the profile again: "
+              f"scaledl profile --device {kind} --kernels NEW_PATH",
+              file=sys.stderr)
+        return 1
+    print(f"the profile still describes this cluster: every section within {100 * args.threshold:.0f}%")
+    return 0

@@ -62,7 +62,7 @@ def _load(src: Path, designs_arg: str):  # noqa: ANN202 - TrainingData, imported
         samples = load_vtrain(src)
         return TrainingData(samples, provenance={"source": str(src), "device": samples[0].spec.cluster.device if samples else ""})
     designs = None if designs_arg == "all" else tuple(d.strip() for d in designs_arg.split(","))
-    return load_profile_dataset(src, designs=designs)
+    return load_profile_dataset(src, designs=designs, families=None)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -365,3 +365,73 @@ def measure_profile(nodes: Nodes, device_kind: str, path: str | Path, resume: bo
     step("collectives.intra_node", intra_node)
     step("collectives.inter_node", inter_node)
     return profile
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """One section re-measured: the fresh figure over the stored one at each re-measured point."""
+
+    section: str
+    ratios: list[float]
+
+    @property
+    def deviation(self) -> float:
+        """The median |fresh / stored - 1| over the section's points."""
+        return float(np.median(np.abs(np.asarray(self.ratios) - 1.0)))
+
+
+def recheck_sections(profile: dict[str, Any], per_section: int = 4, seed: int = 0) -> list[tuple[Section, list]]:
+    """(section to measure again, the stored points it re-measures) for every measured section of a profile: up to
+    `per_section` of its points, the smallest and largest shapes always among them (where a device drifts, a
+    throttled clock shows on the largest, a slower host on the smallest), and launch and host costs."""
+    rng = np.random.default_rng(seed)
+
+    def pick(points: list) -> list:
+        if len(points) <= per_section:
+            return points
+        work = [float(np.prod(p[:-1])) for p in points]
+        ends = {int(np.argmin(work)), int(np.argmax(work))}
+        rest = [i for i in rng.permutation(len(points)) if i not in ends][:per_section - len(ends)]
+        return [points[i] for i in sorted(ends | set(rest))]
+
+    out: list[tuple[Section, list]] = []
+    for kind in ("gemm", "grouped_gemm"):
+        for precision, table in profile.get(kind, {}).items():
+            stored = pick(table.get("points", []))
+            if stored:
+                shapes = [[int(v) for v in p[:-1]] for p in stored]
+                out.append((Section(f"{kind}.{precision}", kind, {"precision": precision, "shapes": shapes}), stored))
+    for backend, passes in profile.get("attention", {}).items():
+        stored = pick(passes.get("fwd", []))
+        if stored:
+            grid = GRIDS["cpu" if profile["device"] == "cpu" else "cuda"]
+            shapes = [[int(s), int(d), grid.attention_heads, max(1, grid.attention_tokens // int(s))] for s, d, _ in stored]
+            precision = PRECISIONS["cpu" if profile["device"] == "cpu" else "cuda"]["attention"]
+            out.append((Section(f"attention.{backend}", "attention",
+                                {"backend": backend, "precision": precision, "shapes": shapes}), stored))
+    stored = pick(profile.get("memory_bound", {}).get("points", []))
+    if stored:
+        out.append((Section("memory_bound", "memory_bound", {"sizes": [int(b) // 2 for b, _ in stored]}), stored))
+    if "launch_s" in profile and "host_op_s" in profile:
+        out.append((Section("launch_s", "launch", {}), [profile["launch_s"], profile["host_op_s"]]))
+    return out
+
+
+def recheck(nodes: Nodes, profile: dict[str, Any], per_section: int = 4, seed: int = 0) -> list[Recheck]:
+    """Measure a sample of the profile's points again on `nodes` and compare: fresh over stored per point (a rate's
+    ratio; for launch and host costs the stored over the fresh seconds, so above 1 is faster there too)."""
+    out = []
+    for section, stored in recheck_sections(profile, per_section, seed):
+        answers = nodes.call("measure", section)
+        fresh_answers = [answer for ok, answer in answers if ok]
+        if not fresh_answers:
+            continue
+        fresh, _ = combine(fresh_answers)
+        if section.kind == "launch":
+            ratios = [stored[0] / fresh["launch_s"], stored[1] / fresh["host_op_s"]]
+        elif section.kind == "attention":
+            ratios = [f[-1] / s[-1] for f, s in zip(fresh["fwd"], stored)]
+        else:
+            ratios = [f[-1] / s[-1] for f, s in zip(fresh, stored)]
+        out.append(Recheck(section.key, ratios))
+    return out

@@ -63,6 +63,14 @@ def attention_note(resolved: Resolved) -> str:
             f"on {gen} at {resolved.spec.training.precision}")
 
 
+def kernel_model_config(resolved: Resolved) -> AnalyticalConfig:
+    """The constants the analytical (kernel) model prices a resolved spec with when given none: its framework's on
+    its device (`framework_config`: device facts, the cluster's measured launch and host costs, recorded
+    constants). The learned predictor starts from these."""
+    device = resolved.device
+    return framework_config(resolved.framework, resolved.generation, device.name, device.extra)
+
+
 class AnalyticalPredictor(Predictor):
     """Roofline + α-β + schedule model; no learned state.
 
@@ -109,8 +117,7 @@ class AnalyticalPredictor(Predictor):
     def pieces(self, spec: WorkloadSpec, graph: LayerGraph) -> PlanPieces:
         """The pieces of (spec, graph) under this predictor's device and constants, kept across calls."""
         resolved = resolve(spec, self.device)
-        device = resolved.device
-        config = self.given or framework_config(resolved.framework, resolved.generation, device.name, device.extra)
+        config = self.given or kernel_model_config(resolved)
         pieces = self._pieces.get(id(spec))
         if pieces is None or not pieces.serves(resolved, graph, config):
             if len(self._pieces) >= _KEPT_WORKLOADS:

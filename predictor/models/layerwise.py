@@ -19,7 +19,7 @@ from sklearn.base import clone
 from sklearn.ensemble import RandomForestRegressor
 
 from predictor.layer_graph import LayerGraph
-from predictor.models.roofline import layer_times
+from predictor.models.roofline import AnalyticalConfig, layer_times
 from predictor.models.features import layer_matrix
 from predictor.models.op_costs import OpCosts, OpRow, is_gemm
 from predictor.models.records import LayerKey, LayerObs
@@ -30,9 +30,11 @@ from predictor.workload import WorkloadSpec
 BaseTime = Callable[[Resolved, LayerGraph, LayerKey], np.ndarray]
 
 
-def analytical_layer_time(resolved: Resolved, graph: LayerGraph, key: LayerKey) -> np.ndarray:
-    """The analytical model's per-layer roofline time: the base the regressors correct, and the fallback."""
-    fwd, bwd = layer_times(resolved, graph, key.tp, key.sp, key.mbs)
+def analytical_layer_time(resolved: Resolved, graph: LayerGraph, key: LayerKey,
+                          config: AnalyticalConfig | None = None) -> np.ndarray:
+    """The analytical model's per-layer time under `config` (first principles without one): the base the regressors
+    correct, and the fallback."""
+    fwd, bwd = layer_times(resolved, graph, key.tp, key.sp, key.mbs, config)
     return np.stack([fwd, bwd], axis=1)
 
 

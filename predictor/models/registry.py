@@ -54,6 +54,12 @@ def _baseline(name: str) -> Callable[[int], Predictor]:
     return make
 
 
+def _calibrated_analytical(seed: int) -> Predictor:
+    from predictor.models.calibration import CalibratedAnalytical  # lazy: scipy
+
+    return CalibratedAnalytical()
+
+
 def _restore_scaledl(state: dict[str, Any]) -> Predictor:
     from predictor.models.scaledl import ScaleDLPredictor
 
@@ -72,6 +78,7 @@ PREDICTORS: dict[str, Entry] = {
     "scaledl-nocomm": Entry(_scaledl(use_comm=False), "ablation"),
     # GPU data: the framework's fixed costs fitted first (predictor.models.calibration); refused on a measured CPU
     "scaledl-calibrated": Entry(_scaledl(calibrate=True), "variant"),
+    "analytical-calibrated": Entry(_calibrated_analytical, "variant"),
     # the default's two parts alone, each for every family: one network (the composition routing replaced),
     # and operator costs, which the default uses for unseen families (bench/results/ensemble_cv.txt, top)
     "scaledl-one": Entry(_scaledl(ensemble=1, unseen=None), "variant"),

@@ -28,7 +28,7 @@ to the companion.
 from __future__ import annotations
 
 import weakref
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -38,7 +38,7 @@ from torch_geometric.data import Batch, Data
 
 from predictor.layer_graph import LayerGraph
 from predictor.models import checkpoint
-from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.analytical import AnalyticalPredictor, kernel_model_config
 from predictor.models.base import Predictor
 from predictor.models.calibration import FITTED, fit_fixed_costs
 from predictor.models.composition import Composed, compose, corrected
@@ -47,12 +47,13 @@ from predictor.models.features import EDGE_DIM, GLOBAL_DIM, NODE_DIM, TERMS, Tra
 from predictor.models.gnn import CorrectionEnsemble, graph_data
 from predictor.models.gnn_training import Problem, Rows, train, training_rows
 from predictor.models.layerwise import LayerwiseModel, analytical_layer_time
+from predictor.models.records import LayerKey
 from predictor.models.memory_residual import MemoryResidual, fit_memory_residual, memory_features
 from predictor.models.roofline import AnalyticalConfig
 from predictor.plan import Plan
 from predictor.prediction import Prediction
 from predictor.prediction_table import PredictionTable
-from predictor.resolver import resolve
+from predictor.resolver import Resolved, resolve
 from predictor.workload import WorkloadSpec
 
 # Correction networks averaged (`CorrectionEnsemble`). Three: in the CPU dataset's in-domain CV they
@@ -99,7 +100,7 @@ class ScaleDLPredictor(Predictor):
                            unseen=dict(unseen) if unseen else None, seed=seed)
         # The composition's base; `calibrate`: its GPU framework costs fitted first (fit_fixed_costs).
         self.analytical = AnalyticalPredictor(AnalyticalConfig(step_p2p=step_p2p))
-        self.layerwise = LayerwiseModel(analytical_layer_time, resolve, regressor, seed, op_costs)
+        self.layerwise = LayerwiseModel(self._layer_base, resolve, regressor, seed, op_costs)
         self.net: CorrectionEnsemble | None = None
         self.z_mean = np.zeros(GLOBAL_DIM)
         self.z_std = np.ones(GLOBAL_DIM)
@@ -132,12 +133,21 @@ class ScaleDLPredictor(Predictor):
 
     # ------------------------------------------------------------ fit
 
+    def _layer_base(self, resolved: Resolved, graph: LayerGraph, key: LayerKey) -> np.ndarray:
+        """The per-layer prior the forests correct: the layer's time under the composition's analytical constants."""
+        return analytical_layer_time(resolved, graph, key, self.analytical.config)
+
     def fit(self, data: TrainingData, roofline_twin: LayerwiseModel | None = None) -> "ScaleDLPredictor":
-        """`roofline_twin`: see `LayerwiseModel.fit` (the companion shares the main model's GEMM forests)."""
+        """`roofline_twin`: see `LayerwiseModel.fit` (the companion shares the main model's GEMM forests).
+
+        The composition starts from the kernel model: the constants the analytical model prices the training data's
+        workloads with (`kernel_model_config` of its first sample: one device and framework per dataset), with
+        `step_p2p` and, under `calibrate`, the fitted fixed costs over them; the layer forests correct its layer
+        times."""
         if not data.samples:
             raise ValueError("ScaleDLPredictor.fit needs at least one measured iteration (TrainingData.samples is empty)")
         torch.manual_seed(self.config["seed"])
-        base = AnalyticalConfig(step_p2p=self.config["step_p2p"])
+        base = replace(kernel_model_config(resolve(data.samples[0].spec)), step_p2p=self.config["step_p2p"])
         self.analytical = AnalyticalPredictor(fit_fixed_costs(data.samples, base) if self.config["calibrate"] else base)
         self.layerwise.fit(data.layers, roofline_twin)
         rows = self._rows(data)
