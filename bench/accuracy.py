@@ -96,15 +96,16 @@ HELD_OUT: list[HeldOut] = []  # filled by the sources below as they run
 
 
 def figures(table: str, measured: np.ndarray, predicted: np.ndarray, workloads: np.ndarray, fitted: str,
-            keys: np.ndarray | str | None = None, sizes: tuple[str, np.ndarray] | None = None) -> Figures:
+            keys: np.ndarray | str | None = None, *, sizes: tuple[str, np.ndarray]) -> Figures:
     """The table's figures; `keys` (one per row, or one for all) marks its rows as held out for `coverage`; `sizes`
-    (what they measure, one per row) adds the error by size of work."""
+    (what they measure, one per row), required of every table, gives the error by size of work (issue 43: a size
+    trend must show in each table)."""
     errors = common.ape(predicted, measured)
     ranked = common.ranking(np.asarray(measured), np.asarray(predicted), np.asarray(workloads))
     if keys is not None:
         HELD_OUT.append(HeldOut(table, np.broadcast_to(np.asarray(keys), len(errors)), np.asarray(measured, float),
                                 np.asarray(predicted, float), np.asarray(workloads)))
-    kind, by_size = (sizes[0], tuple(common.by_size(errors, sizes[1]))) if sizes is not None else ("", ())
+    kind, by_size = sizes[0], tuple(common.by_size(errors, sizes[1]))
     return Figures(table, len(errors), float(errors.mean()), float(errors.max()), ranked.workloads, ranked.spearman,
                    ranked.min_spearman, 100 * ranked.regret, fitted, kind, by_size)
 
@@ -139,11 +140,11 @@ def vtrain_tables(shared: Path) -> Iterator[Figures]:
                   "DeepSpeed host and per-call constants chosen on every row of the file", sizes=sizes)
     yield figures("vTrain A100 single-node, leave-one-model-out", measured,
                   cal.frame["cross-validated (ms)"].to_numpy(), workloads, "constants chosen without the row's model",
-                  key, sizes)
+                  key, sizes=sizes)
     df = vtrain_eval.predict_file(multi, "analytical").dropna(subset=["predicted (ms)"])
     yield figures("vTrain A100 multi-node", df["iteration time (ms)"].to_numpy(), df["predicted (ms)"].to_numpy(),
                   vtrain_eval.workloads(df), "nothing (recorded DeepSpeed constants, chosen on the single-node file)",
-                  key, ("params", vtrain_eval.block_params(df)))
+                  key, sizes=("params", vtrain_eval.block_params(df)))
 
 
 def bridge_tables(shared: Path) -> Iterator[Figures]:
@@ -157,7 +158,8 @@ def bridge_tables(shared: Path) -> Iterator[Figures]:
                  else ("params", np.array([graph.params for _, graph, _ in rows.rows], dtype=float)))
         for column, what in fitted.items():
             yield figures(f"Megatron-Bridge 25.11 {kind}, {column}", rows.measured, table[column],
-                          modern_eval.workloads(rows), what, keys if column == "leave-one-system-out" else None, sizes)
+                          modern_eval.workloads(rows), what, keys if column == "leave-one-system-out" else None,
+                          sizes=sizes)
 
 
 def simumax_table(shared: Path) -> Iterator[Figures]:
@@ -168,7 +170,7 @@ def simumax_table(shared: Path) -> Iterator[Figures]:
                   f"Megatron-Core's {simumax_time.FIELD} chosen on every plan (the other constants chosen on "
                   f"Megatron-Bridge)", sizes=sizes)
     yield figures("SimuMax B200 Llama 3 70B time, leave-one-plan-out", result.measured, result.cv, result.workloads,
-                  f"{simumax_time.FIELD} chosen without the row's plan", "megatron/blackwell", sizes)
+                  f"{simumax_time.FIELD} chosen without the row's plan", "megatron/blackwell", sizes=sizes)
 
 
 def torchtitan_tables(shared: Path) -> Iterator[Figures]:
@@ -176,11 +178,12 @@ def torchtitan_tables(shared: Path) -> Iterator[Figures]:
     ev = torchtitan_eval.evaluate(path)
     rows, workloads = ev.rows, ev.rows.workloads
     keys = np.array([f"{torchtitan_eval.FRAMEWORK}/{GENERATIONS[spec.cluster.device]}" for spec, _, _ in rows.rows])
+    params = np.array([graph.params for _, graph, _ in rows.rows], dtype=float)
     yield figures("torchtitan 2025 time", rows.measured, ev.time, workloads, "nothing (in-file = cross-validated)",
-                  keys)
+                  keys, sizes=("params", params))
     published = ~np.isnan(rows.memory)
     yield figures("torchtitan 2025 memory", rows.memory[published], ev.memory[published], workloads[published],
-                  "nothing (in-file = cross-validated)")
+                  "nothing (in-file = cross-validated)", sizes=("params", params[published]))
 
 
 def cpu_table(_shared: Path) -> Iterator[Figures]:
@@ -200,7 +203,7 @@ def cpu_table(_shared: Path) -> Iterator[Figures]:
             params[key] = graph_for(s.spec.model).params
     yield figures(f"CPU dataset, {path.name} held out", np.array([s.iter_time_s for s in held]), predicted,
                   np.array([s.spec.model_dump_json() for s in held]), "nothing (80 % of the configurations trained it)",
-                  "pytorch/measured", ("params", np.array([params[s.spec.model.model_dump_json()] for s in held],
+                  "pytorch/measured", sizes=("params", np.array([params[s.spec.model.model_dump_json()] for s in held],
                                                           dtype=float)))
 
 

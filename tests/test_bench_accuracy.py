@@ -13,7 +13,8 @@ MEASURED = np.array([1.0, 2.0, 4.0])
 
 
 def toy(predicted: list[float], name: str = "toy") -> accuracy.Figures:
-    return accuracy.figures(name, MEASURED, np.array(predicted), np.array(["one workload"] * 3), "nothing")
+    return accuracy.figures(name, MEASURED, np.array(predicted), np.array(["one workload"] * 3), "nothing",
+                            sizes=("params", np.array([1e9, 1e9, 2e9])))
 
 
 def test_a_worse_mape_fails_and_one_within_tolerance_passes():
