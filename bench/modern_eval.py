@@ -60,7 +60,6 @@ assert tuple(GRID) == CALIBRATED_FIELDS
 # MoE constants, each over a range its docstring argues for (1.0: first principles).
 MOE_GRID: dict[str, tuple[float, ...]] = {
     "grouped_gemm_eff": (0.4, 0.5, 0.6, 0.7, 0.8, 1.0),
-    "a2a_eff": (0.5, 1.0),
     "expert_host_s": (0.0, 50e-6, 100e-6, 150e-6, 200e-6, 300e-6),
 }
 assert tuple(MOE_GRID) == MOE_CALIBRATED_FIELDS

@@ -95,17 +95,17 @@ def active_params(total: int, model: "ModelSpec", experts: float | None = None) 
     return int(round(total - unused * (expert_params(model) if experts is None else experts)))
 
 
-def alltoall(size: float, group: comm.Group, eff: float = 1.0) -> float:
+def alltoall(size: float, group: comm.Group) -> float:
     """Seconds of one all-to-all in which each of the group's n ranks sends `size` bytes spread evenly over
     the n ranks (1/n of it stays local): inside an NVLink domain (n_intra ranks) over NVLink, to the other
     domains over each GPU's NIC, the two running concurrently, each at its link's all-to-all curve
-    (`predictor.collective_curve`); `eff`: the share of that bandwidth an all-to-all's many small messages reach."""
+    (`predictor.collective_curve`), whose per-protocol latency prices an all-to-all's many small messages."""
     n = group.size
     if n <= 1 or size <= 0:
         return 0.0
     intra = group.intra_for("alltoall")
     intra_bytes = size * (group.n_intra - 1) / n
     inter_bytes = size * (n - group.n_intra) / n
-    t_intra = float(curve.seconds(intra_bytes / eff, group.n_intra - 1, intra, "alltoall")) if group.n_intra > 1 else 0.0
-    t_inter = float(curve.seconds(inter_bytes / eff, 1, group.inter, "alltoall")) if group.n_inter > 1 else 0.0
+    t_intra = float(curve.seconds(intra_bytes, group.n_intra - 1, intra, "alltoall")) if group.n_intra > 1 else 0.0
+    t_inter = float(curve.seconds(inter_bytes, 1, group.inter, "alltoall")) if group.n_inter > 1 else 0.0
     return max(t_intra, t_inter)

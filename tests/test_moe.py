@@ -75,7 +75,6 @@ def test_all_to_all_against_its_closed_form() -> None:
     across = Group(8, 4, nvlink, ib)  # ep=32 over 4 nodes: 24/32 of the bytes leave the node
     assert alltoall(size, across) == pytest.approx(max(size * 7 / 32 / 450e9 + 7 * 5e-6, size * 24 / 32 / 50e9 + 10e-6))
     assert alltoall(size, Group(1, 1, nvlink, ib)) == 0.0
-    assert alltoall(size, inside, eff=0.5) > alltoall(size, inside)
 
 
 def test_ep_comm_is_four_all_to_alls_per_moe_layer_and_micro_batch() -> None:

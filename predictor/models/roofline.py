@@ -74,9 +74,6 @@ class AnalyticalConfig:
     grouped_gemm_eff: fraction of a dense GEMM's efficiency (at the same per-expert shape) a routed expert's
         grouped GEMM reaches, with its token permutation and unpermutation (Megatron-Core's grouped GEMM and
         permute fusion, TE). 1.0 from first principles; calibrated on the MoE rows (bench/modern_eval.py).
-    a2a_eff: share of the link bandwidth the MoE token dispatch and combine all-to-alls reach (many messages
-        of a rank's tokens·top_k·hidden over the group's size each, NCCL's all-to-all through its p2p path). 1.0
-        from first principles; calibrated with grouped_gemm_eff.
     expert_host_s: seconds per local expert, MoE layer and forward pass (twice per backward) that the GPU waits
         for the host: Megatron-Core's alltoall token dispatcher copies the tokens-per-expert counts to the host
         to size its all-to-all (a device-to-host synchronisation per MoE layer), after which the host launches
@@ -108,7 +105,6 @@ class AnalyticalConfig:
     fp4_gemm_eff: float = 1.0
     bf16_gemm_eff_max: float | None = None
     grouped_gemm_eff: float = 1.0
-    a2a_eff: float = 1.0
     expert_host_s: float = 0.0
     moe_imbalance: float = 1.0
     call_s: float = 0.0
@@ -131,7 +127,7 @@ class AnalyticalConfig:
 # How much communication hides is the schedule's (`predictor.models.overlap`), not a constant.
 CALIBRATED_FIELDS: tuple[str, ...] = ("gemm_eff_max",)
 # Calibrated after them, on the MoE rows only, with the dense constants fixed: they act on MoE layers alone.
-MOE_CALIBRATED_FIELDS: tuple[str, ...] = ("grouped_gemm_eff", "a2a_eff", "expert_host_s")
+MOE_CALIBRATED_FIELDS: tuple[str, ...] = ("grouped_gemm_eff", "expert_host_s")
 
 
 # A kernel profile's measured costs (`Device.extra`) that replace first principles' values.

@@ -68,8 +68,9 @@ UNSEEN = {"op_costs": True, "ensemble": 1}
 
 
 # Analytical constants a mechanism replaced: a checkpoint saved with them loads without them (the overlap of
-# communication is its framework's schedule, `predictor.models.overlap`; a measured CPU overlapped nothing either way).
-RETIRED_CONSTANTS: frozenset[str] = frozenset({"overlap_eff", "overlap_slowdown"})
+# communication is its framework's schedule, `predictor.models.overlap`; a measured CPU overlapped nothing either way;
+# the all-to-all's small messages are its collective curve's, `predictor.collective_curve`).
+RETIRED_CONSTANTS: frozenset[str] = frozenset({"overlap_eff", "overlap_slowdown", "a2a_eff"})
 
 
 class ScaleDLPredictor(Predictor):

@@ -159,7 +159,7 @@ def ep_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.
     plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
     calls = 6 if plan.recompute == "full" or "moe" in recompute_modules(plan.recompute) else 4
     size = nodes.dispatch * plan.mbs * lay.act_bytes * cfg.moe_imbalance
-    one = np.array([alltoall(x, lay.ep_group, cfg.a2a_eff) for x in size])
+    one = np.array([alltoall(x, lay.ep_group) for x in size])
     return calls * (counts @ one)
 
 
