@@ -38,7 +38,9 @@ def launch_files(plan: Plan, resolved: Resolved, checked: bool = False) -> dict[
         errors += framework.launch.model_errors(spec)
     if spec.model.module is not None:
         errors.append(f"model.module {spec.model.module!r} is a PyTorch module: only ScaleDL's runner launches it")
-    if spec.model.any_architecture:
+    spelled = framework.launch is not None and spec.model.hf_config is not None and \
+        spec.model.hf_config.get("model_type") in framework.launch.architectures
+    if spec.model.any_architecture and not spelled:
         errors.append(f"model.hf_config of model_type {spec.model.hf_config.get('model_type')!r}: no family record "
                       f"(predictor.families) says how {framework.title}'s launch file spells it")
     if errors:

@@ -120,6 +120,10 @@ _KIMI = dict(model_type="deepseek_v3", hidden_size=7168, num_hidden_layers=61, n
              num_experts_per_tok=8, n_shared_experts=1, first_k_dense_replace=1, q_lora_rank=1536, kv_lora_rank=512,
              qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, vocab_size=163840, n_group=1, topk_group=1)
 _NEMOTRON_H_8B = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+_NEMOTRON_H_56B = ("M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-"
+                   "M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-")
+_NEMOTRON_H = dict(model_type="nemotron_h", num_key_value_heads=8, head_dim=128, mamba_head_dim=64, n_groups=8,
+                   conv_kernel=4, vocab_size=131072)
 
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "gpt3-125m": _gpt(768, 12, 12),
@@ -183,10 +187,17 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
                    kwargs={"tie_word_embeddings": True}),
     "llama4-scout": _hf(8192, **_LLAMA4, num_local_experts=16, interleave_moe_layer_step=1),
     "llama4-maverick": _hf(8192, **_LLAMA4, num_local_experts=128, interleave_moe_layer_step=2, use_qk_norm=False),
-    "nemotron-h-8b": _hf(8192, model_type="nemotron_h", hidden_size=4096, hybrid_override_pattern=_NEMOTRON_H_8B,
-                         num_attention_heads=32, num_key_value_heads=8, head_dim=128, intermediate_size=21504,
-                         mamba_num_heads=128, mamba_head_dim=64, ssm_state_size=128, n_groups=8, conv_kernel=4,
-                         vocab_size=131072),
+    "nemotron-h-8b": _hf(8192, **_NEMOTRON_H, hidden_size=4096, hybrid_override_pattern=_NEMOTRON_H_8B,
+                         num_attention_heads=32, intermediate_size=21504, mamba_num_heads=128, ssm_state_size=128),
+    "nemotron-h-56b": _hf(8192, **_NEMOTRON_H, hidden_size=8192, hybrid_override_pattern=_NEMOTRON_H_56B,
+                          num_attention_heads=64, intermediate_size=32768, mamba_num_heads=256, ssm_state_size=256),
+    "nemotron3-nano-30b-a3b": _hf(8192, **{**_NEMOTRON_H, "num_key_value_heads": 2}, hidden_size=2688,
+                                  hybrid_override_pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+                                  num_attention_heads=32, intermediate_size=1856, mamba_num_heads=64,
+                                  ssm_state_size=128, n_routed_experts=128, moe_intermediate_size=1856,
+                                  moe_shared_expert_intermediate_size=3712, n_shared_experts=1, num_experts_per_tok=6,
+                                  routed_scaling_factor=2.5),
+    "deepseek-v4-flash": _hf(4096, model_type="deepseek_v4"),
     "nemotron4-340b": _hf(4096, model_type="nemotron", hidden_size=18432, num_hidden_layers=96,
                           num_attention_heads=96, num_key_value_heads=8, intermediate_size=73728, vocab_size=256000,
                           partial_rotary_factor=0.5, tie_word_embeddings=False),

@@ -125,7 +125,8 @@ def resolve(spec: WorkloadSpec, device: Device | None = None) -> Resolved:
 
     Raises SpecError naming `training.framework` when it is not registered (with the closest name) or is a GPU
     framework on a measured device, `training.framework_version` where the framework is not written for it, and
-    `training.kernels` where the framework cannot run its settings."""
+    `training.kernels` where the framework cannot run its settings, `training.optimizer` where it has no such
+    optimizer."""
     cluster = spec.cluster
     measured = device.measured if device is not None else DEVICES.get(cluster.device) is None
     framework = framework_named(spec.training.framework, measured and device is None)
@@ -141,6 +142,9 @@ def resolve(spec: WorkloadSpec, device: Device | None = None) -> Resolved:
                         f"{', '.join(framework.versions) or 'no release (it writes no launch file)'}; use one of "
                         f"those or leave it out")
     errors = kernel_errors(spec, framework.kernels, framework.title)
+    if spec.training.optimizer not in framework.optimizers:
+        errors.append(f"training.optimizer {spec.training.optimizer!r}: {framework.title} runs "
+                      f"{', '.join(framework.optimizers)}; set training.framework to one that runs it (Muon: megatron)")
     if errors:
         raise SpecError("; ".join(errors))
     kernels = kernels_of(spec, framework.kernels, generation)

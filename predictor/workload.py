@@ -369,7 +369,9 @@ class TrainingSpec(_Strict):
         default=None, description="fp8/fp4: Transformer Engine's scaling recipe (FP8 delayed or current per-tensor "
                                   "scaling, FP8 block scaling, MXFP8; NVFP4 for fp4); default MXFP8 for fp8 on a "
                                   "device with block-scaled tensor cores (Blackwell), else current scaling")
-    optimizer: Literal["adam", "sgd"] = "adam"
+    optimizer: Literal["adam", "sgd", "muon"] = Field(
+        default="adam", description="adam; sgd (momentum); muon: Muon on the matrices, Adam on the rest (Megatron-Core's "
+                                    "muon, its layer-wise distributed dist_muon under zero=1; predictor.muon)")
     kernels: KernelsSpec | None = Field(default=None, description="framework settings that change the kernels")
     compile: bool | None = Field(
         default=None, description="torch.compile of each transformer block and of the loss (torchtitan's [compile] "

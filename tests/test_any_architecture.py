@@ -22,6 +22,10 @@ PUBLISHED = {
     "llama4-scout": (109e9, 17e9),  # Llama 4 model card: 17B active, 109B total (with the vision encoder)
     "llama4-maverick": (400e9, 17e9),  # Llama 4 model card: 17B active, 400B total
     "nemotron-h-8b": (8_100_852_736, None),  # nvidia/Nemotron-H-8B-Base-8K safetensors total
+    "nemotron-h-56b": (56e9, None),  # Nemotron-H paper (arXiv 2504.03624): the 56B model
+    "nemotron3-nano-30b-a3b": (31.6e9, 3.6e9),  # NVIDIA-Nemotron-3-Nano-30B-A3B card: 31.6B total, 3.6B active with
+    # the embeddings (3.2B without)
+    "deepseek-v4-flash": (284e9, 13e9),  # deepseek-ai/DeepSeek-V4-Flash card: 284B total, 13B activated
     "nemotron4-340b": (340e9, None),  # Nemotron-4 340B technical report
     "kimi-k2": (1.03e12, 32e9),  # moonshotai/Kimi-K2-Base: 1.03T parameters on its hub page (card: "1T"), 32B activated
     "moonlight-16b-a3b": (16e9, 3e9),  # moonshotai/Moonlight-16B-A3B model card: 16B total, 3B activated
@@ -78,7 +82,7 @@ def test_an_unknown_model_type_and_missing_dims_name_the_field() -> None:
                     "training": {"global_batch": 8}, "cluster": {"device": "h100"}})
 
 
-@pytest.mark.parametrize("preset", ["llama4-maverick", "nemotron-h-8b"])
+@pytest.mark.parametrize("preset", sorted(PUBLISHED))
 def test_scaledl_plan_plans_it(scaledl, tmp_path: Path, preset: str) -> None:
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump({"model": {"preset": preset}, "training": {"global_batch": 256},
@@ -98,5 +102,43 @@ def test_launch_files_spell_a_family_and_refuse_an_architecture_none_spells() ->
     plan = Plan(dp=32, tp=8, ep=8, sp=True)
     args = launch_files(plan, resolve(_spec("kimi-k2")))["megatron_args.txt"]  # DeepSeek-V3's family: MLA, 1 dense layer
     assert "--multi-latent-attention" in args and "--kv-lora-rank 512" in args and "([0]*1+[1]*60)" in args
-    with pytest.raises(LaunchError, match="model_type 'nemotron_h': no family record"):
-        launch_files(Plan(dp=64, tp=4, sp=True), resolve(_spec("nemotron-h-8b")))
+    with pytest.raises(LaunchError, match="model_type 'llama4_text': no family record"):
+        launch_files(Plan(dp=64, tp=4, sp=True), resolve(_spec("llama4-scout")))
+
+
+@pytest.mark.parametrize("preset", ["nemotron-h-8b", "nemotron3-nano-30b-a3b"])
+def test_megatron_writes_and_reads_back_the_hybrid_layer_pattern(preset: str, tmp_path: Path) -> None:
+    """Megatron-LM's pretrain_mamba.py arguments spell the hybrid: --hybrid-override-pattern (checked with
+    Megatron-Core's own allocate_layers), the Mamba-2 dims and the E layers' experts; read back, an edited pattern is
+    refused."""
+    from predictor.frameworks import LaunchError, as_run
+    from predictor.launch import launch_files, read_back
+    from predictor.resolver import resolve
+
+    megatron_hybrid = pytest.importorskip("megatron.core.ssm.mamba_hybrid_layer_allocation")
+    spec = _spec(preset)
+    plan = Plan(dp=32, tp=2, pp=4, ep=8, sp=True) if "nano" in preset else Plan(dp=64, tp=4, sp=True)
+    resolved = resolve(spec)
+    files = launch_files(plan, resolved)
+    args = files["megatron_args.txt"]
+    pattern = spec.model.hf_config["hybrid_override_pattern"]
+    assert f"--hybrid-override-pattern '{pattern}'" in args and "pretrain_mamba.py" in files["torchrun.sh"]
+    assert megatron_hybrid.allocate_layers(len(pattern), 0.0, 0.0, pattern) == list(pattern)
+    assert ("--num-experts 128" in args) == ("E" in pattern)
+    path = tmp_path / "megatron_args.txt"
+    path.write_text(args)
+    assert read_back(path, spec) == as_run(plan, resolved.framework, spec)
+    path.write_text(args.replace(pattern, pattern.replace("*", "M", 1)))
+    with pytest.raises(LaunchError, match="--hybrid-override-pattern"):
+        read_back(path, spec)
+
+
+def test_megatron_refuses_interleaved_and_uneven_pipelines_of_a_hybrid() -> None:
+    from predictor.launch import run_errors
+    from predictor.resolver import resolve
+
+    resolved = resolve(_spec("nemotron-h-8b"))  # 52 layers
+    assert any("interleaved" in e for e in run_errors(Plan(dp=32, tp=4, pp=2, v=2, schedule="interleaved", sp=True),
+                                                      resolved))
+    assert any("evenly over pp=8" in e for e in run_errors(Plan(dp=8, tp=4, pp=8, sp=True), resolved))
+    assert run_errors(Plan(dp=16, tp=4, pp=4, sp=True), resolved) == []

@@ -108,13 +108,15 @@ class Launch:
     resolved spec, the first file being the one `read(text, spec)` parses back into that plan; `model_errors(spec)`
     says what of the model its training script cannot build (a plan the framework runs is still refused a launch file
     that would train another model); `read_kernels(text)` gives the kernel settings (`predictor.frameworks.kernels`)
-    the file sets."""
+    the file sets; `architectures`: the transformers model types of `hf_config:` specs no family names that it
+    spells all the same (Megatron-LM's hybrid Mamba stacks)."""
 
     file: str
     write: Callable[[Plan, LaunchTarget], dict[str, str]]
     read: Callable[[str, "WorkloadSpec"], Plan]
     model_errors: Callable[["WorkloadSpec"], list[str]] = _no_model_errors
     read_kernels: Callable[[str], dict[str, Any]] = _no_kernel_settings
+    architectures: frozenset[str] = frozenset()
 
 
 # Memory levers beyond recomputation: each plan field, the value that pulls none, and what pulling it means.
@@ -177,6 +179,8 @@ class Framework:
     # Whether it compiles a plan's blocks and loss when the spec's training.compile leaves it unset (None: it runs
     # eager and cannot compile).
     compiles_by_default: Callable[[Plan, "WorkloadSpec"], bool] | None = None
+    # The optimizers (`training.optimizer`) it runs.
+    optimizers: tuple[str, ...] = ("adam", "sgd")
 
     @property
     def version(self) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import TYPE_CHECKING, Any, Callable
 
+from predictor.frameworks import megatron_hybrid as hybrid
 from predictor.frameworks.kernels import ATTENTION_KERNELS, KernelChoices, Kernels, fusion_args, kernels_of, read_fusions
 from predictor.frameworks.base import (LEVERS, Framework, Launch, LaunchTarget, args_text, degree_args, hidden, inverse,
                                        other_orders, overlap_value, parse_args, read_degrees, recorded_constants)
@@ -153,9 +154,27 @@ def _release(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
 
+def _muon_errors(plan: Plan, spec: "WorkloadSpec") -> list[str]:
+    """What Megatron-Core's Muon (megatron/core/optimizer/muon.py `get_megatron_muon_optimizer`) refuses: its
+    distributed optimizer and Megatron-FSDP (dist_muon's layer-wise sharding is zero=1), FP16, and the
+    precision-aware optimizer (host steps, BF16 moments or main gradients)."""
+    if spec.training.optimizer != "muon":
+        return []
+    errors = []
+    if plan.zero >= 2:
+        errors.append(f"runs Muon without Megatron-FSDP (zero={plan.zero}): use zero=0 (--optimizer muon) or zero=1 "
+                      f"(--optimizer dist_muon, its layer-wise distributed optimizer)")
+    if spec.training.precision == "fp16":
+        errors.append("runs Muon in BF16 or FP32, not FP16 ('muon with fp16 is not supported')")
+    if plan.optimizer_offload or plan.moments == "bf16" or plan.grads == "bf16":
+        errors.append("runs Muon without the precision-aware optimizer: leave optimizer_offload, moments and grads "
+                      "at their defaults")
+    return errors
+
+
 def _all_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     return (_rules(plan, spec) + _expert_group_errors(plan, spec) + _ep_overlap_errors(plan, spec)
-            + _version_errors(plan, spec))
+            + _version_errors(plan, spec) + hybrid.rules(plan, spec) + _muon_errors(plan, spec))
 
 
 def _default_overlap(plan: Plan) -> frozenset[str]:
@@ -244,7 +263,9 @@ def _read_recompute(args: dict[str, list[str]]) -> dict[str, Any]:
 
 
 def _model_args(spec: "WorkloadSpec", spelling: Spelling) -> list[str]:
-    """The model's shape, so the launched model is the one predicted."""
+    """The model's shape, so the launched model is the one predicted (a hybrid Mamba stack's: `megatron_hybrid`)."""
+    if hybrid.is_hybrid(spec):
+        return hybrid.model_args(spec)
     m = spec.model
     args = ["--num-layers", str(m.num_blocks), "--hidden-size", str(m.hidden), "--num-attention-heads", str(m.heads),
             "--ffn-hidden-size", str(m.ffn_hidden_size), "--seq-length", str(m.tokens),
@@ -361,7 +382,9 @@ def megatron_args(plan: Plan, target: LaunchTarget) -> list[str]:
     args = common_args(plan, spec, NAME, SPELLING)
     if qk_norm(spec.model):
         args.append("--qk-layernorm")
-    if plan.zero == 1:
+    if spec.training.optimizer == "muon":  # its layer-wise distributed optimizer is zero=1 (predictor.muon)
+        args += ["--optimizer", "dist_muon" if plan.zero == 1 else "muon"]
+    elif plan.zero == 1:
         args.append("--use-distributed-optimizer")
     elif plan.zero >= 2:
         args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", _SHARDING[plan.zero],
@@ -472,7 +495,8 @@ def torchrun_script(plan: Plan, spec: "WorkloadSpec", script: str = "pretrain_gp
 
 
 def _write(plan: Plan, target: LaunchTarget) -> dict[str, str]:
-    return {ARGS_FILE: args_text(megatron_args(plan, target)), "torchrun.sh": torchrun_script(plan, target.spec)}
+    script = hybrid.SCRIPT if hybrid.is_hybrid(target.spec) else "pretrain_gpt.py"
+    return {ARGS_FILE: args_text(megatron_args(plan, target)), "torchrun.sh": torchrun_script(plan, target.spec, script)}
 
 
 def _model_errors(spec: "WorkloadSpec") -> list[str]:
@@ -481,6 +505,8 @@ def _model_errors(spec: "WorkloadSpec") -> list[str]:
     no flag adds the post-attention and post-MLP RMSNorms or Gemma 2's logit soft-capping. Megatron-Bridge's Gemma model providers build them with
     their own layer specs, so the prediction stands; a pretrain_gpt.py launch would train another model."""
     m = spec.model
+    if hybrid.is_hybrid(spec):
+        return hybrid.model_errors(spec)
     parts = m.family_entry.extra_parts if m.family_entry is not None else ()
     if not parts:
         return []
@@ -490,9 +516,12 @@ def _model_errors(spec: "WorkloadSpec") -> list[str]:
 
 def _read(text: str, spec: "WorkloadSpec") -> Plan:
     args = parse_args(shlex.split(text))
+    if hybrid.is_hybrid(spec):
+        hybrid.read_model(args, spec)
     fields = common_fields(args, NAME, spec)
     strategy = args.get("--data-parallel-sharding-strategy", [None])[0]
-    zero = inverse(_SHARDING)[strategy] if "--use-megatron-fsdp" in args else int("--use-distributed-optimizer" in args)
+    zero = inverse(_SHARDING)[strategy] if "--use-megatron-fsdp" in args else \
+        int("--use-distributed-optimizer" in args or args.get("--optimizer") == ["dist_muon"])
     if "--pipeline-model-parallel-layout" in args:
         v = len(layout_stages(args["--pipeline-model-parallel-layout"][0])) // fields["pp"]
     else:
@@ -522,6 +551,8 @@ KERNELS = KernelChoices(Kernels(attention="cudnn", transformer_engine=True), att
 MEGATRON = Framework(NAME, "Megatron-Core", _all_rules, _default_overlap, frozenset(OVERLAP_KINDS),
                      attention_kernel="fused: Transformer Engine's DotProductAttention (FlashAttention or cuDNN)",
                      precisions=("fp32", "fp16", "bf16", "fp8", "fp4"), memory=MEMORY, space=SPACE,
-                     constants=recorded_constants(NAME), launch=Launch(ARGS_FILE, _write, _read, _model_errors, read_kernel_args),
+                     constants=recorded_constants(NAME), launch=Launch(ARGS_FILE, _write, _read, _model_errors, read_kernel_args,
+                                   architectures=hybrid.MODEL_TYPES),
+                     optimizers=("adam", "sgd", "muon"),
                      never={"schedule": ("gpipe",), "orders": other_orders(ORDERS)}, recompute_modules=True,
                      levers=frozenset(LEVERS), kernels=KERNELS, versions=VERSIONS)

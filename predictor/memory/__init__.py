@@ -41,7 +41,9 @@ ZERO_BUCKET_ELEMS = 5e8
 def optimizer_bytes_per_param(optimizer: str, precision: str) -> float:
     """Optimizer-state bytes per parameter: fp32 master copy under mixed precision + the optimizer's moments."""
     master = 4.0 if precision != "fp32" else 0.0
-    moments = 8.0 if optimizer == "adam" else 4.0  # Adam: momentum + variance; SGD: momentum
+    # Adam: momentum + variance; SGD: momentum; Muon: a momentum on the matrices it steps (Adam's two on the rest,
+    # a few per cent of a transformer's parameters, which `predictor.memory.accounting` counts apart)
+    moments = 8.0 if optimizer == "adam" else 4.0
     return master + moments
 
 

@@ -24,6 +24,7 @@ from predictor.layer_graph import LayerGraph
 from predictor.memory import in_flight, saved_per_sample, kv_share, stage_params
 from predictor.memory.facts import GIB, MemoryFacts
 from predictor.memory.levers import Levers
+from predictor.muon import muon_params
 from predictor.memory.saved import (A, Dims, Saved, backward_working, kept, layer_tensors, loss_tensors, loss_working,
                                     op_sac_tensors)
 from predictor.parallel import Layout
@@ -263,6 +264,10 @@ def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Leve
         grads = grads + shard(1) * 4.0
     moments = 2.0 if levers.bf16_moments else facts.moment_bytes
     optimizer = shard(1) * (facts.master_bytes + 2 * moments) * (1 - levers.optimizer_offload)
+    if t.optimizer == "muon":  # one momentum, not Adam's two, on the matrices Muon steps (predictor.muon)
+        mu, mu_exp = muon_params(layout)
+        mu_shard = mu if plan.zero < 1 else (mu - mu_exp) / dense_dp + mu_exp / exp_dp
+        optimizer = optimizer - mu_shard * moments * (1 - levers.optimizer_offload)
     return weights, grads, optimizer
 
 

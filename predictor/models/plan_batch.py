@@ -170,8 +170,9 @@ class PlanPieces:
 
     def _dp_row(self, sharding: tuple, lay: Layout, m: int) -> tuple[float, ...]:
         psi, psi_exp = self._psi(sharding, lay)
-        return tuple(np.add(dp_time(lay, psi - psi_exp, m, self.collective_s, lay.dp_group),
-                            dp_time(lay, psi_exp, m, self.collective_s, lay.edp_group)))
+        whole = self.resolved.spec.training.optimizer == "muon"  # dist_muon all-reduces whole gradients
+        return tuple(np.add(dp_time(lay, psi - psi_exp, m, self.collective_s, lay.dp_group, whole),
+                            dp_time(lay, psi_exp, m, self.collective_s, lay.edp_group, whole)))
 
     def _optimizer_row(self, sharding: tuple, lay: Layout) -> tuple[float]:
         return (optimizer_time(self.resolved, lay, *self._psi(sharding, lay), self.cfg),)

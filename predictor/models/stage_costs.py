@@ -17,9 +17,11 @@ from predictor.memory import optimizer_bytes_per_param
 from predictor.models.lowprec import weight_quantisation_s
 from predictor.frameworks import Framework
 from predictor.frameworks.kernels import Kernels
-from predictor.models.roofline import HOST_OPS, AnalyticalConfig, call_costs, layer_times, softmax_fallbacks
+from predictor.models.roofline import (HOST_OPS, AnalyticalConfig, call_costs, gemm_efficiency, layer_times,
+                                      softmax_fallbacks)
 from predictor.memory.levers import op_sac_recomputed, recomputed_nodes
 from predictor.moe import alltoall
+from predictor.muon import NS_STEPS, newton_schulz_flops, newton_schulz_shapes
 from predictor.parallel import Layout
 from predictor.plan import Plan, nvlink_domain, recompute_modules
 from predictor.resolver import Resolved
@@ -211,15 +213,16 @@ def tp_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.
     return collectives + framework
 
 
-def dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float,
-            g: comm.Group) -> tuple[float, float, float, float, float]:
+def dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float, g: comm.Group,
+            whole_grads: bool = False) -> tuple[float, float, float, float, float]:
     """(gradient sync, parameter all-gather, the per-call seconds among them, the gradient calls, the all-gather calls)
     of the stage whose sync is slowest,
     call by call over the group `g` (dp·cp ranks; the expert-data-parallel ranks for the experts): each call pays
     the link latency and `call_s` (a measured device's in-step cost, or the framework's per-call cost).
 
     ZeRO-0/1: DDP buckets (DDP_BUCKET_BYTES) all-reduced, or reduce-scattered and the updated
-    weights all-gathered. ZeRO-2/3: one FSDP unit per block plus one for the rest of the stage, each
+    weights all-gathered; `whole_grads` (Muon's layer-wise distributed optimizer, `predictor.muon`) all-reduces them
+    and all-gathers the updated weights. ZeRO-2/3: one FSDP unit per block plus one for the rest of the stage, each
     reduce-scattering its gradients; ZeRO-2 gathers its weights once per step, ZeRO-3 again in every
     micro-batch's forward and backward (the only use of `microbatches`).
     """
@@ -234,7 +237,8 @@ def dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float,
             grad, param = grad_calls * (comm.allreduce(grads / grad_calls, g) + call_s), np.zeros_like(psi)
         else:
             param_calls = grad_calls
-            grad = grad_calls * (comm.reduce_scatter(grads / grad_calls, g) + call_s)
+            sync = comm.allreduce if whole_grads else comm.reduce_scatter
+            grad = grad_calls * (sync(grads / grad_calls, g) + call_s)
             param = param_calls * (comm.allgather(weights / param_calls, g) + call_s)
     else:
         units = np.ceil(lay.blocks_per_stage) + 1
@@ -267,11 +271,29 @@ def optimizer_time(resolved: Resolved, lay: Layout, psi: np.ndarray, psi_exp: np
     recipe = resolved.recipe
     if recipe is not None:
         on_device += weight_quantisation_s(lay.nodes, lay.stage_counts, recipe, device, bw, cfg.launch_s)
+    if spec.training.optimizer == "muon":
+        on_device += newton_schulz_s(lay, device, cfg)
     if not host or device.host_link is None:
         return on_device
     on_host = host * local * opt_bytes / device.host_memory_bandwidth
     crossing = host * local * (lay.grad_bytes + lay.param_bytes) / device.host_link.bandwidth
     return on_device + on_host + crossing
+
+
+def newton_schulz_s(lay: Layout, device: Device, cfg: AnalyticalConfig) -> float:
+    """Seconds of Muon's Newton-Schulz iterations on the fullest rank (`predictor.muon`): BF16 GEMMs of each local
+    matrix's shapes through the roofline's GEMM efficiency, and a launch per GEMM. Under dist_muon (zero=1) each
+    data-parallel rank orthogonalises the layers it owns: 1/dp of the dense matrices, 1/expert-dp of the experts'."""
+    nodes, plan = lay.nodes, lay.plan
+    flops = newton_schulz_flops(nodes)
+    small, large = (np.maximum(x, 1.0) for x in newton_schulz_shapes(nodes))
+    # the iteration's three GEMMs: m x M . M x m, m x m . m x m, m x m . m x M, weighted by their FLOPs
+    eff = (gemm_efficiency(small, small, large, 1, cfg) * 4 * large + gemm_efficiency(small, small, small, 1, cfg)
+           * 2 * small) / (4 * large + 2 * small)
+    seconds = np.where(flops > 0, flops / (device.peak_flops["bf16"] * np.maximum(eff, 1e-6))
+                       + NS_STEPS * 3 * cfg.launch_s * np.where(nodes.experts, 3 * nodes.gemm_batch, 1.0), 0.0)
+    share = np.where(nodes.experts, 1 / lay.edp_group.size, 1 / lay.dp_group.size) if plan.zero >= 1 else 1.0
+    return float((lay.stage_counts @ (seconds * share)).max(initial=0.0))
 
 
 def p2p_time(lay: Layout, device: Device, call_s: float) -> float:
