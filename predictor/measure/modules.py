@@ -20,8 +20,11 @@ def layer_kind(mod: nn.Module) -> str:
 
 
 def block_lists(model: nn.Module) -> list[nn.ModuleList]:
-    """The ModuleLists of repeated transformer blocks (two for T5: encoder and decoder)."""
+    """The ModuleLists of repeated transformer blocks (two for T5: encoder and decoder); none for a pipeline
+    chunk holding only the embeddings or only the head (Megatron's split that counts them as a block each)."""
     lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) and
              len({type(c) for c in m}) == 1 and sum(p.numel() for p in m.parameters()) > 0]
+    if not lists:
+        return []
     top = max(sum(p.numel() for p in m.parameters()) for m in lists)
     return [m for m in lists if sum(p.numel() for p in m.parameters()) * 4 >= top]
