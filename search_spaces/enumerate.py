@@ -114,10 +114,12 @@ def _virtual_stages(spec: WorkloadSpec, space: SpaceConfig, pp: int) -> list[int
 
 
 def runnable_space(space: SpaceConfig, framework: Framework, spec: WorkloadSpec | None = None) -> SpaceConfig:
-    """`space` without the option values `framework` never runs (its rules would refuse every such plan), and, for
-    `spec`, each recompute value less the modules its model does not have (`recompute_for_model`: the rules refuse
-    naming them)."""
+    """`space` without the option values `framework` never runs (its rules would refuse every such plan): each
+    parallel axis it does not declare (`Framework.axes`) at degree 1 where the space takes every degree ('auto'; a
+    space that names degrees keeps them, for the rules to refuse with the reason); and, for `spec`, each recompute value less
+    the modules its model does not have (`recompute_for_model`: the rules refuse naming them)."""
     changes = {axis: [v for v in getattr(space, axis) if framework.runs_value(axis, v)] for axis in CHOICE_AXES}
+    changes.update({axis.name: [1] for axis in AXES if axis.name not in framework.axes and getattr(space, axis.name) == "auto"})
     space = space.model_copy(update=changes)
     return space if spec is None else _for_model(space, spec)
 

@@ -5,6 +5,7 @@ import pytest
 
 from predictor.plan import AXES, AXIS_NAMES, complete_order, placements
 from predictor.design import ProfileConfig
+from predictor.frameworks import FRAMEWORKS
 from predictor.resolver import get_device, resolve
 from predictor.parallel import apply_plan, group_of
 from predictor.plan import PLACEMENTS, Plan, PlanError, placement_warnings, plan_errors
@@ -26,7 +27,9 @@ def _spec(family="llama", nodes=2, seq=4096, heads=32, kv=8):
 def test_every_axis_is_a_plan_field_and_the_legacy_placements_are_generated():
     assert set(AXIS_NAMES) <= set(Plan.__dataclass_fields__)
     assert PLACEMENTS == placements(("tp", "dp", "pp")) and len(PLACEMENTS) == 6
-    assert all(a.launch.get("megatron") or a.name == "dp" for a in AXES)
+    assert all(FRAMEWORKS["megatron"].axes.get(a.name) or a.name == "dp" for a in AXES)  # Megatron launches each
+    assert set(FRAMEWORKS["deepspeed"].axes) == {"tp", "dp", "pp"}  # no cp; DeepSpeed-MoE is not modelled
+    assert "cp" not in FRAMEWORKS["pytorch"].axes  # the runner has no CPU ring attention (compose.CP_REFUSAL)
 
 
 def test_plans_written_before_cp_keep_their_strings_and_dataset_ids():

@@ -124,7 +124,7 @@ def test_a_prediction_says_which_constants_price_it():
 
 # A framework added in one place: this module object, registered by the fixture below. Nothing else names it.
 def _toy_rules(plan: Plan, spec: WorkloadSpec) -> list[str]:
-    return ["runs no pipelines (pp must be 1)"] if plan.pp > 1 else []
+    return ["shards with ZeRO 0 or 1 only"] if plan.zero > 1 else []
 
 
 def _toy_write(plan: Plan, target: LaunchTarget) -> dict[str, str]:
@@ -141,7 +141,7 @@ TOY = Framework("toy", "ToyTrain", _toy_rules, lambda plan: frozenset({"dp"}), f
                 precisions=("bf16",), memory=dataclasses.replace(FRAMEWORKS["megatron"].memory, framework="toy"),
                 space={"dp": "auto", "tp": "auto", "pp": [1], "mbs": [1, 2], "zero": [0, 1], "recompute": ["none"],
                        "sp": [False, True], "schedule": ["1f1b"], "placement": ["tp-dp-pp"]},
-                constants={"hopper": {"gemm_eff_max": 0.3}}, launch=Launch("toy.json", _toy_write, _toy_read))
+                axes={"dp": "", "tp": ""}, constants={"hopper": {"gemm_eff_max": 0.3}}, launch=Launch("toy.json", _toy_write, _toy_read))
 
 
 @pytest.fixture
@@ -168,7 +168,10 @@ def test_a_framework_added_in_one_place_is_chosen_validated_searched_priced_and_
     spec = _spec(framework="toy")
     assert resolve(spec).framework is TOY
     # validated: its rules (and its precisions) beside the structural ones
-    assert run_errors(Plan(pp=2, mbs=1), resolve(spec)) == ["ToyTrain runs no pipelines (pp must be 1)"]
+    # an axis it does not declare, refused with the reason
+    assert run_errors(Plan(pp=2, mbs=1), resolve(spec)) == ["ToyTrain has no pipeline parallelism (pp=2): it runs dp, "
+                                                            "tp; use pp=1"]
+    assert run_errors(Plan(dp=2, zero=2), resolve(spec)) == ["ToyTrain shards with ZeRO 0 or 1 only"]
     assert run_errors(Plan(dp=2), resolve(spec)) == []
     # searched in its own space by default
     name, space = resolve_space(spec)
@@ -191,7 +194,7 @@ def test_a_framework_added_in_one_place_is_chosen_validated_searched_priced_and_
     assert list(files) == ["toy.json"]
     (tmp_path / "toy.json").write_text(files["toy.json"])
     assert read_back(tmp_path / "toy.json", spec) == as_run(plan, TOY)
-    with pytest.raises(LaunchError, match="runs no pipelines"):
+    with pytest.raises(LaunchError, match="has no pipeline parallelism"):
         launch_files(Plan(pp=2, mbs=1), resolve(spec))
     # the CLI: its help names it, and `scaledl predict` takes a spec of it
     parser = argparse.ArgumentParser()
@@ -203,4 +206,4 @@ def test_a_framework_added_in_one_place_is_chosen_validated_searched_priced_and_
     capsys.readouterr()
     main(["predict", str(path), "--plan", str(plan), "--plan", "pp=2,mbs=1", "--predictor", "analytical", "--json"])
     good, bad = json.loads(capsys.readouterr().out)
-    assert good["iter_time_s"] == pytest.approx(base.iter_time_s) and "runs no pipelines" in bad["error"]
+    assert good["iter_time_s"] == pytest.approx(base.iter_time_s) and "has no pipeline parallelism" in bad["error"]

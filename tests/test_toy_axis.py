@@ -1,5 +1,6 @@
 """An axis added in one place: its registry entry and its cost function, in a module outside ScaleDL named by
-SCALEDL_AXES, run in a fresh interpreter so that no other test sees it."""
+SCALEDL_AXES, and a framework that declares it with its launch flag (a framework that does not declare it refuses it),
+run in a fresh interpreter so that no other test sees them."""
 
 from __future__ import annotations
 
@@ -28,11 +29,24 @@ AXIS = Axis("xp", "toy parallel", "nothing", "one exchange per layer", "nothing"
             explain="xp={degree} spends {share:.0f} % of the time in its toy exchange",
             parts=(TimePart("xp_comm", "toy exchange", "tp_comm"),), hidden={"xp_comm": "toy exchange"},
             overlap=("xp",), stage_cost="toy_axis:xp_stage_time",
-            space_default=(2,), rules="toy_axis:xp_rules", launch={"megatron": "--toy-parallel-size"})
+            space_default=(2,), rules="toy_axis:xp_rules")
+'''
+
+# A framework running the toy axis: Megatron-Core's, declaring xp with its flag, and its registry line.
+TOY_FRAMEWORK = '''
+from dataclasses import replace
+
+from predictor.frameworks import FRAMEWORKS, MEGATRON
+
+TOY = replace(MEGATRON, name="toyframe", title="Toyframe", axes={**MEGATRON.axes, "xp": "--toy-parallel-size"},
+              launch=None)
+FRAMEWORKS[TOY.name] = TOY
 '''
 
 CHECK = '''
 import json
+import toy_framework
+from predictor.frameworks import FRAMEWORKS
 from predictor.frameworks.base import degree_args
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
@@ -45,7 +59,7 @@ from search_spaces import enumerate_plans, resolve_space
 
 spec = parse_spec({"model": {"family": "gpt", "hidden": 1024, "layers": 8, "heads": 16, "seq_len": 1024,
                              "vocab": 32000},
-                   "training": {"global_batch": 32, "precision": "bf16", "framework": "megatron"},
+                   "training": {"global_batch": 32, "precision": "bf16", "framework": "toyframe"},
                    "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8}})
 toy, plain = Plan.parse("dp=8,xp=2"), Plan.parse("dp=8")
 table = AnalyticalPredictor().predict_table(spec, graph_for(spec.model), [toy, plain])
@@ -55,18 +69,21 @@ found = SearchResult(plans, AnalyticalPredictor().predict_table(spec, graph_for(
 print(json.dumps({
     "toy": str(toy), "plain": str(plain), "gpus": toy.gpus, "errors": plan_errors(toy, spec),
     "ruled": plan_errors(Plan.parse("dp=8,xp=3"), spec),
+    "framework": toy_framework.TOY.errors(toy, spec),
+    "megatron": FRAMEWORKS["megatron"].errors(toy, spec),
     "parts": TIME_PARTS, "hidden": HIDDEN_KINDS, "overlap": OVERLAP_KINDS,
     "degrees": sorted({p.xp for p in plans}),
     "explained": explain(found, found.table.iter_time_s.argsort(), resolve(spec), 80.0),
     "priced": [table.row(i).breakdown["xp_comm"] for i in (0, 1)],
     "times": [table.row(i).iter_time_s for i in (0, 1)],
-    "args": degree_args(toy, "megatron"),
+    "args": degree_args(toy, toy_framework.TOY.axes),
 }))
 '''
 
 
 def test_toy_axis_is_enumerated_priced_explained_and_written(tmp_path: Path) -> None:
     (tmp_path / "toy_axis.py").write_text(textwrap.dedent(TOY))
+    (tmp_path / "toy_framework.py").write_text(textwrap.dedent(TOY_FRAMEWORK))
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "SCALEDL_AXES": "toy_axis:AXIS",
            "PYTHONPATH": os.pathsep.join([str(root), str(tmp_path)])}
@@ -77,11 +94,13 @@ def test_toy_axis_is_enumerated_priced_explained_and_written(tmp_path: Path) -> 
     # a Plan field of its own, written after every older field, leaving older plans' strings as they were
     assert got["toy"].endswith(",xp=2") and got["gpus"] == 8 and got["errors"] == []  # it regroups the 8 ranks
     assert got["ruled"] == ["xp=3 is not a power of two"]  # its own rules, applied by plan_errors
+    assert got["framework"] == []  # the framework declaring it runs it
+    assert "Megatron-Core has no toy parallelism (xp=2)" in got["megatron"][0]  # one that does not refuses it
     assert got["plain"] == "dp=8,tp=1,pp=1,mbs=1,zero=0,recompute=none,sp=false,schedule=1f1b,v=1,placement=tp-dp-pp"
     assert "xp_comm" in got["parts"] and "xp_comm" in got["hidden"] and "xp" in got["overlap"]
     assert got["degrees"] == [2]  # every enumerated plan takes the search space's default for it
     assert "xp=2 spends" in got["explained"] and "toy exchange" in got["explained"]
     toy_s, plain_s = got["priced"]
-    assert toy_s > 0 and plain_s == 0.0  # its cost function priced it, exposed (megatron overlaps no xp)
+    assert toy_s > 0 and plain_s == 0.0  # its cost function priced it, exposed (the framework overlaps no xp)
     assert got["times"][0] > got["times"][1]
     assert got["args"][-2:] == ["--toy-parallel-size", "2"]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from predictor.frameworks.kernels import KernelChoices, Kernels, kernels_of
 from predictor.memory.facts import MemoryFacts
-from predictor.plan import AXES, AXIS, DEFAULT_ORDER, OVERLAP_KINDS, RECOMPUTE_MODES, Plan, complete_order, overlap_kinds
+from predictor.plan import AXES, DEFAULT_ORDER, OVERLAP_KINDS, RECOMPUTE_MODES, Plan, complete_order, overlap_kinds
 
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.workload import WorkloadSpec
@@ -144,6 +144,10 @@ class Framework:
     - `memory`: what it keeps on a GPU (`predictor.memory.accounting` prices a rank with them);
     - `space`: its own search space, what a search of a spec it trains tries unless told otherwise: the fields of a
       `search_spaces.SpaceConfig` (which reads it under the framework's name), as data;
+    - `axes`: the parallel axes (`predictor.plan.axes`) it runs, each with the flag or key its launch file sets the
+      degree with ('' where the file sets none: Megatron derives the data-parallel size from the world size); a
+      plan with an axis it does not declare at a degree above 1 is refused (`axis_errors`), and a search leaves the
+      axis at 1;
     - `launch`: its launch file, None where ScaleDL writes none (its own runner runs plans itself).
     """
 
@@ -156,6 +160,7 @@ class Framework:
     precisions: tuple[str, ...]
     memory: MemoryFacts
     space: Mapping[str, Any]
+    axes: Mapping[str, str]
     constants: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     launch: Launch | None = None
     # Values of plan options it never runs, whatever the other fields ('orders': rank orders, innermost first):
@@ -226,9 +231,15 @@ class Framework:
                 errors.append(f"{self.title} does not {words} ({name}={getattr(plan, name)}): use {name}={none}")
         return errors
 
+    def axis_errors(self, plan: Plan) -> list[str]:
+        """Why the framework cannot run the plan's parallel axes: each axis above degree 1 it does not declare."""
+        return [f"{self.title} has no {axis.title}ism ({axis.name}={axis.degree(plan)}): it runs "
+                f"{', '.join(self.axes)}; use {axis.name}=1" for axis in AXES
+                if axis.name not in self.axes and axis.degree(plan) > 1]
+
     def errors(self, plan: Plan, spec: "WorkloadSpec") -> list[str]:
         """Every reason this framework cannot run `plan` for `spec` (empty: it can)."""
-        errors = [f"{self.title} {e}" for e in self.rules(plan, spec)]
+        errors = [*self.axis_errors(plan), *(f"{self.title} {e}" for e in self.rules(plan, spec))]
         precision = spec.training.precision
         if spec.training.compile and self.compiles_by_default is None:
             errors.append(f"{self.title} does not compile its model (training.compile=true): remove training.compile "
@@ -285,17 +296,18 @@ def inverse(mapping: dict[Any, Any]) -> dict[Any, Any]:
     return {v: k for k, v in mapping.items()}
 
 
-def degree_args(plan: Plan, framework: str) -> list[str]:
-    """The degree flags of every axis the framework's command line names (the registry's `launch`)."""
-    return [token for axis in AXES if framework in axis.launch
-            for token in (axis.launch[framework], str(axis.degree(plan)))]
+def degree_args(plan: Plan, flags: Mapping[str, str]) -> list[str]:
+    """The degree flags of every axis a framework's command line names (`flags`: its `Framework.axes`), in registry
+    order."""
+    return [token for axis in AXES if flags.get(axis.name)
+            for token in (flags[axis.name], str(axis.degree(plan)))]
 
 
-def read_degrees(value: Callable[[str], Any], framework: str, spec: "WorkloadSpec") -> dict[str, int]:
-    """Each axis's degree from the keys the framework names; where it names no data-parallel degree, dp is
-    what the others leave of the world size (as Megatron derives data_parallel_size)."""
-    degrees = {a.name: int(value(a.launch[framework])) if framework in a.launch else 1 for a in AXES}
-    if framework not in AXIS["dp"].launch:
+def read_degrees(value: Callable[[str], Any], flags: Mapping[str, str], spec: "WorkloadSpec") -> dict[str, int]:
+    """Each axis's degree from the keys a framework names (`flags`: its `Framework.axes`); where it names no
+    data-parallel degree, dp is what the others leave of the world size (as Megatron derives data_parallel_size)."""
+    degrees = {a.name: int(value(flags[a.name])) if flags.get(a.name) else 1 for a in AXES}
+    if not flags.get("dp"):
         degrees["dp"] = spec.cluster.gpus // math.prod(degrees[a.name] for a in AXES
                                                        if a.multiplies_gpus and a.name != "dp")
     return degrees

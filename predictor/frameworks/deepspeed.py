@@ -28,6 +28,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from predictor.workload import WorkloadSpec
 
 NAME = "deepspeed"
+# The parallel axes it runs and their flags (Megatron-DeepSpeed's megatron/arguments.py): no context parallelism here,
+# and DeepSpeed-MoE's expert parallelism is not modelled; dp is what tp and pp leave of the world size.
+AXIS_FLAGS: dict[str, str] = {"tp": "--tensor-model-parallel-size", "dp": "", "pp": "--pipeline-model-parallel-size"}
 # The release the launch files are written for and checked against (tests/test_framework_checks.py: DeepSpeedConfig
 # and the engine's refusals): DeepSpeed 0.19.8 (PyPI), with microsoft/Megatron-DeepSpeed's pretrain_gpt.py.
 VERSIONS: tuple[str, ...] = ("0.19.8",)
@@ -40,10 +43,6 @@ def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
         errors.append(f"runs its pipeline engine only with ZeRO stage 0 or 1, not zero={plan.zero}")
     if plan.schedule != "1f1b":
         errors.append(f"has one pipeline schedule (1F1B), not {plan.schedule}")
-    if plan.cp > 1:
-        errors.append("has no context parallelism (cp must be 1)")
-    if plan.ep > 1:
-        errors.append("profile here has no expert parallelism (DeepSpeed-MoE is not modelled; ep must be 1)")
     if plan.rank_order not in ORDERS:
         errors.append(f"orders ranks tp-dp-pp only, not {'-'.join(plan.rank_order)}")
     if spec.model.is_moe and plan.zero == 3:
@@ -147,7 +146,7 @@ def deepspeed_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, Any]:
     PipelineEngine; overlap_comm is the overlap of the ZeRO optimizers.
     """
     t = spec.training
-    args = [*common_args(plan, spec, NAME, SPELLING), "--zero-stage", str(plan.zero)]
+    args = [*common_args(plan, spec, AXIS_FLAGS, SPELLING), "--zero-stage", str(plan.zero)]
     if plan.pp == 1:
         args.append("--no-pipeline-parallel")
     if plan.recompute != "none":
@@ -182,7 +181,7 @@ def _read_kernels(text: str) -> dict[str, Any]:
 
 def _read(text: str, spec: "WorkloadSpec") -> Plan:
     config = json.loads(text)
-    fields = common_fields(parse_args(config[ARGS_KEY]), NAME, spec)
+    fields = common_fields(parse_args(config[ARGS_KEY]), AXIS_FLAGS, spec)
     zero = config["zero_optimization"]["stage"]
     kinds = ({"dp", "param"} if zero == 3 else {"dp"}) if config["zero_optimization"]["overlap_comm"] else set()
     offload = float("offload_optimizer" in config["zero_optimization"])
@@ -199,7 +198,7 @@ KERNELS = KernelChoices(Kernels(attention="unfused"), allowed={
 DEEPSPEED = Framework(NAME, "DeepSpeed", _rules, _default_overlap, frozenset({"dp", "param"}),
                       attention_kernel="unfused: Megatron-DeepSpeed's baddbmm, fused scale-mask-softmax, dropout and bmm "
                                        "(no --use-flash-attn)",
-                      precisions=("fp32", "fp16", "bf16"), memory=MEMORY, space=SPACE,
+                      precisions=("fp32", "fp16", "bf16"), memory=MEMORY, space=SPACE, axes=AXIS_FLAGS,
                       constants=recorded_constants(NAME), launch=Launch(JSON_FILE, _write, _read, _model_errors, _read_kernels),
                       never={"schedule": ("gpipe", "interleaved"), "orders": other_orders(ORDERS)},
                       levers=frozenset({"optimizer_offload"}), softmax_fallback=SOFTMAX_FALLBACK, kernels=KERNELS,

@@ -26,7 +26,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from itertools import groupby
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from predictor.frameworks import megatron_hybrid as hybrid
 from predictor.frameworks.kernels import ATTENTION_KERNELS, KernelChoices, Kernels, fusion_args, kernels_of, read_fusions
@@ -40,6 +40,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from predictor.workload import ModelSpec, WorkloadSpec
 
 NAME = "megatron"
+# The parallel axes it runs and their flags (megatron/training/arguments.py); the data-parallel size is what the
+# others leave of the world size (parallel_state.initialize_model_parallel), so dp has no flag.
+AXIS_FLAGS: dict[str, str] = {"tp": "--tensor-model-parallel-size", "cp": "--context-parallel-size", "dp": "",
+                              "pp": "--pipeline-model-parallel-size", "ep": "--expert-model-parallel-size"}
 # The releases the launch files are written for, newest first: Megatron-Core 0.16.1 (PyPI megatron-core; with
 # Megatron-LM's core_r0.16 branch for pretrain_gpt.py), which tests/test_framework_checks.py checks every file against
 # (its TransformerConfig and parallel_state groups), and 0.14.0, whose TransformerConfig has no
@@ -284,9 +288,10 @@ def _model_args(spec: "WorkloadSpec", spelling: Spelling) -> list[str]:
     return args
 
 
-def common_args(plan: Plan, spec: "WorkloadSpec", framework: str, spelling: Spelling) -> list[str]:
-    """What Megatron-LM and its fork Megatron-DeepSpeed spell alike: degrees, batch, model, SP, recompute."""
-    args = [*degree_args(plan, framework), "--micro-batch-size", str(plan.mbs),
+def common_args(plan: Plan, spec: "WorkloadSpec", flags: Mapping[str, str], spelling: Spelling) -> list[str]:
+    """What Megatron-LM and its fork Megatron-DeepSpeed spell alike: degrees (by the framework's `flags`), batch,
+    model, SP, recompute."""
+    args = [*degree_args(plan, flags), "--micro-batch-size", str(plan.mbs),
             "--global-batch-size", str(spec.training.global_batch), *_model_args(spec, spelling)]
     if plan.sp:
         args.append("--sequence-parallel")
@@ -296,9 +301,9 @@ def common_args(plan: Plan, spec: "WorkloadSpec", framework: str, spelling: Spel
     return args
 
 
-def common_fields(args: dict[str, list[str]], framework: str, spec: "WorkloadSpec") -> dict[str, Any]:
+def common_fields(args: dict[str, list[str]], flags: Mapping[str, str], spec: "WorkloadSpec") -> dict[str, Any]:
     """The fields `common_args` writes, read back."""
-    degrees = read_degrees(lambda flag: args.get(flag, ["1"])[0], framework, spec)
+    degrees = read_degrees(lambda flag: args.get(flag, ["1"])[0], flags, spec)
     return {**degrees, "mbs": int(args["--micro-batch-size"][0]), "sp": "--sequence-parallel" in args,
             **_read_recompute(args)}
 
@@ -379,7 +384,7 @@ def megatron_args(plan: Plan, target: LaunchTarget) -> list[str]:
     split).
     """
     spec, kinds = target.spec, hidden(plan)
-    args = common_args(plan, spec, NAME, SPELLING)
+    args = common_args(plan, spec, AXIS_FLAGS, SPELLING)
     if qk_norm(spec.model):
         args.append("--qk-layernorm")
     if spec.training.optimizer == "muon":  # its layer-wise distributed optimizer is zero=1 (predictor.muon)
@@ -518,7 +523,7 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
     args = parse_args(shlex.split(text))
     if hybrid.is_hybrid(spec):
         hybrid.read_model(args, spec)
-    fields = common_fields(args, NAME, spec)
+    fields = common_fields(args, AXIS_FLAGS, spec)
     strategy = args.get("--data-parallel-sharding-strategy", [None])[0]
     zero = inverse(_SHARDING)[strategy] if "--use-megatron-fsdp" in args else \
         int("--use-distributed-optimizer" in args or args.get("--optimizer") == ["dist_muon"])
@@ -550,7 +555,7 @@ KERNELS = KernelChoices(Kernels(attention="cudnn", transformer_engine=True), att
 
 MEGATRON = Framework(NAME, "Megatron-Core", _all_rules, _default_overlap, frozenset(OVERLAP_KINDS),
                      attention_kernel="fused: Transformer Engine's DotProductAttention (FlashAttention or cuDNN)",
-                     precisions=("fp32", "fp16", "bf16", "fp8", "fp4"), memory=MEMORY, space=SPACE,
+                     precisions=("fp32", "fp16", "bf16", "fp8", "fp4"), memory=MEMORY, space=SPACE, axes=AXIS_FLAGS,
                      constants=recorded_constants(NAME), launch=Launch(ARGS_FILE, _write, _read, _model_errors, read_kernel_args,
                                    architectures=hybrid.MODEL_TYPES),
                      optimizers=("adam", "sgd", "muon"),

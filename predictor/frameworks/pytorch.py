@@ -18,6 +18,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from predictor.workload import WorkloadSpec
 
 NAME = "pytorch"
+# The parallel axes its runner composes (predictor.measure.compose); it writes no launch file, so none has a flag.
+# Context parallelism is not among them: `predictor.measure.compose.CP_REFUSAL` says why.
+AXIS_FLAGS: dict[str, str] = {"dp": "", "tp": "", "pp": "", "ep": ""}
 
 
 def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
@@ -52,5 +55,5 @@ KERNELS = KernelChoices(Kernels(attention="unfused"), allowed={
 
 PYTORCH = Framework(NAME, "ScaleDL's runner", _rules, _nothing, frozenset(),
                     attention_kernel="unfused: eager PyTorch matmul, softmax and matmul",
-                    precisions=("fp32", "fp16", "bf16"), memory=MEMORY, space=SPACE,
+                    precisions=("fp32", "fp16", "bf16"), memory=MEMORY, space=SPACE, axes=AXIS_FLAGS,
                     constants=recorded_constants(NAME), kernels=KERNELS)

@@ -28,12 +28,17 @@ from predictor.frameworks.base import (Framework, Launch, LaunchError, LaunchTar
                                        read_degrees, recorded_constants)
 from predictor.hardware import GENERATIONS, default_recipe
 from predictor.memory.facts import MIB, MemoryFacts
-from predictor.plan import AXES, AXIS, OVERLAP_KINDS, Plan, overlap_kinds
+from predictor.plan import AXES, OVERLAP_KINDS, Plan, overlap_kinds
 
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.workload import WorkloadSpec
 
 NAME = "torchtitan"
+# The parallel axes it runs and their keys in its job config (torchtitan/config/job_config.py `Parallelism`); the
+# dp key is the FSDP shard degree (`_write` moves a zero=0 plan's dp to data_parallel_replicate_degree).
+AXIS_FLAGS: dict[str, str] = {"tp": "parallelism.tensor_parallel_degree", "cp": "parallelism.context_parallel_degree",
+                              "dp": "parallelism.data_parallel_shard_degree",
+                              "pp": "parallelism.pipeline_parallel_degree", "ep": "parallelism.expert_parallel_degree"}
 # The release the launch files are written for and checked against (tests/test_torchtitan_config.py): the last with
 # the `--job.config_file` TOML loader; 0.3.0, the newest on PyPI, builds its config from Python functions instead.
 VERSIONS: tuple[str, ...] = ("0.2.2",)
@@ -235,12 +240,12 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
                           "global_batch_size": t.global_batch, "seq_len": m.tokens,
                           "mixed_precision_param": "float32" if t.precision == "fp32" else "bfloat16"}
     for axis in AXES:
-        if NAME in axis.launch:
-            _put(config, axis.launch[NAME], axis.degree(plan))
+        if AXIS_FLAGS.get(axis.name):
+            _put(config, AXIS_FLAGS[axis.name], axis.degree(plan))
     par = config["parallelism"]
     if plan.zero == 0:
         par["data_parallel_replicate_degree"] = plan.dp
-        _put(config, AXIS["dp"].launch[NAME], 1)
+        _put(config, AXIS_FLAGS["dp"], 1)
     else:
         if plan.zero not in _RESHARD:
             raise LaunchError(f"{TOML_FILE} has no ZeRO-{plan.zero}: FSDP2 reshards after forward (zero=3) or keeps "
@@ -329,7 +334,7 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
     """The plan a `torchtitan.toml` runs under torchtitan 0.2.2 (the keys `_write` writes)."""
     config = tomllib.loads(text)
     par = config["parallelism"]
-    degrees = read_degrees(lambda key: par.get(key.rsplit(".", 1)[1], 1), NAME, spec)
+    degrees = read_degrees(lambda key: par.get(key.rsplit(".", 1)[1], 1), AXIS_FLAGS, spec)
     fsdp = degrees["dp"] > 1 or degrees["cp"] > 1  # the dp key is the shard degree
     degrees["dp"] *= par["data_parallel_replicate_degree"]
     zero = inverse(_RESHARD)[par["fsdp_reshard_after_forward"]] if fsdp else 0
@@ -372,7 +377,7 @@ KERNELS = KernelChoices(Kernels(attention="flash"), allowed={
 
 TORCHTITAN = Framework(NAME, "torchtitan", _rules, _default_overlap, frozenset(OVERLAP_KINDS) - {"ep"},
                        attention_kernel="fused: PyTorch scaled_dot_product_attention (flash)",
-                       precisions=("fp32", "bf16", "fp8"), memory=MEMORY, space=SPACE,
+                       precisions=("fp32", "bf16", "fp8"), memory=MEMORY, space=SPACE, axes=AXIS_FLAGS,
                        constants=recorded_constants(NAME), launch=Launch(TOML_FILE, _write, _read, _model_errors),
                        never={"zero": (1,), "orders": other_orders(ORDERS)}, kernels=KERNELS,
                        versions=VERSIONS, compiles_by_default=_compiles, recomputes_some_layers=True)

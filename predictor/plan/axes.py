@@ -7,12 +7,15 @@ An `Axis` declares everything the rest of ScaleDL asks of a parallel dimension:
   scales it by, and whether it is communication), the kinds of hidden communication it reports, the `overlap`
   kinds that hide it, its per-stage cost function (a dotted path the pricing layer resolves, so this module
   imports nothing of it) and the plan fields that cost reads (the pricing layer's memo keys);
-- what it means: words for reports and docs and the sentence the report explains a plan's degree with;
-- how it is launched: its flag or key in each framework's launch file.
+- what it means: words for reports and docs and the sentence the report explains a plan's degree with.
+
+How a framework launches an axis is the framework's own (`predictor.frameworks.base.Framework.axes`: the axes it
+runs, each with its flag or key); a framework refuses an axis it does not declare.
 
 Its validity rules against a workload are a function it names (`predictor.plan.rules` applies them). Every list of time parts,
 hidden kinds, overlap kinds and correction terms is generated here from `AXES` (in `PRICING_ORDER`), and so are
-`Plan`'s degree fields, so adding an axis is one entry here and its cost function (and its rules, if it has any).
+`Plan`'s degree fields, so adding an axis is one entry here and its cost function (and its rules, if it has any),
+and its flag in each framework that runs it.
 """
 
 from __future__ import annotations
@@ -58,7 +61,6 @@ class Axis:
     # or "phases" (half beside attention, half beside the rest: `predictor.models.overlap`)
     window: str = "compute"
     overlapped_when: str = ""  # "field=value": always hidden under that plan value (else: by its `overlap` kinds)
-    launch: Mapping[str, str] = field(default_factory=dict)
     # Plan fields that tune how it communicates, each with its values (the first its default). They mean nothing at
     # degree 1, where a search tries the default only, and no validity rule reads them (`RULE_BLIND`).
     options: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -103,8 +105,14 @@ _WORK_FIELDS: tuple[str, ...] = ("mbs", "recompute", "recompute_layers")
 
 
 def _plugin_axes() -> tuple[Axis, ...]:
-    """Axes defined outside ScaleDL: `SCALEDL_AXES` names them as "module:attribute" entries joined by ','
-    (read once, when this module is first imported, so every table below and `Plan` include them)."""
+    """Axes defined outside ScaleDL: `SCALEDL_AXES` names them as "module:attribute" entries joined by ','.
+
+    The choice: it is read once, when this module is first imported, and never again, so a process has one `Plan`
+    class and one set of tables from start to end (a plan string, a stored dataset row and a prediction table always
+    agree on the fields). Set it in the environment before the process starts (tests/test_toy_axis.py runs a fresh
+    interpreter); setting it later changes nothing, and a plan naming an unregistered axis is refused with a message
+    that says so. An axis registered this way is refused by every framework until one declares it
+    (`Framework.axes`)."""
     entries = filter(None, os.environ.get("SCALEDL_AXES", "").split(","))
     return tuple(getattr(import_module(module), name) for module, _, name in (e.partition(":") for e in entries))
 
@@ -118,9 +126,7 @@ AXES: tuple[Axis, ...] = (
          group="tp", nvlink=True, parts=(TimePart("tp_comm", "tensor-parallel communication", "tp_comm"),),
          hidden={"tp_comm": "tensor-parallel"}, overlap=("tp",), window="gemms",
          stage_cost="predictor.models.stage_costs:tp_stage_time", cost_fields=_WORK_FIELDS,
-         written_after="dp", first_format=True, rules="predictor.plan.rules:tp_rules",
-         launch={"megatron": "--tensor-model-parallel-size", "torchtitan": "parallelism.tensor_parallel_degree",
-                 "deepspeed": "--tensor-model-parallel-size"}),
+         written_after="dp", first_format=True, rules="predictor.plan.rules:tp_rules"),
     Axis("cp", "context parallel", "the sequence of every layer (2·cp load-balanced chunks)",
          "K/V passed round a ring of cp ranks per attention layer (or all-gathered), overlapped with attention",
          "activations divided by cp", order=1,
@@ -133,24 +139,21 @@ AXES: tuple[Axis, ...] = (
          cost_fields=("mbs", "cp_comm"), window="attention",
          overlapped_when="cp_comm=ring", options={"cp_comm": ("ring", "allgather")}, space_default=(1,),
          written_after="placement",
-         rules="predictor.plan.rules:cp_rules",
-         launch={"megatron": "--context-parallel-size", "torchtitan": "parallelism.context_parallel_degree"}),
+         rules="predictor.plan.rules:cp_rules"),
     Axis("dp", "data parallel", "the global batch",
          "gradient all-reduce or reduce-scatter (over dp·cp ranks), weight all-gather with ZeRO/FSDP",
          "optimizer state, gradients and weights divided by dp·cp with ZeRO 1/2/3", order=2,
          explain="dp={degree} spends {share:.0f} % in gradient sync{over}", facts="predictor.models.stage_costs:dp_explained",
          group="dp", group_with=("cp",), parts=(TimePart("dp_comm", "data-parallel gradient sync", "dp_comm"),),
          hidden={"dp_grad": "gradient reduction", "dp_param": "parameter all-gather"},
-         overlap=("dp", "param"), written_after="", first_format=True, launch={"torchtitan": "parallelism.data_parallel_shard_degree"}),
+         overlap=("dp", "param"), written_after="", first_format=True),
     Axis("pp", "pipeline parallel", "the layers into pp stages (pp·v chunks interleaved)",
          "activation send/recv between neighbouring stages", "each rank holds 1/pp of the layers", order=3,
          explain="pp={degree} with {microbatches} micro-batches{virtual} leaves a {bubble:.1f} % bubble "
                  "({share:.0f} % of the time)", facts="predictor.models.stage_costs:pp_explained",
          parts=(TimePart("pp_bubble", "pipeline bubble", "pp", comm=False),
                 TimePart("pp_p2p", "pipeline send/recv", "pp")), hidden={"pp_p2p": "pipeline send/recv"},
-         overlap=("pp",), written_after="tp", first_format=True, rules="predictor.plan.rules:pp_rules",
-         launch={"megatron": "--pipeline-model-parallel-size", "torchtitan": "parallelism.pipeline_parallel_degree",
-                 "deepspeed": "--pipeline-model-parallel-size"}),
+         overlap=("pp",), written_after="tp", first_format=True, rules="predictor.plan.rules:pp_rules"),
     Axis("ep", "expert parallel", "the routed experts of each MoE layer (E/ep per rank)",
          "token dispatch and combine all-to-all per MoE layer, forward and backward; expert gradients over dp·tp·cp/ep",
          "expert weights, gradients and optimizer state divided by ep", order=1,
@@ -161,8 +164,7 @@ AXES: tuple[Axis, ...] = (
          hidden={"ep_comm": "expert all-to-all"}, overlap=("ep",), window="phases",
          stage_cost="predictor.models.stage_costs:ep_stage_time", cost_fields=_WORK_FIELDS,
          multiplies_gpus=False, space_default=(1,), written_after="cp_comm", choices="predictor.moe:expert_degrees",
-         rules="predictor.moe:ep_rules",
-         launch={"megatron": "--expert-model-parallel-size", "torchtitan": "parallelism.expert_parallel_degree"}),
+         rules="predictor.moe:ep_rules"),
     *_plugin_axes(),
 )
 AXIS: dict[str, Axis] = {a.name: a for a in AXES}

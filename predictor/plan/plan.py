@@ -348,7 +348,9 @@ class Plan:
             if not sep or not raw:
                 raise PlanError(f"plan item {item!r} is not of the form key=value (in plan {text!r})")
             if key not in known:
-                raise PlanError(f"unknown plan field {key!r} in {text!r}; known fields: {', '.join(known)}")
+                raise PlanError(f"unknown plan field {key!r} in {text!r}; known fields: {', '.join(known)} (an axis "
+                                f"defined outside ScaleDL is a field once SCALEDL_AXES names it when the process "
+                                f"starts: predictor.plan.axes)")
             if key in values:
                 raise PlanError(f"plan field {key!r} given twice in {text!r}")
             values[key] = _PARSERS.get(key, _parse_int)(key, raw)
