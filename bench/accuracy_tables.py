@@ -467,6 +467,7 @@ def summary(parsed: dict[str, list[Section]], picks: dict[tuple[str, str], Block
         for block in runs:
             predictor = next((t.removeprefix("predictor:").split(";")[0].strip() for t in block.lines
                               if t.startswith("predictor:")), "")
+            predictor = MACHINE_DIRS.sub("", predictor)  # a checkpoint by its file name, not one machine's path
             error = next((t.removeprefix("mean |error|").strip() for t in block.lines
                           if t.startswith("mean |error|")), "")
             out.append(f"| {block.date() or '—'} | {block.machine() or '—'} | {predictor} | {error} | "
@@ -475,6 +476,8 @@ def summary(parsed: dict[str, list[Section]], picks: dict[tuple[str, str], Block
     return out
 
 
+# The folders of an absolute path (a checkpoint's, in a results file): a document names the file only.
+MACHINE_DIRS = re.compile(r"(?<![\w.])/(?:[\w.-]+/)+")
 MEMORY_NOTE = re.compile(r"mem MRE: ([\d.]+) % in-domain.*?([\d.]+) % out of domain")
 
 

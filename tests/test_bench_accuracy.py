@@ -39,7 +39,7 @@ def test_the_run_exits_1_on_a_worse_table(tmp_path, monkeypatch):
     predicted = [1.1, 2.2, 4.4]
     monkeypatch.setattr(accuracy, "SOURCES", (lambda shared: iter([toy(predicted)]),))
     monkeypatch.setattr(accuracy.accuracy_tables, "headline", lambda: [])
-    for name in ("RECORD", "REPORT", "DOC"):
+    for name in ("RECORD", "REPORT", "DOC", "README"):
         monkeypatch.setattr(accuracy, name, tmp_path / name.lower())
     assert accuracy.main(["--record"]) == 0
     assert json.loads((tmp_path / "record").read_text())["tables"]["toy"]["mape_pct"] == 10.0
@@ -111,3 +111,15 @@ def test_a_bridge_row_is_priced_with_its_recipe_levers():
     qwen = recipe_workload({**row, "model": "Qwen3_30B_a3B", "precision": "FP8-CS", "gpus": 16, "pp": 2, "vp": 12,
                             "mbs": 2})[1]
     assert (qwen.recompute, qwen.grads, qwen.moments) == ("none", "bf16", "bf16")
+
+
+def test_the_readme_accuracy_paragraph_is_the_records(tmp_path) -> None:
+    """The README quotes the recorded figures (bench.accuracy writes it with docs/accuracy.md); a stale copy fails."""
+    stored = json.loads(accuracy.RECORD.read_text())
+    readme = accuracy.README.read_text()
+    quoted = readme.split(accuracy.README_START)[1].split(accuracy.README_END)[0]
+    assert " ".join(quoted.split()) == accuracy.readme_paragraph(stored["tables"])
+    stale = tmp_path / "README.md"
+    stale.write_text(readme.replace(quoted, "\nOn all 109 runs it is 9.6 % off.\n"))
+    accuracy.write_readme(stored["tables"], stale)
+    assert stale.read_text() == readme
