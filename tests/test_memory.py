@@ -102,3 +102,16 @@ def test_tp_and_pp_divide_model_states():
     assert tp == pytest.approx(whole / 4, rel=0.02)  # layernorm and position embedding stay replicated
     pp = model_state_bytes(spec, apply_plan(spec, g, Plan(dp=4, pp=2), A100))[0]
     assert np.sum(pp) == pytest.approx(whole)
+
+
+def test_a_layers_saved_tensors_take_the_runs_activation_bytes():
+    """Megatron-Core's tensor list in fp32 keeps 4-byte activations, twice bf16's; fp8 keeps bf16's outside its
+    linears' own 1-byte input copies."""
+    from predictor.frameworks import FRAMEWORKS
+    from predictor.memory.saved import Dims, layer_tensors
+
+    model, facts = _spec(4).model, FRAMEWORKS["megatron"].memory
+    per_token = {p: sum(s.per_token for s in layer_tensors(Dims.of(model, 1, False, p), facts, False)
+                        if "(fp32)" not in s.name) for p in ("fp32", "bf16", "fp8")}  # fp32 statistics stay 4 bytes
+    assert per_token["fp32"] == pytest.approx(2 * per_token["bf16"])
+    assert per_token["fp8"] < per_token["bf16"]

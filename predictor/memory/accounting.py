@@ -25,8 +25,8 @@ from predictor.memory import in_flight, saved_per_sample, kv_share, stage_params
 from predictor.memory.facts import GIB, MemoryFacts
 from predictor.memory.levers import Levers
 from predictor.muon import muon_params
-from predictor.memory.saved import (A, Dims, Saved, backward_working, kept, layer_tensors, loss_tensors, loss_working,
-                                    op_sac_tensors)
+from predictor.memory.saved import (Dims, Saved, activation_element_bytes, backward_working, kept, layer_tensors,
+                                    loss_tensors, loss_working, op_sac_tensors)
 from predictor.parallel import Layout
 from predictor.workload import WorkloadSpec
 
@@ -276,9 +276,9 @@ def _buffers(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, imbalance: 
     receives: `imbalance` times the balanced share), a gradient bucket and the GEMM workspaces."""
     plan = layout.plan
     tokens = layout.rank_tokens * plan.mbs
-    h = spec.model.hidden or 0
-    pp = 2 * tokens * h / (plan.tp if plan.sp else 1) * A if plan.pp > 1 else 0.0
-    dispatch = 2 * tokens * (spec.model.top_k or 0) * h / plan.tp * A * imbalance if layout.ep_group.size > 1 else 0.0
+    h, act = spec.model.hidden or 0, activation_element_bytes(spec.training.precision)
+    pp = 2 * tokens * h / (plan.tp if plan.sp else 1) * act if plan.pp > 1 else 0.0
+    dispatch = 2 * tokens * (spec.model.top_k or 0) * h / plan.tp * act * imbalance if layout.ep_group.size > 1 else 0.0
     bucket = facts.grad_bucket_bytes if layout.dp_group.size > 1 else 0.0
     return np.full(plan.pp, pp + dispatch + bucket + facts.workspace_bytes)
 

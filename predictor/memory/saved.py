@@ -56,6 +56,7 @@ class Dims:
     fp8: bool
     scores_keys: int = 0  # keys per query whose scores an unfused attention keeps (0: fused)
     ep: int = 1  # expert-parallel degree: above 1 a MoE layer's tokens cross all-to-alls
+    act: float = 2.0  # bytes per activation element (`activation_element_bytes`)
 
     @classmethod
     def of(cls, model: ModelSpec, tp: int, sp: bool, precision: str, fp8_format: str = "cs",
@@ -66,44 +67,52 @@ class Dims:
         if model.kv_lora_rank:
             mla = (model.q_lora_rank or 0, model.kv_lora_rank, model.qk_rope_head_dim or 0,
                    model.qk_nope_head_dim or head_dim, model.v_head_dim or head_dim)
-        lin = {"fp8": 1.0 + (1 / 32 if fp8_format == "mx" else 0.0), "fp4": 0.5 + 1 / 16}.get(precision, 2.0)
+        act = activation_element_bytes(precision)
+        lin = {"fp8": 1.0 + (1 / 32 if fp8_format == "mx" else 0.0), "fp4": 0.5 + 1 / 16}.get(precision, act)
         expert_ffn = model.expert_ffn or model.ffn_hidden or 4 * model.hidden
         return cls(model.hidden, model.ffn_hidden or 4 * model.hidden, heads, model.kv_heads or heads, head_dim,
                    model.vocab or 0, model.experts or 0, model.top_k or 0, expert_ffn,
                    model.shared_experts * expert_ffn, mla, tp, tp if sp else 1, lin, precision in ("fp8", "fp4"),
-                   scores_keys, ep)
+                   scores_keys, ep, act)
 
 
-A = 2.0  # bytes per BF16 activation element
-# Bytes per score an unfused attention keeps for backward (Megatron-LM's CoreAttention: the softmax output for its
-# backward, the dropout mask, and the dropped probabilities the attention x V GEMM reads).
-UNFUSED_SCORE_BYTES = 2.0 + 1.0 + 2.0
+def activation_element_bytes(precision: str) -> float:
+    """Bytes per activation element a run keeps: its compute dtype's. Mixed precision (fp16, bf16) computes in 16
+    bits, and so do FP8 and FP4 runs outside their GEMMs (a BF16 model whose linears keep their own low-precision
+    copy of their input: `Dims.linear_input_bytes`); an fp32 run keeps 4-byte activations."""
+    return 4.0 if precision == "fp32" else 2.0
+
+
+def unfused_score_bytes(d: Dims) -> float:
+    """Bytes per score an unfused attention keeps for backward (Megatron-LM's CoreAttention: the softmax output for its
+    backward, the 1-byte dropout mask, and the dropped probabilities the attention x V GEMM reads)."""
+    return d.act + 1.0 + d.act
 
 
 def attention_tensors(d: Dims) -> list[Saved]:
     """The attention half of a layer: norm, QKV (or MLA's projections), the fused attention, the output projection."""
     t, r, lin = d.tp, d.seq_shard, d.linear_input_bytes
-    out: list[Saved] = [Saved("attn_norm input", d.hidden / r * A, offload="attn_norm"),
+    out: list[Saved] = [Saved("attn_norm input", d.hidden / r * d.act, offload="attn_norm"),
                         # TE keeps the norm output for the GEMM's weight gradient: a BF16 tensor the layernorm module
                         # drops, or in FP8 the linear's own copy, which stays
                         Saved("qkv input (norm output)", d.hidden / r * lin, "" if d.fp8 else "layernorm", "qkv_linear")]
     if d.mla is None:
         q, kv = d.heads * d.head_dim, d.kv_heads * d.head_dim
-        out.append(Saved("Q, K, V", (q + 2 * kv) / t * A, offload="core_attn"))
+        out.append(Saved("Q, K, V", (q + 2 * kv) / t * d.act, offload="core_attn"))
         o = q
     else:
         q_lora, kv_lora, rope, nope, v = d.mla
         if d.fp8:
             out.append(Saved("kv down input (FP8 copy)", d.hidden / r * lin, offload="qkv_linear"))
-        out += [Saved("q norm input", q_lora / r * A), Saved("q up input", q_lora / r * lin),
-                Saved("kv norm input", kv_lora / r * A), Saved("kv up input", kv_lora / r * lin),
-                Saved("Q, K, V", d.heads * (2 * (nope + rope) + v) / t * A, "mla_up_proj", "core_attn")]
+        out += [Saved("q norm input", q_lora / r * d.act), Saved("q up input", q_lora / r * lin),
+                Saved("kv norm input", kv_lora / r * d.act), Saved("kv up input", kv_lora / r * lin),
+                Saved("Q, K, V", d.heads * (2 * (nope + rope) + v) / t * d.act, "mla_up_proj", "core_attn")]
         o = d.heads * v
     # The attention output is the projection's input: one BF16 tensor (kept when attention is recomputed, since
     # the projection saves it), or in FP8 a BF16 one attention saves plus the projection's FP8 copy.
-    out.append(Saved("attention output", o / t * A, "core_attn" if d.fp8 else "", "core_attn"))
+    out.append(Saved("attention output", o / t * d.act, "core_attn" if d.fp8 else "", "core_attn"))
     if d.scores_keys:  # unfused: the softmax output (2 B), the dropout mask (1 B) and the dropped probabilities (2 B)
-        out.append(Saved("attention scores (unfused)", d.heads / t * d.scores_keys * UNFUSED_SCORE_BYTES, "core_attn",
+        out.append(Saved("attention scores (unfused)", d.heads / t * d.scores_keys * unfused_score_bytes(d), "core_attn",
                          "core_attn"))
     else:
         out.append(Saved("softmax statistics (fp32)", d.heads / t * 4.0, "core_attn", "core_attn"))
@@ -114,12 +123,12 @@ def attention_tensors(d: Dims) -> list[Saved]:
 
 def dense_mlp_tensors(d: Dims, facts: MemoryFacts) -> list[Saved]:
     t, r, lin = d.tp, d.seq_shard, d.linear_input_bytes
-    out = [Saved("mlp_norm input", d.hidden / r * A, offload="mlp_norm"),
+    out = [Saved("mlp_norm input", d.hidden / r * d.act, offload="mlp_norm"),
            Saved("fc1 input (norm output)", d.hidden / r * lin, "mlp" if d.fp8 else "layernorm+mlp", "mlp_norm"),
-           Saved("swiglu input", 2 * d.ffn / t * A, "mlp"),
-           Saved("fc2 input", d.ffn / t * (lin if d.fp8 else A), "mlp")]
+           Saved("swiglu input", 2 * d.ffn / t * d.act, "mlp"),
+           Saved("fc2 input", d.ffn / t * (lin if d.fp8 else d.act), "mlp")]
     if facts.swiglu_saved > 3:
-        out.append(Saved("silu output", (facts.swiglu_saved - 3) * d.ffn / t * A, "mlp"))
+        out.append(Saved("silu output", (facts.swiglu_saved - 3) * d.ffn / t * d.act, "mlp"))
     return out
 
 
@@ -127,18 +136,18 @@ def moe_mlp_tensors(d: Dims) -> list[Saved]:
     """A MoE layer's MLP half (dropless, balanced routing: each rank's experts receive top_k pairs per local token;
     with tp the layer runs sequence parallel, so tokens are split over tp)."""
     t, r, lin, k = d.tp, d.seq_shard, d.linear_input_bytes, d.top_k
-    out = [Saved("mlp_norm input", d.hidden / r * A, offload="mlp_norm"),
-           Saved("router input (norm output)", d.hidden / r * A, "layernorm+moe", "mlp_norm"),
+    out = [Saved("mlp_norm input", d.hidden / r * d.act, offload="mlp_norm"),
+           Saved("router input (norm output)", d.hidden / r * d.act, "layernorm+moe", "mlp_norm"),
            Saved("router scores (fp32)", d.experts / t * 4.0, "moe"),
            Saved("expert fc1 input (permuted tokens)", k * d.hidden / t * lin, "moe", "expert_fc1"),
-           Saved("expert activation input", k * 2 * d.expert_ffn / t * A, "moe", "moe_act"),
-           Saved("expert fc2 input", k * d.expert_ffn / t * (lin if d.fp8 else A), "moe_act+moe", "moe_act"),
-           Saved("unpermute input (expert output)", k * d.hidden / t * A, "moe")]
+           Saved("expert activation input", k * 2 * d.expert_ffn / t * d.act, "moe", "moe_act"),
+           Saved("expert fc2 input", k * d.expert_ffn / t * (lin if d.fp8 else d.act), "moe_act+moe", "moe_act"),
+           Saved("unpermute input (expert output)", k * d.hidden / t * d.act, "moe")]
     if d.shared_ffn:
         if d.fp8:
             out.append(Saved("shared fc1 input (FP8 copy)", d.hidden / r * lin, "shared_experts+moe"))
-        out += [Saved("shared activation input", 2 * d.shared_ffn / t * A, "shared_experts+moe"),
-                Saved("shared fc2 input", d.shared_ffn / t * (lin if d.fp8 else A), "shared_experts+moe")]
+        out += [Saved("shared activation input", 2 * d.shared_ffn / t * d.act, "shared_experts+moe"),
+                Saved("shared fc2 input", d.shared_ffn / t * (lin if d.fp8 else d.act), "shared_experts+moe")]
     return out
 
 
@@ -193,17 +202,17 @@ def op_sac_tensors(d: Dims, moe: bool, compiled: bool = False) -> list[Saved]:
     reads: the output projections' unreduced sums and the reduce-scatters' outputs feed only the residual adds,
     whose backward reads nothing, so they are not kept."""
     r = d.seq_shard
-    out = [Saved("block input", d.hidden / r * A)]
+    out = [Saved("block input", d.hidden / r * d.act)]
     mms = _block_mm_outputs(d, moe)
-    out += [Saved(name, per_token * A) for i, (name, per_token) in enumerate(mms, 1)
+    out += [Saved(name, per_token * d.act) for i, (name, per_token) in enumerate(mms, 1)
             if op_sac_saves_mm(i) and not (compiled and name.endswith("(unreduced)"))]
     o = d.heads * (d.mla[4] if d.mla else d.head_dim)
-    out += [Saved("attention output (SDPA)", o / d.tp * A),
+    out += [Saved("attention output (SDPA)", o / d.tp * d.act),
             Saved("softmax log-sum-exp (fp32)", d.heads / d.tp * 4.0)]
     if d.tp > 1 and not compiled:
-        out += [Saved(f"{half} reduce-scatter output", d.hidden / r * A) for half in ("attention", "mlp")]
+        out += [Saved(f"{half} reduce-scatter output", d.hidden / r * d.act) for half in ("attention", "mlp")]
     if moe and d.ep > 1:
-        out += [Saved(f"{which} tokens (all-to-all output)", d.top_k * d.hidden / d.tp * A)
+        out += [Saved(f"{which} tokens (all-to-all output)", d.top_k * d.hidden / d.tp * d.act)
                 for which in ("dispatched", "combined")]
     return out
 
@@ -217,10 +226,10 @@ def kept(tensors: list[Saved], recompute: frozenset[str], offload: frozenset[str
 def backward_working(d: Dims, moe: bool) -> float:
     """Bytes per token alive only while one layer runs backward: the MLP's activation gradients, and with sequence
     parallelism the all-gathered norm output and the unreduced input gradient (full sequence, BF16)."""
-    gathered = 2 * d.hidden * A if d.seq_shard > 1 else 0.0
+    gathered = 2 * d.hidden * d.act if d.seq_shard > 1 else 0.0
     if moe:
-        return d.top_k * (3 * d.expert_ffn + 2 * d.hidden) / d.tp * A + gathered
-    return 3 * d.ffn / d.tp * A + gathered
+        return d.top_k * (3 * d.expert_ffn + 2 * d.hidden) / d.tp * d.act + gathered
+    return 3 * d.ffn / d.tp * d.act + gathered
 
 
 # Transformer Engine's fused cross-entropy keeps the BF16 logits, overwritten by their gradient in forward.
@@ -234,15 +243,15 @@ COMPILED_LOSS_BYTES = (2.0, 4.0)
 def loss_tensors(d: Dims, facts: MemoryFacts, te_cross_entropy: bool = False, compiled: bool = False) -> list[Saved]:
     """What the last stage keeps for its loss: the final norm's input, the output layer's input, the logits."""
     per_logit = TE_LOSS_BYTES if te_cross_entropy else COMPILED_LOSS_BYTES[0] if compiled else facts.loss_saved_bytes
-    return [Saved("final norm input", d.hidden / d.seq_shard * A),
-            Saved("output layer input", d.hidden / d.seq_shard * A),
+    return [Saved("final norm input", d.hidden / d.seq_shard * d.act),
+            Saved("output layer input", d.hidden / d.seq_shard * d.act),
             Saved("logits (loss)", d.vocab / d.tp * per_logit)]
 
 
 def loss_working(d: Dims, facts: MemoryFacts, te_cross_entropy: bool = False, compiled: bool = False) -> float:
     """Bytes per token alive at the start of the loss's backward beyond what it saved: the logits' gradients, the
     output layer's gathered input and unreduced input gradient."""
-    gathered = 2 * d.hidden * A if d.seq_shard > 1 else 0.0
+    gathered = 2 * d.hidden * d.act if d.seq_shard > 1 else 0.0
     if te_cross_entropy:
         extra = 0.0
     elif compiled:
