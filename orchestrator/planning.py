@@ -181,139 +181,224 @@ def _root_cause(err: Exception) -> str:
     return errors[-1] if errors else lines[-1] if lines else type(err).__name__
 
 
-def run_plan(req: PlanRequest) -> "Report":
-    """Search the plans of `req.spec`, write the report into `req.out`; returns the report."""
-    t0 = time.perf_counter()
-    req.timings["startup_s"] = _since_process_start()
-    import ray
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+@dataclass(frozen=True)
+class _Search:
+    """What the stages before the search decide: the spec resolved, the space, the cluster sizes and the search's
+    options, with the key that identifies it for --resume."""
 
+    spec: WorkloadSpec
+    resolved: Any  # predictor.resolver.Resolved
+    space_name: str
+    space: SpaceConfig
+    sizes: list[WorkloadSpec]
+    options: SearchOptions
+    key: str
+
+
+class _Laps:
+    """The run's phases, each one's seconds in `timings` (the time since the previous lap)."""
+
+    def __init__(self, timings: dict[str, float], start: float) -> None:
+        self.timings, self.last = timings, start
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = now - self.last
+        self.last = now
+
+
+@dataclass
+class _RayUse:
+    """What of Ray the run holds, released once (`close`): the replicas, and Ray itself when the run started it."""
+
+    started: bool
+    pool: Any = None
+    closing: Any = None  # the thread shutting Ray down while the report is made
+
+    def release_pool(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
+
+    def close(self) -> None:
+        import ray
+
+        self.release_pool()
+        if self.closing is not None:
+            self.closing.join()
+        elif self.started:
+            ray.shutdown()
+
+
+def _prepare(req: PlanRequest) -> _Search:
+    """The spec read and resolved, the space and cluster sizes, and the refusals that need no Ray: an unknown
+    framework or predictor, a folder to resume that holds no search or another one, a cluster address nobody answers
+    (before the graph and the plans take their time)."""
     spec = load_spec(req.spec, req.trust_module)
-    resolved = resolve(spec)  # an unknown framework is refused here, before Ray starts
+    resolved = resolve(spec)
     if isinstance(req.predictor, str):
         check_predictor_name(req.predictor)
     space_name, space = resolve_space(spec, req.space)
-    specs = []
+    sizes = []
     for n in req.nodes or [spec.cluster.nodes]:
         try:
-            specs.append(sized_spec(spec, n))
+            sizes.append(sized_spec(spec, n))
         except ValidationError as err:
             raise SpecError(f"{req.spec} on {n} nodes (--nodes): " + "; ".join(e["msg"] for e in err.errors())) from None
     options = SearchOptions(searcher=req.searcher, budget_s=req.budget_s, max_trials=req.max_trials,
                             headroom=req.headroom, resume=req.resume, seed=req.seed)
-    # What identifies the search for --resume, and the refusals that need no Ray: a folder to resume that holds no
-    # search or another one, a cluster address nobody answers (before the graph and the plans take their time).
-    key = repr((spec.model_dump_json(), space_name, space.model_dump_json(), req.predictor, [s.cluster.nodes for s in specs]))
+    key = repr((spec.model_dump_json(), space_name, space.model_dump_json(), req.predictor, [s.cluster.nodes for s in sizes]))
     check_resume(Path(req.out), key, options)
     if req.address is not None:
         check_reachable(req.address)
-    last = [t0]
+    return _Search(spec, resolved, space_name, space, sizes, options, key)
 
-    def lap(name: str) -> None:
-        now = time.perf_counter()
-        req.timings[name] = now - last[0]
-        last[0] = now
 
-    # Enumerating a big space is seconds of Python, and starting Ray seconds of waiting for its processes: the
-    # plans, the graph and the imports come in threads while Ray starts here (its signal handlers need this thread).
-    # Meanwhile a short GIL switch interval: at the default 5 ms, each of Ray's many short waits ends waiting for the
-    # enumerating thread to let go.
+def _start(req: PlanRequest, search: _Search, lap: _Laps) -> tuple[_RayUse, Enumeration, Any]:
+    """Ray started, and meanwhile the plans enumerated, the graph built and the report modules imported.
+
+    Enumerating a big space is seconds of Python, and starting Ray seconds of waiting for its processes: the plans,
+    the graph and the imports come in threads while Ray starts here (its signal handlers need this thread).
+    Meanwhile a short GIL switch interval: at the default 5 ms, each of Ray's many short waits ends waiting for the
+    enumerating thread to let go."""
+    import ray
+
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-4)
     try:
         with ThreadPoolExecutor(3) as ex:
-            enumerating = ex.submit(_timed, req.timings, "enumeration_own_s", _enumerate, specs, space, options)
-            graph_job = ex.submit(_timed, req.timings, "graph_own_s", _graph, spec.model)
+            enumerating = ex.submit(_timed, req.timings, "enumeration_own_s", _enumerate, search.sizes, search.space,
+                                    search.options)
+            graph_job = ex.submit(_timed, req.timings, "graph_own_s", _graph, search.spec.model)
             imports = ex.submit(_timed, req.timings, "report_imports_own_s", _import_report)
-            started = _connect(req.address)
+            use = _RayUse(_connect(req.address))
             lap("ray_init_s")
             try:
                 enumeration = enumerating.result()
                 lap("enumerate_s")
                 if not enumeration.plans:
                     reasons = "; ".join(f"{n}x {r}" for r, n in enumeration.top_reasons(3))
-                    raise SpecError(f"{req.spec}: the space {space_name} has no valid plan ({enumeration.checked} "
-                                    f"candidates rejected; most common: {reasons}); try another --space or relax the "
-                                    "search: section")
+                    raise SpecError(f"{req.spec}: the space {search.space_name} has no valid plan "
+                                    f"({enumeration.checked} candidates rejected; most common: {reasons}); try another "
+                                    "--space or relax the search: section")
                 graph = graph_job.result()
                 imports.result()
             except BaseException:
-                if started:
+                if use.started:
                     ray.shutdown()
                 raise
     finally:
         sys.setswitchinterval(interval)
     lap("graph_wait_s")
+    return use, enumeration, graph
+
+
+def _search(req: PlanRequest, search: _Search, enumeration: Enumeration, graph: Any, use: _RayUse,
+            console: Any) -> tuple[Any, list[dict[str, Any]], float, float]:
+    """The search over the replicas: (its result, the replicas' info, when they were ready, when it ended)."""
+    import ray
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from orchestrator.replicas import ReplicaPool
-    from orchestrator.report import TrainingGoal, build_report, print_report, write_report
-    from orchestrator.lever_search import Repredictor, explore_levers
+
+    # One replica per ~2,000 plans, at most one per CPU: a replica's first plans are its slowest (each new
+    # stage shape is priced once, then memoised), so two split even a few thousand plans' cold start.
+    replicas = req.replicas or min(max(1, int(ray.cluster_resources().get("CPU", 1))),
+                                   -(-len(enumeration.plans) // 2000), 8)
+    use.pool = ReplicaPool.start(req.predictor, search.spec, graph, count=replicas, sizes=search.sizes)
+    # The search starts now and the replicas load meanwhile (Tune's first trial process takes over a second to
+    # boot: a Ray worker, then `import ray.tune`); the first batch waits for them.
+    with ThreadPoolExecutor(1) as ex:
+        ready = ex.submit(_wait_ready, use.pool)
+        with Progress(TextColumn("searching {task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), console=console,
+                      transient=False) as progress:
+            task = progress.add_task(search.space_name, total=len(enumeration.plans), best="-")
+            best = [float("inf")]
+
+            def on_batch(n: int, score: float) -> None:
+                best[0] = min(best[0], score)
+                progress.update(task, advance=n, best=f"{best[0]:.3f} s" if best[0] < 1e6 else "none fits yet")
+
+            result = run_search(enumeration.plans, use.pool, Path(req.out), search.resolved.device.mem_capacity / 2**30,
+                                search.options, key=search.key, on_batch=on_batch)
+        try:
+            infos, ready_at = ready.result()
+        except ray.exceptions.RayActorError as err:
+            raise SearchError(f"the predictor {req.predictor!r} could not be loaded in a replica: "
+                              f"{_root_cause(err)}") from None
+    return result, infos, ready_at, time.perf_counter()
+
+
+def _report(req: PlanRequest, search: _Search, enumeration: Enumeration, result: Any, infos: list[dict[str, Any]],
+            repredictor: Any, use: _RayUse) -> "Report":
+    """The report, built once with what a wider space holds and, with --validate, the measured runs of its best
+    plans (the replicas' CPUs go to those runs)."""
+    from dataclasses import replace
+
+    from orchestrator.report import TrainingGoal, build_report
     from orchestrator.wider_space import best_of_sample
 
+    report = build_report(resolved=search.resolved, spec_path=req.spec,
+                          predictor={"name": infos[0]["predictor"], "accuracy": infos[0].get("accuracy")},
+                          space_name=search.space_name, space=search.space, enumeration=enumeration, result=result,
+                          by=req.rank_by, price=req.price_per_gpu_hour, top_k=req.top_k, sizes=search.sizes,
+                          goal=TrainingGoal(req.train_tokens, req.deadline_days, req.budget_usd),
+                          repredictor=repredictor)
+    checked = time.perf_counter()
+    wider = best_of_sample(report, search.sizes, repredictor, req.seed)  # does the full space hold better plans?
+    req.timings["wider_s"] = time.perf_counter() - checked
+    validation = None
+    if req.validate and report.fits:
+        from orchestrator.validate import validate_top
+
+        use.release_pool()
+        validation = validate_top(report, req.validate, dataset_dir=req.dataset)
+    return replace(report, wider=wider, validation=validation)
+
+
+def _write_timings(req: PlanRequest) -> None:
+    """Where the command's time went, shutdown included (report.json is written before it): read by
+    bench.plan_speed; written atomically."""
+    done_at = Path(req.out) / "timings.json"
+    tmp = done_at.with_name(f".{done_at.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({k: round(v, 3) for k, v in req.timings.items()}, indent=1))
+    os.replace(tmp, done_at)
+
+
+def run_plan(req: PlanRequest) -> "Report":
+    """Search the plans of `req.spec`, write the report into `req.out`; returns the report. The stages: prepare
+    (no Ray), start (Ray, with the plans, the graph and the imports beside it), search, levers, report, write."""
+    t0 = time.perf_counter()
+    req.timings["startup_s"] = _since_process_start()
+    from rich.console import Console
+
+    search = _prepare(req)
+    lap = _Laps(req.timings, t0)
+    use, enumeration, graph = _start(req, search, lap)
+    from orchestrator.lever_search import Repredictor, explore_levers
+    from orchestrator.report import print_report, write_report
+
     console = Console(quiet=not req.show)
-    pool = None
-    closing = None
     try:
-        # One replica per ~2,000 plans, at most one per CPU: a replica's first plans are its slowest (each new
-        # stage shape is priced once, then memoised), so two split even a few thousand plans' cold start.
-        replicas = req.replicas or min(max(1, int(ray.cluster_resources().get("CPU", 1))),
-                                       -(-len(enumeration.plans) // 2000), 8)
-        pool = ReplicaPool.start(req.predictor, spec, graph, count=replicas, sizes=specs)
-        # The search starts now and the replicas load meanwhile (Tune's first trial process takes over a second to
-        # boot: a Ray worker, then `import ray.tune`); the first batch waits for them.
-        with ThreadPoolExecutor(1) as ex:
-            ready = ex.submit(_wait_ready, pool)
-            with Progress(TextColumn("searching {task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), console=console,
-                          transient=False) as progress:
-                task = progress.add_task(space_name, total=len(enumeration.plans), best="-")
-                best = [float("inf")]
-
-                def on_batch(n: int, score: float) -> None:
-                    best[0] = min(best[0], score)
-                    progress.update(task, advance=n, best=f"{best[0]:.3f} s" if best[0] < 1e6 else "none fits yet")
-
-                result = run_search(enumeration.plans, pool, Path(req.out), resolved.device.mem_capacity / 2**30, options,
-                                    key=key, on_batch=on_batch)
-            try:
-                infos, ready_at = ready.result()
-            except ray.exceptions.RayActorError as err:
-                raise SearchError(f"the predictor {req.predictor!r} could not be loaded in a replica: "
-                                  f"{_root_cause(err)}") from None
-        done = time.perf_counter()
-        req.timings["replicas_ready_s"] = ready_at - last[0]  # overlapped with the search's start
+        result, infos, ready_at, done = _search(req, search, enumeration, graph, use, console)
+        req.timings["replicas_ready_s"] = ready_at - lap.last  # overlapped with the search's start
         lap("search_s")
         # Nothing left needs Ray: it shuts down while the report is made. Not after a Tune run, whose objects (a
         # stopped run's above all) this thread may still free, which Ray takes for a use after shutdown and exits.
         if not req.validate and not result.stats["tune"]:
-            pool.shutdown()
-            pool = None
-            if started:
-                closing = shutdown_ray_meanwhile()
+            use.release_pool()
+            if use.started:
+                use.closing = shutdown_ray_meanwhile()
         repredictor = Repredictor(req.predictor, graph, sized_spec)
-        result = explore_levers(result, specs, repredictor)
+        result = explore_levers(result, search.sizes, repredictor)
         lap("levers_s")
         # What the search costs once the predictor can answer (the search's start overlapped the loading).
         after = max(done - ready_at, 1e-9)
-        result.stats["search_after_ready_s"] = round(after, 3)
-        result.stats["plans_per_s_after_ready"] = round(result.stats["evaluated_plans"] / after, 1)
-        result.stats["replicas"] = infos
-        result.stats["timings"] = {k: round(v, 3) for k, v in req.timings.items()}
-        report = build_report(resolved=resolved, spec_path=req.spec,
-                              predictor={"name": infos[0]["predictor"], "accuracy": infos[0].get("accuracy")},
-                              space_name=space_name, space=space, enumeration=enumeration, result=result,
-                              by=req.rank_by, price=req.price_per_gpu_hour, top_k=req.top_k, sizes=specs,
-                              goal=TrainingGoal(req.train_tokens, req.deadline_days, req.budget_usd),
-                              repredictor=repredictor)
-        checked = time.perf_counter()
-        report.wider = best_of_sample(report, specs, repredictor, req.seed)  # does the full space hold better plans?
-        req.timings["wider_s"] = time.perf_counter() - checked
-        if req.validate and report.fits:
-            from orchestrator.validate import validate_top
-
-            pool.shutdown()  # the replicas' CPUs go to the validation runs
-            pool = None
-            report.validation = validate_top(report, req.validate, dataset_dir=req.dataset)
+        result.stats.update(search_after_ready_s=round(after, 3),
+                            plans_per_s_after_ready=round(result.stats["evaluated_plans"] / after, 1), replicas=infos,
+                            timings={k: round(v, 3) for k, v in req.timings.items()})
+        report = _report(req, search, enumeration, result, infos, repredictor, use)
         if req.history:
             from orchestrator.validate import record_top
 
@@ -323,17 +408,8 @@ def run_plan(req: PlanRequest) -> "Report":
         print_report(report, console)
         console.print(f"report: {Path(req.out) / 'report.html'} (and report.json, report.md, launch/)")
     finally:
-        if pool is not None:
-            pool.shutdown()
-        if closing is not None:
-            closing.join()
-        elif started:
-            ray.shutdown()
+        use.close()
     lap("shutdown_s")
     req.timings["total_s"] = time.perf_counter() - t0
-    # Where the command's time went, shutdown included (report.json is written before it): read by bench.plan_speed.
-    done_at = Path(req.out) / "timings.json"
-    tmp = done_at.with_name(f".{done_at.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({k: round(v, 3) for k, v in req.timings.items()}, indent=1))
-    os.replace(tmp, done_at)
+    _write_timings(req)
     return report

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import base64
 import json
 import re
@@ -164,8 +166,8 @@ def test_validation_and_accuracy_appear_in_every_report_file(tmp_path) -> None:
     ok = ValidationResult(best["plan"], "ok", measured_time_s=1.25, predicted_time_s=1.0, peak_memory_gib=[2.0],
                           predicted_memory_gib=2.2)
     oom = ValidationResult(str(report.ranked[1].plan), "oom", detail="CUDA out of memory\nmore")
-    report.validation = {"k": 2, "steps": 3, "warmup": 1, "plans": [ok.to_dict(), oom.to_dict()],
-                            "note": "the measured winner differs"}
+    report = dataclasses.replace(report, validation={"k": 2, "steps": 3, "warmup": 1, "note": "the measured winner differs",
+                                                     "plans": [ok.to_dict(), oom.to_dict()]})
     report.predictor["accuracy"] = {"mape_pct": 11.2, "rows": 109, "source": "vtrain multi"}
     write_report(report, tmp_path)
     html, md = (tmp_path / "report.html").read_text(), (tmp_path / "report.md").read_text()

@@ -77,7 +77,7 @@ def test_the_full_space_is_named_when_it_beats_the_winner() -> None:
     assert wider.iter_time_s < report.ranked[0].iter_time_s * (1 - GAIN)
     assert wider.peak_memory_gib <= report.device.memory_limit_gib
     assert explain(wider.plan, SPEC, load_space("megatron-3d"))  # outside the space searched
-    report.wider = wider
+    report = replace(report, wider=wider)
     (section,) = [s for s in sections(report) if s.key == "wider"]
     assert "--space full" in section.blocks[0] and "faster than this space's winner" in section.blocks[0]
     assert to_json(report)["wider"]["plan"] == str(wider.plan)
@@ -86,5 +86,5 @@ def test_the_full_space_is_named_when_it_beats_the_winner() -> None:
 def test_no_note_within_a_few_percent_or_after_the_full_space() -> None:
     assert check(searched("megatron-3d", headroom=0.1)) is None
     after_full = searched("megatron-3d", headroom=0.8)
-    after_full.space = replace(after_full.space, name="full")
+    after_full = replace(after_full, space=replace(after_full.space, name="full"))
     assert check(after_full) is None

@@ -166,10 +166,10 @@ class Launch:
     notes: list[str]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Report:
-    """Everything a search report says. `validation` is filled after the build, by `--validate K` runs, and `wider`
-    by the check of a wider space."""
+    """Everything a search report says, a value once built: `validation` (the `--validate K` runs) and `wider` (the
+    check of a wider space) come with the build (`orchestrator.planning` builds it with them: `dataclasses.replace`)."""
 
     created: str
     spec_path: str
@@ -197,7 +197,7 @@ class Report:
     launch: Launch | None
     points: Any = None  # orchestrator.report.points.Points, for the plots only
     validation: dict[str, Any] | None = None
-    wider: WiderPlan | None = None  # filled after the build when a wider space holds a better plan
+    wider: WiderPlan | None = None  # where a wider space holds a better plan
 
     @property
     def fits(self) -> bool:
