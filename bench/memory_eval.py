@@ -26,7 +26,7 @@ from bench import common
 from predictor.resolver import get_device
 from predictor.evaluate import bridge_workload
 from predictor.graph_cache import graph_for
-from predictor.memory.accounting import PARTS, RankMemory, rank_memory
+from predictor.memory.accounting import GIB_COLUMNS, RankMemory, rank_memory
 from predictor.frameworks import FRAMEWORKS
 from predictor.memory.facts import GIB
 from predictor.memory.levers import Levers
@@ -140,12 +140,12 @@ def simumax_table(path: Path) -> None:
     res_in = alloc * (1 + in_file_f)
     print(f"## {SIMUMAX}: per-rank peak of the peak stage (GiB), Megatron-Core + TE accounting, no fitted constant "
           f"in allocated")
-    head = " ".join(f"{p[:6]:>7}" for p in PARTS)
+    head = " ".join(f"{p[:6]:>7}" for p in GIB_COLUMNS)
     print(f"{'tp/pp/dp':<9} {'m':>3} {head} {'runtime':>7} | {'alloc':>6} {'meas':>6} {'err':>6} | "
           f"{'res(in)':>7} {'res(cv)':>7} {'meas':>6} {'err in':>7} {'err cv':>7}")
     for j, (r, m) in enumerate(zip(rows, memories)):
         g = m.gib()
-        parts = " ".join(f"{g[p]:>7.2f}" for p in PARTS)
+        parts = " ".join(f"{g[p]:>7.2f}" for p in GIB_COLUMNS)
         print(f"{plans[j]:<9} {int(r['micro_batches']):>3} {parts} {g['runtime']:>7.2f} | {alloc[j]:>6.2f} "
               f"{meas_alloc[j]:>6.2f} {100 * (alloc[j] / meas_alloc[j] - 1):>+5.1f}% | {res_in[j]:>7.2f} "
               f"{res_cv[j]:>7.2f} {meas_res[j]:>6.2f} {100 * (res_in[j] / meas_res[j] - 1):>+6.1f}% "
@@ -165,7 +165,7 @@ def bridge_table(path: Path, headroom_gib: float) -> None:
     print(f"\n## {BRIDGE}: each recipe plan with its recipe's levers against its GPU (GiB; fits: reserved + runtime "
           f"<= capacity - {headroom_gib:g})")
     print(f"{'system':<10} {'model':<21} {'prec':<6} {'plan':<40} {'levers':<44} {'stage':>5} "
-          + " ".join(f"{p[:6]:>7}" for p in PARTS) + f" {'used':>7} {'cap':>6} fits")
+          + " ".join(f"{p[:6]:>7}" for p in GIB_COLUMNS) + f" {'used':>7} {'cap':>6} fits")
     fit = 0
     for r in df.to_dict("records"):
         built = bridge_workload(r)
@@ -181,7 +181,7 @@ def bridge_table(path: Path, headroom_gib: float) -> None:
         fit += m.fits
         short = f"dp={plan.dp},tp={plan.tp},pp={plan.pp},cp={plan.cp},v={plan.v},mbs={plan.mbs},z={plan.zero},ep={plan.ep}"
         print(f"{r['system']:<10} {r['model']:<21} {r['precision']:<6} {short:<40} {_lever_text(levers):<44} "
-              f"{m.peak_stage:>5} " + " ".join(f"{g[p]:>7.1f}" for p in PARTS)
+              f"{m.peak_stage:>5} " + " ".join(f"{g[p]:>7.1f}" for p in GIB_COLUMNS)
               + f" {m.used / GIB:>7.1f} {device.mem_capacity / GIB:>6.1f} {'yes' if m.fits else 'NO'}")
     print(f"recipes predicted to fit with their own levers: {fit}/{len(df)}")
 

@@ -28,9 +28,15 @@ from predictor.muon import muon_params
 from predictor.memory.saved import (Dims, Saved, activation_element_bytes, backward_working, kept, layer_tensors,
                                     loss_tensors, loss_working, op_sac_tensors)
 from predictor.parallel import Layout
+from predictor.prediction import MEMORY_PARTS
 from predictor.workload import WorkloadSpec
 
-PARTS: tuple[str, ...] = ("weights", "grads", "optimizer", "activations", "working", "buffers")
+# One vocabulary of memory parts (`predictor.prediction.MEMORY_PARTS`): the caching allocator holds every part but the
+# runtime's; a rank's activations are its saved tensors plus the backward working set, which `RankMemory` keeps apart.
+ALLOCATED_PARTS: tuple[str, ...] = MEMORY_PARTS[:MEMORY_PARTS.index("runtime")]
+# What `RankMemory.gib` gives per part, the working set beside the saved activations.
+GIB_COLUMNS: tuple[str, ...] = (*ALLOCATED_PARTS[:ALLOCATED_PARTS.index("activations") + 1], "working",
+                                *ALLOCATED_PARTS[ALLOCATED_PARTS.index("activations") + 1:])
 # Bytes per linear parameter of the FP8 weight copies Transformer Engine keeps beside a BF16 weight (weight and
 # transpose; MXFP8: row- and column-wise with E8M0 scales per 32), and of NVFP4's (4-bit with E4M3 per 16).
 FP8_COPY_BYTES: dict[str, float] = {"cs": 2.0, "mx": 2 * (1 + 1 / 32), "fp4": 2 * (0.5 + 1 / 16)}
@@ -38,9 +44,11 @@ FP8_COPY_BYTES: dict[str, float] = {"cs": 2.0, "mx": 2 * (1 + 1 / 32), "fp4": 2 
 
 @dataclass
 class RankMemory:
-    """Bytes per pipeline stage (arrays of length pp) of each part, and the run's fit on its device."""
+    """Bytes per pipeline stage (arrays of length pp) of each allocated part (`ALLOCATED_PARTS`; `activations` the
+    saved tensors only), of the backward working set (`working`), and the run's fit on its device."""
 
     parts: dict[str, np.ndarray]
+    working: np.ndarray
     activations_by_module: list[dict[str, float]]  # per stage: bytes of the saved tensors each lever could act on
     runtime: float
     fragmentation: float
@@ -50,7 +58,8 @@ class RankMemory:
 
     @property
     def allocated(self) -> np.ndarray:
-        return sum(self.parts[p] for p in PARTS)
+        p = self.parts
+        return p["weights"] + p["gradients"] + p["optimizer"] + p["activations"] + self.working + p["buffers"]
 
     @property
     def reserved(self) -> np.ndarray:
@@ -80,7 +89,7 @@ class RankMemory:
     def gib(self, stage: int | None = None) -> dict[str, float]:
         """The parts of one stage (default: the peak's) in GiB, with allocated, reserved and runtime."""
         s = self.peak_stage if stage is None else stage
-        out = {p: float(self.parts[p][s]) / GIB for p in PARTS}
+        out = {p: float(self.parts[p][s] if p in self.parts else self.working[s]) / GIB for p in GIB_COLUMNS}
         out.update(allocated=float(self.allocated[s]) / GIB, reserved=float(self.reserved[s]) / GIB,
                    runtime=self.runtime / GIB)
         return out
@@ -297,9 +306,9 @@ def rank_memory(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: Me
     `activations_by_module` empty unless `by_module`."""
     weights, grads, optimizer = _states(spec, layout, facts, levers)
     acts, working, modules, _ = _activations(spec, graph, layout, facts, levers, by_module)
-    parts = {"weights": weights, "grads": grads, "optimizer": optimizer, "activations": acts, "working": working,
+    parts = {"weights": weights, "gradients": grads, "optimizer": optimizer, "activations": acts,
              "buffers": _buffers(spec, layout, facts, imbalance)}
-    return RankMemory(parts, modules, runtime_bytes(layout, facts),
+    return RankMemory(parts, working, modules, runtime_bytes(layout, facts),
                       facts.fragmentation if fragmentation is None else fragmentation, capacity, headroom)
 
 
@@ -319,5 +328,5 @@ def memory_parts_by_stage(spec: WorkloadSpec, graph: LayerGraph, layout: Layout,
     mem = rank_memory(spec, graph, layout, facts, levers, capacity=0.0, imbalance=imbalance, by_module=False)
     p = mem.parts
     slack = mem.reserved - mem.allocated
-    return np.stack([p["weights"], p["grads"], p["optimizer"], p["activations"] + p["working"], p["buffers"],
+    return np.stack([*(p[name] + mem.working if name == "activations" else p[name] for name in ALLOCATED_PARTS),
                      slack + mem.runtime])
