@@ -3,7 +3,7 @@
 An n-D `DeviceMesh` over the plan's axes (outermost first, from `Plan.rank_order`), then in order:
 tensor and sequence parallelism, activation recomputation, the cut into pipeline chunks (this rank's
 pp·v chunks, looped as torchtitan assigns interleaved stages), data parallelism per ZeRO stage (0: DDP, or
-FSDP2's `replicate` with tp or v > 1; 1: the same + `ZeroRedundancyOptimizer`; 2: FSDP2 without resharding after
+FSDP2's `replicate` with tp, v > 1 or GPipe; 1: the same + `ZeroRedundancyOptimizer`; 2: FSDP2 without resharding after
 forward; 3: with), the sum of tied embedding/head gradients across pipeline stages, and the pipeline
 schedule (`ScheduleGPipe`, `Schedule1F1B`, `ScheduleInterleaved1F1B`). The same code runs on gloo (CPU)
 and NCCL (GPU). `unsupported` names what it cannot run, and the validation refuses those plans.
@@ -186,7 +186,11 @@ def _wrap_dp(chunk: nn.Module, plan: Plan, mesh: Any) -> nn.Module:
 
     if plan.zero >= 2:
         return apply_fsdp(chunk, mesh["dp"], reshard_after_forward=plan.zero == 3)
-    return apply_ddp(chunk, mesh["dp"], composable=plan.tp > 1 or plan.v > 1)
+    # GPipe runs every micro-batch's forward before any backward: DDP's first bucket rebuild then counts each
+    # parameter once per forward and fails (reducer.cpp "rebuilt parameter indices size is not same as original
+    # model parameters size"); 1F1B's one forward before the first backward does not.
+    gpipe = plan.pp > 1 and plan.schedule == "gpipe"
+    return apply_ddp(chunk, mesh["dp"], composable=plan.tp > 1 or plan.v > 1 or gpipe)
 
 
 def _step_fn(plan: Plan, chunks: list[nn.Module], loss_fn: Callable, first: torch.Tensor, labels: torch.Tensor,
