@@ -5,9 +5,8 @@ in its header). Each row is predicted with its plan as torchtitan ran it (`workl
 ranks with torchtitan's default resharding (after forward, no pipeline: zero=3), tensor parallelism with
 sequence-parallel norms, async TP as hidden tp communication, torch.compile as the row says, the row's activation
 checkpointing (a blank one is the
-shipped toml's default, `selective` per op), and its precision as the Transformer Engine recipe of the same scaling
-(float8 tensorwise: per-tensor current scaling; rowwise: the block-scaled FP8 recipe, the nearest in quantisation
-work; MXFP8; NVFP4). Iteration time = global_batch * seq_len / (gpus * tps_per_gpu).
+shipped toml's default, `selective` per op), and its precision as the recipe of the same scaling (float8
+tensorwise: per-tensor current scaling; rowwise: torchao's row-wise recipe; MXFP8; NVFP4). Iteration time = global_batch * seq_len / (gpus * tps_per_gpu).
 
 Nothing is fitted on it: time and memory are first principles and the devices' measured facts (in-file = cross-
 validated). The file's README allows torchtitan constants chosen leave-one-source-out, and none acts as a mechanism
@@ -56,7 +55,7 @@ def precision(value: str) -> tuple[str, str | None]:
     if "tensorwise" in value:
         return "fp8", "current"
     if "rowwise" in value:
-        return "fp8", "blockwise"
+        return "fp8", "rowwise"
     return "bf16", None
 
 

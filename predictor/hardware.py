@@ -266,7 +266,19 @@ RECIPES: dict[str, Recipe] = {
     "blockwise": Recipe("blockwise", "fp8", 1.0, 4 / 128, amax_pass=False, own_columnwise=True),
     "mxfp8": Recipe("mxfp8", "fp8", 1.0, 1 / 32, amax_pass=False, own_columnwise=True),
     "nvfp4": Recipe("nvfp4", "fp4", 0.5, 1 / 16, amax_pass=True, own_columnwise=True),
+    # torchao's row-wise float8 (Float8LinearConfig recipe "rowwise": axiswise E4M3 with a dynamic power-of-two
+    # scale per row, the columnwise operands scaled along the other axis; torch._scaled_mm's row-wise GEMMs). One
+    # fp32 scale per row of thousands of elements: its scale bytes are counted as none.
+    "rowwise": Recipe("rowwise", "fp8", 1.0, 0.0, amax_pass=True, own_columnwise=True),
 }
+# Recipes outside Transformer Engine and the TE recipe whose tensor cores they need: torchao's row-wise float8 runs
+# wherever per-tensor FP8 GEMMs run (torch._scaled_mm on SM 8.9 and later).
+RUNS_WHERE = {"rowwise": "current"}
+
+
+def runs_recipe(name: str, gen: str) -> bool:
+    """Whether generation `gen`'s tensor cores run recipe `name`."""
+    return RUNS_WHERE.get(name, name) in tensor_core_facts(gen)["recipes"]
 
 
 def recipe_kernels(name: str, gen: str) -> Recipe:

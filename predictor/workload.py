@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from predictor.families import (FAMILIES, OPTIONAL_FIELDS, Family, by_hf_model_type, family as family_record,
                                 names as family_names)
-from predictor.hardware import DEVICES, GENERATIONS, RECIPES, tensor_core_facts
+from predictor.hardware import DEVICES, GENERATIONS, RECIPES, runs_recipe, tensor_core_facts
 from predictor.presets import MODEL_PRESETS
 
 # Attribute names used by HuggingFace configs of the supported families, in lookup order.
@@ -367,11 +367,18 @@ class TrainingSpec(_Strict):
     precision: Literal["fp32", "fp16", "bf16", "fp8", "fp4"] = "bf16"
     recipe: Literal[tuple(RECIPE_PRECISION)] | None = Field(
         default=None, description="fp8/fp4: Transformer Engine's scaling recipe (FP8 delayed or current per-tensor "
-                                  "scaling, FP8 block scaling, MXFP8; NVFP4 for fp4); default MXFP8 for fp8 on a "
+                                  "scaling, FP8 block scaling, MXFP8; torchao's row-wise float8, rowwise; NVFP4 for fp4); default MXFP8 for fp8 on a "
                                   "device with block-scaled tensor cores (Blackwell), else current scaling")
     optimizer: Literal["adam", "sgd", "muon"] = Field(
         default="adam", description="adam; sgd (momentum); muon: Muon on the matrices, Adam on the rest (Megatron-Core's "
                                     "muon, its layer-wise distributed dist_muon under zero=1; predictor.muon)")
+    bf16_first_layers: int = Field(
+        default=0, strict=True, ge=0, le=_MAX_LAYERS,
+        description="fp8/fp4: the first N transformer layers run their linears in BF16 (Megatron-Core's "
+                    "--first-last-layers-bf16 --num-layers-at-start-in-bf16, torchtitan's filter_fqns)")
+    bf16_last_layers: int = Field(
+        default=0, strict=True, ge=0, le=_MAX_LAYERS,
+        description="fp8/fp4: the last N transformer layers run their linears in BF16 (--num-layers-at-end-in-bf16)")
     kernels: KernelsSpec | None = Field(default=None, description="framework settings that change the kernels")
     compile: bool | None = Field(
         default=None, description="torch.compile of each transformer block and of the loss (torchtitan's [compile] "
@@ -460,6 +467,18 @@ class WorkloadSpec(_Strict):
     search: dict[str, Any] | None = Field(default=None, description="optional narrowing of the plan search space")
 
     @model_validator(mode="after")
+    def _bf16_layers(self) -> "WorkloadSpec":
+        t = self.training
+        kept = t.bf16_first_layers + t.bf16_last_layers
+        if kept and t.precision not in LOW_PRECISIONS:
+            raise ValueError(f"training.bf16_first_layers/bf16_last_layers keep layers in BF16 out of FP8 or FP4: "
+                             f"training.precision {t.precision!r} runs every layer in it already; remove them")
+        if kept > self.model.num_blocks:
+            raise ValueError(f"training.bf16_first_layers + bf16_last_layers = {kept} exceeds the model's "
+                             f"{self.model.num_blocks} layers")
+        return self
+
+    @model_validator(mode="after")
     def _precision_on_device(self) -> "WorkloadSpec":
         # Refused here rather than priced at another precision's peak later.
         precision, name = self.training.precision, self.cluster.device
@@ -480,7 +499,7 @@ class WorkloadSpec(_Strict):
                 raise ValueError(f"training.recipe {recipe!r} runs {wanted} GEMMs, not {precision}: set "
                                  f"training.precision to {wanted}, or {fix}")
             runs = tensor_core_facts(GENERATIONS[name])["recipes"]
-            if recipe not in runs:
+            if not runs_recipe(recipe, GENERATIONS[name]):
                 raise ValueError(f"training.recipe {recipe!r} needs block-scaled tensor cores (Blackwell); device "
                                  f"{name!r} has none: set training.recipe to one it runs ({', '.join(runs)}) or use a "
                                  f"Blackwell device")

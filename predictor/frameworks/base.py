@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from predictor.frameworks.kernels import KernelChoices, Kernels, kernels_of
+from predictor.hardware import GENERATIONS, default_recipe
 from predictor.memory.facts import MemoryFacts
 from predictor.plan import AXES, DEFAULT_ORDER, OVERLAP_KINDS, RECOMPUTE_MODES, Plan, complete_order, overlap_kinds
 
@@ -290,6 +291,15 @@ def as_run(plan: Plan, framework: Framework, spec: "WorkloadSpec | None" = None)
 def hidden(plan: Plan) -> frozenset[str]:
     """The overlapped kinds of a plan from `as_run` (its overlap is never 'auto')."""
     return overlap_kinds(plan.overlap) or frozenset()
+
+
+def spec_recipe(spec: "WorkloadSpec") -> str | None:
+    """The low-precision recipe the spec trains with: training.recipe, else the device's default (None in BF16/FP32)."""
+    t = spec.training
+    if t.precision not in ("fp8", "fp4"):
+        return None
+    gen = GENERATIONS.get(spec.cluster.device)
+    return t.recipe or (default_recipe(t.precision, gen) if gen else None)
 
 
 def inverse(mapping: dict[Any, Any]) -> dict[Any, Any]:

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from predictor.frameworks import megatron_hybrid as hybrid
 from predictor.frameworks.kernels import ATTENTION_KERNELS, KernelChoices, Kernels, fusion_args, kernels_of, read_fusions
-from predictor.frameworks.base import (LEVERS, Framework, Launch, LaunchTarget, args_text, degree_args, hidden, inverse,
-                                       other_orders, overlap_value, parse_args, read_degrees, recorded_constants)
+from predictor.frameworks.base import (LEVERS, Framework, Launch, LaunchError, LaunchTarget, args_text, degree_args, hidden, inverse,
+                                       other_orders, overlap_value, parse_args, read_degrees, recorded_constants,
+                                       spec_recipe)
 from predictor.hardware import GENERATIONS
 from predictor.memory.facts import MIB, MemoryFacts
 from predictor.plan import OVERLAP_KINDS, Plan, embedding_and_loss_in_split, offloaded, overlap_kinds
@@ -176,9 +177,37 @@ def _muon_errors(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     return errors
 
 
+def _recipe_errors(spec: "WorkloadSpec") -> list[str]:
+    """A recipe Transformer Engine has none of (torchao's row-wise float8): Megatron-LM's --fp8-recipe cannot name it."""
+    recipe = spec_recipe(spec)
+    if recipe is None or recipe in _FP8_RECIPES or recipe == "nvfp4":
+        return []
+    return [f"runs Transformer Engine's recipes ({', '.join(_FP8_RECIPES)}, nvfp4), not torchao's training.recipe "
+            f"{recipe!r}: use current or blockwise, or training.framework torchtitan"]
+
+
+def _bf16_layer_errors(plan: Plan, spec: "WorkloadSpec", recipe: str | None) -> list[str]:
+    """What TransformerConfig (megatron/core/transformer/transformer_config.py `__post_init__`) refuses of the layers
+    kept in BF16: beside delayed scaling, and more at either end than a pipeline rank holds (num_layers // pp)."""
+    t = spec.training
+    if not (t.bf16_first_layers or t.bf16_last_layers):
+        return []
+    errors = []
+    if recipe == "delayed":
+        errors.append("keeps no layer in BF16 under delayed scaling ('Delayed scaling does not support first / last "
+                      "layer in BF16'): use training.recipe current, blockwise or mxfp8")
+    per_rank = spec.model.num_blocks // plan.pp
+    for name, count in (("bf16_first_layers", t.bf16_first_layers), ("bf16_last_layers", t.bf16_last_layers)):
+        if count > per_rank:
+            errors.append(f"keeps at most num_layers // pp = {per_rank} layers in BF16 at each end "
+                          f"(training.{name} {count}): lower it or pp")
+    return errors
+
+
 def _all_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     return (_rules(plan, spec) + _expert_group_errors(plan, spec) + _ep_overlap_errors(plan, spec)
-            + _version_errors(plan, spec) + hybrid.rules(plan, spec) + _muon_errors(plan, spec))
+            + _version_errors(plan, spec) + hybrid.rules(plan, spec) + _muon_errors(plan, spec)
+            + _bf16_layer_errors(plan, spec, spec_recipe(spec)) + _recipe_errors(spec))
 
 
 def _default_overlap(plan: Plan) -> frozenset[str]:
@@ -416,6 +445,10 @@ def megatron_args(plan: Plan, target: LaunchTarget) -> list[str]:
         args += ["--fp8-format", "hybrid", "--fp8-recipe", _FP8_RECIPES[target.recipe_name], "--fp8-param-gather"]
     elif precision == "fp4":
         args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+    first, last = spec.training.bf16_first_layers, spec.training.bf16_last_layers
+    if first or last:  # TransformerConfig.first_last_layers_bf16 (predictor.bf16_layers)
+        args += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(first),
+                 "--num-layers-at-end-in-bf16", str(last)]
     kernels = target.kernels
     return args + _lever_args(plan, kernels.transformer_engine) + kernel_args(kernels)
 
@@ -523,6 +556,11 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
     args = parse_args(shlex.split(text))
     if hybrid.is_hybrid(spec):
         hybrid.read_model(args, spec)
+    kept = (int(args.get("--num-layers-at-start-in-bf16", ["0"])[0]), int(args.get("--num-layers-at-end-in-bf16", ["0"])[0]))
+    if kept != (spec.training.bf16_first_layers, spec.training.bf16_last_layers):
+        raise LaunchError(f"the launch file keeps {kept[0]} first and {kept[1]} last layers in BF16, the spec "
+                          f"{spec.training.bf16_first_layers} and {spec.training.bf16_last_layers} "
+                          f"(training.bf16_first_layers/bf16_last_layers): write the file again from this spec")
     fields = common_fields(args, AXIS_FLAGS, spec)
     strategy = args.get("--data-parallel-sharding-strategy", [None])[0]
     zero = inverse(_SHARDING)[strategy] if "--use-megatron-fsdp" in args else \

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from predictor.frameworks.kernels import KernelChoices, Kernels
 from predictor.frameworks.base import (Framework, Launch, LaunchError, LaunchTarget, hidden, inverse, other_orders, overlap_value,
-                                       read_degrees, recorded_constants)
-from predictor.hardware import GENERATIONS, default_recipe
+                                       read_degrees, recorded_constants, spec_recipe)
+from predictor.bf16_layers import bf16_layer_indices
 from predictor.memory.facts import MIB, MemoryFacts
 from predictor.plan import AXES, OVERLAP_KINDS, Plan, overlap_kinds
 
@@ -67,10 +67,10 @@ def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
                       f"parallelize asserts it: sequence-parallel norms split the sequence over tp, context "
                       f"parallelism into 2*cp chunks), which seq_len={tokens} is not (use a model.seq_len that is a "
                       f"multiple of {divisor}{other})")
-    recipe = _recipe(spec)
+    recipe = spec_recipe(spec)
     if recipe is not None and recipe not in CONVERTERS:
-        errors.append(f"runs float8 as torchao's converters do, dynamic tensorwise scaling (training.recipe current) "
-                      f"or MXFP8 (mxfp8), not training.recipe {recipe} (use current or mxfp8)")
+        errors.append(f"runs float8 as torchao's converters do, dynamic tensorwise scaling (training.recipe current), "
+                      f"row-wise scaling (rowwise) or MXFP8 (mxfp8), not training.recipe {recipe} (use one of them)")
     blocks = _chunk_blocks(plan, spec)
     if plan.recompute_layers and (plan.recompute != "full" or blocks % plan.recompute_layers
                                   or spec.model.num_blocks % (plan.pp * plan.v)):
@@ -263,30 +263,37 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
     par["context_parallel_rotate_method"] = _ROTATE[plan.cp_comm]
     config["activation_checkpoint"] = _checkpointing(plan, spec)
     config["compile"] = {"enable": TORCHTITAN.compiled(plan, spec), "components": ["model", "loss"]}
-    recipe = _recipe(spec)
+    recipe = spec_recipe(spec)
+    skipped = ["output", *kept_fqns(spec)]
     if recipe == "current":
         config["model"]["converters"] = ["quantize.linear.float8"]
-        config["quantize.linear.float8"] = {"filter_fqns": ["output"], "enable_fsdp_float8_all_gather": plan.zero >= 2,
+        config["quantize.linear.float8"] = {"filter_fqns": skipped, "enable_fsdp_float8_all_gather": plan.zero >= 2,
                                             "precompute_float8_dynamic_scale_for_fsdp": plan.zero >= 2}
+    elif recipe == "rowwise":  # Float8LinearConverter refuses a recipe_name beside FSDP float8 all-gathers
+        config["model"]["converters"] = ["quantize.linear.float8"]
+        config["quantize.linear.float8"] = {"filter_fqns": skipped, "recipe_name": _RECIPE_NAMES[recipe]}
     elif recipe == "mxfp8":
         config["model"]["converters"] = ["quantize.linear.mx"]
-        config["quantize.linear.mx"] = {"recipe_name": "mxfp8_cublas", "filter_fqns": ["output"]}
+        config["quantize.linear.mx"] = {"recipe_name": _RECIPE_NAMES[recipe], "filter_fqns": skipped}
     return config
+
+
+def kept_fqns(spec: "WorkloadSpec") -> list[str]:
+    """The converters' filter_fqns that keep the spec's first and last layers in BF16 (`predictor.bf16_layers`): a
+    module is skipped when a filter is a substring of its name (torchtitan/components/quantization/utils.py
+    `module_filter_fn`), and `layers.<i>.` names block i's linears alone."""
+    t = spec.training
+    return [f"layers.{i}." for i in bf16_layer_indices(t.bf16_first_layers, t.bf16_last_layers, spec.model.num_blocks)]
 
 
 # The float8 recipes torchtitan runs through torchao's converters, by the spec's recipe name: dynamic tensorwise
 # scaling (`[quantize.linear.float8]`, torchao.float8: TE's current scaling) and MXFP8 (`[quantize.linear.mx]`,
 # recipe mxfp8_cublas: torchao.prototype.mx_formats); torchao has no delayed or 128-block scaling recipe in them.
-CONVERTERS = {"current": "quantize.linear.float8", "mxfp8": "quantize.linear.mx"}
+CONVERTERS = {"current": "quantize.linear.float8", "rowwise": "quantize.linear.float8", "mxfp8": "quantize.linear.mx"}
+# The converter's recipe_name of each (tensorwise float8 names none).
+_RECIPE_NAMES = {"rowwise": "rowwise", "mxfp8": "mxfp8_cublas"}
 
 
-def _recipe(spec: "WorkloadSpec") -> str | None:
-    """The low-precision recipe the spec trains with: training.recipe, else the device's default (None in BF16/FP32)."""
-    t = spec.training
-    if t.precision not in ("fp8", "fp4"):
-        return None
-    gen = GENERATIONS.get(spec.cluster.device)
-    return t.recipe or (default_recipe(t.precision, gen) if gen else None)
 
 
 def _toml_value(value: Any) -> str:
@@ -354,10 +361,20 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
                 sp=degrees["tp"] > 1, schedule=schedule, v=v, placement="tp-cp-dp-pp",
                 overlap=overlap_value(kinds), cp_comm=inverse(_ROTATE)[par["context_parallel_rotate_method"]])
     converters = config["model"].get("converters", [])
-    if converters != [CONVERTERS[r] for r in (_recipe(spec),) if r in CONVERTERS]:
+    if converters != [CONVERTERS[r] for r in (spec_recipe(spec),) if r in CONVERTERS]:
         raise LaunchError(f"{TOML_FILE} converts its linears with {converters or 'nothing'}, which is not the "
                           f"spec's precision {spec.training.precision} and training.recipe: set them to what the file "
                           f"runs ({', '.join(f'{k} for {v}' for k, v in CONVERTERS.items())}; bf16 for none)")
+    section: Any = config
+    for key in (converters[0].split(".") if converters else []):  # TOML nests [quantize.linear.float8]
+        section = section.get(key, {})
+    if converters and section.get("recipe_name") != _RECIPE_NAMES.get(spec_recipe(spec) or ""):
+        raise LaunchError(f"{TOML_FILE} runs float8 recipe_name {section.get('recipe_name')!r}, not the spec's "
+                          f"training.recipe {spec_recipe(spec)!r}: set training.recipe to what the file runs")
+    if converters and sorted(section.get("filter_fqns", [])) != sorted(["output", *kept_fqns(spec)]):
+        raise LaunchError(f"{TOML_FILE} leaves {section.get('filter_fqns')} out of {converters[0]}, not the output "
+                          f"layer and the spec's BF16 layers (training.bf16_first_layers/bf16_last_layers): write "
+                          f"the file again from this spec")
     if compiled != TORCHTITAN.compiled(plan, spec):
         raise LaunchError(f"{TOML_FILE} sets [compile] enable = {str(compiled).lower()}, but the spec predicts it "
                           f"{'compiled' if not compiled else 'eager'}: set training.compile: "

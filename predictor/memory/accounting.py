@@ -24,6 +24,7 @@ from predictor.layer_graph import LayerGraph
 from predictor.memory import in_flight, saved_per_sample, kv_share, stage_params
 from predictor.memory.facts import GIB, MemoryFacts
 from predictor.memory.levers import Levers
+from predictor.bf16_layers import bf16_blocks_per_rank, per_layer_occurrences
 from predictor.muon import muon_params
 from predictor.memory.saved import (Dims, Saved, activation_element_bytes, backward_working, kept, layer_tensors,
                                     loss_tensors, loss_working, op_sac_tensors)
@@ -161,7 +162,9 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
     plan = layout.plan
     tokens = layout.rank_tokens * plan.mbs  # tokens of one micro-batch on one rank (before tp's sequence split)
     flight = in_flight(layout)
-    if facts.saved == "graph":  # eager modules: the layer graph's per-node saved elements
+    # eager modules, and a `module:` model, which has no dims to build a framework's tensors from: the layer graph's
+    # per-node saved elements
+    if facts.saved == "graph" or spec.model.module is not None:
         unfused = levers.unfused_attention if levers.unfused_attention is not None else facts.saved == "graph"
         keep, one_block = saved_per_sample(layout, "full" if levers.full else ("selective" if levers.recompute
                                            else "none"), not unfused, kv_share(spec))
@@ -260,6 +263,10 @@ def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Leve
         moments = (2.0 if levers.bf16_moments else facts.moment_bytes) * 2
         return (sharded * 4.0 + unsharded_p, sharded * grad_bytes + unsharded_g,
                 sharded * moments * (1 - levers.optimizer_offload))
+    if low:  # the layers kept in BF16 keep BF16 weights and no low-precision copy (predictor.models.bf16_layers)
+        kept = bf16_blocks_per_rank(layout, t.bf16_first_layers, t.bf16_last_layers)
+        gemm_params = gemm_params - kept * ((per_layer_occurrences(layout) * (gemm | layout.nodes.experts))
+                                            @ layout.nodes.params)
     if low and levers.fp8_param_gather:  # the param buffer holds FP8 weights (and their transposes), no BF16 copy
         weights = (psi - gemm_params) * param_bytes + gemm_params * copy
     else:

@@ -14,6 +14,7 @@ from predictor import comm
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import optimizer_bytes_per_param
+from predictor.bf16_layers import bf16_blocks_per_rank, bf16_twin, kept_layers, per_layer_occurrences
 from predictor.models.lowprec import weight_quantisation_s
 from predictor.frameworks import Framework
 from predictor.frameworks.kernels import Kernels
@@ -48,10 +49,11 @@ def compute_parts(resolved: Resolved, graph: LayerGraph, lay: Layout, config: An
     cfg = config.for_device(device)
     kernels = resolved.kernels
     unfused_f, unfused_b = unfused_passes(nodes, plan.mbs, kernels, lay.act_bytes, device.mem_bandwidth * cfg.bw_eff)
-    fwd, bwd = fwd + unfused_f, bwd + unfused_b
     again = recomputed_forward(graph, lay, op_sac(plan, resolved.framework))  # forwards backward repeats
-    t_f = counts @ fwd
-    t_b = counts @ bwd + again @ fwd
+    kept_f, kept_b = _bf16_layers_extra(resolved, graph, lay, config, fwd, bwd, again)
+    fwd, bwd = fwd + unfused_f, bwd + unfused_b
+    t_f = counts @ fwd + kept_f
+    t_b = counts @ bwd + again @ fwd + kept_b
     attention = counts[:, nodes.attention] @ (fwd + bwd)[nodes.attention]
     attention_all = attention + again[:, nodes.attention] @ fwd[nodes.attention]
     fallback = resolved.softmax_fallback
@@ -68,6 +70,23 @@ def compute_parts(resolved: Resolved, graph: LayerGraph, lay: Layout, config: An
     sync_b = sync_f * 2 + again @ (nodes.experts * nodes.gemm_batch) * cfg.expert_host_s
     calls = tp_calls(lay) * call_costs(cfg, device)[0] if plan.tp > 1 else np.zeros_like(t_f)
     return np.stack([t_f, t_b, host_f, host_b, sync_f, sync_b, attention, attention_all, calls])
+
+
+def _bf16_layers_extra(resolved: Resolved, graph: LayerGraph, lay: Layout, config: AnalyticalConfig, fwd: np.ndarray,
+                       bwd: np.ndarray, again: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds per pipeline rank that the layers kept in BF16 add to an FP8/FP4 run
+    (`predictor.models.bf16_layers`): their nodes at BF16's cost instead of the recipe's, recomputed forwards too."""
+    first, last = kept_layers(resolved)
+    if not (first or last):
+        return np.zeros(lay.plan.pp), np.zeros(lay.plan.pp)
+    plan = lay.plan
+    hp_f, hp_b = layer_times(bf16_twin(resolved), graph, plan.tp, plan.sp, plan.mbs, config, cp=plan.cp, ep=plan.ep)
+    per_layer = per_layer_occurrences(lay)
+    kept = bf16_blocks_per_rank(lay, first, last)
+    d_f, d_b = per_layer @ (hp_f - fwd), per_layer @ (hp_b - bwd)
+    rep = lay.nodes.repeated
+    redo = again[:, rep].sum(axis=1) / np.maximum(lay.stage_counts[:, rep].sum(axis=1), 1.0)
+    return kept * d_f, kept * (d_b + redo * d_f)
 
 
 # Bytes per weight element an unfused gradient accumulation adds per micro-batch: the weight-gradient GEMM's BF16
