@@ -142,6 +142,9 @@ def resolve(spec: WorkloadSpec, device: Device | None = None) -> Resolved:
                         f"{', '.join(framework.versions) or 'no release (it writes no launch file)'}; use one of "
                         f"those or leave it out")
     errors = kernel_errors(spec, framework.kernels, framework.title)
+    if spec.training.lora_rank and not framework.lora:
+        errors.append(f"training.lora_rank: {framework.title}'s LoRA is not priced; LoRA is priced as Megatron-Bridge "
+                      f"runs it on Megatron-Core (training.framework megatron)")
     if spec.training.optimizer not in framework.optimizers:
         errors.append(f"training.optimizer {spec.training.optimizer!r}: {framework.title} runs "
                       f"{', '.join(framework.optimizers)}; set training.framework to one that runs it (Muon: megatron)")

@@ -372,6 +372,10 @@ class TrainingSpec(_Strict):
     optimizer: Literal["adam", "sgd", "muon"] = Field(
         default="adam", description="adam; sgd (momentum); muon: Muon on the matrices, Adam on the rest (Megatron-Core's "
                                     "muon, its layer-wise distributed dist_muon under zero=1; predictor.muon)")
+    lora_rank: int | None = Field(
+        default=None, strict=True, gt=0, le=_MAX_WIDTH,
+        description="LoRA fine-tuning: adapters of this rank on every block linear, the base model frozen "
+                    "(Megatron-Bridge's PEFT LoRA; predictor.lora); default: every weight trains")
     bf16_first_layers: int = Field(
         default=0, strict=True, ge=0, le=_MAX_LAYERS,
         description="fp8/fp4: the first N transformer layers run their linears in BF16 (Megatron-Core's "

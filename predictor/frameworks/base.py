@@ -187,6 +187,8 @@ class Framework:
     compiles_by_default: Callable[[Plan, "WorkloadSpec"], bool] | None = None
     # The optimizers (`training.optimizer`) it runs.
     optimizers: tuple[str, ...] = ("adam", "sgd")
+    # Whether ScaleDL prices LoRA fine-tuning (`training.lora_rank`, `predictor.lora`) as it runs it.
+    lora: bool = False
 
     @property
     def version(self) -> str:

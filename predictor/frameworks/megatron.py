@@ -204,10 +204,19 @@ def _bf16_layer_errors(plan: Plan, spec: "WorkloadSpec", recipe: str | None) -> 
     return errors
 
 
+def _lora_errors(plan: Plan, spec: "WorkloadSpec") -> list[str]:
+    """LoRA is priced with the frozen base replicated over data parallelism (Megatron-Bridge's PEFT recipes run the
+    distributed optimizer over the adapters alone), not under Megatron-FSDP."""
+    if spec.training.lora_rank and plan.zero >= 2:
+        return [f"prices LoRA with the frozen base whole on every data-parallel rank: use zero=0 or 1, not "
+                f"zero={plan.zero}"]
+    return []
+
+
 def _all_rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     return (_rules(plan, spec) + _expert_group_errors(plan, spec) + _ep_overlap_errors(plan, spec)
             + _version_errors(plan, spec) + hybrid.rules(plan, spec) + _muon_errors(plan, spec)
-            + _bf16_layer_errors(plan, spec, spec_recipe(spec)) + _recipe_errors(spec))
+            + _bf16_layer_errors(plan, spec, spec_recipe(spec)) + _recipe_errors(spec) + _lora_errors(plan, spec))
 
 
 def _default_overlap(plan: Plan) -> frozenset[str]:
@@ -543,6 +552,9 @@ def _model_errors(spec: "WorkloadSpec") -> list[str]:
     no flag adds the post-attention and post-MLP RMSNorms or Gemma 2's logit soft-capping. Megatron-Bridge's Gemma model providers build them with
     their own layer specs, so the prediction stands; a pretrain_gpt.py launch would train another model."""
     m = spec.model
+    if spec.training.lora_rank:
+        return ["Megatron-LM's pretrain_gpt.py has no LoRA: run training.lora_rank with Megatron-Bridge's PEFT LoRA "
+                "(megatron.bridge.peft.lora.LoRA, dim = lora_rank) over these parallel settings"]
     if hybrid.is_hybrid(spec):
         return hybrid.model_errors(spec)
     parts = m.family_entry.extra_parts if m.family_entry is not None else ()
@@ -596,6 +608,6 @@ MEGATRON = Framework(NAME, "Megatron-Core", _all_rules, _default_overlap, frozen
                      precisions=("fp32", "fp16", "bf16", "fp8", "fp4"), memory=MEMORY, space=SPACE, axes=AXIS_FLAGS,
                      constants=recorded_constants(NAME), launch=Launch(ARGS_FILE, _write, _read, _model_errors, read_kernel_args,
                                    architectures=hybrid.MODEL_TYPES),
-                     optimizers=("adam", "sgd", "muon"),
+                     optimizers=("adam", "sgd", "muon"), lora=True,
                      never={"schedule": ("gpipe",), "orders": other_orders(ORDERS)}, recompute_modules=True,
                      levers=frozenset(LEVERS), kernels=KERNELS, versions=VERSIONS)

@@ -25,6 +25,7 @@ from predictor.memory import in_flight, saved_per_sample, kv_share, stage_params
 from predictor.memory.facts import GIB, MemoryFacts
 from predictor.memory.levers import Levers
 from predictor.bf16_layers import bf16_blocks_per_rank, per_layer_occurrences
+from predictor.lora import trainable_params
 from predictor.muon import muon_params
 from predictor.memory.saved import (Dims, Saved, activation_element_bytes, backward_working, kept, layer_tensors,
                                     loss_tensors, loss_working, op_sac_tensors)
@@ -263,7 +264,7 @@ def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Leve
         moments = (2.0 if levers.bf16_moments else facts.moment_bytes) * 2
         return (sharded * 4.0 + unsharded_p, sharded * grad_bytes + unsharded_g,
                 sharded * moments * (1 - levers.optimizer_offload))
-    if low:  # the layers kept in BF16 keep BF16 weights and no low-precision copy (predictor.models.bf16_layers)
+    if low:  # the layers kept in BF16 keep BF16 weights and no low-precision copy (predictor.bf16_layers)
         kept = bf16_blocks_per_rank(layout, t.bf16_first_layers, t.bf16_last_layers)
         gemm_params = gemm_params - kept * ((per_layer_occurrences(layout) * (gemm | layout.nodes.experts))
                                             @ layout.nodes.params)
@@ -279,6 +280,11 @@ def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Leve
     if facts.fp32_grad_partition and plan.zero in (1, 2):  # the fp32 gradient partition the step reads
         grads = grads + shard(1) * 4.0
     moments = 2.0 if levers.bf16_moments else facts.moment_bytes
+    if t.lora_rank:  # the frozen base keeps its BF16 weights alone; the adapters train (predictor.lora)
+        adapters, _ = trainable_params(layout, t.lora_rank)
+        trained = adapters if plan.zero < 1 else adapters / dense_dp
+        return (weights + adapters * param_bytes, (adapters if plan.zero < 2 else adapters / dense_dp) * grad_bytes,
+                trained * (facts.master_bytes + 2 * moments))
     optimizer = shard(1) * (facts.master_bytes + 2 * moments) * (1 - levers.optimizer_offload)
     if t.optimizer == "muon":  # one momentum, not Adam's two, on the matrices Muon steps (predictor.muon)
         mu, mu_exp = muon_params(layout)

@@ -22,6 +22,7 @@ from predictor.frameworks import Framework
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import GIB, buffer_bytes, in_flight, kv_share, model_state_bytes, saved_per_sample, stage_params
+from predictor.lora import trainable_params
 from predictor.memory.accounting import memory_parts_by_stage, offloaded_bytes
 from predictor.memory.levers import Levers, levers_of
 from predictor.models import overlap
@@ -164,8 +165,9 @@ class PlanPieces:
 
     def _psi(self, sharding: tuple, lay: Layout) -> tuple[np.ndarray, np.ndarray]:
         hit = self.psi.get(sharding)
-        if hit is None:
-            hit = self.psi[sharding] = stage_params(lay)
+        if hit is None:  # the parameters that train: LoRA's adapters alone (predictor.lora), else all
+            rank = self.spec.training.lora_rank
+            hit = self.psi[sharding] = trainable_params(lay, rank) if rank else stage_params(lay)
         return hit
 
     def _dp_row(self, sharding: tuple, lay: Layout, m: int) -> tuple[float, ...]:

@@ -21,6 +21,7 @@ from predictor.frameworks.kernels import Kernels
 from predictor.models.roofline import (HOST_OPS, AnalyticalConfig, call_costs, gemm_efficiency, layer_times,
                                       softmax_fallbacks)
 from predictor.memory.levers import op_sac_recomputed, recomputed_nodes
+from predictor.lora import adapted, frozen_backward
 from predictor.moe import alltoall
 from predictor.muon import NS_STEPS, newton_schulz_flops, newton_schulz_shapes
 from predictor.parallel import Layout
@@ -51,6 +52,10 @@ def compute_parts(resolved: Resolved, graph: LayerGraph, lay: Layout, config: An
     unfused_f, unfused_b = unfused_passes(nodes, plan.mbs, kernels, lay.act_bytes, device.mem_bandwidth * cfg.bw_eff)
     again = recomputed_forward(graph, lay, op_sac(plan, resolved.framework))  # forwards backward repeats
     kept_f, kept_b = _bf16_layers_extra(resolved, graph, lay, config, fwd, bwd, again)
+    rank = resolved.spec.training.lora_rank
+    if rank:  # the base frozen, the adapters' GEMMs beside each block linear (predictor.lora)
+        lora_f, lora_b = adapter_times(nodes, plan.mbs, rank, device, cfg)
+        fwd, bwd = fwd + lora_f, frozen_backward(nodes, fwd, bwd) + lora_b
     fwd, bwd = fwd + unfused_f, bwd + unfused_b
     t_f = counts @ fwd + kept_f
     t_b = counts @ bwd + again @ fwd + kept_b
@@ -70,6 +75,19 @@ def compute_parts(resolved: Resolved, graph: LayerGraph, lay: Layout, config: An
     sync_b = sync_f * 2 + again @ (nodes.experts * nodes.gemm_batch) * cfg.expert_host_s
     calls = tp_calls(lay) * call_costs(cfg, device)[0] if plan.tp > 1 else np.zeros_like(t_f)
     return np.stack([t_f, t_b, host_f, host_b, sync_f, sync_b, attention, attention_all, calls])
+
+
+def adapter_times(nodes, mbs: int, rank: int, device: Device, cfg: AnalyticalConfig
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds per node of LoRA's adapters (`predictor.lora`): x·A (m x k · k x r) and (x·A)·B
+    (m x r · r x n), at BF16 peak and the roofline's efficiency for those skinny shapes, plus a launch each;
+    backward runs each GEMM twice (dgrad and wgrad)."""
+    m, k, n = nodes.gemm_m * mbs, nodes.gemm_k, nodes.gemm_n
+    peak = device.flops("bf16")
+    down = 2 * m * k * rank / (peak * np.maximum(gemm_efficiency(m, rank, k, 1, cfg), 1e-6))
+    up = 2 * m * rank * n / (peak * np.maximum(gemm_efficiency(m, n, rank, 1, cfg), 1e-6))
+    fwd = np.where(adapted(nodes), down + up + 2 * cfg.launch_s, 0.0)
+    return fwd, 2 * fwd
 
 
 def _bf16_layers_extra(resolved: Resolved, graph: LayerGraph, lay: Layout, config: AnalyticalConfig, fwd: np.ndarray,
