@@ -10,14 +10,12 @@ without the recipe's quantisation passes and keep no low-precision weight copy.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.parallel import Layout
-    from predictor.resolver import Resolved
 
 
 def bf16_layer_indices(first: int, last: int, blocks: int) -> list[int]:
@@ -39,17 +37,3 @@ def per_layer_occurrences(lay: "Layout") -> np.ndarray:
     """Occurrences of each node in one transformer layer (0 outside the repeated blocks)."""
     blocks = max(float(lay.blocks_per_stage.sum()), 1.0)
     return np.where(lay.nodes.repeated, lay.stage_counts.sum(axis=0) / blocks, 0.0)
-
-
-def bf16_twin(resolved: "Resolved") -> "Resolved":
-    """The resolved spec with its linears in BF16: what a kept layer's nodes cost."""
-    spec = resolved.spec
-    training = spec.training.model_copy(update={"precision": "bf16", "recipe": None, "bf16_first_layers": 0,
-                                                "bf16_last_layers": 0})
-    return replace(resolved, spec=spec.model_copy(update={"training": training}), recipe=None, recipe_name=None)
-
-
-def kept_layers(resolved: "Resolved") -> tuple[int, int]:
-    """(first, last) layers the spec keeps in BF16; (0, 0) outside FP8/FP4."""
-    t = resolved.spec.training
-    return (t.bf16_first_layers, t.bf16_last_layers) if resolved.recipe is not None else (0, 0)

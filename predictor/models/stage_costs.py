@@ -8,13 +8,15 @@ each depends on, then combines over all plans of a batch.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from predictor import comm
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import optimizer_bytes_per_param
-from predictor.bf16_layers import bf16_blocks_per_rank, bf16_twin, kept_layers, per_layer_occurrences
+from predictor.bf16_layers import bf16_blocks_per_rank, per_layer_occurrences
 from predictor.models.lowprec import weight_quantisation_s
 from predictor.frameworks import Framework
 from predictor.frameworks.kernels import Kernels
@@ -88,6 +90,20 @@ def adapter_times(nodes, mbs: int, rank: int, device: Device, cfg: AnalyticalCon
     up = 2 * m * rank * n / (peak * np.maximum(gemm_efficiency(m, n, rank, 1, cfg), 1e-6))
     fwd = np.where(adapted(nodes), down + up + 2 * cfg.launch_s, 0.0)
     return fwd, 2 * fwd
+
+
+def bf16_twin(resolved: Resolved) -> Resolved:
+    """The resolved spec with its linears in BF16: what a kept layer's nodes cost."""
+    spec = resolved.spec
+    training = spec.training.model_copy(update={"precision": "bf16", "recipe": None, "bf16_first_layers": 0,
+                                                "bf16_last_layers": 0})
+    return replace(resolved, spec=spec.model_copy(update={"training": training}), recipe=None, recipe_name=None)
+
+
+def kept_layers(resolved: Resolved) -> tuple[int, int]:
+    """(first, last) layers the spec keeps in BF16; (0, 0) outside FP8/FP4."""
+    t = resolved.spec.training
+    return (t.bf16_first_layers, t.bf16_last_layers) if resolved.recipe is not None else (0, 0)
 
 
 def _bf16_layers_extra(resolved: Resolved, graph: LayerGraph, lay: Layout, config: AnalyticalConfig, fwd: np.ndarray,
