@@ -36,6 +36,10 @@ def launch_files(plan: Plan, resolved: Resolved, checked: bool = False) -> dict[
         errors.append(f"{framework.title} has no launch file: `scaledl plan --validate` runs plans in it")
     else:
         errors += framework.launch.model_errors(spec)
+    if spec.training.document_tokens is not None:
+        errors.append(f"training.document_tokens: {framework.title}'s launch file as ScaleDL writes it does not pack "
+                      f"documents; Megatron-Bridge's packed-sequence fine-tuning (packed_sequence_specs, THD "
+                      f"cu_seqlens) runs them")
     if spec.model.module is not None:
         errors.append(f"model.module {spec.model.module!r} is a PyTorch module: only ScaleDL's runner launches it")
     spelled = framework.launch is not None and spec.model.hf_config is not None and \

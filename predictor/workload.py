@@ -376,6 +376,10 @@ class TrainingSpec(_Strict):
         default=None, strict=True, gt=0, le=_MAX_WIDTH,
         description="LoRA fine-tuning: adapters of this rank on every block linear, the base model frozen "
                     "(Megatron-Bridge's PEFT LoRA; predictor.lora); default: every weight trains")
+    document_tokens: int | None = Field(
+        default=None, strict=True, gt=0, le=_MAX_TOKENS,
+        description="packed sequences (SFT): documents of about this many tokens packed into each sequence, attention "
+                    "within each (a variable-length fused kernel); default: one document per sequence")
     bf16_first_layers: int = Field(
         default=0, strict=True, ge=0, le=_MAX_LAYERS,
         description="fp8/fp4: the first N transformer layers run their linears in BF16 (Megatron-Core's "

@@ -248,17 +248,22 @@ HALF_PRECISIONS: tuple[str, ...] = ("bf16", "fp16")
 CAUSAL_FUSED_WORK = 0.5
 
 
-def sliding_window_work(model: ModelSpec) -> float:
+def sliding_window_work(model: ModelSpec, document: int | None = None) -> float:
     """The share of full causal attention work a fused kernel does over the model's layers: a local layer's query
     sees at most `sliding_window` keys, so of the s²/2 causal tiles it computes the band s·w − w²/2
-    (FlashAttention's window_size skips the rest); global layers do all of theirs. One mean over the layers: every
-    pipeline stage is priced with the model's mix of local and global layers. Unfused attention computes the whole
-    masked s×s product whatever the window, so this applies to fused kernels only."""
+    (FlashAttention's window_size skips the rest); global layers do all of theirs. Packed documents of `document`
+    tokens (`training.document_tokens`; a variable-length kernel over cu_seqlens) attend within each document: s/d
+    documents of d²/2 tiles (of the band d·w − w²/2 on a local layer). One mean over the layers: every pipeline
+    stage is priced with the model's mix of local and global layers. Unfused attention computes the whole masked
+    s×s product whatever the window, so this applies to fused kernels only."""
     s, w, local = model.tokens, model.sliding_window, model.local_layers
-    if not local or not s or w is None or w >= s:
+    if not s:
         return 1.0
-    band = 2 * (w / s) - (w / s) ** 2
-    return (model.layers - local + local * band) / model.layers
+    d = min(document or s, s)
+    if not local or w is None or w >= d:
+        return d / s
+    band = (2 * w - w * w / d) / s
+    return ((model.layers - local) * d / s + local * band) / model.layers
 
 
 def layer_times(resolved: Resolved, graph: LayerGraph, tp: int, sp: bool, mbs: int, cfg: AnalyticalConfig | None = None,
@@ -277,7 +282,8 @@ def layer_times(resolved: Resolved, graph: LayerGraph, tp: int, sp: bool, mbs: i
     # a framework whose gemm_eff_max was fitted on the generation keeps the curve it was fitted with
     grid = not framework.fitted_on(resolved.generation, device.name)
     key = (id(graph), tp, sp, mbs, tuple(sorted(degrees.items())), device.name, device.flops(prec),
-           device.mem_bandwidth, prec, recipe, cfg, fused, fallback, curves and curves.how, grid)
+           device.mem_bandwidth, prec, recipe, cfg, fused, fallback, curves and curves.how, grid,
+           spec.training.document_tokens)
     hit = _TIME_CACHE.get(key)
     if hit is not None and hit[0]() is graph:
         return hit[1]
@@ -349,7 +355,7 @@ def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, fallback, degrees
     linear = cfg.linear_eff_max(prec) / cfg.gemm_eff_max
     eff = (gemm_efficiency(m, nodes.gemm_n, nodes.gemm_k, batch, cfg, sms) * np.where(nodes.attention, 1.0, linear)
            * np.where(nodes.experts, cfg.grouped_gemm_eff, 1.0))
-    causal = CAUSAL_FUSED_WORK * sliding_window_work(spec.model)
+    causal = CAUSAL_FUSED_WORK * sliding_window_work(spec.model, spec.training.document_tokens)
     work = np.where(nodes.attention & fused & spec.model.decoder, causal, 1.0)
     fwd_f = nodes.fwd_flops * mbs * work
     bwd_f = nodes.bwd_flops * mbs * work
