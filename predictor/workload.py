@@ -517,6 +517,11 @@ class WorkloadSpec(_Strict):
 def _dims_from_hf(config: Any) -> dict[str, Any]:
     if not isinstance(config, dict) or "model_type" not in config:
         raise ValueError(_NOT_A_CONFIG)
+    if config.get("num_nextn_predict_layers"):  # DeepSeek's config field; its transformers models build no MTP
+        raise ValueError(f"hf_config.num_nextn_predict_layers {config['num_nextn_predict_layers']!r}: the transformers "
+                         f"model builds no multi-token prediction layers from it, so they would go unpriced; remove "
+                         f"it, or give a DeepSeek-V3-shaped model as family deepseek_v3 (or preset deepseek-v3) with "
+                         f"mtp_layers")
     model_type = config["model_type"]
     fam = by_hf_model_type(model_type)
     if fam is not None:  # the family's dims from the config given, its defaults filled in where it gives none

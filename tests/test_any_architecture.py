@@ -73,6 +73,12 @@ def test_dense_reference_experts_are_priced_as_dispatched() -> None:
     assert experts.attrs["d_ffn"] == 8192 and rows == pytest.approx(graph.tokens * 1 / 16, rel=0.01)
 
 
+def test_a_config_field_no_model_builds_is_refused() -> None:
+    with pytest.raises(SpecError, match="hf_config.num_nextn_predict_layers 1: the transformers model builds no"):
+        parse_spec({"model": {"hf_config": {"model_type": "deepseek_v3", "num_nextn_predict_layers": 1},
+                              "seq_len": 4096}, "training": {"global_batch": 8}, "cluster": {"device": "h100"}})
+
+
 def test_an_unknown_model_type_and_missing_dims_name_the_field() -> None:
     with pytest.raises(SpecError, match="hf_config.model_type 'no_such_model'"):
         parse_spec({"model": {"hf_config": {"model_type": "no_such_model"}}, "training": {"global_batch": 8},
