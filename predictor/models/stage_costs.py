@@ -26,7 +26,7 @@ from predictor.memory.levers import op_sac_recomputed, recomputed_nodes
 from predictor.lora import adapted, frozen_backward
 from predictor.moe import alltoall
 from predictor.muon import NS_STEPS, newton_schulz_flops, newton_schulz_shapes
-from predictor.parallel import Layout
+from predictor.parallel import Layout, ShardedNodes
 from predictor.plan import Plan, nvlink_domain, recompute_modules
 from predictor.resolver import Resolved
 from predictor.workload import WorkloadSpec
@@ -79,7 +79,7 @@ def compute_parts(resolved: Resolved, graph: LayerGraph, lay: Layout, config: An
     return np.stack([t_f, t_b, host_f, host_b, sync_f, sync_b, attention, attention_all, calls])
 
 
-def adapter_times(nodes, mbs: int, rank: int, device: Device, cfg: AnalyticalConfig
+def adapter_times(nodes: ShardedNodes, mbs: int, rank: int, device: Device, cfg: AnalyticalConfig
                   ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds per node of LoRA's adapters (`predictor.lora`): x·A (m x k · k x r) and (x·A)·B
     (m x r · r x n), at BF16 peak and the roofline's efficiency for those skinny shapes, plus a launch each;
@@ -109,7 +109,7 @@ def kept_layers(resolved: Resolved) -> tuple[int, int]:
 def _bf16_layers_extra(resolved: Resolved, graph: LayerGraph, lay: Layout, config: AnalyticalConfig, fwd: np.ndarray,
                        bwd: np.ndarray, again: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds per pipeline rank that the layers kept in BF16 add to an FP8/FP4 run
-    (`predictor.models.bf16_layers`): their nodes at BF16's cost instead of the recipe's, recomputed forwards too."""
+    (`predictor.bf16_layers`): their nodes at BF16's cost instead of the recipe's, recomputed forwards too."""
     first, last = kept_layers(resolved)
     if not (first or last):
         return np.zeros(lay.plan.pp), np.zeros(lay.plan.pp)
