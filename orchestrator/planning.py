@@ -20,7 +20,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pydantic import ValidationError
 
@@ -29,7 +29,8 @@ from orchestrator.cluster_address import check_reachable
 from orchestrator.search import SearchError, check_resume, choose_searcher, run_search, uses_tune
 from orchestrator.search_types import SearchOptions
 from predictor.memory.facts import HEADROOM
-from predictor.models.registry import check_predictor_name
+from predictor.models.base import Dominated
+from predictor.models.registry import check_predictor_name, dominated_values
 from predictor.resolver import resolve
 from predictor.workload import SpecError, load_spec
 from predictor.workload import WorkloadSpec
@@ -77,9 +78,10 @@ def sized_spec(spec: WorkloadSpec, nodes: int) -> WorkloadSpec:
     return spec.model_copy(update={"cluster": cluster})
 
 
-def enumerate_sizes(specs: list[WorkloadSpec], space: SpaceConfig) -> Enumeration:
-    """The valid plans of every cluster size, concatenated (size by size), with the rejections summed."""
-    parts = [enumerate_plans(s, space) for s in specs]
+def enumerate_sizes(specs: list[WorkloadSpec], space: SpaceConfig, dominated: Sequence[Dominated] = ()) -> Enumeration:
+    """The valid plans of every cluster size, concatenated (size by size), with the rejections summed; less the plans
+    the predictor's `dominated` rules leave out."""
+    parts = [enumerate_plans(s, space, dominated) for s in specs]
     rejected: Counter[str] = Counter()
     pruned: Counter[str] = Counter()
     for part in parts:
@@ -129,10 +131,11 @@ def _graph(model: Any) -> Any:
     return graph_for(model)
 
 
-def _enumerate(specs: list[WorkloadSpec], space: SpaceConfig, options: SearchOptions) -> Enumeration:
-    """The valid plans of every size; then, should the search of them run Ray Tune, its import (seconds), here while
-    Ray starts."""
-    enumeration = enumerate_sizes(specs, space)
+def _enumerate(specs: list[WorkloadSpec], space: SpaceConfig, options: SearchOptions,
+               dominated: Sequence[Dominated]) -> Enumeration:
+    """The valid plans of every size (less those the predictor's `dominated` rules leave out); then, should the search
+    of them run Ray Tune, its import (seconds), here while Ray starts."""
+    enumeration = enumerate_sizes(specs, space, dominated)
     n = len(enumeration.plans)
     if n and uses_tune(choose_searcher(options.searcher, n, options.exhaustive_limit), n, options):
         import orchestrator.tune_search  # noqa: F401
@@ -193,6 +196,7 @@ class _Search:
     sizes: list[WorkloadSpec]
     options: SearchOptions
     key: str
+    dominated: tuple[Dominated, ...]  # the predictor's: plan values the search leaves out unpriced
 
 
 class _Laps:
@@ -238,6 +242,9 @@ def _prepare(req: PlanRequest) -> _Search:
     resolved = resolve(spec)
     if isinstance(req.predictor, str):
         check_predictor_name(req.predictor)
+        dominated = dominated_values(req.predictor, spec.cluster.device, resolved.device.model)
+    else:
+        dominated = req.predictor.dominated
     space_name, space = resolve_space(spec, req.space)
     sizes = []
     for n in req.nodes or [spec.cluster.nodes]:
@@ -251,7 +258,7 @@ def _prepare(req: PlanRequest) -> _Search:
     check_resume(Path(req.out), key, options)
     if req.address is not None:
         check_reachable(req.address)
-    return _Search(spec, resolved, space_name, space, sizes, options, key)
+    return _Search(spec, resolved, space_name, space, sizes, options, key, tuple(dominated))
 
 
 def _start(req: PlanRequest, search: _Search, lap: _Laps) -> tuple[_RayUse, Enumeration, Any]:
@@ -268,7 +275,7 @@ def _start(req: PlanRequest, search: _Search, lap: _Laps) -> tuple[_RayUse, Enum
     try:
         with ThreadPoolExecutor(3) as ex:
             enumerating = ex.submit(_timed, req.timings, "enumeration_own_s", _enumerate, search.sizes, search.space,
-                                    search.options)
+                                    search.options, search.dominated)
             graph_job = ex.submit(_timed, req.timings, "graph_own_s", _graph, search.spec.model)
             imports = ex.submit(_timed, req.timings, "report_imports_own_s", _import_report)
             use = _RayUse(_connect(req.address))

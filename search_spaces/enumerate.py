@@ -22,12 +22,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
 from itertools import product
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 from predictor.plan import AXES, Axis
 from predictor.plan.axes import OPTION_AXIS, OPTIONS
 from predictor.plan.axes import resolve as function_named
 from predictor.frameworks import Framework
+from predictor.models.base import Dominated
 from predictor.plan import Plan, plan_errors, recompute_errors, recompute_for_model
 from predictor.resolver import resolve
 from predictor.workload import WorkloadSpec
@@ -45,7 +46,7 @@ _REGROUPING_NAMES = tuple(a.name for a in _REGROUPING)
 class Enumeration:
     """The valid plans (deterministic order), how many candidates were rejected for which reason, and how many
     were never candidates because another plan of the space is the same plan (`pruned`, by why: a field that changes
-    nothing at these degrees has one value)."""
+    nothing at these degrees has one value) or a plan the predictor never prices better than (a dominated value)."""
 
     plans: PlanList
     checked: int
@@ -113,13 +114,21 @@ def _virtual_stages(spec: WorkloadSpec, space: SpaceConfig, pp: int) -> list[int
     return [v for v in _pick(space.v, auto, space.max_v) if v > 1]  # interleaving with v=1 is plain 1F1B
 
 
+# A plan recomputing some layers only: a framework whose levers refuse it recomputes every layer or none.
+_SOME_LAYERS = Plan(recompute="full", recompute_layers=1)
+
+
 def runnable_space(space: SpaceConfig, framework: Framework, spec: WorkloadSpec | None = None) -> SpaceConfig:
     """`space` without the option values `framework` never runs (its rules would refuse every such plan): each
     parallel axis it does not declare (`Framework.axes`) at degree 1 where the space takes every degree ('auto'; a
-    space that names degrees keeps them, for the rules to refuse with the reason); and, for `spec`, each recompute value less
-    the modules its model does not have (`recompute_for_model`: the rules refuse naming them)."""
-    changes = {axis: [v for v in getattr(space, axis) if framework.runs_value(axis, v)] for axis in CHOICE_AXES}
+    space that names degrees keeps them, for the rules to refuse with the reason), and counts of recomputed layers
+    where it recomputes every layer or none; and, for `spec`, each recompute value less the modules its model does not
+    have (`recompute_for_model`: the rules refuse naming them)."""
+    changes: dict[str, object] = {axis: [v for v in getattr(space, axis) if framework.runs_value(axis, v)]
+                                  for axis in CHOICE_AXES}
     changes.update({axis.name: [1] for axis in AXES if axis.name not in framework.axes and getattr(space, axis.name) == "auto"})
+    if framework.lever_errors(_SOME_LAYERS):  # it recomputes every layer or none
+        changes["recompute_layers"] = [0]
     space = space.model_copy(update=changes)
     return space if spec is None else _for_model(space, spec)
 
@@ -137,25 +146,73 @@ def _unpipelined(schedules: list[str]) -> list[str]:
 
 # Plan fields that neither `plan_errors` nor any framework's rules read: candidates that differ only in them
 # have the same errors, so `enumerate_plans` checks one of each such group (tests/test_search_space.py fails
-# if a rule starts reading one).
+# if a rule starts reading one). A count of recomputed layers (`recompute_layers`) is read only with the pipeline's
+# chunking, so its errors are checked once per interleaving depth.
 RULE_BLIND: tuple[str, ...] = ("recompute", *OPTIONS)
+
+
+def recompute_counts(spec: WorkloadSpec, space: SpaceConfig, chunks: int) -> tuple[list[int], list[int]]:
+    """(counts searched, counts left out) of layers per model chunk a full recomputation recomputes, the layers split
+    into `chunks` model chunks (pp·v): `auto` is each power of two that divides a chunk's blocks and is fewer
+    (recomputed layers cost time and save memory in proportion, so a doubling grid brackets the count that fits; and
+    torchtitan checkpoints every k-th block, these counts); a listed count of a chunk's blocks or more is full
+    recomputation of every layer, the count 0, so it is left out as that plan."""
+    blocks = spec.model.num_blocks // chunks
+    if space.recompute_layers == "auto":
+        counts = [1 << i for i in range(max(blocks, 1).bit_length()) if (1 << i) < blocks and blocks % (1 << i) == 0]
+    else:
+        counts = [n for n in space.recompute_layers if n]
+    cap = space.max_recompute_layers
+    counts = [n for n in counts if cap is None or n <= cap]
+    return [n for n in counts if n < blocks], [n for n in counts if n >= blocks]
+
+
+@dataclass(frozen=True)
+class _Chunking:
+    """The candidates at one interleaving depth `v`: their recomputations (a recompute and its recompute_layers, which
+    counts a chunk's layers) and the fields the rules read (sp, schedule, v, placement, overlap)."""
+
+    v: int
+    recomputes: list[dict[str, object]]
+    read: list[tuple[bool, str, int, str, str]]
+
+    @property
+    def count(self) -> int:
+        return len(self.recomputes) * len(self.read)
 
 
 @dataclass(frozen=True)
 class _Options:
-    """The option values of the space at one set of degrees, in the candidates' loop order: zero, recompute,
-    then `read` (sp, schedule, v, placement, overlap), the axes' options (`tuned`) innermost; `pruned`: the
-    candidates per reason left out as the same plan as one kept."""
+    """The option values of the space at one set of degrees, in the candidates' loop order: zero, then each
+    interleaving depth's recomputations and `read` fields (`chunkings`), the axes' options (`tuned`) innermost;
+    `pruned`: the candidates per reason left out as the same plan as one kept."""
 
     zero: list[int]
-    recompute: list[str]
-    read: list[tuple[bool, str, int, str, str]]
+    chunkings: list[_Chunking]
     tuned: list[dict[str, str]]
-    pruned: dict[str, int] = field(default_factory=dict)
+    pruned: Counter[str] = field(default_factory=Counter)
 
     @property
     def count(self) -> int:
-        return len(self.zero) * len(self.recompute) * len(self.read) * len(self.tuned)
+        return len(self.zero) * sum(c.count for c in self.chunkings) * len(self.tuned)
+
+
+def _chunkings(spec: WorkloadSpec, space: SpaceConfig, pp: int, read: list[tuple[bool, str, int, str, str]],
+               pruned: Counter[str], repeats: int) -> list[_Chunking]:
+    """`read` grouped by interleaving depth, each with its recomputations; counts of recomputed layers that are full
+    recomputation of every layer at that depth are added to `pruned` (`repeats` candidates each per read value)."""
+    out = []
+    for v in dict.fromkeys(r[2] for r in read):
+        at_v = [r for r in read if r[2] == v]
+        recomputes: list[dict[str, object]] = [{"recompute": r, "recompute_layers": 0} for r in space.recompute]
+        if "full" in space.recompute:
+            counts, every = recompute_counts(spec, space, pp * v)
+            recomputes += [{"recompute": "full", "recompute_layers": n} for n in counts]
+            for n in every:
+                pruned[f"recompute_layers={n} at {spec.model.num_blocks // (pp * v)} blocks per chunk (every layer: "
+                       f"the plan with recompute_layers=0)"] += repeats * len(at_v)
+        out.append(_Chunking(v, recomputes, at_v))
+    return out
 
 
 def _options(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int]) -> _Options:
@@ -185,11 +242,13 @@ def _options(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int]) ->
             timings += [(schedule, Plan(pp=pp, schedule=schedule, v=v).v) for v in _virtual_stages(spec, space, pp)]
     read = [(sp, schedule, v, placement, overlap)
             for sp, (schedule, v), placement, overlap in product(sps, timings, placements, space.overlap)]
-    options = _Options(list(space.zero), list(space.recompute), read, tuned)
+    pruned: Counter[str] = Counter()
+    options = _Options(list(space.zero), _chunkings(spec, space, pp, read, pruned, len(space.zero) * len(tuned)),
+                       tuned, pruned)
     same = [s for s in space.schedule if s != "interleaved" and s not in flat]
     if same and read:
         per_schedule = options.count // len(flat)
-        options.pruned[f"schedule={'/'.join(same)} at pp=1 (no pipeline: the plan with schedule={flat[0]})"] = (
+        options.pruned[f"schedule={'/'.join(same)} at pp=1 (no pipeline: the plan with schedule={flat[0]})"] += (
             per_schedule * len(same))
     return options
 
@@ -198,11 +257,12 @@ def _variants(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int], m
     """All plans of the space with these degrees and micro-batch size."""
     options = _options(spec, space, degrees)
     for zero in options.zero:
-        for recompute in options.recompute:
-            for sp, schedule, v, placement, overlap in options.read:
-                for tuned in options.tuned:
-                    yield Plan(mbs=mbs, zero=zero, recompute=recompute, sp=sp, schedule=schedule, v=v,
-                               placement=placement, overlap=overlap, **tuned, **degrees)
+        for chunking in options.chunkings:
+            for recompute in chunking.recomputes:
+                for sp, schedule, v, placement, overlap in chunking.read:
+                    for tuned in options.tuned:
+                        yield Plan(mbs=mbs, zero=zero, **recompute, sp=sp, schedule=schedule, v=v,
+                                   placement=placement, overlap=overlap, **tuned, **degrees)
 
 
 def all_errors(plan: Plan, spec: WorkloadSpec, space: SpaceConfig, framework: Framework | None = None) -> list[str]:
@@ -220,34 +280,76 @@ def candidates(spec: WorkloadSpec, space: SpaceConfig) -> Iterator[Plan]:
 
 
 def _add_variants(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, framework: Framework,
-                  options: _Options, fixed: dict[str, int]) -> None:
-    """Check the candidates of `_variants` at the `fixed` degrees and micro-batch, one per RULE_BLIND group,
-    and add them to `result` in `_variants`' order: a group's errors count once per member, each in the order
-    its first member would have met it."""
-    if not options.recompute or not options.tuned:
+                  options: _Options, fixed: dict[str, int], dominated: Sequence[Dominated] = ()) -> None:
+    """Check the candidates of `_variants` at the `fixed` degrees and micro-batch, one per RULE_BLIND group (and each
+    count of recomputed layers once per interleaving depth), and add them to `result` in `_variants`' order: a
+    group's errors count once per member, each in the order its first member would have met it. A valid candidate
+    `dominated` by a valid one is left out, counted in `result.pruned`."""
+    if not options.tuned:
         return
-    repeats = len(options.recompute) * len(options.tuned)
-    blind = {"recompute": options.recompute[0], **options.tuned[0]}
+    blind = {"recompute": "none", "recompute_layers": 0, **options.tuned[0]}
     gpus = Plan.trusted({**fixed, **blind}).gpus
     for zero in options.zero:
-        valid: list[dict[str, object]] = []
-        for sp, schedule, v, placement, overlap in options.read:
-            values = {**fixed, "zero": zero, "sp": sp, "schedule": schedule, "v": v, "placement": placement,
-                      "overlap": overlap, "recompute_layers": 0, "offload": "none",
-                      "optimizer_offload": 0.0, "moments": "fp32", "grads": "fp32"}
-            plan = Plan.trusted({**values, **blind})
-            errors = all_errors(plan, spec, space, framework)
-            if errors:
+        for chunking in options.chunkings:
+            valid: list[dict[str, object]] = []
+            first: dict[str, object] = {}
+            for sp, schedule, v, placement, overlap in chunking.read:
+                values = {**fixed, "zero": zero, "sp": sp, "schedule": schedule, "v": v, "placement": placement,
+                          "overlap": overlap, "offload": "none", "optimizer_offload": 0.0, "moments": "fp32",
+                          "grads": "fp32"}
+                first = first or {**values, **options.tuned[0]}
+                errors = all_errors(Plan.trusted({**values, **blind}), spec, space, framework)
                 for reason in errors:
-                    result.rejected[reason] += repeats
-            else:
-                valid.append(values)
-        result.checked += repeats * len(options.read)
-        result.plans.append(Product(tuple(valid), tuple(options.recompute), tuple(options.tuned), gpus))
+                    result.rejected[reason] += len(chunking.recomputes) * len(options.tuned)
+                if not errors:
+                    valid.append(values)
+            recomputes = _runnable_recomputes(result, spec, space, framework, chunking, first,
+                                              len(chunking.read) * len(options.tuned))
+            kept = _undominated(valid, dominated, result.pruned, len(recomputes) * len(options.tuned))
+            result.checked += chunking.count * len(options.tuned) - (len(valid) - len(kept)) * len(recomputes) * len(
+                options.tuned)
+            result.plans.append(Product(tuple(kept), tuple(recomputes), tuple(options.tuned), gpus))
+
+
+def _undominated(valid: list[dict[str, object]], dominated: Sequence[Dominated], pruned: Counter[str],
+                 repeats: int) -> list[dict[str, object]]:
+    """`valid` less each candidate a predictor's `dominated` rule says never beats its valid twin (the same values
+    but the rule's field at its `by`), each counted `repeats` times in `pruned` under the rule's reason."""
+    keys = {tuple(values.items()) for values in valid}
+    kept = []
+    for values in valid:
+        rule = next((r for r in dominated if values.get(r.field) == r.value
+                     and tuple({**values, r.field: r.by}.items()) in keys), None)
+        if rule is None:
+            kept.append(values)
+        else:
+            pruned[f"{rule.field}={str(rule.value).lower()} where {rule.field}={str(rule.by).lower()} is searched "
+                   f"(never faster nor smaller: {rule.why})"] += repeats
+    return kept
+
+
+def _runnable_recomputes(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, framework: Framework,
+                         chunking: _Chunking, values: dict[str, object], repeats: int) -> list[dict[str, object]]:
+    """The recomputations of `chunking` whose count of recomputed layers the rules accept at its depth (checked on
+    the candidate `values`: what a count adds to its errors); the others' reasons counted `repeats` times each."""
+    base: set[str] | None = None
+    kept = []
+    for recompute in chunking.recomputes:
+        if not recompute["recompute_layers"]:
+            kept.append(recompute)
+            continue
+        if base is None:
+            base = set(all_errors(Plan.trusted({**values, **recompute, "recompute_layers": 0}), spec, space, framework))
+        added = [e for e in all_errors(Plan.trusted({**values, **recompute}), spec, space, framework) if e not in base]
+        for reason in added:
+            result.rejected[reason] += repeats
+        if not added:
+            kept.append(recompute)
+    return kept
 
 
 def _add_prototype(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, framework: Framework,
-                   degrees: dict[str, int], mbs: int) -> None:
+                   degrees: dict[str, int], mbs: int, dominated: Sequence[Dominated] = ()) -> None:
     """Add the candidates of one (degrees, mbs) prototype to `result`: all rejected with its reasons when the
     prototype fails the structural rules, else each checked (`_add_variants`)."""
     options = _options(spec, space, degrees)
@@ -259,15 +361,17 @@ def _add_prototype(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, 
         for reason in proto_errors:
             result.rejected[reason] += n
         return
-    _add_variants(result, spec, space, framework, options, {**degrees, "mbs": mbs})
+    _add_variants(result, spec, space, framework, options, {**degrees, "mbs": mbs}, dominated)
 
 
-def enumerate_plans(spec: WorkloadSpec, space: SpaceConfig) -> Enumeration:
-    """The valid plans of `space` for `spec` that its framework runs, with rejection counts per reason."""
+def enumerate_plans(spec: WorkloadSpec, space: SpaceConfig, dominated: Sequence[Dominated] = ()) -> Enumeration:
+    """The valid plans of `space` for `spec` that its framework runs, with rejection counts per reason; less those
+    the predictor's `dominated` rules say never beat another valid plan of the space (`Predictor.dominated`), counted
+    in `pruned` with the rule's reason."""
     result, framework = Enumeration(plans=PlanList(), checked=0), resolve(spec).framework
     space = runnable_space(space, framework, spec)
     for degrees, mbs in _degrees(spec, space):
-        _add_prototype(result, spec, space, framework, degrees, mbs)
+        _add_prototype(result, spec, space, framework, degrees, mbs, dominated)
     return result
 
 
@@ -319,6 +423,13 @@ def explain(plan: Plan, spec: WorkloadSpec, space: SpaceConfig) -> list[str]:
         value, allowed, cap = getattr(plan, axis), getattr(space, axis), getattr(space, f"max_{axis}")
         if axis == "v" and plan.schedule != "interleaved":
             continue
+        if axis == "recompute_layers" and value:
+            counts, every = recompute_counts(spec, space, plan.pp * plan.v)
+            if value in every:
+                reasons.append(f"recompute_layers={value} is every layer of a chunk: searched as recompute_layers=0")
+            elif allowed == "auto" and value not in counts:
+                reasons.append(f"recompute_layers={value} is not in the space's counts at {plan.pp * plan.v} chunks "
+                               f"(auto: {counts})")
         if allowed != "auto" and value not in allowed:
             reasons.append(f"{axis}={value} is not in the space's {axis} values {allowed}")
         if cap is not None and value > cap:

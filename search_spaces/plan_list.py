@@ -21,27 +21,27 @@ from predictor.plan import Plan
 
 @dataclass(frozen=True)
 class Product:
-    """The plans `{**fixed, "recompute": r, **tuned}` for r in `recompute`, for fixed in `fixed`, for tuned in `tuned`
-    (that order: the enumerator's), all with `gpus` GPUs."""
+    """The plans `{**fixed, **r, **tuned}` for r in `recomputes` (each a recompute and its recompute_layers), for fixed
+    in `fixed`, for tuned in `tuned` (that order: the enumerator's), all with `gpus` GPUs."""
 
     fixed: tuple[dict[str, Any], ...]
-    recompute: tuple[str, ...]
+    recomputes: tuple[dict[str, Any], ...]
     tuned: tuple[dict[str, Any], ...]
     gpus: int
 
     def __len__(self) -> int:
-        return len(self.recompute) * len(self.fixed) * len(self.tuned)
+        return len(self.recomputes) * len(self.fixed) * len(self.tuned)
 
     def plan(self, j: int) -> Plan:
         r, rest = divmod(j, len(self.fixed) * len(self.tuned))
         f, t = divmod(rest, len(self.tuned))
-        return Plan.trusted({**self.fixed[f], "recompute": self.recompute[r], **self.tuned[t]})
+        return Plan.trusted({**self.fixed[f], **self.recomputes[r], **self.tuned[t]})
 
     def __iter__(self) -> Iterator[Plan]:
-        for recompute in self.recompute:
+        for recompute in self.recomputes:
             for fixed in self.fixed:
                 for tuned in self.tuned:
-                    yield Plan.trusted({**fixed, "recompute": recompute, **tuned})
+                    yield Plan.trusted({**fixed, **recompute, **tuned})
 
 
 @dataclass(frozen=True)

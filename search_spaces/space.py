@@ -11,6 +11,7 @@ upper bound on what a search may try:
       tp: 8                   # fix a field (a scalar or a list)
       max_pp: 16              # cap a degree
       recompute: [none, selective]   # forbid full recomputation
+      recompute_layers: [0, 1]       # full recomputation of every layer, or of one layer per model chunk
 
 The default space is the spec's framework's own (`Framework.space`, declared in its module: what it runs, expert
 parallelism for a mixture of experts); a space's `cp_from_tokens` adds every context-parallel degree for
@@ -25,7 +26,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, create_model, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, create_model,
+                      field_validator)
 
 from predictor.frameworks import FRAMEWORKS
 from predictor.plan import AXES, AXIS_NAMES
@@ -37,7 +39,7 @@ PRESET_DIR = Path(__file__).parent / "presets"
 
 Auto = Literal["auto"]
 # One value list per registered parallel axis (predictor.plan.axes), then the options.
-INT_AXES: tuple[str, ...] = (*AXIS_NAMES, "mbs", "v")
+INT_AXES: tuple[str, ...] = (*AXIS_NAMES, "mbs", "v", "recompute_layers")
 CHOICE_AXES: tuple[str, ...] = ("zero", "recompute", "sp", "schedule", "placement", "overlap", "cp_comm")
 CAPS: tuple[str, ...] = tuple(f"max_{a}" for a in INT_AXES)
 
@@ -103,6 +105,10 @@ class _SpaceOptions(_Axes):
     v: Auto | list[PositiveInt] = "auto"
     zero: list[Literal[0, 1, 2, 3]] = Field(default_factory=lambda: [0])
     recompute: list[str] = Field(default_factory=lambda: list(RECOMPUTE_MODES))
+    # With recompute=full, the layers of each model chunk recomputed (Megatron-Core's --recompute-method block
+    # --recompute-num-layers N, torchtitan's every-k-th-block checkpointing); 0: every layer. `auto`: 0 and each power
+    # of two that divides a chunk's blocks and is fewer (`search_spaces.enumerate.recompute_counts`).
+    recompute_layers: Auto | list[NonNegativeInt] = Field(default_factory=lambda: [0])
     sp: list[bool] = Field(default_factory=lambda: [False, True])
     schedule: list[Literal["gpipe", "1f1b", "interleaved"]] = Field(default_factory=lambda: ["1f1b"])
     placement: list[str] = Field(default_factory=lambda: ["tp-dp-pp"])
@@ -111,6 +117,7 @@ class _SpaceOptions(_Axes):
     allow_cross_node_tp: bool = False
     max_mbs: PositiveInt | None = 64
     max_v: PositiveInt | None = 8
+    max_recompute_layers: PositiveInt | None = None
     # Sequences of at least this many tokens also try every context-parallel degree (cp: auto): below it the
     # activations cp splits rarely decide whether a plan fits, and cp multiplies the plans to search.
     cp_from_tokens: PositiveInt | None = None
@@ -122,6 +129,7 @@ class _NarrowingOptions(_Axes):
     v: list[PositiveInt] | None = None
     zero: list[Literal[0, 1, 2, 3]] | None = None
     recompute: list[str] | None = None
+    recompute_layers: list[NonNegativeInt] | None = None
     sp: list[bool] | None = None
     schedule: list[Literal["gpipe", "1f1b", "interleaved"]] | None = None
     placement: list[str] | None = None
@@ -130,6 +138,7 @@ class _NarrowingOptions(_Axes):
     allow_cross_node_tp: bool | None = None
     max_mbs: PositiveInt | None = None
     max_v: PositiveInt | None = None
+    max_recompute_layers: PositiveInt | None = None
 
 
 SpaceConfig = create_model("SpaceConfig", __base__=_SpaceOptions, __doc__="A named search space: what values each "

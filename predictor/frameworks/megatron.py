@@ -251,7 +251,8 @@ SPACE: dict[str, Any] = {
     "description": "Megatron-Core (tp inside a node, 1F1B/interleaved pp, dp with ZeRO 0-3, ep for MoE, cp for long "
                    "sequences)",
     "dp": "auto", "tp": "auto", "pp": "auto", "cp": [1], "cp_from_tokens": 16384, "ep": "auto", "mbs": [1, 2, 4, 8],
-    "v": "auto", "max_v": 6, "zero": [0, 1, 2, 3], "recompute": ["none", "selective", "full"], "sp": [False, True],
+    "v": "auto", "max_v": 6, "zero": [0, 1, 2, 3], "recompute": ["none", "selective", "full"],
+    "recompute_layers": "auto", "sp": [False, True],
     "schedule": ["1f1b", "interleaved"], "placement": ["tp-dp-pp", "tp-pp-dp"], "allow_cross_node_tp": False,
 }
 

@@ -72,8 +72,7 @@ def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
         errors.append(f"runs float8 as torchao's converters do, dynamic tensorwise scaling (training.recipe current), "
                       f"row-wise scaling (rowwise) or MXFP8 (mxfp8), not training.recipe {recipe} (use one of them)")
     blocks = _chunk_blocks(plan, spec)
-    if plan.recompute_layers and (plan.recompute != "full" or blocks % plan.recompute_layers
-                                  or spec.model.num_blocks % (plan.pp * plan.v)):
+    if plan.recompute_layers and (blocks % plan.recompute_layers or spec.model.num_blocks % (plan.pp * plan.v)):
         errors.append(f"checkpoints some layers only as every N-th block of a model chunk (selective_ac_option = N), "
                       f"so recompute_layers={plan.recompute_layers} needs recompute=full and a count dividing the "
                       f"{blocks} blocks of each chunk (use a divisor of {blocks}, or recompute_layers=0)")
@@ -119,7 +118,8 @@ SPACE: dict[str, Any] = {
     "description": "torchtitan (FSDP2 zero 2/3 or DDP, tp with sp, 1F1B/interleaved pp, ep for MoE, cp for long "
                    "sequences)",
     "dp": "auto", "tp": "auto", "pp": "auto", "cp": [1], "cp_from_tokens": 16384, "ep": "auto", "mbs": [1, 2, 4, 8],
-    "v": "auto", "max_v": 6, "zero": [0, 2, 3], "recompute": ["none", "selective", "full"], "sp": [False, True],
+    "v": "auto", "max_v": 6, "zero": [0, 2, 3], "recompute": ["none", "selective", "full"],
+    "recompute_layers": "auto", "sp": [False, True],
     "schedule": ["1f1b", "interleaved"], "placement": ["tp-dp-pp"], "allow_cross_node_tp": False,
 }
 

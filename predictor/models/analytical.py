@@ -15,7 +15,7 @@ from predictor.frameworks import Framework
 from predictor.hardware import DEVICES, GENERATIONS, Device, gemm_facts
 from predictor.kernels.gemm import measured_gemm
 from predictor.layer_graph import LayerGraph
-from predictor.models.base import Predictor
+from predictor.models.base import Dominated, Predictor
 from predictor.models.plan_batch import PlanPieces
 from predictor.models.roofline import AnalyticalConfig, framework_config, fused_attention_curves
 from predictor.moe import active_params
@@ -84,6 +84,15 @@ class AnalyticalPredictor(Predictor):
     """
 
     name = "analytical"
+    # Read from `PlanPieces.table`: overlapping turns each second hidden into `overlap.slowdown` (COMM_SMS of the
+    # device's SMs, under 1) of a second of computation, and no memory reads it; the pipeline's bubble is the same
+    # under GPipe and 1F1B, and GPipe holds all m micro-batches in flight where 1F1B holds at most pp - rank
+    # (`predictor.memory.in_flight`).
+    dominated = (
+        Dominated("overlap", "none", "auto", "no overlap exposes the communication overlapping hides, in the same "
+                  "memory"),
+        Dominated("schedule", "gpipe", "1f1b", "GPipe has 1F1B's bubble and holds every micro-batch in flight"),
+    )
 
     def __init__(self, config: AnalyticalConfig | None = None, device: Device | None = None) -> None:
         self.given = config  # None: each framework's calibrated constants (framework_config)

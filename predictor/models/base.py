@@ -7,6 +7,7 @@ search asks for thousands of plans of the same workload at once.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -15,6 +16,18 @@ from predictor.plan import Plan
 from predictor.prediction import Prediction
 from predictor.prediction_table import PredictionTable
 from predictor.workload import WorkloadSpec
+
+
+@dataclass(frozen=True)
+class Dominated:
+    """A plan field's value a predictor never prices faster nor in less memory than the value `by`, the rest of the
+    plan alike (`why`: what in its pricing makes it so). A search that holds the plan with `by` leaves it out unpriced
+    (`search_spaces.enumerate`), since it could never be the faster plan that fits."""
+
+    field: str
+    value: Any
+    by: Any
+    why: str
 
 
 class TrainingDataError(ValueError):
@@ -27,6 +40,8 @@ class Predictor(ABC):
     name: str = "predictor"
     # Measured accuracy of this fitted predictor (held-out figures and where they come from), if known.
     accuracy: dict[str, Any] | None = None
+    # Plan values it never prices better than another value of their field (none known: a learned model's may be).
+    dominated: tuple[Dominated, ...] = ()
 
     def fit(self, data: Any) -> "Predictor":
         """Learn from a profile dataset; predictors without parameters return self."""

@@ -17,7 +17,7 @@ from typing import Any, Callable, Literal
 
 from predictor.machine import hardware_slug
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.models.base import Predictor
+from predictor.models.base import Dominated, Predictor
 from predictor.models.intervals import lent
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
@@ -134,6 +134,18 @@ def load_predictor(name_or_path: str, device_name: str, hardware: str = "") -> t
     check_predictor_name(name_or_path)
     predictor = load_checkpoint(Path(name_or_path))
     return predictor, f"{predictor.name} ({name_or_path})"
+
+
+def dominated_values(name_or_path: str, device_name: str, hardware: str = "") -> tuple[Dominated, ...]:
+    """The `Predictor.dominated` rules of the predictor `load_predictor` would load, known without loading it: a
+    checkpoint's (a learned model's) are none."""
+    entry = PREDICTORS.get(name_or_path)
+    if entry is not None and entry.ready:
+        return entry.make(0).dominated
+    if name_or_path == "auto" and not checkpoint_path(device_name).is_file() and not (
+            hardware and adapted_checkpoint_path(device_name, hardware).is_file()):
+        return AnalyticalPredictor.dominated
+    return ()
 
 
 def check_predictor_name(name_or_path: str) -> None:
