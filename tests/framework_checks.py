@@ -48,14 +48,24 @@ RENAMED: dict[str, Callable[[list[str]], dict[str, Any]]] = {
     "--moe-layer-freq": lambda v: {"moe_layer_freq": eval(v[0], {"__builtins__": {}})},  # Megatron-LM's moe_freq_type
     "--bf16": lambda v: {"bf16": True, "params_dtype": torch.bfloat16, "pipeline_dtype": torch.bfloat16},
     "--fp16": lambda v: {"fp16": True, "params_dtype": torch.half, "pipeline_dtype": torch.half},
+    # pretrain_mamba.py: a layer pattern makes the model hybrid; Nemotron-H's MLPs are squared ReLU
+    "--hybrid-override-pattern": lambda v: {"is_hybrid_model": True},
+    "--squared-relu": lambda v: {"activation_func": _squared_relu()},
 }
+
+
+def _squared_relu() -> Callable[[torch.Tensor], torch.Tensor]:
+    from megatron.core.activations import squared_relu
+
+    return squared_relu
 # Training-loop, data, optimizer and checkpoint arguments: no field of the model's config.
 NOT_CONFIG = {"--micro-batch-size", "--global-batch-size", "--seq-length", "--max-position-embeddings",
               "--position-embedding-type", "--untie-embeddings-and-output-weights", "--group-query-attention",
               "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
               "--use-precision-aware-optimizer", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--grad-reduce-in-bf16",
               "--main-grads-dtype", "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--ckpt-format",
-              "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--use-tp-pp-dp-mapping"}
+              "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--use-tp-pp-dp-mapping",
+              "--spec", "--optimizer"}
 
 
 def _value(values: list[str]) -> Any:

@@ -148,6 +148,9 @@ def test_megatron_writes_and_reads_back_the_hybrid_layer_pattern(preset: str, tm
     pattern = spec.model.hf_config["hybrid_override_pattern"]
     assert f"--hybrid-override-pattern '{pattern}'" in args and "pretrain_mamba.py" in files["torchrun.sh"]
     assert megatron_hybrid.allocate_layers(len(pattern), 0.0, 0.0, pattern) == list(pattern)
+    from tests.framework_checks import megatron_refusals  # TransformerConfig and parallel_state accept the file
+
+    assert megatron_refusals(args, spec.cluster.gpus) == []
     assert ("--num-experts 128" in args) == ("E" in pattern)
     path = tmp_path / "megatron_args.txt"
     path.write_text(args)

@@ -62,3 +62,15 @@ def test_what_megatron_core_and_the_spec_refuse() -> None:
         _spec(1, 1, precision="bf16")
     with pytest.raises(SpecError, match="exceeds the model's 80 layers"):
         _spec(50, 40)
+
+
+def test_megatron_cores_own_checks_agree() -> None:
+    """TransformerConfig built from the written arguments (tests/framework_checks.py) accepts what the rules accept
+    and refuses what they refuse."""
+    pytest.importorskip("megatron.core", reason="megatron-core is a test extra (pip install -e .[test])")
+    from tests.framework_checks import megatron_refusals
+
+    piped = Plan(dp=2, tp=8, pp=4, sp=True, zero=1)
+    for spec in (_spec(1, 2), _spec(30, 0), _spec(1, 1, recipe="delayed")):
+        own = megatron_refusals(launch_files(piped, resolve(spec), checked=True)["megatron_args.txt"], 64)
+        assert bool(own) == bool(run_errors(piped, resolve(spec))), own
