@@ -289,26 +289,33 @@ def _add_variants(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, f
         return
     blind = {"recompute": "none", "recompute_layers": 0, **options.tuned[0]}
     gpus = Plan.trusted({**fixed, **blind}).gpus
+    # The counts of recomputed layers each depth's rules accept, checked once for every ZeRO stage
+    runnable = [_runnable_recomputes(result, spec, space, framework, chunking,
+                                     {**_values(fixed, options.zero[0], chunking.read[0]), **options.tuned[0]},
+                                     len(chunking.read) * len(options.tuned) * len(options.zero))
+                for chunking in options.chunkings]
     for zero in options.zero:
-        for chunking in options.chunkings:
+        for chunking, recomputes in zip(options.chunkings, runnable):
             valid: list[dict[str, object]] = []
-            first: dict[str, object] = {}
-            for sp, schedule, v, placement, overlap in chunking.read:
-                values = {**fixed, "zero": zero, "sp": sp, "schedule": schedule, "v": v, "placement": placement,
-                          "overlap": overlap, "offload": "none", "optimizer_offload": 0.0, "moments": "fp32",
-                          "grads": "fp32"}
-                first = first or {**values, **options.tuned[0]}
+            for read in chunking.read:
+                values = _values(fixed, zero, read)
                 errors = all_errors(Plan.trusted({**values, **blind}), spec, space, framework)
                 for reason in errors:
                     result.rejected[reason] += len(chunking.recomputes) * len(options.tuned)
                 if not errors:
                     valid.append(values)
-            recomputes = _runnable_recomputes(result, spec, space, framework, chunking, first,
-                                              len(chunking.read) * len(options.tuned))
             kept = _undominated(valid, dominated, result.pruned, len(recomputes) * len(options.tuned))
             result.checked += chunking.count * len(options.tuned) - (len(valid) - len(kept)) * len(recomputes) * len(
                 options.tuned)
             result.plans.append(Product(tuple(kept), tuple(recomputes), tuple(options.tuned), gpus))
+
+
+def _values(fixed: dict[str, int], zero: int, read: tuple[bool, str, int, str, str]) -> dict[str, object]:
+    """A candidate's fields but its recomputation and the axes' options: the `fixed` degrees and micro-batch, the ZeRO
+    stage, the fields the rules read, and the memory levers a search leaves off."""
+    sp, schedule, v, placement, overlap = read
+    return {**fixed, "zero": zero, "sp": sp, "schedule": schedule, "v": v, "placement": placement, "overlap": overlap,
+            "offload": "none", "optimizer_offload": 0.0, "moments": "fp32", "grads": "fp32"}
 
 
 def _undominated(valid: list[dict[str, object]], dominated: Sequence[Dominated], pruned: Counter[str],
