@@ -46,7 +46,11 @@ MLP, half-rotary attention), Kimi K2 and Moonlight 16B-A3B (moonshotai/Kimi-K2-B
 DeepSeek-V3's architecture, 384 and 64 experts), and Qwen3-Next 80B-A3B (Qwen/Qwen3-Next-80B-A3B-Instruct: Gated
 DeltaNet linear attention in three layers of four, 512 experts). Grok-1 has no transformers class: it is Mixtral's
 architecture at its published dimensions (xai-org/grok-1 run.py: 64 layers, 6,144 wide, 48 query and 8 key/value
-heads, 8 experts of 32,768, top-2, vocabulary 131,072, embeddings tied to the output).
+heads, 8 experts of 32,768, top-2, vocabulary 131,072, embeddings tied to the output). Nemotron-H 56B and Nemotron 3
+Nano 30B-A3B are Megatron-Bridge's NemotronHModelProvider56B and Nemotron3NanoProvider (layer patterns, Mamba-2 and
+expert dims) as transformers' NemotronHConfig; DeepSeek-V4-Flash is transformers' DeepseekV4Config at its defaults
+(deepseek-ai/DeepSeek-V4-Flash-Base: compressed sparse and heavily compressed attention, hash-routed leading MoE
+layers, hyper-connections), without its multi-token prediction layer, which the transformers model does not build.
 """
 
 from __future__ import annotations
@@ -197,7 +201,7 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
                                   ssm_state_size=128, n_routed_experts=128, moe_intermediate_size=1856,
                                   moe_shared_expert_intermediate_size=3712, n_shared_experts=1, num_experts_per_tok=6,
                                   routed_scaling_factor=2.5),
-    "deepseek-v4-flash": _hf(4096, model_type="deepseek_v4"),
+    "deepseek-v4-flash": _hf(4096, model_type="deepseek_v4", num_nextn_predict_layers=0),
     "nemotron4-340b": _hf(4096, model_type="nemotron", hidden_size=18432, num_hidden_layers=96,
                           num_attention_heads=96, num_key_value_heads=8, intermediate_size=73728, vocab_size=256000,
                           partial_rotary_factor=0.5, tie_word_embeddings=False),
