@@ -388,6 +388,11 @@ class TrainingSpec(_Strict):
         default=0, strict=True, ge=0, le=_MAX_LAYERS,
         description="fp8/fp4: the last N transformer layers run their linears in BF16 (--num-layers-at-end-in-bf16)")
     kernels: KernelsSpec | None = Field(default=None, description="framework settings that change the kernels")
+    moe_imbalance: float | None = Field(
+        default=None, ge=1.0, le=1024.0,
+        description="MoE routing: the tokens the busiest expert rank receives over the balanced share (measured, or "
+                    "assumed), which stretches the experts' time, the dispatch and the dispatcher's buffers; default "
+                    "balanced (1.0), as the published runs force it")
     compile: bool | None = Field(
         default=None, description="torch.compile of each transformer block and of the loss (torchtitan's [compile] "
                                   "enable, components model and loss); default: the framework's choice (torchtitan "

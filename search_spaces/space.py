@@ -31,7 +31,7 @@ from pydantic import (BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt,
 
 from predictor.frameworks import FRAMEWORKS
 from predictor.plan import AXES, AXIS_NAMES
-from predictor.plan import CP_COMM, PLACEMENTS, RECOMPUTE_MODES, PlanError, canonical_recompute, overlap_kinds
+from predictor.plan import CP_COMM, DISPATCHERS, PLACEMENTS, RECOMPUTE_MODES, PlanError, canonical_recompute, overlap_kinds
 from predictor.resolver import resolve
 from predictor.workload import SpecError, WorkloadSpec
 
@@ -40,7 +40,7 @@ PRESET_DIR = Path(__file__).parent / "presets"
 Auto = Literal["auto"]
 # One value list per registered parallel axis (predictor.plan.axes), then the options.
 INT_AXES: tuple[str, ...] = (*AXIS_NAMES, "mbs", "v", "recompute_layers")
-CHOICE_AXES: tuple[str, ...] = ("zero", "recompute", "sp", "schedule", "placement", "overlap", "cp_comm")
+CHOICE_AXES: tuple[str, ...] = ("zero", "recompute", "sp", "schedule", "placement", "overlap", "cp_comm", "dispatcher")
 CAPS: tuple[str, ...] = tuple(f"max_{a}" for a in INT_AXES)
 
 
@@ -114,6 +114,7 @@ class _SpaceOptions(_Axes):
     placement: list[str] = Field(default_factory=lambda: ["tp-dp-pp"])
     overlap: list[str] = Field(default_factory=lambda: ["auto"])
     cp_comm: list[Literal[CP_COMM]] = Field(default_factory=lambda: ["ring"])  # type: ignore[valid-type]
+    dispatcher: list[Literal[DISPATCHERS]] = Field(default_factory=lambda: ["alltoall"])  # type: ignore[valid-type]
     allow_cross_node_tp: bool = False
     max_mbs: PositiveInt | None = 64
     max_v: PositiveInt | None = 8
@@ -135,6 +136,7 @@ class _NarrowingOptions(_Axes):
     placement: list[str] | None = None
     overlap: list[str] | None = None
     cp_comm: list[Literal[CP_COMM]] | None = None  # type: ignore[valid-type]
+    dispatcher: list[Literal[DISPATCHERS]] | None = None  # type: ignore[valid-type]
     allow_cross_node_tp: bool | None = None
     max_mbs: PositiveInt | None = None
     max_v: PositiveInt | None = None

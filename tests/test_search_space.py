@@ -84,7 +84,9 @@ def test_no_rule_reads_the_fields_the_enumerator_checks_once(spec, framework) ->
         plan_errors(watched, spec, True)
         plan_errors(watched, spec, False)
         FRAMEWORKS[framework].errors(watched, spec)
-        assert not _READ & set(RULE_BLIND), f"a rule reads {_READ & set(RULE_BLIND)} of {plan}"
+        # a framework refuses the option values its `never` lists, which runnable_space drops before enumerating
+        blind = set(RULE_BLIND) - set(FRAMEWORKS[framework].never)
+        assert not _READ & blind, f"a rule reads {_READ & blind} of {plan}"
         assert {"mbs", "sp", "overlap"} <= _READ  # the watch sees what the rules read
         checked += 1
     assert checked > 100

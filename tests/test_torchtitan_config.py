@@ -57,7 +57,7 @@ JOB_CONFIG: dict[str, dict[str, Any]] = {
         "pipeline_parallel_layers_per_stage": int, "pipeline_parallel_schedule": str,
         "pipeline_parallel_microbatch_size": int, "context_parallel_degree": int,
         "context_parallel_rotate_method": ("allgather", "alltoall"), "expert_parallel_degree": int,
-        "expert_tensor_parallel_degree": int},
+        "expert_tensor_parallel_degree": int, "expert_parallel_comm_backend": ("standard", "deepep")},
     "activation_checkpoint": {"mode": ("selective", "full", "memory_budget", "none"), "selective_ac_option": str},
     "compile": {"enable": bool, "components": [("model", "loss")]},
     "quantize.linear.float8": {"enable_fsdp_float8_all_gather": bool, "precompute_float8_dynamic_scale_for_fsdp": bool,

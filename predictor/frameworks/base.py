@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 from predictor.frameworks.kernels import KernelChoices, Kernels, kernels_of
 from predictor.hardware import GENERATIONS, default_recipe
 from predictor.memory.facts import MemoryFacts
-from predictor.plan import AXES, DEFAULT_ORDER, OVERLAP_KINDS, RECOMPUTE_MODES, Plan, complete_order, overlap_kinds
+from predictor.plan import AXES, DEFAULT_ORDER, DISPATCHERS, OVERLAP_KINDS, RECOMPUTE_MODES, Plan, complete_order, overlap_kinds
+from predictor.plan.axes import OPTION_AXIS, OPTIONS
 
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.workload import WorkloadSpec
@@ -167,6 +168,8 @@ class Framework:
     # Values of plan options it never runs, whatever the other fields ('orders': rank orders, innermost first):
     # the search leaves them out before generating plans; `rules` refuses them too.
     never: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Why it never runs an axis option's values (`option_errors`' words, by option).
+    never_why: Mapping[str, str] = field(default_factory=dict)
     # Whether it recomputes named modules and a count of full layers (Megatron-Core's --recompute-modules and
     # --recompute-method block --recompute-num-layers); the others recompute none, selective or full only.
     recompute_modules: bool = False
@@ -249,10 +252,23 @@ class Framework:
                           f"or use a framework that compiles (torchtitan)")
         if precision not in self.precisions:
             errors.append(f"{self.title} does not train in {precision} (it trains in {', '.join(self.precisions)})")
+        errors += self.option_errors(plan)
         wanted = overlap_kinds(plan.overlap)
         if wanted is not None and wanted - self.overlappable:
             errors.append(f"{self.title} cannot overlap {'+'.join(sorted(wanted - self.overlappable))} communication "
                           f"(it overlaps {', '.join(sorted(self.overlappable)) or 'nothing'})")
+        return errors
+
+    def option_errors(self, plan: Plan) -> list[str]:
+        """Why it cannot run the plan's axis options (`never`, with its reason in `never_why`): read only where the
+        option's axis has a degree above 1, and a search's space drops these values before enumerating
+        (`search_spaces.enumerate.runnable_space`), so the enumerator may check one plan of those differing in them."""
+        errors = []
+        for option, axis in OPTION_AXIS.items():
+            if getattr(plan, axis) > 1 and option in self.never and getattr(plan, option) in self.never[option]:
+                runs = ", ".join(v for v in OPTIONS[option] if v not in self.never[option])
+                errors.append(f"{self.title} {self.never_why.get(option, 'does not run it')} ({option}="
+                              f"{getattr(plan, option)}): use {option}={runs}")
         return errors
 
     def overlap(self, plan: Plan) -> frozenset[str]:
@@ -275,8 +291,8 @@ def as_run(plan: Plan, framework: Framework, spec: "WorkloadSpec | None" = None)
     """The plan as `framework` runs it, which is what its launch file reads back as.
 
     overlap: the kinds it hides among the communication the plan has (gradients and parameters over dp·cp
-    ranks, tp, pp), less what only Transformer Engine overlaps where the spec runs without it; cp_comm and schedule
-    at their defaults where cp or pp is 1; placement as the rank order.
+    ranks, tp, pp), less what only Transformer Engine overlaps where the spec runs without it; cp_comm, dispatcher
+    and schedule at their defaults where cp, ep or pp is 1; placement as the rank order.
     """
     exchanged: set[str] = set()
     if plan.group_size("dp") > 1:
@@ -287,6 +303,7 @@ def as_run(plan: Plan, framework: Framework, spec: "WorkloadSpec | None" = None)
         kinds -= framework.kernels.te_overlap
     return plan.with_(overlap=overlap_value(kinds),
                       placement="-".join(plan.rank_order), cp_comm=plan.cp_comm if plan.cp > 1 else "ring",
+                      dispatcher=plan.dispatcher if plan.ep > 1 else DISPATCHERS[0],
                       schedule=plan.schedule if plan.pp > 1 else "1f1b")
 
 

@@ -200,6 +200,9 @@ DEEPSPEED = Framework(NAME, "DeepSpeed", _rules, _default_overlap, frozenset({"d
                                        "(no --use-flash-attn)",
                       precisions=("fp32", "fp16", "bf16"), memory=MEMORY, space=SPACE, axes=AXIS_FLAGS,
                       constants=recorded_constants(NAME), launch=Launch(JSON_FILE, _write, _read, _model_errors, _read_kernels),
-                      never={"schedule": ("gpipe", "interleaved"), "orders": other_orders(ORDERS)},
+                      never={"schedule": ("gpipe", "interleaved"), "orders": other_orders(ORDERS),
+                             "dispatcher": ("allgather", "deepep", "hybridep")},
+                      never_why={"dispatcher": "(DeepSpeed-MoE) exchanges expert tokens with its own all-to-all "
+                                               "(deepspeed/moe/sharded_moe.py _AllToAll)"},
                       levers=frozenset({"optimizer_offload"}), softmax_fallback=SOFTMAX_FALLBACK, kernels=KERNELS,
                       versions=VERSIONS)

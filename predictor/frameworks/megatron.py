@@ -35,7 +35,7 @@ from predictor.frameworks.base import (LEVERS, Framework, Launch, LaunchError, L
                                        spec_recipe)
 from predictor.hardware import GENERATIONS
 from predictor.memory.facts import MIB, MemoryFacts
-from predictor.plan import OVERLAP_KINDS, Plan, embedding_and_loss_in_split, offloaded, overlap_kinds
+from predictor.plan import DISPATCHERS, OVERLAP_KINDS, Plan, embedding_and_loss_in_split, offloaded, overlap_kinds
 
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.workload import ModelSpec, WorkloadSpec
@@ -348,12 +348,12 @@ def common_fields(args: dict[str, list[str]], flags: Mapping[str, str], spec: "W
 
 
 def _moe_args(spec: "WorkloadSpec") -> list[str]:
-    """A mixture of experts in Megatron-LM's arguments: experts, router, grouped GEMM and the alltoall
-    dispatcher (as its MoE recipes run), leading dense layers, shared experts, MLA and MTP."""
+    """A mixture of experts in Megatron-LM's arguments: experts, router, grouped GEMM, leading dense layers, shared
+    experts, MLA and MTP (the plan's token dispatcher: `dispatcher_args`)."""
     m = spec.model
     args = ["--num-experts", str(m.experts), "--moe-router-topk", str(m.top_k), "--moe-ffn-hidden-size",
             str(m.expert_ffn_size), "--moe-router-score-function", m.router, "--moe-grouped-gemm",
-            "--moe-token-dispatcher-type", "alltoall", "--moe-router-dtype", "fp32",
+            "--moe-router-dtype", "fp32",
             # the routed experts without tensor parallelism, as priced; unset, it would be tp (parallel_state)
             "--expert-tensor-parallel-size", "1"]
     if m.dense_layers:
@@ -460,7 +460,8 @@ def megatron_args(plan: Plan, target: LaunchTarget) -> list[str]:
         args += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(first),
                  "--num-layers-at-end-in-bf16", str(last)]
     kernels = target.kernels
-    return args + _lever_args(plan, kernels.transformer_engine) + kernel_args(kernels)
+    return (args + dispatcher_args(plan, spec) + _lever_args(plan, kernels.transformer_engine)
+            + kernel_args(kernels))
 
 
 # Megatron-LM's --attention-backend for each backend (its `AttnBackend`: "fused" is cuDNN's through Transformer Engine).
@@ -565,6 +566,30 @@ def _model_errors(spec: "WorkloadSpec") -> list[str]:
             f"arguments; run it with Megatron-Bridge's {m.family.capitalize()}ModelProvider"]
 
 
+# Each dispatcher as Megatron-LM's arguments (megatron/training/arguments.py: --moe-token-dispatcher-type
+# allgather|alltoall|flex, and for flex --moe-flex-dispatcher-backend deepep|hybridep, Megatron-Core 0.15).
+_DISPATCHER_ARGS: dict[str, tuple[str, ...]] = {
+    "alltoall": ("--moe-token-dispatcher-type", "alltoall"),
+    "allgather": ("--moe-token-dispatcher-type", "allgather"),
+    "deepep": ("--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"),
+    "hybridep": ("--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep"),
+}
+
+
+def dispatcher_args(plan: Plan, spec: "WorkloadSpec") -> list[str]:
+    """The plan's token dispatcher in Megatron-LM's arguments (a MoE model's only)."""
+    return list(_DISPATCHER_ARGS[plan.dispatcher]) if spec.model.is_moe else []
+
+
+def read_dispatcher(args: dict[str, list[str]], ep: int) -> str:
+    """The dispatcher `dispatcher_args` wrote (Megatron-LM's own default, allgather, where none is named; the
+    default of the plan field where experts are not sharded)."""
+    if ep == 1:
+        return DISPATCHERS[0]
+    kind = args.get("--moe-token-dispatcher-type", ["allgather"])[0]
+    return args.get("--moe-flex-dispatcher-backend", ["deepep"])[0] if kind == "flex" else kind
+
+
 def _read(text: str, spec: "WorkloadSpec") -> Plan:
     args = parse_args(shlex.split(text))
     if hybrid.is_hybrid(spec):
@@ -589,7 +614,8 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
     cp_comm = inverse(_CP_COMM)[args.get("--cp-comm-type", ["p2p"])[0]]
     placement = "tp-cp-pp-dp" if "--use-tp-pp-dp-mapping" in args else "tp-cp-dp-pp"
     return Plan(**fields, zero=zero, schedule=schedule, v=v, placement=placement,  # type: ignore[arg-type]
-                overlap=overlap_value(kinds), cp_comm=cp_comm, **_read_levers(args))
+                overlap=overlap_value(kinds), cp_comm=cp_comm, dispatcher=read_dispatcher(args, fields["ep"]),
+                **_read_levers(args))
 
 
 # Transformer Engine's DotProductAttention backend where both are installed (its get_attention_backend): FlashAttention

@@ -131,6 +131,10 @@ DEFAULT_MODEL = "llama3"
 _SCHEDULE = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
 _ROTATE = {"ring": "alltoall", "allgather": "allgather"}
 _RESHARD = {2: "never", 3: "always"}
+# Its expert-parallel token exchange per dispatcher (torchtitan/config/job_config.py
+# `parallelism.expert_parallel_comm_backend: Literal["standard", "deepep"]`: "standard" is `all_to_all_single` in
+# torchtitan/distributed/expert_parallel.py, "deepep" torchtitan/distributed/deepep/); no all-gather, no Hybrid-EP.
+_EP_BACKEND = {"alltoall": "standard", "deepep": "deepep"}
 # The flavors torchtitan ships (`<model>_configs` in torchtitan/models/<model>/__init__.py), by the model dimensions a
 # spec names; a model that matches none is a flavor to register (`UNREGISTERED`).
 FLAVORS: dict[str, dict[str, dict[str, int]]] = {
@@ -254,6 +258,8 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
         par["fsdp_reshard_after_forward"] = _RESHARD[plan.zero]
     if m.is_moe:
         par["expert_tensor_parallel_degree"] = 1
+    if plan.ep > 1:
+        par["expert_parallel_comm_backend"] = _EP_BACKEND[plan.dispatcher]
     par["enable_async_tensor_parallel"] = "tp" in hidden(plan)
     par["pipeline_parallel_schedule"] = _SCHEDULE[plan.schedule]
     if plan.pp > 1:
@@ -359,7 +365,9 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
     recompute, recompute_layers = _recompute(config["activation_checkpoint"], spec.model.num_blocks // (pp * v))
     plan = Plan(**degrees, mbs=mbs, zero=zero, recompute=recompute, recompute_layers=recompute_layers,
                 sp=degrees["tp"] > 1, schedule=schedule, v=v, placement="tp-cp-dp-pp",
-                overlap=overlap_value(kinds), cp_comm=inverse(_ROTATE)[par["context_parallel_rotate_method"]])
+                overlap=overlap_value(kinds), cp_comm=inverse(_ROTATE)[par["context_parallel_rotate_method"]],
+                dispatcher=inverse(_EP_BACKEND)[par.get("expert_parallel_comm_backend", "standard")]
+                if degrees["ep"] > 1 else "alltoall")
     converters = config["model"].get("converters", [])
     if converters != [CONVERTERS[r] for r in (spec_recipe(spec),) if r in CONVERTERS]:
         raise LaunchError(f"{TOML_FILE} converts its linears with {converters or 'nothing'}, which is not the "
@@ -396,5 +404,8 @@ TORCHTITAN = Framework(NAME, "torchtitan", _rules, _default_overlap, frozenset(O
                        attention_kernel="fused: PyTorch scaled_dot_product_attention (flash)",
                        precisions=("fp32", "bf16", "fp8"), memory=MEMORY, space=SPACE, axes=AXIS_FLAGS,
                        constants=recorded_constants(NAME), launch=Launch(TOML_FILE, _write, _read, _model_errors),
-                       never={"zero": (1,), "orders": other_orders(ORDERS)}, kernels=KERNELS,
+                       never={"zero": (1,), "orders": other_orders(ORDERS), "dispatcher": ("allgather", "hybridep")},
+                       never_why={"dispatcher": "exchanges expert tokens by all-to-all or DeepEP only "
+                                                "(parallelism.expert_parallel_comm_backend standard or deepep)"},
+                       kernels=KERNELS,
                        versions=VERSIONS, compiles_by_default=_compiles, recomputes_some_layers=True)

@@ -29,6 +29,7 @@ from predictor.lora import trainable_params
 from predictor.muon import muon_params
 from predictor.memory.saved import (Dims, Saved, activation_element_bytes, backward_working, kept, layer_tensors,
                                     loss_tensors, loss_working, op_sac_tensors)
+from predictor.moe_dispatch import buffer_bytes
 from predictor.parallel import Layout
 from predictor.prediction import MEMORY_PARTS
 from predictor.workload import WorkloadSpec
@@ -294,13 +295,14 @@ def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Leve
 
 
 def _buffers(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, imbalance: float = 1.0) -> np.ndarray:
-    """Pipeline send/recv, the MoE dispatch send and receive buffers (sized, dropless, to the tokens the busiest rank
-    receives: `imbalance` times the balanced share), a gradient bucket and the GEMM workspaces."""
+    """Pipeline send/recv, the MoE dispatcher's buffers (its send and receive buffers sized, dropless, to the tokens
+    the busiest rank receives: `imbalance` times the balanced share, and its kernels' own: `predictor.moe_dispatch`),
+    a gradient bucket and the GEMM workspaces."""
     plan = layout.plan
     tokens = layout.rank_tokens * plan.mbs
     h, act = spec.model.hidden or 0, activation_element_bytes(spec.training.precision)
     pp = 2 * tokens * h / (plan.tp if plan.sp else 1) * act if plan.pp > 1 else 0.0
-    dispatch = 2 * tokens * (spec.model.top_k or 0) * h / plan.tp * act * imbalance if layout.ep_group.size > 1 else 0.0
+    dispatch = buffer_bytes(plan.dispatcher, tokens, spec.model, plan.tp, act, layout.ep_group, imbalance)
     bucket = facts.grad_bucket_bytes if layout.dp_group.size > 1 else 0.0
     return np.full(plan.pp, pp + dispatch + bucket + facts.workspace_bytes)
 

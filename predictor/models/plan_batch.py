@@ -26,7 +26,7 @@ from predictor.lora import trainable_params
 from predictor.memory.accounting import memory_parts_by_stage, offloaded_bytes
 from predictor.memory.levers import Levers, levers_of
 from predictor.models import overlap
-from predictor.models.roofline import AnalyticalConfig, call_costs
+from predictor.models.roofline import AnalyticalConfig, call_costs, routed
 from predictor.models.stage_costs import compute_parts, dp_time, offload_waits, optimizer_time, p2p_time
 from predictor.parallel import Layout, apply_plan, plan_groups
 from predictor.plan import AXIS_NAMES, HIDDEN_KINDS, OVERLAP_KINDS, STAGE_AXES, Axis, Plan, nvlink_domain
@@ -106,10 +106,11 @@ class PlanPieces:
     """The analytical model's pieces for one workload on one device under one framework's constants."""
 
     def __init__(self, resolved: Resolved, graph: LayerGraph, config: AnalyticalConfig) -> None:
-        self.resolved, self.config = resolved, config
+        self.resolved, self.given_config = resolved, config
+        self.config = routed(config, resolved.spec.training.moe_imbalance)
         self.spec, self.device, self.framework = resolved.spec, resolved.device, resolved.framework
         self.graph_ref = weakref.ref(graph)
-        self.cfg = config.for_device(self.device)
+        self.cfg = self.config.for_device(self.device)
         self.domain = resolved.nvlink_domain
         self.collective_s, self.p2p_s = call_costs(self.cfg, self.device)
         self.kernels = resolved.kernels
@@ -139,7 +140,7 @@ class PlanPieces:
 
     def serves(self, resolved: Resolved, graph: LayerGraph, config: AnalyticalConfig) -> bool:
         return (resolved.spec is self.spec and self.graph_ref() is graph and resolved.device == self.device
-                and resolved.framework is self.framework and config == self.config)
+                and resolved.framework is self.framework and config == self.given_config)
 
     def _group_id(self, group: comm.Group) -> int:
         return self.group_ids.setdefault(group, len(self.group_ids))

@@ -130,6 +130,12 @@ CALIBRATED_FIELDS: tuple[str, ...] = ("gemm_eff_max",)
 MOE_CALIBRATED_FIELDS: tuple[str, ...] = ("grouped_gemm_eff", "expert_host_s")
 
 
+def routed(config: AnalyticalConfig, imbalance: float | None) -> AnalyticalConfig:
+    """`config` with a workload's routing imbalance (`training.moe_imbalance`) where it names one: a property of the
+    data and the router, not of the framework, so it overrides the constant."""
+    return config if imbalance is None else replace(config, moe_imbalance=imbalance)
+
+
 # A kernel profile's measured costs (`Device.extra`) that replace first principles' values.
 MEASURED_COSTS: tuple[str, ...] = ("launch_s", "host_op_s")
 

@@ -24,7 +24,7 @@ from predictor.models.roofline import (HOST_OPS, AnalyticalConfig, call_costs, g
                                       softmax_fallbacks)
 from predictor.memory.levers import op_sac_recomputed, recomputed_nodes
 from predictor.lora import adapted, frozen_backward
-from predictor.moe import alltoall
+from predictor.moe_dispatch import exchange_seconds
 from predictor.muon import NS_STEPS, newton_schulz_flops, newton_schulz_shapes
 from predictor.parallel import Layout, ShardedNodes
 from predictor.plan import Plan, nvlink_domain, recompute_modules
@@ -207,15 +207,16 @@ def cp_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.
 def ep_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.ndarray:
     """Expert-parallel seconds per pipeline rank for one micro-batch: each MoE layer dispatches its
     tokens·top_k·hidden elements to the experts' ranks and combines the results back, in forward and again
-    (their gradients) in backward: 4 all-to-alls over the ep group, 6 when backward recomputes them (full
-    recomputation, the moe module; torchtitan's per-op policy saves their outputs: `all_to_all_single` is on the
-    save list of its MoE models, pytorch/torchtitan torchtitan/models/deepseek_v3/infra/parallelize.py)
-    (Megatron-Core's alltoall token dispatcher; `predictor.moe.alltoall`)."""
+    (their gradients) in backward: 2 dispatch-combine exchanges over the ep group, 3 when backward recomputes them
+    (full recomputation, the moe module; torchtitan's per-op policy saves their outputs: `all_to_all_single` is on
+    the save list of its MoE models, pytorch/torchtitan torchtitan/models/deepseek_v3/infra/parallelize.py), each
+    priced by the plan's dispatcher's own kernels and links (`predictor.moe_dispatch`)."""
     plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
-    calls = 6 if plan.recompute == "full" or "moe" in recompute_modules(plan.recompute) else 4
+    exchanges = 3 if plan.recompute == "full" or "moe" in recompute_modules(plan.recompute) else 2
     size = nodes.dispatch * plan.mbs * lay.act_bytes * cfg.moe_imbalance
-    one = np.array([alltoall(x, lay.ep_group) for x in size])
-    return calls * (counts @ one)
+    one = np.array([exchange_seconds(plan.dispatcher, x, resolved.spec.model, lay.ep_group, resolved.device.name,
+                                     resolved.generation) for x in size])
+    return exchanges * (counts @ one)
 
 
 def _tp_time(layout: Layout, calls: np.ndarray, elems: np.ndarray, call_s: float) -> np.ndarray:

@@ -5,7 +5,7 @@ orders and NVLink domains)."""
 from predictor.plan.axes import (AXES, AXIS, AXIS_NAMES, COMM_PARTS, DEFAULT_ORDER, HIDDEN_KINDS, HIDDEN_WORDS,
                                  OVERLAP_KINDS, PART_WORDS, PRICING_ORDER, STAGE_AXES, TERM_OF_PART, TIME_PARTS, Axis, TimePart)
 from predictor.plan.placement import complete_order, nvlink_domain, placement_error, placements
-from predictor.plan.plan import (CP_COMM, GPU_AXES, GRADS, MOMENTS, OFFLOAD_MODULES, PLACEMENTS, RECOMPUTE_MODES,
+from predictor.plan.plan import (CP_COMM, DISPATCHERS, GPU_AXES, GRADS, MOMENTS, OFFLOAD_MODULES, PLACEMENTS, RECOMPUTE_MODES,
                                  RECOMPUTE_MODULES, SCHEDULES, Plan, PlanError, canonical_recompute, offloaded,
                                  overlap_kinds, recompute_modules)
 from predictor.plan.rules import (cross_domain_axes, embedding_and_loss_in_split, placement_warnings, plan_errors,
@@ -13,7 +13,7 @@ from predictor.plan.rules import (cross_domain_axes, embedding_and_loss_in_split
 
 __all__ = [
     "AXES", "AXIS", "AXIS_NAMES", "Axis", "COMM_PARTS", "CP_COMM",
-    "DEFAULT_ORDER", "GPU_AXES", "GRADS", "HIDDEN_KINDS", "HIDDEN_WORDS", "MOMENTS", "OFFLOAD_MODULES", "OVERLAP_KINDS",
+    "DEFAULT_ORDER", "DISPATCHERS", "GPU_AXES", "GRADS", "HIDDEN_KINDS", "HIDDEN_WORDS", "MOMENTS", "OFFLOAD_MODULES", "OVERLAP_KINDS",
     "PART_WORDS", "PLACEMENTS", "PRICING_ORDER", "Plan", "PlanError", "RECOMPUTE_MODES", "RECOMPUTE_MODULES",
     "SCHEDULES", "STAGE_AXES", "TERM_OF_PART", "TIME_PARTS", "TimePart", "canonical_recompute", "complete_order",
     "cross_domain_axes", "embedding_and_loss_in_split", "nvlink_domain", "offloaded", "overlap_kinds",

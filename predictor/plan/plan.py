@@ -39,6 +39,7 @@ PLACEMENTS: tuple[str, ...] = placements()
 # Axes whose degrees multiply into the GPU count.
 GPU_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
 CP_COMM: tuple[str, ...] = OPTIONS["cp_comm"]
+DISPATCHERS: tuple[str, ...] = OPTIONS["dispatcher"]
 
 
 @cache
@@ -194,6 +195,10 @@ class Plan:
          kinds joined by '+' from `OVERLAP_KINDS` (each axis's entry names the kinds that hide its communication).
     cp_comm: how context parallelism exchanges K/V: ring (send/recv overlapped with attention) or
          allgather (gathered before attention).
+    dispatcher: how expert parallelism moves tokens to their experts and back (`predictor.moe_dispatch`): alltoall
+         (NCCL all-to-all of each token-expert pair), allgather (every token gathered over the ep ranks, combined by
+         reduce-scatter), deepep or hybridep (DeepEP's and NVIDIA's Hybrid-EP kernels: each token sent once per
+         rank holding one of its experts; Megatron-Core's flex dispatcher).
     offload: activations kept in host memory between forward and backward: none, layers:N (the first N layers
          of each pipeline rank, Megatron-Core's --cpu-offloading-num-layers) or fine-grained offloading modules
          joined by '+' (attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act).
@@ -212,6 +217,7 @@ class Plan:
     placement: str = "tp-dp-pp"
     overlap: str = "auto"
     cp_comm: str = CP_COMM[0]
+    dispatcher: str = DISPATCHERS[0]
     recompute_layers: int = 0
     offload: str = "none"
     optimizer_offload: float = 0.0
