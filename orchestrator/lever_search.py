@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from predictor.launch import run_errors
-from predictor.plan import Plan, PlanError, canonical_recompute, recompute_modules
+from predictor.plan import DISPATCHERS, Plan, PlanError, canonical_recompute, recompute_modules
 from predictor.prediction import Prediction
 from predictor.prediction_table import PredictionTable
 from predictor.resolver import resolve
@@ -118,10 +118,13 @@ def memory_levers(plan: Plan, spec: WorkloadSpec) -> list[tuple[str, Plan]]:
 
 def fixes(plan: Plan, spec: WorkloadSpec) -> list[tuple[str, Plan]]:
     """(name, changed plan) of every single change that saves memory without changing the plan's degrees, that its
-    framework runs: the memory levers, a higher ZeRO stage, full recomputation."""
+    framework runs: the memory levers, a higher ZeRO stage, full recomputation, and NCCL's all-to-all in place of a
+    dispatcher with buffers of its own (DeepEP's queues, Hybrid-EP's and all-gather's gathered tokens)."""
     out = memory_levers(plan, spec) + [(f"zero={z}", plan.with_(zero=z)) for z in range(plan.zero + 1, 4)]
     if plan.recompute != "full":
         out.append(("recompute=full", plan.with_(recompute="full", recompute_layers=0)))
+    if plan.ep > 1 and plan.dispatcher != DISPATCHERS[0]:
+        out.append((f"dispatcher={DISPATCHERS[0]}", plan.with_(dispatcher=DISPATCHERS[0])))
     return [(name, changed) for name, changed in out if runs(changed, spec)]
 
 

@@ -352,7 +352,11 @@ class KernelsSpec(_Strict):
                                   "unfused (QK^T GEMM, masked softmax over the scores, x V GEMM; Megatron-LM "
                                   "--attention-backend); default: the framework's (Megatron-Core: flash on Ampere, "
                                   "cuDNN on Hopper and later; torchtitan: flash; DeepSpeed: unfused)")
-    cuda_graphs: bool | None = Field(default=None, description="replay each layer as a CUDA graph (default off)")
+    cuda_graphs: bool | None = Field(default=None, description="replay parts of the step as CUDA graphs (default off)")
+    cuda_graph_scope: str | None = Field(
+        default=None, description="what the CUDA graphs capture: layer (each whole layer, the default), "
+                                  "full_iteration, or attn, moe_router, moe_preprocess joined by '+' (Megatron-LM "
+                                  "--cuda-graph-scope)")
     transformer_engine: bool | None = Field(
         default=None, description="Transformer Engine's layers (Megatron-Core's default) or the framework's own")
     fused_softmax: bool | None = Field(default=None, description="the masked-softmax fusion of unfused attention "

@@ -3,6 +3,7 @@ their reasons, what each setting costs, and the round trip through the launch fi
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from predictor.frameworks import FRAMEWORKS, as_run
@@ -10,9 +11,12 @@ from predictor.launch import kernels_back, launch_files, read_back
 from predictor.frameworks.kernels import FIELDS, Kernels, kernels_of
 from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
+from predictor.models.cuda_graphs import host_ops
+from predictor.models.roofline import HOST_OPS
+from predictor.parallel import apply_plan
 from predictor.plan import Plan
 from predictor.workload import SpecError, parse_spec
-from predictor.resolver import resolve
+from predictor.resolver import get_device, resolve
 
 
 def _spec(kernels: dict | None = None, preset: str = "gpt3-2.7b", framework: str = "megatron", device: str = "a100-80gb",
@@ -81,6 +85,32 @@ def test_cuda_graphs_remove_the_host_bound():
     assert graphs.iter_time_s < eager.iter_time_s
 
 
+def test_cuda_graph_scopes_remove_the_host_time_they_capture_and_keep_static_buffers():
+    """Megatron-LM's --cuda-graph-scope: a whole layer launches once, the attention sublayer alone leaves the MLP
+    eager, a full-iteration graph launches nothing per operator; each per-layer graph keeps static buffers."""
+    def run(**kernels):
+        return _predict(_spec(kernels, "gpt3-125m", seq_len=512), "dp=8,mbs=1")
+    eager, layer, full = run(), run(cuda_graphs=True), run(cuda_graphs=True, cuda_graph_scope="full_iteration")
+    spec = _spec({}, "gpt3-125m", seq_len=512)
+    nodes = apply_plan(spec, graph_for(spec.model), Plan(dp=8), get_device(spec.cluster.device)).nodes
+    ops = np.array([HOST_OPS.get(k, 1) for k in nodes.kind], dtype=float)
+    launched = [float(host_ops(ops, nodes, Kernels(cuda_graphs=graphs, cuda_graph_scope=scope)).sum())
+                for graphs, scope in ((False, "layer"), (True, "attn"), (True, "layer"), (True, "full_iteration"))]
+    assert launched[0] > launched[1] > launched[2] > launched[3] == 0
+    assert eager.extra["framework_s"]["host"] > layer.extra["framework_s"]["host"]
+    assert layer.memory_breakdown["buffers"] > eager.memory_breakdown["buffers"]
+    assert full.memory_breakdown["buffers"] == eager.memory_breakdown["buffers"]
+
+
+@pytest.mark.parametrize("kernels, words", [
+    ({"cuda_graphs": True, "cuda_graph_scope": "mlp+attn"}, "use layer, full_iteration"),
+    ({"cuda_graph_scope": "attn"}, "set cuda_graphs: true"),
+])
+def test_a_cuda_graph_scope_it_cannot_capture_is_refused(kernels, words):
+    with pytest.raises(SpecError, match=words):
+        resolve(_spec(kernels))
+
+
 def test_without_transformer_engine_no_tensor_parallel_overlap():
     on, off = _predict(_spec(), PLAN), _predict(_spec({"transformer_engine": False}), PLAN)
     assert on.hidden_comm.get("tp_comm", 0) > 0 and "tp_comm" not in off.hidden_comm
@@ -91,6 +121,8 @@ def test_without_transformer_engine_no_tensor_parallel_overlap():
     ("megatron", {"attention": "unfused", "transformer_engine": False, "cuda_graphs": True, "fused_softmax": False,
                   "fused_bias_gelu": False, "fused_grad_accum": False}, PLAN),
     ("megatron", {"attention": "cudnn", "cuda_graphs": True}, PLAN),
+    ("megatron", {"cuda_graphs": True, "cuda_graph_scope": "attn+moe_router"}, PLAN),
+    ("megatron", {"cuda_graphs": True, "cuda_graph_scope": "full_iteration"}, PLAN),
     ("deepspeed", {}, "dp=8,mbs=1,zero=1"),
     ("deepspeed", {"attention": "flash", "fused_softmax": False, "fused_grad_accum": False}, "dp=8,mbs=1,zero=1"),
 ])

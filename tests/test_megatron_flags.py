@@ -47,7 +47,11 @@ ARGUMENTS_PY = {
     "_add_experimental_args": {"--use-precision-aware-optimizer", "--main-grads-dtype", "--exp-avg-dtype",
                                "--exp-avg-sq-dtype"},
 }
-DEFINED = set().union(*ARGUMENTS_PY.values())
+# Flags of a later Megatron-LM (Megatron-Core 0.15: `_add_training_args` --cuda-graph-scope, nargs='+', choices attn,
+# mlp, moe, moe_router, moe_preprocess, mamba, full_iteration; `_add_moe_args` --moe-flex-dispatcher-backend deepep or
+# hybridep for --moe-token-dispatcher-type flex, as its DeepSeek-V3 GB200 guide runs them).
+LATER = {"--cuda-graph-scope", "--moe-flex-dispatcher-backend"}
+DEFINED = set().union(*ARGUMENTS_PY.values(), LATER)
 
 
 def _spec(preset: str, nodes: int, global_batch: int = 1024, kernels: dict | None = None, **model: object) -> object:
@@ -63,6 +67,8 @@ def _spec(preset: str, nodes: int, global_batch: int = 1024, kernels: dict | Non
     ("llama3.2-1b", 1, "dp=8,mbs=4,zero=0,recompute=core_attn+mlp", {}),
     ("deepseek-v3", 32, "dp=16,tp=2,pp=8,mbs=1,zero=1,sp=true,ep=2,placement=tp-pp-dp", {"mtp_layers": 1}),
     ("qwen3-30b-a3b", 4, "dp=32,mbs=1,zero=1,ep=8,recompute=full", {}),
+    ("qwen3-30b-a3b", 4, "dp=32,mbs=1,zero=1,ep=16,dispatcher=hybridep", {"kernels": {
+        "cuda_graphs": True, "cuda_graph_scope": "attn+moe_router+moe_preprocess"}}),
     ("gpt3-2.7b", 1, "dp=2,tp=4,mbs=1,zero=1,sp=true,overlap=dp+param", {"kernels": {
         "attention": "unfused", "transformer_engine": False, "cuda_graphs": True, "fused_softmax": False,
         "fused_bias_gelu": False, "fused_grad_accum": False}}),

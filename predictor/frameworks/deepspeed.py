@@ -193,6 +193,7 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
 KERNELS = KernelChoices(Kernels(attention="unfused"), allowed={
     "attention": (("unfused", "flash"), "runs unfused attention or FlashAttention-2 (--use-flash-attn-v2), not cuDNN's"),
     "cuda_graphs": ((False,), "(Megatron-DeepSpeed) captures no CUDA graphs"),
+    "cuda_graph_scope": (("layer",), "(Megatron-DeepSpeed) captures no CUDA graphs"),
     "transformer_engine": ((False,), "(Megatron-DeepSpeed's GPT) is built from its own modules, not Transformer Engine's")})
 
 DEEPSPEED = Framework(NAME, "DeepSpeed", _rules, _default_overlap, frozenset({"dp", "param"}),

@@ -6,8 +6,10 @@ launch file can set (`KernelChoices`; a value it cannot set is refused with the 
   2021-22 Megatron-LM kind: the QK^T GEMM, the scaled masked softmax and dropout as passes over the s x s scores, the
   attention x V GEMM, and the scores kept for backward); Megatron-LM's `--attention-backend`
   (NVIDIA/Megatron-LM megatron/training/arguments.py: flash, fused, unfused, local, auto);
-- cuda_graphs: each transformer layer captured and replayed as one CUDA graph (`--cuda-graph-impl`), so the host
-  launches a layer once instead of operator by operator;
+- cuda_graphs: parts of the step captured and replayed as CUDA graphs (`--cuda-graph-impl`), so the host launches
+  a captured region once instead of operator by operator; cuda_graph_scope says which (`--cuda-graph-scope`): the
+  whole layer (Megatron-LM's default), the attention sublayer, the MoE router and preprocessing (joined by '+':
+  attn, moe_router, moe_preprocess), or the full iteration (`predictor.models.cuda_graphs` prices them);
 - transformer_engine: Transformer Engine's layers (`--transformer-impl transformer_engine`) or Megatron-Core's own
   (`local`): FP8/FP4, cuDNN attention and the userbuffers tensor-parallel overlap need it;
 - fused_softmax, fused_bias_gelu, fused_grad_accum: Megatron-LM's masked-softmax, bias-GeLU and gradient-accumulation
@@ -23,6 +25,19 @@ if TYPE_CHECKING:  # pragma: no cover
     from predictor.workload import WorkloadSpec
 
 ATTENTION_BACKENDS: tuple[str, ...] = ("flash", "cudnn", "unfused")
+# Megatron-LM's --cuda-graph-scope values ScaleDL prices (megatron/training/arguments.py); "layer" is its default
+# (no scope named: each whole layer), "full_iteration" stands alone, the others combine.
+GRAPH_SCOPES: tuple[str, ...] = ("attn", "moe_router", "moe_preprocess")
+WHOLE_SCOPES: tuple[str, ...] = ("layer", "full_iteration")
+
+
+def graph_scope_error(scope: str) -> str:
+    """Why `scope` is no CUDA graph scope ('' when it is one)."""
+    parts = scope.split("+")
+    if scope in WHOLE_SCOPES or (parts and all(p in GRAPH_SCOPES for p in parts) and len(set(parts)) == len(parts)):
+        return ""
+    return (f"training.kernels.cuda_graph_scope={scope!r}: use layer, full_iteration, or parts of "
+            f"{', '.join(GRAPH_SCOPES)} joined by '+'")
 # The device facts' kernel (`predictor.models.attention`) each fused backend runs.
 ATTENTION_KERNELS: dict[str, str] = {"flash": "flash-attention-2", "cudnn": "cudnn"}
 
@@ -33,6 +48,7 @@ class Kernels:
 
     attention: str = "unfused"
     cuda_graphs: bool = False
+    cuda_graph_scope: str = "layer"
     transformer_engine: bool = False
     fused_softmax: bool = True
     fused_bias_gelu: bool = True
@@ -98,6 +114,11 @@ def kernel_errors(spec: "WorkloadSpec", choices: KernelChoices, title: str) -> l
             shown = ", ".join(str(v).lower() for v in values)
             errors.append(f"training.kernels.{name}={str(value).lower()}: {title} {why} (use {shown}, or "
                           f"leave it unset)")
+    if "cuda_graph_scope" in chosen and graph_scope_error(chosen["cuda_graph_scope"]):
+        errors.append(graph_scope_error(chosen["cuda_graph_scope"]))
+    elif "cuda_graph_scope" in chosen and not chosen.get("cuda_graphs", choices.defaults.cuda_graphs):
+        errors.append(f"training.kernels.cuda_graph_scope={chosen['cuda_graph_scope']}: it says what CUDA graphs "
+                      f"capture (set cuda_graphs: true, or leave it unset)")
     family = spec.model.family_entry
     if chosen.get("fused_bias_gelu") is False and family is not None and family.gated_ffn:
         errors.append(f"training.kernels.fused_bias_gelu=false: {spec.model.family}'s MLP is gated (SwiGLU), it has no "

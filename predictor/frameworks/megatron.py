@@ -470,13 +470,16 @@ _ATTENTION_BACKEND = {"flash": "flash", "cudnn": "fused", "unfused": "unfused"}
 
 def kernel_args(kernels: Kernels) -> list[str]:
     """The kernel settings in Megatron-LM's arguments (`megatron/training/arguments.py`): the attention backend,
-    Megatron-Core's own layers (`--transformer-impl local`), each layer replayed as a CUDA graph (`--cuda-graph-impl`,
-    Transformer Engine's `make_graphed_callables` or the local capture), and the fusions switched off."""
+    Megatron-Core's own layers (`--transformer-impl local`), CUDA graphs (`--cuda-graph-impl`, Transformer Engine's
+    `make_graphed_callables` or the local capture, and what they capture: `--cuda-graph-scope`), and the fusions
+    switched off."""
     args = ["--attention-backend", _ATTENTION_BACKEND[kernels.attention]]
     if not kernels.transformer_engine:
         args += ["--transformer-impl", "local"]
     if kernels.cuda_graphs:
         args += ["--cuda-graph-impl", "transformer_engine" if kernels.transformer_engine else "local"]
+        if kernels.cuda_graph_scope != "layer":
+            args += ["--cuda-graph-scope", *kernels.cuda_graph_scope.split("+")]
     return args + fusion_args(kernels)
 
 
@@ -485,7 +488,8 @@ def read_kernel_args(text: str) -> dict[str, Any]:
     args = parse_args(shlex.split(text))
     return {"attention": inverse(_ATTENTION_BACKEND)[args["--attention-backend"][0]],
             "transformer_engine": args.get("--transformer-impl", ["transformer_engine"])[0] == "transformer_engine",
-            "cuda_graphs": args.get("--cuda-graph-impl", ["none"])[0] != "none", **read_fusions(args)}
+            "cuda_graphs": args.get("--cuda-graph-impl", ["none"])[0] != "none",
+            "cuda_graph_scope": "+".join(args.get("--cuda-graph-scope", ["layer"])), **read_fusions(args)}
 
 
 def _lever_args(plan: Plan, transformer_engine: bool) -> list[str]:

@@ -395,6 +395,7 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
 KERNELS = KernelChoices(Kernels(attention="flash"), allowed={
     "attention": (("flash",), "runs PyTorch's scaled_dot_product_attention (flash): its config has no attention switch"),
     "cuda_graphs": ((False,), "captures no CUDA graphs"),
+    "cuda_graph_scope": (("layer",), "captures no CUDA graphs"),
     "transformer_engine": ((False,), "builds its models from PyTorch modules, not Transformer Engine's"),
     "fused_softmax": ((True,), "has no unfused softmax (its attention is fused)"),
     "fused_bias_gelu": ((True,), "has no bias-GeLU fusion switch"),

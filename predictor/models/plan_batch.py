@@ -26,6 +26,7 @@ from predictor.lora import trainable_params
 from predictor.memory.accounting import memory_parts_by_stage, offloaded_bytes
 from predictor.memory.levers import Levers, levers_of
 from predictor.models import overlap
+from predictor.models.cuda_graphs import static_bytes
 from predictor.models.roofline import AnalyticalConfig, call_costs, routed
 from predictor.models.stage_costs import compute_parts, dp_time, offload_waits, optimizer_time, p2p_time
 from predictor.parallel import Layout, apply_plan, plan_groups
@@ -208,8 +209,10 @@ class PlanPieces:
         (`predictor.memory.accounting`); on a measured device (ScaleDL's eager runner, no CUDA runtime) from the layer
         graph's saved elements and the ZeRO model states."""
         if not self.device.measured:
-            return memory_parts_by_stage(self.spec, graph, lay, self.framework.memory, self._levers(lay.plan),
-                                         self.cfg.moe_imbalance)
+            parts = memory_parts_by_stage(self.spec, graph, lay, self.framework.memory, self._levers(lay.plan),
+                                          self.cfg.moe_imbalance)
+            parts[MEMORY_PARTS.index("buffers")] += static_bytes(lay, self.kernels, in_flight(lay))
+            return parts
         kept, one_block = saved_per_sample(lay, fused_attention=self.fused, kv_share=kv_share(self.spec))
         acts = kept * lay.plan.mbs * in_flight(lay) + one_block * lay.plan.mbs
         buffers = buffer_bytes(lay, self._psi(sharding, lay)[0], self.cfg.moe_imbalance)
@@ -253,7 +256,8 @@ class PlanPieces:
             comm_keys = tuple((fields(plan), group) if axis.degree(plan) > 1 else None
                               for axis, fields, group in zip(STAGE_AXES, _COST_FIELDS, axis_groups))
             stage_key = (sharding, mbs, rc, comm_keys)
-            memory_key = (sharding, d, zero, mbs, rc, plan.schedule, m, plan.optimizer_offload, plan.moments, plan.grads)
+            memory_key = (sharding, d, zero, mbs, rc, plan.schedule, m, plan.optimizer_offload, plan.moments, plan.grads,
+                          plan.dispatcher)  # the dispatcher's buffers
             keys = ((sharding, d, zero, m if zero >= 3 else 0, dp_g, edp_g),
                     (inter, mbs, sharding) if pp > 1 else None,
                     (sharding, zero >= 1, d, plan.optimizer_offload, plan.moments),

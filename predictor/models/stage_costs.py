@@ -17,6 +17,7 @@ from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import optimizer_bytes_per_param
 from predictor.bf16_layers import bf16_blocks_per_rank, per_layer_occurrences
+from predictor.models.cuda_graphs import host_ops as graphed_host_ops
 from predictor.models.lowprec import weight_quantisation_s
 from predictor.frameworks import Framework
 from predictor.frameworks.kernels import Kernels
@@ -68,9 +69,7 @@ def compute_parts(resolved: Resolved, graph: LayerGraph, lay: Layout, config: An
     ops = np.array([HOST_OPS.get(k, 1) for k in nodes.kind], dtype=float)
     if eager.any():
         ops = ops + eager * fallback.ops
-    if kernels.cuda_graphs:  # each repeated block replays as one graph: one launch for all its operators
-        ops = np.where(nodes.repeated, 1.0 / max(int(nodes.repeated.sum()), 1), ops)
-    ops = ops * cfg.host_op_s
+    ops = graphed_host_ops(ops, nodes, kernels) * cfg.host_op_s
     host_f = counts @ ops
     host_b = 2 * host_f + again @ ops
     sync_f = counts @ (nodes.experts * nodes.gemm_batch) * cfg.expert_host_s
