@@ -117,6 +117,10 @@ def test_routing_imbalance_is_a_workload_setting() -> None:
     even, busy = (AnalyticalPredictor().predict(s, graph, [plan])[0] for s in (balanced, skewed))
     assert busy.iter_time_s > even.iter_time_s * 1.1  # the busiest rank's experts and exchange set the pace
     assert busy.peak_memory_gib > even.peak_memory_gib
+    # the busiest rank's experts keep imbalance times the balanced share of their saved inputs, as its buffers do
+    for part in ("activations", "buffers"):
+        assert busy.memory_breakdown[part] > even.memory_breakdown[part]
+    assert busy.memory_breakdown["optimizer"] == even.memory_breakdown["optimizer"]
     with pytest.raises(ValueError, match="moe_imbalance"):
         parse_spec({"model": {"preset": "qwen3-30b-a3b"}, "training": {"global_batch": 8, "moe_imbalance": 0.5},
                     "cluster": {"device": "h100"}})

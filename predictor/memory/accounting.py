@@ -157,7 +157,8 @@ class _LayerKind:
 
 
 def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: MemoryFacts, levers: Levers,
-                 by_module: bool = True) -> tuple[np.ndarray, np.ndarray, list[dict[str, float]], np.ndarray]:
+                 by_module: bool = True, imbalance: float = 1.0
+                 ) -> tuple[np.ndarray, np.ndarray, list[dict[str, float]], np.ndarray]:
     """(saved activation bytes, backward working bytes, bytes per lever module (empty unless `by_module`), bytes one
     micro-batch offloads to the host) per pipeline stage. Numpy over the stages, each stage's arithmetic in the order
     one stage's would be done alone: its dense layers, then its MoE layers, then the loss on the last."""
@@ -173,7 +174,7 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
         acts = keep * plan.mbs * flight
         return acts, np.full_like(acts, one_block * plan.mbs), [{} for _ in acts], np.zeros_like(acts)
     d = Dims.of(spec.model, plan.tp, plan.sp, spec.training.precision, levers.fp8_format,
-                scores_keys=layout.tokens if levers.unfused_attention else 0, ep=plan.ep)
+                scores_keys=layout.tokens if levers.unfused_attention else 0, ep=plan.ep, imbalance=imbalance)
     dense, moe = _layers_per_stage(graph, layout, spec.model.is_moe)
     acts, working, to_host = np.zeros(plan.pp), np.zeros(plan.pp), np.zeros(plan.pp)
     chunks = plan.v  # Megatron counts recompute_layers per model chunk
@@ -320,7 +321,7 @@ def rank_memory(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: Me
     """Each pipeline stage's memory parts for `layout` under `facts` and `levers` on a device of `capacity` bytes;
     `activations_by_module` empty unless `by_module`."""
     weights, grads, optimizer = _states(spec, layout, facts, levers)
-    acts, working, modules, _ = _activations(spec, graph, layout, facts, levers, by_module)
+    acts, working, modules, _ = _activations(spec, graph, layout, facts, levers, by_module, imbalance)
     parts = {"weights": weights, "gradients": grads, "optimizer": optimizer, "activations": acts,
              "buffers": _buffers(spec, layout, facts, imbalance)}
     return RankMemory(parts, working, modules, runtime_bytes(layout, facts),

@@ -57,10 +57,11 @@ class Dims:
     scores_keys: int = 0  # keys per query whose scores an unfused attention keeps (0: fused)
     ep: int = 1  # expert-parallel degree: above 1 a MoE layer's tokens cross all-to-alls
     act: float = 2.0  # bytes per activation element (`activation_element_bytes`)
+    imbalance: float = 1.0  # the busiest expert rank's token-expert pairs over the balanced share (`moe_imbalance`)
 
     @classmethod
     def of(cls, model: ModelSpec, tp: int, sp: bool, precision: str, fp8_format: str = "cs",
-           scores_keys: int = 0, ep: int = 1) -> "Dims":
+           scores_keys: int = 0, ep: int = 1, imbalance: float = 1.0) -> "Dims":
         heads = model.heads or 1
         head_dim = model.head_dim or model.hidden // heads
         mla = None
@@ -73,7 +74,7 @@ class Dims:
         return cls(model.hidden, model.ffn_hidden or 4 * model.hidden, heads, model.kv_heads or heads, head_dim,
                    model.vocab or 0, model.experts or 0, model.top_k or 0, expert_ffn,
                    model.shared_experts * expert_ffn, mla, tp, tp if sp else 1, lin, precision in ("fp8", "fp4"),
-                   scores_keys, ep, act)
+                   scores_keys, ep, act, imbalance)
 
 
 def activation_element_bytes(precision: str) -> float:
@@ -133,9 +134,9 @@ def dense_mlp_tensors(d: Dims, facts: MemoryFacts) -> list[Saved]:
 
 
 def moe_mlp_tensors(d: Dims) -> list[Saved]:
-    """A MoE layer's MLP half (dropless, balanced routing: each rank's experts receive top_k pairs per local token;
-    with tp the layer runs sequence parallel, so tokens are split over tp)."""
-    t, r, lin, k = d.tp, d.seq_shard, d.linear_input_bytes, d.top_k
+    """A MoE layer's MLP half (dropless routing: each rank's experts receive top_k pairs per local token, the busiest
+    rank `imbalance` times that; with tp the layer runs sequence parallel, so tokens are split over tp)."""
+    t, r, lin, k = d.tp, d.seq_shard, d.linear_input_bytes, d.top_k * d.imbalance
     out = [Saved("mlp_norm input", d.hidden / r * d.act, offload="mlp_norm"),
            Saved("router input (norm output)", d.hidden / r * d.act, "layernorm+moe", "mlp_norm"),
            Saved("router scores (fp32)", d.experts / t * 4.0, "moe"),
