@@ -60,6 +60,12 @@ def _calibrated_analytical(seed: int) -> Predictor:
     return CalibratedAnalytical()
 
 
+def _layer_host_analytical(seed: int) -> Predictor:
+    from predictor.models.host_cost import LayerHostAnalytical  # lazy: the layer graph's pricing
+
+    return LayerHostAnalytical()
+
+
 def _restore_scaledl(state: dict[str, Any]) -> Predictor:
     from predictor.models.scaledl import ScaleDLPredictor
 
@@ -79,6 +85,8 @@ PREDICTORS: dict[str, Entry] = {
     # GPU data: the framework's fixed costs fitted first (predictor.models.calibration); refused on a measured CPU
     "scaledl-calibrated": Entry(_scaledl(calibrate=True), "variant"),
     "analytical-calibrated": Entry(_calibrated_analytical, "variant"),
+    "analytical-layerhost": Entry(_layer_host_analytical, "variant"),
+    "scaledl-layerhost": Entry(_scaledl(layer_host=True), "variant"),
     # the default's two parts alone, each for every family: one network (the composition routing replaced),
     # and operator costs, which the default uses for unseen families (bench/results/ensemble_cv.txt, top)
     "scaledl-one": Entry(_scaledl(ensemble=1, unseen=None), "variant"),

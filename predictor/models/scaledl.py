@@ -46,6 +46,7 @@ from predictor.models.domain import TrainingDomain
 from predictor.models.features import EDGE_DIM, GLOBAL_DIM, NODE_DIM, TERMS, TrainingData
 from predictor.models.gnn import CorrectionEnsemble, graph_data
 from predictor.models.gnn_training import Problem, Rows, train, training_rows
+from predictor.models.host_cost import layer_host_op_s
 from predictor.models.layerwise import LayerwiseModel, analytical_layer_time
 from predictor.models.records import LayerKey
 from predictor.models.memory_residual import MemoryResidual, fit_memory_residual, memory_features
@@ -80,9 +81,9 @@ class ScaleDLPredictor(Predictor):
 
     def __init__(self, regressor: Any | None = None, *, use_gnn: bool = True, use_global: bool = True,
                  use_comm: bool = True, calibrate: bool = False, host_once: bool = True, step_p2p: bool = False,
-                 op_costs: bool = False, hidden: int = 32, heads: int = 4, epochs: int = 800, lr: float = 3e-3,
-                 weight_decay: float = 1e-4, ensemble: int = ENSEMBLE, unseen: dict[str, Any] | None = UNSEEN,
-                 seed: int = 0) -> None:
+                 op_costs: bool = False, layer_host: bool = False, hidden: int = 32, heads: int = 4,
+                 epochs: int = 800, lr: float = 3e-3, weight_decay: float = 1e-4, ensemble: int = ENSEMBLE,
+                 unseen: dict[str, Any] | None = UNSEEN, seed: int = 0) -> None:
         """`step_p2p`: charge a measured CPU's in-step cost per pipeline send/recv in the composed p2p term.
         Off by default: on the CPU dataset's training rows a relative least-squares fit of the measured time
         on the composed terms gave that term a weight of about 0, and cross-validation preferred it off
@@ -91,14 +92,16 @@ class ScaleDLPredictor(Predictor):
         the layer timings (`predictor.models.op_costs`), not its roofline (`scaledl train --op-costs`). Off by
         default: cross-validation over three model seeds found it better out of domain and worse in-domain in
         every seed (bench/results/ensemble_cv.txt); the companion for unseen families uses it.
+        `layer_host`: the composition's host cost per operator is the one the GPU layer timings show
+        (`predictor.models.host_cost.layer_host_op_s`) instead of the kernel model's constant.
         `unseen`: the settings this one's companion changes; `fit` trains the companion on the same data and
         `predict` hands it the workloads whose model family the training data lacks. None: no companion (one
         model for every family). No companion is trained on data without layer timings (a vTrain CSV): the
         operator costs it exists for are fitted on them."""
         self.config = dict(use_gnn=use_gnn, use_global=use_global, use_comm=use_comm, calibrate=calibrate,
-                           host_once=host_once, step_p2p=step_p2p, op_costs=op_costs, hidden=hidden, heads=heads,
-                           epochs=epochs, lr=lr, weight_decay=weight_decay, ensemble=ensemble,
-                           unseen=dict(unseen) if unseen else None, seed=seed)
+                           host_once=host_once, step_p2p=step_p2p, op_costs=op_costs, layer_host=layer_host,
+                           hidden=hidden, heads=heads, epochs=epochs, lr=lr, weight_decay=weight_decay,
+                           ensemble=ensemble, unseen=dict(unseen) if unseen else None, seed=seed)
         # The composition's base; `calibrate`: its GPU framework costs fitted first (fit_fixed_costs).
         self.analytical = AnalyticalPredictor(AnalyticalConfig(step_p2p=step_p2p))
         self.layerwise = LayerwiseModel(self._layer_base, resolve, regressor, seed, op_costs)
@@ -149,6 +152,8 @@ class ScaleDLPredictor(Predictor):
             raise ValueError("ScaleDLPredictor.fit needs at least one measured iteration (TrainingData.samples is empty)")
         torch.manual_seed(self.config["seed"])
         base = replace(kernel_model_config(resolve(data.samples[0].spec)), step_p2p=self.config["step_p2p"])
+        host = layer_host_op_s(data.layers, base) if self.config.get("layer_host") else None
+        base = replace(base, host_op_s=host) if host is not None else base
         self.analytical = AnalyticalPredictor(fit_fixed_costs(data.samples, base) if self.config["calibrate"] else base)
         self.layerwise.fit(data.layers, roofline_twin)
         rows = self._rows(data)
