@@ -3,6 +3,7 @@ machine's measured CPU profile, and the command line of the checkout under test.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,6 +24,19 @@ class Scaledl:
     def run(self, *args: str, **kwargs: Any) -> subprocess.CompletedProcess:
         """Run to its end (ten minutes at most), its output captured as text."""
         return subprocess.run([*self.argv, *args], cwd=ROOT, capture_output=True, text=True, timeout=600, **kwargs)
+
+    def plan_spec(self, spec: dict[str, Any], out: Path) -> tuple[subprocess.CompletedProcess, dict[str, Any]]:
+        """`scaledl plan` of `spec` (written beside `out`) with the analytical predictor, its top two: the run, which
+        must end 0 (a plan) or 1 (nothing fits), and its report, whose search must be complete."""
+        import yaml
+
+        path = out.parent / "spec.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        run = self.run("plan", str(path), "--out", str(out), "--top-k", "2", "--predictor", "analytical")
+        assert run.returncode in (0, 1), run.stderr[-3000:]
+        report = json.loads((out / "report.json").read_text())
+        assert report["search"]["complete"]
+        return run, report
 
     def start(self, *args: str, **kwargs: Any) -> subprocess.Popen:
         """Start it and return at once, for a test that signals or watches the running command."""

@@ -10,6 +10,7 @@ from predictor.hardware import DEVICES
 from predictor.models.overlap import COMM_SMS, slowdown
 from predictor.models.roofline import AnalyticalConfig
 from predictor.plan import Plan
+from predictor.plan.axes import OPTION_AXIS
 from predictor.workload import parse_spec
 from predictor.resolver import resolve
 from search_spaces import enumerate_plans, load_space
@@ -100,6 +101,10 @@ def test_values_a_framework_never_runs_are_refused_by_its_rules(name):
                 if value == "interleaved" and base.pp == 1:
                     continue  # not a plan at all
                 changes = {field: value, **({"v": 2} if value == "interleaved" else {})}
+                if option in OPTION_AXIS:  # an axis option means something only above degree 1 (ep for the dispatcher)
+                    plan = base.with_(**changes, **{OPTION_AXIS[option]: 2})
+                    assert framework.option_errors(plan), (name, field, value, plan)
+                    continue
                 assert framework.errors(base.with_(**changes), SPEC), (name, field, value, base)
 
 
