@@ -27,8 +27,24 @@ if TYPE_CHECKING:  # pragma: no cover (annotations only: predictor.frameworks im
     from predictor.parallel import Layout
     from predictor.workload import WorkloadSpec
 
-# Bytes per parameter of the low-precision weight copies (weight + transpose) FP8 and FP4 training keep.
-LOW_PRECISION_COPY_BYTES: dict[str, float] = {"fp8": 2.0, "fp4": 2 * (0.5 + 1 / 16)}
+# Bytes per element of a low-precision copy of a tensor, its scales included, by format: FP8 with one scale per
+# tensor ('cs': current or delayed scaling), MXFP8 (an E8M0 scale per 32 elements: 'mx') and NVFP4 (4-bit, an E4M3
+# scale per 16: 'fp4').
+LOW_PRECISION_ELEMENT_BYTES: dict[str, float] = {"cs": 1.0, "mx": 1 + 1 / 32, "fp4": 0.5 + 1 / 16}
+
+
+def low_precision_element_bytes(precision: str, fp8_format: str = "cs") -> float | None:
+    """Bytes per element of a `precision` copy ('fp8' in `fp8_format`, or 'fp4'); None for any other precision."""
+    if precision == "fp4":
+        return LOW_PRECISION_ELEMENT_BYTES["fp4"]
+    return LOW_PRECISION_ELEMENT_BYTES[fp8_format] if precision == "fp8" else None
+
+
+def weight_copy_bytes(precision: str, fp8_format: str = "cs") -> float:
+    """Bytes per linear parameter of the low-precision weight copies Transformer Engine keeps beside a BF16 weight
+    (the weight and its transpose; MXFP8 and NVFP4: row- and column-wise); 0 outside FP8 and FP4 training."""
+    element = low_precision_element_bytes(precision, fp8_format)
+    return 0.0 if element is None else 2 * element
 
 GIB = 1024**3
 # PyTorch DDP's default gradient bucket (torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25);
@@ -127,7 +143,7 @@ def model_state_bytes(spec: WorkloadSpec, layout: Layout) -> tuple[np.ndarray, n
             return psi
         return (psi - psi_exp) / layout.dp_group.size + psi_exp / layout.edp_group.size
 
-    copy = LOW_PRECISION_COPY_BYTES.get(t.precision, 0.0)
+    copy = weight_copy_bytes(t.precision)
     return (sharded(3) * (layout.param_bytes + copy), sharded(2) * layout.grad_bytes,
             sharded(1) * optimizer_bytes_per_param(t.optimizer, t.precision))
 

@@ -21,7 +21,7 @@ from functools import cache
 import numpy as np
 
 from predictor.layer_graph import LayerGraph
-from predictor.memory import in_flight, saved_per_sample, kv_share, stage_params
+from predictor.memory import in_flight, saved_per_sample, kv_share, stage_params, weight_copy_bytes
 from predictor.memory.facts import GIB, MemoryFacts
 from predictor.memory.levers import Levers
 from predictor.bf16_layers import bf16_blocks_per_rank, per_layer_occurrences
@@ -40,9 +40,6 @@ ALLOCATED_PARTS: tuple[str, ...] = MEMORY_PARTS[:MEMORY_PARTS.index("runtime")]
 # What `RankMemory.gib` gives per part, the working set beside the saved activations.
 GIB_COLUMNS: tuple[str, ...] = (*ALLOCATED_PARTS[:ALLOCATED_PARTS.index("activations") + 1], "working",
                                 *ALLOCATED_PARTS[ALLOCATED_PARTS.index("activations") + 1:])
-# Bytes per linear parameter of the FP8 weight copies Transformer Engine keeps beside a BF16 weight (weight and
-# transpose; MXFP8: row- and column-wise with E8M0 scales per 32), and of NVFP4's (4-bit with E4M3 per 16).
-FP8_COPY_BYTES: dict[str, float] = {"cs": 2.0, "mx": 2 * (1 + 1 / 32), "fp4": 2 * (0.5 + 1 / 16)}
 
 
 @dataclass
@@ -246,7 +243,7 @@ def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Leve
     gemm = (layout.nodes.kind == "linear") & (layout.nodes.group != "post") & (layout.nodes.group != "pre")
     gemm_params = layout.stage_counts @ (layout.nodes.params * (gemm | layout.nodes.experts))
     low = t.precision in ("fp8", "fp4")
-    copy = FP8_COPY_BYTES["fp4" if t.precision == "fp4" else levers.fp8_format] if low else 0.0
+    copy = weight_copy_bytes(t.precision, levers.fp8_format)
     largest = _largest_layer_params(layout)
     param_bytes = 4.0 if t.precision == "fp32" else 2.0
     grad_bytes = 2.0 if levers.bf16_grads else facts.grad_bytes

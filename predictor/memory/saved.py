@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from predictor.memory import low_precision_element_bytes
 from predictor.memory.facts import MemoryFacts
 from predictor.workload import ModelSpec
 
@@ -69,7 +70,8 @@ class Dims:
             mla = (model.q_lora_rank or 0, model.kv_lora_rank, model.qk_rope_head_dim or 0,
                    model.qk_nope_head_dim or head_dim, model.v_head_dim or head_dim)
         act = activation_element_bytes(precision)
-        lin = {"fp8": 1.0 + (1 / 32 if fp8_format == "mx" else 0.0), "fp4": 0.5 + 1 / 16}.get(precision, act)
+        low = low_precision_element_bytes(precision, fp8_format)
+        lin = act if low is None else low
         expert_ffn = model.expert_ffn or model.ffn_hidden or 4 * model.hidden
         return cls(model.hidden, model.ffn_hidden or 4 * model.hidden, heads, model.kv_heads or heads, head_dim,
                    model.vocab or 0, model.experts or 0, model.top_k or 0, expert_ffn,
