@@ -21,14 +21,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from predictor import collective_curve as curve, comm
-from predictor.plan.axes import STAGE_RANK_AXES
+from predictor.plan.rules import stage_degrees
 
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.plan import Plan
     from predictor.workload import ModelSpec, WorkloadSpec
-
-def _stage_degrees(plan: "Plan") -> str:
-    return ", ".join(f"{axis}={getattr(plan, axis)}" for axis in STAGE_RANK_AXES)
 
 
 def runner_ep_error(plan: "Plan", model: "ModelSpec") -> str:
@@ -39,34 +36,8 @@ def runner_ep_error(plan: "Plan", model: "ModelSpec") -> str:
     if plan.ep == 1 or (model.is_moe and plan.ep == plan.dp == plan.gpus // plan.pp and plan.zero == 0
                         and plan.v == 1):
         return ""
-    return (f"ep={plan.ep} with {_stage_degrees(plan)}, zero={plan.zero}, v={plan.v}: the runner's expert parallelism "
+    return (f"ep={plan.ep} with {stage_degrees(plan)}, zero={plan.zero}, v={plan.v}: the runner's expert parallelism "
             f"needs a MoE model, ep = dp, the stage's other axes at 1, zero=0 and no interleaving")
-
-
-def ep_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
-    """Megatron-Core (`validate_args`, `parallel_state.initialize_model_parallel`) and torchtitan: expert
-    parallelism regroups the ranks of a pipeline stage for the expert layers (expert tensor parallelism 1), so ep
-    must divide them and the experts; Megatron-Core runs MoE beside tp only with sequence parallelism."""
-    m = spec.model
-    if plan.ep == 1:
-        return []
-    if not m.is_moe:
-        return [f"ep={plan.ep} shards experts, but the model has none (ep=1 for a dense model)"]
-    errors = []
-    if m.experts % plan.ep:
-        errors.append(f"ep={plan.ep} does not divide experts={m.experts}")
-    ranks = plan.gpus // plan.pp
-    if ranks % plan.ep:
-        errors.append(f"ep={plan.ep} does not divide the {ranks} ranks of a pipeline stage ({_stage_degrees(plan)}) "
-                      f"that the expert layers regroup")
-    return errors
-
-
-def expert_degrees(spec: "WorkloadSpec", divisors: tuple[int, ...]) -> list[int] | None:
-    """The expert-parallel degrees a stage whose ranks have these `divisors` can take: those that also divide the
-    routed experts (None for a dense model, which has no experts to regroup its ranks for)."""
-    experts = spec.model.experts
-    return None if experts is None else [d for d in divisors if experts % d == 0]
 
 
 def expert_params(model: "ModelSpec") -> int:

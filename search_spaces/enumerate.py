@@ -5,7 +5,7 @@ The structural rules live in `predictor.plan.plan_errors`, the framework's in
 with no error. The degrees of the registered axes (`predictor.plan.axes`) are chosen in registry order
 with dp derived (GPUs / the others), so they always multiply to the GPU count; an axis that multiplies into no
 GPU count (it regroups a stage's ranks) is chosen apart, among the divisors of a stage's ranks that its
-`choices` allow. To stay fast on
+"choices" function allows. To stay fast on
 big clusters it checks one prototype per (degrees, mbs) first against the structural rules: each
 is monotone in the other fields (the prototype has v=1, zero=0, sp=false, 1F1B and tp innermost,
 the least constrained choice), so a failing prototype rejects all its variants with the same
@@ -26,7 +26,6 @@ from typing import Iterable, Iterator, Sequence
 
 from predictor.plan import AXES, Axis
 from predictor.plan.axes import OPTION_AXIS, OPTIONS
-from predictor.plan.axes import resolve as function_named
 from predictor.frameworks import Framework
 from predictor.models.base import Dominated
 from predictor.plan import Plan, plan_errors, recompute_errors, recompute_for_model
@@ -99,8 +98,9 @@ def _degrees(spec: WorkloadSpec, space: SpaceConfig) -> Iterator[tuple[dict[str,
 
 def _regrouping_degrees(spec: WorkloadSpec, space: SpaceConfig, axis: Axis, divisors: tuple[int, ...]) -> list[int]:
     """The degrees of the space of an axis that regroups a stage's ranks (multiplies into no GPU count), so it is
-    chosen apart, among the degrees its `choices` allow at a stage of ranks with these `divisors`."""
-    auto = function_named(axis.choices)(spec, divisors) if axis.choices else list(divisors)
+    chosen apart, among the degrees its "choices" function allows at a stage of ranks with these `divisors`."""
+    choices = axis.function("choices")
+    auto = choices(spec, divisors) if choices else list(divisors)
     if auto is None:
         return [1]
     return [d for d in _pick(getattr(space, axis.name), auto, getattr(space, f"max_{axis.name}")) if d in auto]

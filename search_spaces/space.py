@@ -31,7 +31,8 @@ from pydantic import (BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt,
 
 from predictor.frameworks import FRAMEWORKS
 from predictor.plan import AXES, AXIS_NAMES
-from predictor.plan import CP_COMM, DISPATCHERS, PLACEMENTS, RECOMPUTE_MODES, PlanError, canonical_recompute, overlap_kinds
+from predictor.plan import PLACEMENTS, RECOMPUTE_MODES, PlanError, canonical_recompute, overlap_kinds
+from predictor.plan.axes import OPTIONS
 from predictor.resolver import resolve
 from predictor.workload import SpecError, WorkloadSpec
 
@@ -40,7 +41,7 @@ PRESET_DIR = Path(__file__).parent / "presets"
 Auto = Literal["auto"]
 # One value list per registered parallel axis (predictor.plan.axes), then the options.
 INT_AXES: tuple[str, ...] = (*AXIS_NAMES, "mbs", "v", "recompute_layers")
-CHOICE_AXES: tuple[str, ...] = ("zero", "recompute", "sp", "schedule", "placement", "overlap", "cp_comm", "dispatcher")
+CHOICE_AXES: tuple[str, ...] = ("zero", "recompute", "sp", "schedule", "placement", "overlap", *OPTIONS)
 CAPS: tuple[str, ...] = tuple(f"max_{a}" for a in INT_AXES)
 
 
@@ -84,8 +85,9 @@ class _Axes(BaseModel):
         return value
 
 
-def _degree_fields(optional: bool) -> dict[str, Any]:
-    """Each registered axis's value list and cap: a space's default is the axis's `space_default`."""
+def _axis_fields(optional: bool) -> dict[str, Any]:
+    """Each registered axis's value list and cap (a space's default is the axis's `space_default`), and each of its
+    options' value list."""
     out: dict[str, Any] = {}
     for axis in AXES:
         if optional:
@@ -96,6 +98,9 @@ def _degree_fields(optional: bool) -> dict[str, Any]:
             values = list(axis.space_default)
             out[axis.name] = (Auto | list[PositiveInt], Field(default_factory=lambda values=values: list(values)))
         out[f"max_{axis.name}"] = (PositiveInt | None, None)
+    for option, values in OPTIONS.items():  # each axis option's value list: a space's default is its default
+        choices = list[Literal[values]]  # type: ignore[valid-type]
+        out[option] = (choices | None, None) if optional else (choices, Field(default_factory=lambda v=values: [v[0]]))
     return out
 
 
@@ -113,8 +118,6 @@ class _SpaceOptions(_Axes):
     schedule: list[Literal["gpipe", "1f1b", "interleaved"]] = Field(default_factory=lambda: ["1f1b"])
     placement: list[str] = Field(default_factory=lambda: ["tp-dp-pp"])
     overlap: list[str] = Field(default_factory=lambda: ["auto"])
-    cp_comm: list[Literal[CP_COMM]] = Field(default_factory=lambda: ["ring"])  # type: ignore[valid-type]
-    dispatcher: list[Literal[DISPATCHERS]] = Field(default_factory=lambda: ["alltoall"])  # type: ignore[valid-type]
     allow_cross_node_tp: bool = False
     max_mbs: PositiveInt | None = 64
     max_v: PositiveInt | None = 8
@@ -135,8 +138,6 @@ class _NarrowingOptions(_Axes):
     schedule: list[Literal["gpipe", "1f1b", "interleaved"]] | None = None
     placement: list[str] | None = None
     overlap: list[str] | None = None
-    cp_comm: list[Literal[CP_COMM]] | None = None  # type: ignore[valid-type]
-    dispatcher: list[Literal[DISPATCHERS]] | None = None  # type: ignore[valid-type]
     allow_cross_node_tp: bool | None = None
     max_mbs: PositiveInt | None = None
     max_v: PositiveInt | None = None
@@ -145,9 +146,9 @@ class _NarrowingOptions(_Axes):
 
 SpaceConfig = create_model("SpaceConfig", __base__=_SpaceOptions, __doc__="A named search space: what values each "
                            "plan field may take (one list per registered axis, then the options).",
-                           **_degree_fields(optional=False))
+                           **_axis_fields(optional=False))
 Narrowing = create_model("Narrowing", __base__=_NarrowingOptions, __doc__="A spec's `search:` section: every field "
-                         "optional; given fields must lie inside the base space.", **_degree_fields(optional=True))
+                         "optional; given fields must lie inside the base space.", **_axis_fields(optional=True))
 
 
 def _errors(err: ValidationError, where: str, known: list[str]) -> str:

@@ -130,7 +130,8 @@ def test_the_lists_of_parts_and_kinds_are_the_registrys():
 @pytest.mark.parametrize("text, part", [("dp=2,tp=8,sp=true", "tp_comm"), ("dp=8,cp=2,cp_comm=allgather", "cp_comm"),
                                         ("dp=16,ep=8", "ep_comm")])
 def test_each_stage_axis_is_priced_by_the_cost_its_entry_names(text, part):
-    """The analytical batch prices a stage axis through `Axis.stage_cost` and books it under `Axis.parts`."""
+    """The analytical batch prices a stage axis through the stage cost registered onto it and books it under
+    `Axis.parts`."""
     from predictor.graph_cache import graph_for
     from predictor.models.analytical import AnalyticalPredictor
     from predictor.models.plan_batch import stage_cost
@@ -149,3 +150,22 @@ def test_each_stage_axis_is_priced_by_the_cost_its_entry_names(text, part):
     per_stage = stage_cost(axis)(resolve(spec, H100), lay, AnalyticalConfig().for_device(H100))
     m = plan.microbatches(spec.training.global_batch)
     assert pred.breakdown[part] == pytest.approx(m * float(per_stage.max()), rel=1e-9) and pred.breakdown[part] > 0
+
+
+def test_each_axis_function_is_registered_onto_its_axis_by_reference():
+    """An axis's functions are real references its defining module registers (no "module:function" string): every
+    axis priced per stage has its cost, and a second function of one kind for one axis is refused."""
+    import predictor.models.stage_costs as stage_costs
+    from predictor.plan import AXIS, explained, rules
+    from predictor.plan.axes import axis_function
+
+    assert [a.name for a in AXES if a.stage_cost] == ["tp", "cp", "ep"]
+    assert AXIS["tp"].function("stage_cost") is stage_costs.tp_stage_time
+    assert AXIS["ep"].function("rules") is rules.ep_rules and AXIS["ep"].function("choices") is rules.expert_degrees
+    assert AXIS["dp"].function("rules") is None and AXIS["tp"].function("choices") is None
+    assert all(a.function("facts") is getattr(explained, f"{a.name}_explained") for a in AXES)
+    with pytest.raises(ValueError, match="has a rules function already"):
+        axis_function("tp", "rules")(lambda plan, spec: [])
+    with pytest.raises(ValueError, match="unknown axis function kind 'cost'"):
+        axis_function("tp", "cost")
+    assert AXIS["tp"].function("rules") is rules.tp_rules

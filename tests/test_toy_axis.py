@@ -1,5 +1,5 @@
-"""An axis added in one place: its registry entry and its cost function, in a module outside ScaleDL named by
-SCALEDL_AXES, and a framework that declares it with its launch flag (a framework that does not declare it refuses it),
+"""An axis added in one place: its registry entry and its cost function and rules (registered onto it), in a module
+outside ScaleDL named by SCALEDL_AXES, and a framework that declares it with its launch flag (a framework that does not declare it refuses it),
 run in a fresh interpreter so that no other test sees them."""
 
 from __future__ import annotations
@@ -12,14 +12,16 @@ import textwrap
 from pathlib import Path
 
 TOY = '''
-from predictor.plan.axes import Axis, TimePart
+from predictor.plan.axes import Axis, TimePart, axis_function
 
 
+@axis_function("xp", "rules")
 def xp_rules(plan, spec):
     """A toy rule: xp must be a power of two."""
     return [] if plan.xp & (plan.xp - 1) == 0 else [f"xp={plan.xp} is not a power of two"]
 
 
+@axis_function("xp", "stage_cost")
 def xp_stage_time(resolved, lay, cfg):
     """A millisecond per node of each stage per extra xp rank."""
     return lay.stage_counts.sum(axis=1) * 1e-3 * (lay.plan.xp - 1)
@@ -28,8 +30,7 @@ def xp_stage_time(resolved, lay, cfg):
 AXIS = Axis("xp", "toy parallel", "nothing", "one exchange per layer", "nothing", order=2, multiplies_gpus=False,
             explain="xp={degree} spends {share:.0f} % of the time in its toy exchange",
             parts=(TimePart("xp_comm", "toy exchange", "tp_comm"),), hidden={"xp_comm": "toy exchange"},
-            overlap=("xp",), stage_cost="toy_axis:xp_stage_time",
-            space_default=(2,), rules="toy_axis:xp_rules")
+            overlap=("xp",), stage_cost=True, space_default=(2,), options={"xp_route": ("direct", "relay")})
 '''
 
 # A framework running the toy axis: Megatron-Core's, declaring xp with its flag, and its registry line.
@@ -72,7 +73,8 @@ print(json.dumps({
     "framework": toy_framework.TOY.errors(toy, spec),
     "megatron": FRAMEWORKS["megatron"].errors(toy, spec),
     "parts": TIME_PARTS, "hidden": HIDDEN_KINDS, "overlap": OVERLAP_KINDS,
-    "degrees": sorted({p.xp for p in plans}),
+    "degrees": sorted({p.xp for p in plans}), "routes": sorted({p.xp_route for p in plans}),
+    "routed": str(Plan.parse("dp=8,xp=2,xp_route=relay")), "space_routes": space.xp_route,
     "explained": explain(found, found.table.iter_time_s.argsort(), resolve(spec), 80.0),
     "priced": [table.row(i).breakdown["xp_comm"] for i in (0, 1)],
     "times": [table.row(i).iter_time_s for i in (0, 1)],
@@ -99,6 +101,8 @@ def test_toy_axis_is_enumerated_priced_explained_and_written(tmp_path: Path) -> 
     assert got["plain"] == "dp=8,tp=1,pp=1,mbs=1,zero=0,recompute=none,sp=false,schedule=1f1b,v=1,placement=tp-dp-pp"
     assert "xp_comm" in got["parts"] and "xp_comm" in got["hidden"] and "xp" in got["overlap"]
     assert got["degrees"] == [2]  # every enumerated plan takes the search space's default for it
+    # its option is a plan field after it and a search-space field, declared once in its entry
+    assert got["routed"].endswith(",xp=2,xp_route=relay") and got["space_routes"] == ["direct"] == got["routes"]
     assert "xp=2 spends" in got["explained"] and "toy exchange" in got["explained"]
     toy_s, plain_s = got["priced"]
     assert toy_s > 0 and plain_s == 0.0  # its cost function priced it, exposed (the framework overlaps no xp)

@@ -9,7 +9,6 @@ import numpy as np
 
 from orchestrator.search_types import SearchResult
 from predictor.plan import HIDDEN_WORDS, PART_WORDS, PRICING_ORDER, Plan
-from predictor.plan.axes import resolve
 from predictor.prediction import TIME_PARTS, Prediction
 from predictor.resolver import Resolved
 
@@ -51,8 +50,8 @@ def explain(result: SearchResult, ranked: np.ndarray, resolved: Resolved, limit_
     for axis in PRICING_ORDER:
         if axis.degree(p) > 1:
             percent = 100 * sum(share.get(part.name, 0.0) for part in axis.parts)
-            facts.append(axis.explain.format(degree=axis.degree(p), share=percent,
-                                             **(resolve(axis.facts)(p, spec) if axis.facts else {})))
+            named = axis.function("facts")
+            facts.append(axis.explain.format(degree=axis.degree(p), share=percent, **(named(p, spec) if named else {})))
     hidden = sum(pred.hidden_comm.values())
     if hidden > 0:
         facts.append(f"{resolved.framework.title} hides {hidden:.2f} s of communication behind computation "

@@ -31,7 +31,7 @@ from predictor.models.roofline import AnalyticalConfig, call_costs, routed
 from predictor.models.stage_costs import compute_parts, dp_time, offload_waits, optimizer_time, p2p_time
 from predictor.parallel import Layout, apply_plan, plan_groups
 from predictor.plan import AXIS_NAMES, HIDDEN_KINDS, OVERLAP_KINDS, STAGE_AXES, Axis, Plan, nvlink_domain
-from predictor.plan.axes import SHARDING_FIELDS, resolve
+from predictor.plan.axes import SHARDING_FIELDS
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
 from predictor.resolver import Resolved
 from predictor.prediction_table import PredictionTable, row_sums
@@ -51,8 +51,13 @@ _ALWAYS_HIDDEN = tuple(tuple(a.overlapped_when.split("=")) if a.overlapped_when 
 
 
 def stage_cost(axis: Axis) -> Callable[..., np.ndarray]:
-    """The function an axis names as its per-stage cost ("module:function")."""
-    return resolve(axis.stage_cost)
+    """An axis's per-stage cost: the "stage_cost" function registered onto it (the built-in axes' in
+    `predictor.models.stage_costs`, imported above)."""
+    cost = axis.function("stage_cost")
+    if cost is None:
+        raise LookupError(f"axis {axis.name!r} is priced per stage (Axis.stage_cost) but no stage cost is registered "
+                          f"onto it: decorate its cost function with @axis_function({axis.name!r}, 'stage_cost')")
+    return cost
 
 
 class _Scalars:

@@ -28,7 +28,8 @@ from predictor.lora import adapted, frozen_backward
 from predictor.moe_dispatch import exchange_seconds
 from predictor.muon import NS_STEPS, newton_schulz_flops, newton_schulz_shapes
 from predictor.parallel import Layout, ShardedNodes
-from predictor.plan import Plan, nvlink_domain, recompute_modules
+from predictor.plan import Plan, recompute_modules
+from predictor.plan.axes import axis_function
 from predictor.resolver import Resolved
 from predictor.workload import WorkloadSpec
 
@@ -184,6 +185,7 @@ def full_share(lay: Layout) -> np.ndarray:
     return np.minimum(plan.recompute_layers * plan.v, blocks) / blocks
 
 
+@axis_function("cp", "stage_cost")
 def cp_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.ndarray:
     """Context-parallel seconds per pipeline rank for one micro-batch: each attention layer exchanges
     the K and V of its sequence chunk with the other cp-1 ranks in forward, and K, V and their
@@ -203,6 +205,7 @@ def cp_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.
     return layers * one
 
 
+@axis_function("ep", "stage_cost")
 def ep_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.ndarray:
     """Expert-parallel seconds per pipeline rank for one micro-batch: each MoE layer dispatches its
     tokens·top_k·hidden elements to the experts' ranks and combines the results back, in forward and again
@@ -251,6 +254,7 @@ def tp_calls(lay: Layout) -> np.ndarray:
     return (fwd_calls + bwd_calls) * (2 if lay.plan.sp else 1)
 
 
+@axis_function("tp", "stage_cost")
 def tp_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.ndarray:
     """Tensor-parallel seconds per pipeline rank for one micro-batch: the collectives, and on a
     measured device the runtime's own cost per sharded linear (`tp_linear_s`, DTensor on CPU)."""
@@ -353,26 +357,3 @@ def p2p_time(lay: Layout, device: Device, call_s: float) -> float:
     """Seconds of one pipeline send/recv of a micro-batch boundary's activations (`call_s`: the per-call cost)."""
     link = device.inter_node if lay.pp_link_inter else device.op_links.get("send_recv", device.intra_node)
     return float(comm.p2p(lay.p2p_elems * lay.act_bytes, link) + call_s)
-
-
-# The facts each axis's report sentence (its registry entry's `explain`) names beyond its degree and time share.
-def tp_explained(plan: Plan, spec: WorkloadSpec) -> dict[str, object]:
-    return {"where": "inside an NVLink domain" if plan.group_span("tp") <= nvlink_domain(spec) else "across nodes"}
-
-
-def cp_explained(plan: Plan, spec: WorkloadSpec) -> dict[str, object]:
-    return {"cp_comm": plan.cp_comm}
-
-
-def dp_explained(plan: Plan, spec: WorkloadSpec) -> dict[str, object]:
-    return {"over": f" over dp*cp = {plan.dp * plan.cp} ranks" if plan.cp > 1 else ""}
-
-
-def pp_explained(plan: Plan, spec: WorkloadSpec) -> dict[str, object]:
-    m = plan.microbatches(spec.training.global_batch)
-    return {"microbatches": m, "virtual": f" and v={plan.v} virtual stages" if plan.v > 1 else "",
-            "bubble": 100 * (plan.pp - 1) / (plan.v * m)}
-
-
-def ep_explained(plan: Plan, spec: WorkloadSpec) -> dict[str, object]:
-    return {"experts": spec.model.experts, "experts_per_rank": (spec.model.experts or 0) // plan.ep}

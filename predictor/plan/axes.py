@@ -1,21 +1,27 @@
-"""The parallel axes a plan is made of, one definition each (the model is torchtitan's `ParallelDims`): pure data.
+"""The parallel axes a plan is made of, one definition each (the model is torchtitan's `ParallelDims`).
 
 An `Axis` declares everything the rest of ScaleDL asks of a parallel dimension:
 - where it sits: whether its degree multiplies into the GPU count, its place in the default rank order, the rank
   group its collectives run over (a `predictor.parallel.PlanGroups` field);
 - what it costs: the time parts it adds to a prediction (each with the correction term the learned predictor
   scales it by, and whether it is communication), the kinds of hidden communication it reports, the `overlap`
-  kinds that hide it, its per-stage cost function (a dotted path the pricing layer resolves, so this module
-  imports nothing of it) and the plan fields that cost reads (the pricing layer's memo keys);
+  kinds that hide it, whether a per-stage cost function prices it and the plan fields that cost reads (the pricing
+  layer's memo keys);
 - what it means: words for reports and docs and the sentence the report explains a plan's degree with.
+
+The functions an axis has (`FUNCTION_KINDS`: its report facts, its per-stage cost, its validity rules, the degrees
+a stage can take) read plans and price them, so they live in the layers above this module: each registers itself
+onto its axis by name where it is defined (`axis_function`), and `Axis.function` finds it. A layer that calls one
+imports the module that defines it (the stage costs: `predictor.models.stage_costs`; the rules and degree choices:
+`predictor.plan.rules`; the report facts: `predictor.plan.explained`), so the import that brings the caller the
+module registers the function before it is asked for.
 
 How a framework launches an axis is the framework's own (`predictor.frameworks.base.Framework.axes`: the axes it
 runs, each with its flag or key); a framework refuses an axis it does not declare.
 
-Its validity rules against a workload are a function it names (`predictor.plan.rules` applies them). Every list of time parts,
-hidden kinds, overlap kinds and correction terms is generated here from `AXES` (in `PRICING_ORDER`), and so are
-`Plan`'s degree fields, so adding an axis is one entry here and its cost function (and its rules, if it has any),
-and its flag in each framework that runs it.
+Every list of time parts, hidden kinds, overlap kinds and correction terms is generated here from `AXES` (in
+`PRICING_ORDER`), and so are `Plan`'s degree fields, so adding an axis is one entry here, its cost function (and
+its rules, if it has any) registered onto it, and its flag in each framework that runs it.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from importlib import import_module
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 
 @dataclass(frozen=True)
@@ -49,22 +55,23 @@ class Axis:
     collectives: str
     memory: str
     order: int
-    explain: str  # a sentence of the report; fields: degree, share (% of the time in its parts) and its facts'
-    facts: str = ""  # "module:function" (plan, spec) -> the other fields its `explain` sentence names
+    explain: str  # a sentence of the report; fields: degree, share (% of the time in its parts) and its "facts"
     group: str = ""  # the PlanGroups field its collectives run over ("" when it has no group of its own)
     parts: tuple[TimePart, ...] = ()
     hidden: Mapping[str, str] = field(default_factory=dict)  # kinds of `Prediction.hidden_comm` it reports: words
     overlap: tuple[str, ...] = ()  # kinds of a plan's `overlap` that hide its communication
-    stage_cost: str = ""  # "module:function" (resolved spec, layout, config) -> seconds per pipeline stage and micro-batch
+    stage_cost: bool = False  # priced per pipeline stage by its "stage_cost" function (`FUNCTION_KINDS`)
     cost_fields: tuple[str, ...] = ()  # the plan fields `stage_cost` reads beyond `SHARDING_FIELDS` and its group
     # what its hidden communication runs beside: the stage's "compute", its "gemms" (all but attention), "attention",
     # or "phases" (half beside attention, half beside the rest: `predictor.models.overlap`)
     window: str = "compute"
     overlapped_when: str = ""  # "field=value": always hidden under that plan value (else: by its `overlap` kinds)
     # Plan fields that tune how it communicates, each with its values (the first its default). They mean nothing at
-    # degree 1, where a search tries the default only, and no validity rule reads them (`RULE_BLIND`).
+    # degree 1, where a search tries the default only, and no validity rule reads them (`RULE_BLIND`). `Plan` and the
+    # search spaces take their fields from here.
     options: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    rules: str = ""  # "module:function" (plan, spec) -> every reason its degree cannot run the workload
+    # Their place in a plan string: after this plan field ("": right after its degree), one after another.
+    options_after: str = ""
     # The other axes whose ranks its group spans (dp: gradients sync over the context-parallel ranks too).
     group_with: tuple[str, ...] = ()
     multiplies_gpus: bool = True
@@ -79,10 +86,6 @@ class Axis:
     # runs beside attention instead, and crosses nodes in the frameworks' own recipes: Llama 3.1 405B's tp=8
     # fills a node, cp=2 spans two).
     nvlink: bool = False
-    # For an axis that does not multiply into the GPU count (it regroups a stage's ranks): "module:function"
-    # (spec, divisors of a stage's ranks) -> the degrees among them it can take, or None where it does not apply
-    # to the workload (degree 1, whatever the space lists); "" takes every divisor.
-    choices: str = ""
 
     def degree(self, plan: object) -> int:
         return int(getattr(plan, self.name))
@@ -92,11 +95,40 @@ class Axis:
         """The axes whose ranks form one group of it."""
         return (self.name, *self.group_with)
 
+    def function(self, kind: str) -> Callable[..., Any] | None:
+        """Its function of `kind` (`FUNCTION_KINDS`), None where it has none."""
+        if kind not in FUNCTION_KINDS:
+            raise ValueError(f"unknown axis function kind {kind!r}; known: {', '.join(FUNCTION_KINDS)}")
+        return _FUNCTIONS.get((self.name, kind))
 
-def resolve(path: str) -> Callable[..., Any]:
-    """The function a "module:function" path of an axis entry names (imported when first asked for)."""
-    module, _, name = path.partition(":")
-    return getattr(import_module(module), name)
+
+# The functions an axis may have, each with what it takes and gives.
+FUNCTION_KINDS: dict[str, str] = {
+    "facts": "(plan, spec) -> the fields its `explain` sentence names beyond its degree and share",
+    "stage_cost": "(resolved spec, layout, config) -> seconds per pipeline stage and micro-batch (`Axis.stage_cost`)",
+    "rules": "(plan, spec) -> every reason its degree cannot run the workload",
+    # for an axis that does not multiply into the GPU count (it regroups a stage's ranks); without one, a space's
+    # `auto` takes every divisor
+    "choices": "(spec, divisors of a stage's ranks) -> the degrees among them it can take, or None where it does "
+               "not apply to the workload (degree 1, whatever the space lists)",
+}
+_FUNCTIONS: dict[tuple[str, str], Callable[..., Any]] = {}
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def axis_function(axis: str, kind: str) -> Callable[[_F], _F]:
+    """Registers the decorated function as the `kind` function (`FUNCTION_KINDS`) of the axis named `axis`."""
+    if kind not in FUNCTION_KINDS:
+        raise ValueError(f"unknown axis function kind {kind!r}; known: {', '.join(FUNCTION_KINDS)}")
+
+    def register(function: _F) -> _F:
+        known = _FUNCTIONS.get((axis, kind))
+        if known is not None and (known.__module__, known.__qualname__) != (function.__module__, function.__qualname__):
+            raise ValueError(f"axis {axis!r} has a {kind} function already ({known.__module__}.{known.__qualname__}); "
+                             f"an axis has one function of each kind")
+        _FUNCTIONS[(axis, kind)] = function
+        return function
+    return register
 
 
 # What a stage's per-layer computation reads beyond how its layers are sharded, under any axis's cost.
@@ -122,50 +154,48 @@ AXES: tuple[Axis, ...] = (
          "all-reduce (reduce-scatter + all-gather with sp) per layer, forward and backward",
          "weights, gradients, optimizer state and most activations divided by tp", order=0,
          explain="tp={degree} keeps its all-reduces {where} ({share:.0f} % of the time)",
-         facts="predictor.models.stage_costs:tp_explained",
          group="tp", nvlink=True, parts=(TimePart("tp_comm", "tensor-parallel communication", "tp_comm"),),
          hidden={"tp_comm": "tensor-parallel"}, overlap=("tp",), window="gemms",
-         stage_cost="predictor.models.stage_costs:tp_stage_time", cost_fields=_WORK_FIELDS,
-         written_after="dp", first_format=True, rules="predictor.plan.rules:tp_rules"),
+         stage_cost=True, cost_fields=_WORK_FIELDS, written_after="dp", first_format=True),
     Axis("cp", "context parallel", "the sequence of every layer (2·cp load-balanced chunks)",
          "K/V passed round a ring of cp ranks per attention layer (or all-gathered), overlapped with attention",
          "activations divided by cp", order=1,
          explain="cp={degree} splits every sequence over {degree} ranks (the sequence of every layer in 2·cp "
                  "load-balanced chunks); its K/V exchange ({cp_comm}) costs {share:.0f} % of the time",
-         facts="predictor.models.stage_costs:cp_explained",
          group="cp", parts=(TimePart("cp_comm", "context-parallel K/V exchange", "tp_comm"),),
          hidden={"cp_comm": "context-parallel"},
-         stage_cost="predictor.models.stage_costs:cp_stage_time",
-         cost_fields=("mbs", "cp_comm"), window="attention",
-         overlapped_when="cp_comm=ring", options={"cp_comm": ("ring", "allgather")}, space_default=(1,),
-         written_after="placement",
-         rules="predictor.plan.rules:cp_rules"),
+         stage_cost=True, cost_fields=("mbs", "cp_comm"), window="attention",
+         overlapped_when="cp_comm=ring", space_default=(1,), written_after="placement",
+         # how it exchanges K/V: ring (send/recv overlapped with attention) or allgather (gathered before attention)
+         options={"cp_comm": ("ring", "allgather")}, options_after="overlap"),
     Axis("dp", "data parallel", "the global batch",
          "gradient all-reduce or reduce-scatter (over dp·cp ranks), weight all-gather with ZeRO/FSDP",
          "optimizer state, gradients and weights divided by dp·cp with ZeRO 1/2/3", order=2,
-         explain="dp={degree} spends {share:.0f} % in gradient sync{over}", facts="predictor.models.stage_costs:dp_explained",
+         explain="dp={degree} spends {share:.0f} % in gradient sync{over}",
          group="dp", group_with=("cp",), parts=(TimePart("dp_comm", "data-parallel gradient sync", "dp_comm"),),
          hidden={"dp_grad": "gradient reduction", "dp_param": "parameter all-gather"},
          overlap=("dp", "param"), written_after="", first_format=True),
     Axis("pp", "pipeline parallel", "the layers into pp stages (pp·v chunks interleaved)",
          "activation send/recv between neighbouring stages", "each rank holds 1/pp of the layers", order=3,
          explain="pp={degree} with {microbatches} micro-batches{virtual} leaves a {bubble:.1f} % bubble "
-                 "({share:.0f} % of the time)", facts="predictor.models.stage_costs:pp_explained",
+                 "({share:.0f} % of the time)",
          parts=(TimePart("pp_bubble", "pipeline bubble", "pp", comm=False),
                 TimePart("pp_p2p", "pipeline send/recv", "pp")), hidden={"pp_p2p": "pipeline send/recv"},
-         overlap=("pp",), written_after="tp", first_format=True, rules="predictor.plan.rules:pp_rules"),
+         overlap=("pp",), written_after="tp", first_format=True),
     Axis("ep", "expert parallel", "the routed experts of each MoE layer (E/ep per rank)",
          "token dispatch and combine all-to-all per MoE layer, forward and backward; expert gradients over dp·tp·cp/ep",
          "expert weights, gradients and optimizer state divided by ep", order=1,
          explain="ep={degree} holds {experts_per_rank} of the {experts} experts of each MoE layer per rank; its "
                  "token all-to-all costs {share:.0f} % of the time exposed",
-         facts="predictor.models.stage_costs:ep_explained",
          group="ep", parts=(TimePart("ep_comm", "expert-parallel token all-to-all", "tp_comm"),),
          hidden={"ep_comm": "expert all-to-all"}, overlap=("ep",), window="phases",
-         stage_cost="predictor.models.stage_costs:ep_stage_time", cost_fields=(*_WORK_FIELDS, "dispatcher"),
-         options={"dispatcher": ("alltoall", "allgather", "deepep", "hybridep")},
-         multiplies_gpus=False, space_default=(1,), written_after="cp_comm", choices="predictor.moe:expert_degrees",
-         rules="predictor.moe:ep_rules"),
+         stage_cost=True, cost_fields=(*_WORK_FIELDS, "dispatcher"),
+         multiplies_gpus=False, space_default=(1,), written_after="cp_comm",
+         # how it moves tokens to their experts and back (`predictor.moe_dispatch`): alltoall (NCCL all-to-all of each
+         # token-expert pair), allgather (every token gathered over the ep ranks, combined by reduce-scatter), deepep or
+         # hybridep (DeepEP's and NVIDIA's Hybrid-EP kernels: each token sent once per rank holding one of its experts;
+         # Megatron-Core's flex dispatcher)
+         options={"dispatcher": ("alltoall", "allgather", "deepep", "hybridep")}),
     *_plugin_axes(),
 )
 AXIS: dict[str, Axis] = {a.name: a for a in AXES}
@@ -185,6 +215,8 @@ SHARDING_FIELDS: tuple[str, ...] = (*(a.name for a in AXES if a.name != "dp"), "
 # Each axis option's values (the first its default), and the axis it tunes (`Axis.options`).
 OPTIONS: dict[str, tuple[str, ...]] = {o: values for a in AXES for o, values in a.options.items()}
 OPTION_AXIS: dict[str, str] = {o: a.name for a in AXES for o in a.options}
+# How expert parallelism moves tokens (its option's values, the first its default): what the frameworks spell.
+DISPATCHERS: tuple[str, ...] = OPTIONS["dispatcher"]
 # Axes whose groups must stay inside an NVLink domain (`Axis.nvlink`).
 NVLINK_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.nvlink)
 # The axes of the first plan format, whose permutations are the placements a search tries.

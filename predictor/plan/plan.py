@@ -38,8 +38,6 @@ SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
 PLACEMENTS: tuple[str, ...] = placements()
 # Axes whose degrees multiply into the GPU count.
 GPU_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
-CP_COMM: tuple[str, ...] = OPTIONS["cp_comm"]
-DISPATCHERS: tuple[str, ...] = OPTIONS["dispatcher"]
 
 
 @cache
@@ -156,31 +154,46 @@ def overlap_kinds(value: str) -> frozenset[str] | None:
     return frozenset(kinds)
 
 
-def _with_degrees(cls: type) -> type:
-    """`cls` with an int field per registered axis, each after the field its `written_after` names: the field
-    order is the string order, so plans written before an axis existed keep their strings."""
+def _axis_fields() -> list[tuple[str, str | None, str, object]]:
+    """(name, the field it follows, type, default) of each registered axis's degree and options."""
+    out: list[tuple[str, str | None, str, object]] = []
+    for axis in AXES:
+        out.append((axis.name, axis.written_after, "int", 1))
+        after = axis.options_after or axis.name
+        for option, values in axis.options.items():
+            out.append((option, after, "str", values[0]))
+            after = option
+    return out
+
+
+def _with_axes(cls: type) -> type:
+    """`cls` with an int field per registered axis and a str field per axis option, each after the field its
+    registry entry names (`written_after`, `options_after`): the field order is the string order, so plans written
+    before an axis existed keep their strings."""
     own = cls.__dict__["__annotations__"]
-    order, pending = list(own), list(AXES)
+    order, types, pending = list(own), dict(own), _axis_fields()
     while pending:
-        placeable = [a for a in pending if a.written_after in (None, "", *order)]
+        placeable = [f for f in pending if f[1] in (None, "", *order)]
         if not placeable:
-            raise AssertionError(f"axes placed after unknown plan fields: {[a.written_after for a in pending]}")
-        for axis in placeable:
-            at = {None: len(order), "": 0}.get(axis.written_after)
-            order.insert(order.index(axis.written_after) + 1 if at is None else at, axis.name)
-            setattr(cls, axis.name, 1)
-        pending = [a for a in pending if a not in placeable]
-    cls.__annotations__ = {name: own.get(name, "int") for name in order}
+            raise AssertionError(f"axis fields placed after unknown plan fields: {[(f[0], f[1]) for f in pending]}")
+        for name, after, kind, default in placeable:
+            at = {None: len(order), "": 0}.get(after)
+            order.insert(order.index(after) + 1 if at is None else at, name)
+            types[name] = kind
+            setattr(cls, name, default)
+        pending = [f for f in pending if f not in placeable]
+    cls.__annotations__ = {name: types[name] for name in order}
     return cls
 
 
 @dataclass(frozen=True)
-@_with_degrees
+@_with_axes
 class Plan:
     """One parallel configuration of a training iteration.
 
-    Degrees: one int field (default 1) per axis of `predictor.plan.axes.AXES`, added by `_with_degrees` at the
-    place in the string form its `written_after` names (an axis's meaning is its registry entry).
+    Degrees and options: one int field (default 1) per axis of `predictor.plan.axes.AXES` and one str field per
+    option of an axis (`Axis.options`: how the axis communicates, its first value the default), added by `_with_axes`
+    at the place in the string form its entry names (an axis's meaning and its options' are its registry entry).
     mbs: micro-batch size per data-parallel rank; the number of micro-batches per
          iteration is derived from the workload's global batch (`microbatches`).
     zero: ZeRO stage 0-3 (3 is FSDP full shard; 1 is Megatron's distributed optimizer).
@@ -193,12 +206,6 @@ class Plan:
     placement: rank order on the nodes, innermost axis first; axes it omits take their default place.
     overlap: communication hidden behind computation: auto (the framework's default), none, or
          kinds joined by '+' from `OVERLAP_KINDS` (each axis's entry names the kinds that hide its communication).
-    cp_comm: how context parallelism exchanges K/V: ring (send/recv overlapped with attention) or
-         allgather (gathered before attention).
-    dispatcher: how expert parallelism moves tokens to their experts and back (`predictor.moe_dispatch`): alltoall
-         (NCCL all-to-all of each token-expert pair), allgather (every token gathered over the ep ranks, combined by
-         reduce-scatter), deepep or hybridep (DeepEP's and NVIDIA's Hybrid-EP kernels: each token sent once per
-         rank holding one of its experts; Megatron-Core's flex dispatcher).
     offload: activations kept in host memory between forward and backward: none, layers:N (the first N layers
          of each pipeline rank, Megatron-Core's --cpu-offloading-num-layers) or fine-grained offloading modules
          joined by '+' (attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act).
@@ -216,8 +223,6 @@ class Plan:
     v: int = 1
     placement: str = "tp-dp-pp"
     overlap: str = "auto"
-    cp_comm: str = CP_COMM[0]
-    dispatcher: str = DISPATCHERS[0]
     recompute_layers: int = 0
     offload: str = "none"
     optimizer_offload: float = 0.0

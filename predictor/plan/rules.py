@@ -1,5 +1,5 @@
-"""Whether a plan can run a workload: the validity rules of tp, pp and cp, and `plan_errors`, which applies every
-axis's rules (`Axis.rules`) and the options'.
+"""Whether a plan can run a workload: each axis's validity rules and the degrees a stage can take (registered onto
+the axes: `predictor.plan.axes.axis_function`), and `plan_errors`, which applies every axis's rules and the options'.
 
 `plan_errors` returns every reason a plan is rejected (degrees that do not multiply to the GPU count, each axis's
 rules, divisibility of the batch, tensor parallel inside an NVLink domain) so that callers (the CLI, the search
@@ -12,7 +12,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Callable
 
 from predictor.families import names as family_names
-from predictor.plan.axes import AXES, NVLINK_AXES, resolve
+from predictor.plan.axes import AXES, NVLINK_AXES, STAGE_RANK_AXES, axis_function
 from predictor.plan.placement import nvlink_domain
 from predictor.plan.plan import RECOMPUTE_MODULES, canonical_recompute, recompute_modules
 
@@ -27,6 +27,7 @@ def _dims_missing(spec: "WorkloadSpec", *names: str) -> list[str]:
     return [n for n in names if getattr(m, n) is None]
 
 
+@axis_function("tp", "rules")
 def tp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
     """Megatron's tensor parallelism splits attention heads, query groups, hidden and FFN columns."""
     if plan.tp == 1:
@@ -56,6 +57,7 @@ def embedding_and_loss_in_split(plan: "Plan", blocks: int) -> bool:
     return plan.pp > 1 and blocks % chunks != 0 and (blocks + 2) % chunks == 0
 
 
+@axis_function("pp", "rules")
 def pp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
     """A pipeline splits the repeated blocks evenly over pp·v chunks (the embedding and the loss may count
     as a layer each, see `embedding_and_loss_in_split`); a mixture of experts over any pp·v chunks up to its
@@ -74,6 +76,7 @@ def pp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
     return []
 
 
+@axis_function("cp", "rules")
 def cp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
     """Megatron-Core and torchtitan split a causal sequence into 2·cp chunks (rank i holds chunks i and
     2cp-1-i, which balances the causal mask's work), so 2·cp must divide the sequence length."""
@@ -89,16 +92,50 @@ def cp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
     return []
 
 
+def stage_degrees(plan: "Plan") -> str:
+    """The degrees of the axes whose ranks make up a pipeline stage (what expert parallelism regroups)."""
+    return ", ".join(f"{axis}={getattr(plan, axis)}" for axis in STAGE_RANK_AXES)
+
+
+@axis_function("ep", "rules")
+def ep_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
+    """Megatron-Core (`validate_args`, `parallel_state.initialize_model_parallel`) and torchtitan: expert
+    parallelism regroups the ranks of a pipeline stage for the expert layers (expert tensor parallelism 1), so ep
+    must divide them and the experts; Megatron-Core runs MoE beside tp only with sequence parallelism."""
+    m = spec.model
+    if plan.ep == 1:
+        return []
+    if not m.is_moe:
+        return [f"ep={plan.ep} shards experts, but the model has none (ep=1 for a dense model)"]
+    errors = []
+    if m.experts % plan.ep:
+        errors.append(f"ep={plan.ep} does not divide experts={m.experts}")
+    ranks = plan.gpus // plan.pp
+    if ranks % plan.ep:
+        errors.append(f"ep={plan.ep} does not divide the {ranks} ranks of a pipeline stage ({stage_degrees(plan)}) "
+                      f"that the expert layers regroup")
+    return errors
+
+
+@axis_function("ep", "choices")
+def expert_degrees(spec: "WorkloadSpec", divisors: tuple[int, ...]) -> list[int] | None:
+    """The expert-parallel degrees a stage whose ranks have these `divisors` can take: those that also divide the
+    routed experts (None for a dense model, which has no experts to regroup its ranks for)."""
+    experts = spec.model.experts
+    return None if experts is None else [d for d in divisors if experts % d == 0]
+
+
 @cache
 def _axis_rules() -> tuple[Callable[["Plan", "WorkloadSpec"], list[str]], ...]:
-    """Each axis's rules, resolved when first asked for (an axis's rules may live beside its cost function)."""
-    return tuple(resolve(axis.rules) for axis in AXES if axis.rules)
+    """Each axis's rules, in registry order (every one is registered by then: this module's own, and those of an
+    axis defined outside ScaleDL, whose module `SCALEDL_AXES` imports with the registry)."""
+    return tuple(rules for rules in (axis.function("rules") for axis in AXES) if rules is not None)
 
 
 def plan_errors(plan: "Plan", spec: "WorkloadSpec", allow_cross_node_tp: bool = False) -> list[str]:
     """Every reason `plan` cannot run `spec`; an empty list means structurally valid.
 
-    Each axis checks its own rules (`Axis.rules`); the rest are the options'. Tensor and
+    Each axis checks its own rules (its "rules" function); the rest are the options'. Tensor and
     context parallelism outside an NVLink domain run, slowly: `allow_cross_node_tp` accepts them
     (`placement_warnings` says what they cost). Memory capacity is not checked here: that needs a
     prediction (see the search space).
