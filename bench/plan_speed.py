@@ -1,7 +1,7 @@
 """Speed of `scaledl plan` end to end, and whether its answer matches exhaustive enumeration.
 
-Runs the real command in a subprocess (Python start, imports, embedded Ray start, graph, replicas,
-Ray Tune search, report files), sampling the memory of its whole process tree, then predicts
+Runs the real command in a subprocess (Python start, imports, embedded Ray start unless the search is priced in
+the driver, graph, replicas, search, report files), sampling the memory of its whole process tree, then predicts
 every valid plan of the same space in this process without Ray and checks that the top plan is
 the same. Prints one table row per run and the median wall time. `--before DIR` also times the
 checkout in DIR (e.g. a `git worktree` of the previous commit), its runs alternating with this one's,
@@ -76,7 +76,7 @@ def exhaustive_best(spec_path: str, space_name: str | None, nodes: str | None, p
     from orchestrator.lever_search import Repredictor, explore_levers
     from orchestrator.search import SearchResult
     from orchestrator.planning import sized_spec
-    from orchestrator.replicas import join_tables
+    from orchestrator.replica import join_tables
     from predictor.graph_cache import graph_for
     from predictor.models.registry import load_predictor
     from predictor.workload import load_spec
@@ -142,23 +142,33 @@ def _print_run(label: str, r: dict) -> None:
     """The run's table row and its phases."""
     s = r["report"]["search"]
     top = r["report"]["ranked"][0]["plan"] if r["report"]["ranked"] else "-"
-    print(f"{label:>3} {r['wall_s']:>7.2f} {r['cpu_s']:>6.1f} {s['timings']['ray_init_s'] + s['timings']['graph_wait_s']:>11.2f} {s['search_s']:>8.2f} "
+    t = s["timings"]
+    print(f"{label:>3} {r['wall_s']:>7.2f} {r['cpu_s']:>6.1f} {t.get('ray_init_s', 0) + t.get('graph_wait_s', t.get('graph_s', 0)):>11.2f} {s['search_s']:>8.2f} "
           f"{s['evaluated_plans']:>7} {s['plans_per_s']:>8.0f} {r['peak_rss_gib']:>8.2f}  {top}")
     # replicas_ready overlaps the search (Tune starts while the replicas load): not in the sum.
-    t = s["timings"]
     sequential = sum(v for k, v in t.items() if k not in ("replicas_ready_s", "total_s") and not k.endswith("_own_s"))
     if "startup_s" in t:
-        print(f"     split (s): imports {t['startup_s']:.2f}, Ray start {t['ray_init_s']:.2f} (meanwhile graph "
-              f"{t['graph_own_s']:.2f}, enumeration {t['enumeration_own_s']:.2f}, report imports "
-              f"{t['report_imports_own_s']:.2f}), then waiting on graph + enumeration "
-              f"{t['enumerate_s'] + t['graph_wait_s']:.2f}, prediction (search) {t['search_s']:.2f}, report "
-              f"{t['levers_s'] + t['wider_s'] + t['report_s']:.2f}, shutdown {t['shutdown_s']:.2f}")
+        print(f"     split (s): {_split(t)}")
     print("     phases (s): " + ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in t.items())
           + f"; outside the phases (python start and imports before timings had them, exit) {r['wall_s'] - sequential:.2f}"
           + f"; search after the replicas were ready: {s['search_after_ready_s']:.2f} s = "
           f"{s['plans_per_s_after_ready']:.0f} plans/s; once the first trial ran: {s['running_s']:.2f} s = "
           f"{s['plans_per_s_running']:.0f} plans/s; trials predicting: {s['predict_s']:.2f} s = "
           f"{s['plans_per_s_predicting']:.0f} plans/s")
+
+
+def _split(t: dict[str, float]) -> str:
+    """Where a run's time went: imports, Ray's start and what ran beside it (none for a search priced in the
+    driver, without Ray), prediction, report and shutdown."""
+    if "ray_init_s" in t:
+        start = (f"Ray start {t['ray_init_s']:.2f} (meanwhile graph {t['graph_own_s']:.2f}, enumeration "
+                 f"{t['enumeration_own_s']:.2f}, report imports {t['report_imports_own_s']:.2f}), then waiting on graph + "
+                 f"enumeration {t['enumerate_s'] + t['graph_wait_s']:.2f}")
+    else:
+        start = (f"no Ray (priced in the driver): enumeration {t['enumerate_s']:.2f}, graph {t['graph_s']:.2f}, "
+                 f"report imports {t['report_imports_s']:.2f}")
+    return (f"imports {t['startup_s']:.2f}, {start}, prediction (search) {t['search_s']:.2f}, report "
+            f"{t['levers_s'] + t['wider_s'] + t['report_s']:.2f}, shutdown {t['shutdown_s']:.2f}")
 
 
 if __name__ == "__main__":

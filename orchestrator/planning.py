@@ -4,9 +4,12 @@ replicas -> search (Ray Tune, or batches sent straight to the replicas) -> repor
 With several cluster sizes (`--nodes`) the valid plans of every size are concatenated into one search (a plan's
 degrees multiply to its size's GPU count, so the plan names its size), and the replicas hold the one graph.
 
-Without an address the Ray already running for this machine is used (RAY_ADDRESS, or a `ray start` cluster),
-else an embedded one is started for the command (private: never another command's); the plans are enumerated and the layer graph built while Ray starts, and the search starts while the
-replicas load, since each takes a second or more and neither needs the other to begin.
+A small search (at most `HERE_CANDIDATES` candidates, exhaustive, no --address, --replicas or --validate) runs
+without Ray: one replica in this process prices it in less time than Ray takes to start. Otherwise, without an
+address the Ray already running for this machine is used (RAY_ADDRESS, or a `ray start` cluster), else an embedded
+one is started for the command (private: never another command's); the plans are enumerated and the layer graph built
+while Ray starts, and the search starts while the replicas load, since each takes a second or more and neither needs
+the other to begin.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pydantic import ValidationError
 
 from orchestrator.lifecycle import init_ray, shutdown_ray_meanwhile
 from orchestrator.cluster_address import check_reachable
+from orchestrator.replica import LocalPool, ReplicaLoadError
 from orchestrator.search import SearchError, check_resume, choose_searcher, run_search, uses_tune
 from orchestrator.search_types import SearchOptions
 from predictor.memory.facts import HEADROOM
@@ -34,11 +38,16 @@ from predictor.models.registry import check_predictor_name, dominated_values
 from predictor.resolver import resolve
 from predictor.workload import SpecError, load_spec
 from predictor.workload import WorkloadSpec
-from search_spaces import Enumeration, SpaceConfig, enumerate_plans, resolve_space
+from search_spaces import Enumeration, SpaceConfig, candidate_count, enumerate_plans, resolve_space
 from search_spaces.plan_list import PlanList
 
 if TYPE_CHECKING:
     from orchestrator.report import Report
+
+# A search of at most this many candidates (a bound on its valid plans) is priced in this process, without Ray: were
+# every candidate valid, one core pricing ~25,000 plans a second (bench.predict_speed) takes about as long as Ray's
+# start (~3 s on 2 cores, bench.plan_speed) and two replicas' halves; a space's rules keep a tenth to a quarter.
+HERE_CANDIDATES = 150_000
 
 
 @dataclass
@@ -177,13 +186,6 @@ def _wait_ready(pool: Any) -> tuple[list[dict[str, Any]], float]:
     return infos, time.perf_counter()
 
 
-def _root_cause(err: Exception) -> str:
-    """The last `SomeError: message` line of a remote traceback (Ray wraps the replica's own error)."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.split(":", 1)[0].endswith(("Error", "Exception"))]
-    return errors[-1] if errors else lines[-1] if lines else type(err).__name__
-
-
 @dataclass(frozen=True)
 class _Search:
     """What the stages before the search decide: the spec resolved, the space, the cluster sizes and the search's
@@ -197,6 +199,7 @@ class _Search:
     options: SearchOptions
     key: str
     dominated: tuple[Dominated, ...]  # the predictor's: plan values the search leaves out unpriced
+    here: bool  # priced in this process, without Ray (`prices_here`)
 
 
 class _Laps:
@@ -225,12 +228,12 @@ class _RayUse:
             self.pool = None
 
     def close(self) -> None:
-        import ray
-
         self.release_pool()
         if self.closing is not None:
             self.closing.join()
         elif self.started:
+            import ray
+
             ray.shutdown()
 
 
@@ -258,7 +261,47 @@ def _prepare(req: PlanRequest) -> _Search:
     check_resume(Path(req.out), key, options)
     if req.address is not None:
         check_reachable(req.address)
-    return _Search(spec, resolved, space_name, space, sizes, options, key, tuple(dominated))
+    return _Search(spec, resolved, space_name, space, sizes, options, key, tuple(dominated),
+                   prices_here(req, space, sizes, options))
+
+
+def prices_here(req: PlanRequest, space: SpaceConfig, sizes: list[WorkloadSpec], options: SearchOptions) -> bool:
+    """Whether the search runs in this process, without Ray: an exhaustive search of at most `HERE_CANDIDATES`
+    candidates, asked for no cluster (`--address`), replica count or measured runs (`--validate`), by a process that
+    has not started Ray itself (a library caller's Ray is used)."""
+    if req.address is not None or req.replicas or req.validate or options.searcher not in ("auto", "exhaustive"):
+        return False
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        return False
+    limit = min(HERE_CANDIDATES, options.exhaustive_limit, options.direct_limit)
+    total = 0
+    for sized in sizes:
+        total += candidate_count(sized, space)
+        if total > limit:
+            return False
+    return True
+
+
+def _check_plans(req: PlanRequest, search: _Search, enumeration: Enumeration) -> None:
+    """SpecError when the space holds no valid plan, with the commonest reasons."""
+    if not enumeration.plans:
+        reasons = "; ".join(f"{n}x {r}" for r, n in enumeration.top_reasons(3))
+        raise SpecError(f"{req.spec}: the space {search.space_name} has no valid plan "
+                        f"({enumeration.checked} candidates rejected; most common: {reasons}); try another "
+                        "--space or relax the search: section")
+
+
+def _start_here(req: PlanRequest, search: _Search, lap: _Laps) -> tuple[_RayUse, Enumeration, Any]:
+    """Without Ray: the plans enumerated, the graph built and the report modules imported, one after another (one
+    process, one core's Python: threads would only take turns)."""
+    enumeration = _enumerate(search.sizes, search.space, search.options, search.dominated)
+    lap("enumerate_s")
+    _check_plans(req, search, enumeration)
+    graph = _graph(search.spec.model)
+    lap("graph_s")
+    _import_report()
+    lap("report_imports_s")
+    return _RayUse(started=False), enumeration, graph
 
 
 def _start(req: PlanRequest, search: _Search, lap: _Laps) -> tuple[_RayUse, Enumeration, Any]:
@@ -283,11 +326,7 @@ def _start(req: PlanRequest, search: _Search, lap: _Laps) -> tuple[_RayUse, Enum
             try:
                 enumeration = enumerating.result()
                 lap("enumerate_s")
-                if not enumeration.plans:
-                    reasons = "; ".join(f"{n}x {r}" for r, n in enumeration.top_reasons(3))
-                    raise SpecError(f"{req.spec}: the space {search.space_name} has no valid plan "
-                                    f"({enumeration.checked} candidates rejected; most common: {reasons}); try another "
-                                    "--space or relax the search: section")
+                _check_plans(req, search, enumeration)
                 graph = graph_job.result()
                 imports.result()
             except BaseException:
@@ -303,16 +342,13 @@ def _start(req: PlanRequest, search: _Search, lap: _Laps) -> tuple[_RayUse, Enum
 def _search(req: PlanRequest, search: _Search, enumeration: Enumeration, graph: Any, use: _RayUse,
             console: Any) -> tuple[Any, list[dict[str, Any]], float, float]:
     """The search over the replicas: (its result, the replicas' info, when they were ready, when it ended)."""
-    import ray
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from orchestrator.replicas import ReplicaPool
-
-    # One replica per ~2,000 plans, at most one per CPU: a replica's first plans are its slowest (each new
-    # stage shape is priced once, then memoised), so two split even a few thousand plans' cold start.
-    replicas = req.replicas or min(max(1, int(ray.cluster_resources().get("CPU", 1))),
-                                   -(-len(enumeration.plans) // 2000), 8)
-    use.pool = ReplicaPool.start(req.predictor, search.spec, graph, count=replicas, sizes=search.sizes)
+    try:
+        use.pool = (LocalPool(req.predictor, search.spec, graph, search.sizes) if search.here
+                    else _ray_pool(req, search, enumeration, graph))
+    except ReplicaLoadError as err:
+        raise SearchError(f"the predictor {req.predictor!r} could not be loaded in a replica: {err}") from None
     # The search starts now and the replicas load meanwhile (Tune's first trial process takes over a second to
     # boot: a Ray worker, then `import ray.tune`); the first batch waits for them.
     with ThreadPoolExecutor(1) as ex:
@@ -331,10 +367,22 @@ def _search(req: PlanRequest, search: _Search, enumeration: Enumeration, graph: 
                                 search.options, key=search.key, on_batch=on_batch)
         try:
             infos, ready_at = ready.result()
-        except ray.exceptions.RayActorError as err:
-            raise SearchError(f"the predictor {req.predictor!r} could not be loaded in a replica: "
-                              f"{_root_cause(err)}") from None
+        except ReplicaLoadError as err:
+            raise SearchError(f"the predictor {req.predictor!r} could not be loaded in a replica: {err}") from None
     return result, infos, ready_at, time.perf_counter()
+
+
+def _ray_pool(req: PlanRequest, search: _Search, enumeration: Enumeration, graph: Any) -> Any:
+    """The replicas as Ray actors (`orchestrator.replicas.ReplicaPool`), loading while the search starts."""
+    import ray
+
+    from orchestrator.replicas import ReplicaPool
+
+    # One replica per ~2,000 plans, at most one per CPU: a replica's first plans are its slowest (each new
+    # stage shape is priced once, then memoised), so two split even a few thousand plans' cold start.
+    replicas = req.replicas or min(max(1, int(ray.cluster_resources().get("CPU", 1))),
+                                   -(-len(enumeration.plans) // 2000), 8)
+    return ReplicaPool.start(req.predictor, search.spec, graph, count=replicas, sizes=search.sizes)
 
 
 def _report(req: PlanRequest, search: _Search, enumeration: Enumeration, result: Any, infos: list[dict[str, Any]],
@@ -382,7 +430,7 @@ def run_plan(req: PlanRequest) -> "Report":
 
     search = _prepare(req)
     lap = _Laps(req.timings, t0)
-    use, enumeration, graph = _start(req, search, lap)
+    use, enumeration, graph = (_start_here if search.here else _start)(req, search, lap)
     from orchestrator.lever_search import Repredictor, explore_levers
     from orchestrator.report import print_report, write_report
 

@@ -30,12 +30,11 @@ from collections import deque
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
 
 import numpy as np
-import ray
 
-from orchestrator.replicas import Answers, ReplicaPool, Sent, join_tables
+from orchestrator.replica import Answers, LocalPool, Sent, join_tables
 from orchestrator.search_types import SEARCHERS, SearchOptions, SearchResult
 from orchestrator.store import (RETRIES, Batch, Outcome, ResultStore, SearchError, check_resumable,
                                prepare_store)
@@ -43,6 +42,12 @@ from predictor.plan import Plan
 from predictor.prediction_table import PredictionTable
 from search_spaces import GROUP_AXES, TuneSpace
 from search_spaces.plan_list import PlanList
+
+if TYPE_CHECKING:
+    from orchestrator.replicas import ReplicaPool
+
+# The replicas a search sends its batches to: Ray actors, or one replica in this process (a small search).
+Pool = Union["ReplicaPool", LocalPool]
 
 MAX_BATCH = 131_072
 STORE_FORMAT = "plan-indices-table-2"  # stored batches: plans by their index in the enumeration, answers as columns (2: stage memories end to end)
@@ -76,7 +81,7 @@ def uses_tune(searcher: str, n_plans: int, options: SearchOptions) -> bool:
     return searcher != "exhaustive" or n_plans > options.direct_limit
 
 
-def run_search(plans: PlanList, pool: ReplicaPool, out_dir: Path, capacity_gib: float,
+def run_search(plans: PlanList, pool: Pool, out_dir: Path, capacity_gib: float,
                options: SearchOptions, key: str, on_batch: Callable[[int, float], None] | None = None) -> SearchResult:
     """Search `plans` (all valid) through the replicas; returns every evaluated plan and the search statistics.
 
@@ -131,7 +136,7 @@ def run_search(plans: PlanList, pool: ReplicaPool, out_dir: Path, capacity_gib: 
     return result
 
 
-def _run_direct(space: TuneSpace, pool: ReplicaPool, store: ResultStore, options: SearchOptions, done: set[str],
+def _run_direct(space: TuneSpace, pool: Pool, store: ResultStore, options: SearchOptions, done: set[str],
                 on_batch: Callable[[int, float], None] | None) -> Outcome:
     """The exhaustive batches of `space` not in `done`, sent to the replicas from here, `options.concurrency` + 1 in
     flight so the replicas predict the next batch while one is stored. Stops at the budget or a first Ctrl-C, as a
@@ -150,7 +155,7 @@ def _run_direct(space: TuneSpace, pool: ReplicaPool, store: ResultStore, options
                     flight.append((b, members, pool.submit(space.plans.take(members))))
                 b, members, sent = flight.popleft()
                 waited, left = time.perf_counter(), deadline - time.monotonic()
-                if left <= 0 or not _arrive(sent, left):
+                if left <= 0 or not (left == math.inf or pool.arrive(sent, left)):
                     break  # the budget is spent; the batch in flight is left unstored, as Tune stops its trial
                 trials += 1
                 try:
@@ -169,15 +174,7 @@ def _run_direct(space: TuneSpace, pool: ReplicaPool, store: ResultStore, options
     return Outcome(batches, predicted, first_call, time.time(), trials, errors, None)
 
 
-def _arrive(sent: Sent, seconds: float) -> bool:
-    """Wait up to `seconds` (> 0) for every chunk of `sent` to be answered (or to fail); whether they were."""
-    if seconds == math.inf:
-        return True
-    ready, _ = ray.wait(sent.refs, num_returns=len(sent.refs), timeout=seconds)
-    return len(ready) == len(sent.refs)
-
-
-def _answers(pool: ReplicaPool, sent: Sent, plans: PlanList) -> Answers:
+def _answers(pool: Pool, sent: Sent, plans: PlanList) -> Answers:
     """The answers of the batch `plans`, sent as `sent`; a batch that fails is sent again, `RETRIES` times at most."""
     tries = RETRIES
     while True:

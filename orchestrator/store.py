@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.replicas import Answers
+from orchestrator.replica import Answers
 
 # A stored batch: the indices (into the search's valid plans) of the plans it holds, in batch order, and their answers.
 Batch = tuple[np.ndarray, Answers]

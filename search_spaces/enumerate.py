@@ -371,6 +371,21 @@ def _add_prototype(result: Enumeration, spec: WorkloadSpec, space: SpaceConfig, 
     _add_variants(result, spec, space, framework, options, {**degrees, "mbs": mbs}, dominated)
 
 
+def candidate_count(spec: WorkloadSpec, space: SpaceConfig) -> int:
+    """How many candidates `enumerate_plans` would check (its `checked` with the dominated plans it leaves out), a
+    bound on the valid plans, counted without checking or building any: a caller deciding how to search a space
+    knows its size before enumerating it."""
+    space = runnable_space(space, resolve(spec).framework, spec)
+    per_degrees: dict[tuple[tuple[str, int], ...], int] = {}
+    total = 0
+    for degrees, _ in _degrees(spec, space):
+        key = tuple(degrees.items())
+        if key not in per_degrees:
+            per_degrees[key] = _options(spec, space, degrees).count
+        total += per_degrees[key]
+    return total
+
+
 def enumerate_plans(spec: WorkloadSpec, space: SpaceConfig, dominated: Sequence[Dominated] = ()) -> Enumeration:
     """The valid plans of `space` for `spec` that its framework runs, with rejection counts per reason; less those
     the predictor's `dominated` rules say never beat another valid plan of the space (`Predictor.dominated`), counted

@@ -204,7 +204,8 @@ def _marks(default: signal.Signals) -> list:
 
 @pytest.mark.parametrize("sig", _marks(signal.SIGKILL))
 def test_plan(launch, tmp_path: Path, sig: signal.Signals) -> None:
-    run = launch("plan", SPEC, "--out", str(tmp_path / "out"), "--predictor", "analytical")
+    # --replicas: a search this small is otherwise priced without Ray (orchestrator.planning.prices_here)
+    run = launch("plan", SPEC, "--out", str(tmp_path / "out"), "--predictor", "analytical", "--replicas", "1")
     run.wait_until(raylet_has_children)
     send(run, sig)
     check_exit(run, sig)

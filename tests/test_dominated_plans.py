@@ -13,7 +13,7 @@ from predictor.graph_cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.registry import checkpoint_path, dominated_values
 from predictor.workload import load_spec
-from search_spaces import enumerate_plans, load_space, narrow
+from search_spaces import candidate_count, enumerate_plans, load_space, narrow
 
 ROOT = Path(__file__).resolve().parents[1]
 GPT3 = load_spec(ROOT / "examples/gpt3-175b-a100x1024.yaml")
@@ -40,6 +40,7 @@ def test_enumeration_leaves_out_exactly_the_plans_with_a_valid_better_twin(spec,
     assert left_out and pruned.plans == [p for p in every.plans if p not in left_out]
     assert sum(pruned.pruned.values()) - sum(every.pruned.values()) == len(left_out)
     assert pruned.checked == every.checked - len(left_out) and pruned.rejected == every.rejected
+    assert candidate_count(spec, space) == every.checked  # counted before enumerating, the dominated plans included
     assert all("never faster nor smaller" in r for r in set(pruned.pruned) - set(every.pruned))
 
 

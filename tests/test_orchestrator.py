@@ -192,7 +192,7 @@ def test_a_failing_plan_costs_only_its_own_answer_and_answers_stay_in_order() ->
     """No Ray: a replica's answer is a table of the plans predicted plus an error for each other, in batch order,
     across cluster sizes; the search result keeps the first answer of each plan."""
     from orchestrator.planning import sized_spec
-    from orchestrator.replicas import Answers, PredictorReplica
+    from orchestrator.replica import Answers, PredictorReplica
     from orchestrator.search import _collect
 
     big = sized_spec(SPEC, 4)

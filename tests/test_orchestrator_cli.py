@@ -34,6 +34,22 @@ def test_plan_writes_a_ranked_report(scaledl, tmp_path) -> None:
     assert (tmp_path / "out" / "launch" / "megatron_args.txt").exists()
 
 
+def test_a_small_search_is_priced_without_ray_and_answers_as_the_replicas_do(scaledl, tmp_path) -> None:
+    """A search of few candidates runs in the driver (no Ray started: its timings have no Ray start); forced onto
+    Ray's replicas (--replicas), the same plans get the same predictions."""
+    spec = write_spec(tmp_path, search={"max_pp": 2})
+    reports = {}
+    for name, extra in (("here", ()), ("ray", ("--replicas", "1"))):
+        run = scaledl.run("plan", spec, "--out", str(tmp_path / name), "--predictor", "analytical", *extra)
+        assert run.returncode == 0, run.stderr[-3000:]
+        reports[name] = json.loads((tmp_path / name / "report.json").read_text())
+    here, ray = reports["here"], reports["ray"]
+    assert "ray_init_s" not in here["search"]["timings"] and "ray_init_s" in ray["search"]["timings"]
+    assert "node_id" not in here["search"]["replicas"][0] and "node_id" in ray["search"]["replicas"][0]
+    assert here["ranked"] == ray["ranked"] and here["infeasible"] == ray["infeasible"]
+    assert here["search"]["evaluated_plans"] == ray["search"]["evaluated_plans"] > 100
+
+
 def test_unknown_space_is_a_clean_error(scaledl, tmp_path) -> None:
     run = scaledl.run("plan", write_spec(tmp_path), "--out", str(tmp_path / "o"), "--space", "nope")
     assert run.returncode == 2 and "known spaces" in run.stderr and "Traceback" not in run.stderr

@@ -12,7 +12,7 @@ from predictor.frameworks import FRAMEWORKS
 from predictor.plan import Plan, plan_errors
 from predictor.workload import SpecError, load_spec, parse_spec
 from search_spaces import (
-    TuneSpace, enumerate_plans, explain, load_space, narrow, preset_names, rejected, resolve_space,
+    TuneSpace, candidate_count, enumerate_plans, explain, load_space, narrow, preset_names, rejected, resolve_space,
 )
 from search_spaces.enumerate import RULE_BLIND, all_errors, candidates
 
@@ -40,7 +40,7 @@ def test_enumeration_is_exactly_the_valid_candidates(spec, name) -> None:
     names = {f.name for f in fields(Plan)}
     assert all(names <= vars(p).keys() for p in result.plans)  # `Plan.trusted` got every field, none by default
     assert len(set(result.plans)) == len(result.plans) > 0
-    assert result.checked == sum(1 for _ in candidates(spec, space))
+    assert result.checked == sum(1 for _ in candidates(spec, space)) == candidate_count(spec, space)
     assert result.rejected_count == sum(1 for _ in rejected(spec, space))
     m = spec.model
     for p in result.plans:
