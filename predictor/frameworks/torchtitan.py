@@ -360,8 +360,9 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
         v = stages // pp
     mbs = par["pipeline_parallel_microbatch_size"] if pp > 1 else config["training"]["local_batch_size"]
     compiled = config.get("compile", {}).get("enable", False)
-    # FSDP2 / DDP and pipelining always overlap; async TP is the one switch.
-    kinds = {"dp", "pp", *(["param"] if zero >= 2 else []), *(["tp"] if par["enable_async_tensor_parallel"] else [])}
+    # FSDP2 / DDP and pipelining always overlap (pipelining only where there are stages); async TP is the one switch.
+    kinds = {"dp", *(["pp"] if pp > 1 else []), *(["param"] if zero >= 2 else []),
+             *(["tp"] if par["enable_async_tensor_parallel"] else [])}
     recompute, recompute_layers = _recompute(config["activation_checkpoint"], spec.model.num_blocks // (pp * v))
     plan = Plan(**degrees, mbs=mbs, zero=zero, recompute=recompute, recompute_layers=recompute_layers,
                 sp=degrees["tp"] > 1, schedule=schedule, v=v, placement="tp-cp-dp-pp",
