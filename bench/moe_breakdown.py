@@ -73,8 +73,8 @@ def row_parts(spec, graph, plan, measured_s: float, label: dict[str, str]) -> Ro
     prediction = AnalyticalPredictor(None).predict(spec, graph, [plan])[0]
     iteration = {k: v for k, v in prediction.breakdown.items() if v}
     iteration.update({f"hidden {k}": v for k, v in prediction.hidden_comm.items()})
-    label = {**label, "placement": placement(spec, plan, lay.ep_group),
-             "plan": f"ep={plan.ep} ({lay.ep_group.n_intra}x{lay.ep_group.n_inter}) tp={plan.tp} pp={plan.pp} "
+    label = {**label, "placement": placement(spec, plan, lay.groups["ep"]),
+             "plan": f"ep={plan.ep} ({lay.groups['ep'].n_intra}x{lay.groups['ep'].n_inter}) tp={plan.tp} pp={plan.pp} "
                      f"v={plan.v} mbs={plan.mbs} m={plan.microbatches(spec.training.global_batch)} "
                      f"experts/rank={(spec.model.experts or 0) // plan.ep}"}
     return RowParts(label, measured_s, prediction.iter_time_s, stage, iteration)

@@ -23,14 +23,15 @@ import weakref
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Mapping
 
 import numpy as np
 
 from predictor.comm import Group
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
-from predictor.plan import AXIS, Plan, nvlink_domain
-from predictor.plan.axes import STAGE_RANK_AXES
+from predictor.plan import AXES, Plan, nvlink_domain
+from predictor.plan.axes import PIPELINE_AXIS, STAGE_RANK_AXES, SYNC_GROUPS
 from predictor.workload import WorkloadSpec
 
 # Bytes per element of activations, gradients and the weights the step reads, per training precision:
@@ -41,6 +42,9 @@ REPEATED_GROUPS = ("block", "enc", "dec")
 _SHARDED_ROLES = ("column", "row", "heads", "vocab")
 _TOKEN_ROLES = ("tokens", "experts")  # split over tp by their tokens (MoE runs sequence parallel), weights not
 SEQUENCE_SPLIT_KINDS = ("layernorm", "rmsnorm", "dropout", "elementwise")
+# The groups gradients sync over: the replicas' and the experts' (the complement of the axis that regroups a stage's
+# ranks for them).
+_SYNC, _EXPERT_SYNC = SYNC_GROUPS
 
 
 @dataclass
@@ -81,20 +85,25 @@ class Layout:
     microbatches: int
     tokens: int  # sequence positions per sample
     rank_tokens: float  # the sequence positions of a sample one rank holds (tokens over the cp ranks)
-    tp_group: Group
-    dp_group: Group  # the gradient-sync group: dp·cp ranks
-    cp_group: Group
-    ep_group: Group  # the ep ranks that exchange tokens (size 1 without expert parallelism)
-    edp_group: Group  # the expert-data-parallel group that synchronises expert gradients: dp·tp·cp/ep ranks
-    pp_link_inter: bool
+    # Every communication group a rank joins, by `PLAN_GROUPS` name (a group of one rank communicates with nobody):
+    # tp, cp, dp (the gradient-sync group: dp·cp ranks), ep (the ranks that exchange tokens) and edp (the
+    # expert-data-parallel group that synchronises expert gradients: dp·tp·cp/ep ranks).
+    groups: Mapping[str, Group]
+    stage_link_inter: bool  # whether neighbouring pipeline stages sit in different NVLink domains
     p2p_elems: float  # elements sent per micro-batch boundary (one direction)
     act_bytes: int
     param_bytes: int
     grad_bytes: int
 
-    def groups(self) -> tuple[Group, ...]:
-        """Every communication group a rank joins (a group of one rank communicates with nobody)."""
-        return self.tp_group, self.dp_group, self.cp_group, self.ep_group, self.edp_group
+    @property
+    def sync_group(self) -> Group:
+        """The group gradients sync over and ZeRO shards over: the replicas' (`REPLICA_AXIS`)."""
+        return self.groups[_SYNC]
+
+    @property
+    def expert_sync_group(self) -> Group:
+        """The group a regrouping axis's parameters (the routed experts) sync their gradients over."""
+        return self.groups[_EXPERT_SYNC]
 
 
 _SHARD_CACHE: dict[tuple, tuple[weakref.ref, ShardedNodes]] = {}
@@ -246,14 +255,17 @@ def _spread(degrees: tuple[tuple[str, int], ...], placement: str, axes: tuple[st
 
 
 @lru_cache(maxsize=65536)
-def _expert_spread(degrees: tuple[tuple[str, int], ...], placement: str, domain: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """(ranks per domain, domains) of the ep group and of the expert-data-parallel group holding rank 0.
+def _regrouped_spread(degrees: tuple[tuple[str, int], ...], placement: str, axis: str,
+                      domain: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(ranks per domain, domains) of the group holding rank 0 of `axis`, an axis that regroups a stage's ranks, and
+    of its complement group.
 
     Megatron-Core builds the expert layers' groups from a stage's dp·tp·cp ranks in rank order, expert tensor
     parallelism 1 innermost: an ep group is ep consecutive ranks of them, the expert-dp group every ep-th."""
     plan = Plan(placement=placement, **dict(degrees))
     ranks = plan.group_ranks(STAGE_RANK_AXES)
-    return _fit(ranks[: plan.ep], domain), _fit(ranks[:: plan.ep], domain)
+    degree = getattr(plan, axis)
+    return _fit(ranks[:degree], domain), _fit(ranks[::degree], domain)
 
 
 def _fit(ranks: list[int], domain: int) -> tuple[int, int]:
@@ -264,10 +276,11 @@ def _fit(ranks: list[int], domain: int) -> tuple[int, int]:
     return per_domain, len(ranks) // per_domain
 
 
-def expert_groups(plan: Plan, domain: int, device: Device) -> tuple[Group, Group]:
-    """The ep group (token all-to-alls) and the expert-data-parallel group (expert gradient sync) of `plan`."""
+def regrouped(plan: Plan, axis: str, domain: int, device: Device) -> tuple[Group, Group]:
+    """The group of `axis`, an axis that regroups a stage's ranks (ep: its token all-to-alls), and its complement
+    group (ep's expert-data-parallel group: expert gradient sync) of `plan`."""
     ops = tuple(sorted(device.op_links.items()))
-    (ei, ek), (di, dk) = _expert_spread(tuple(plan.degrees().items()), plan.placement, domain)
+    (ei, ek), (di, dk) = _regrouped_spread(tuple(plan.degrees().items()), plan.placement, axis, domain)
     return (Group(ei, ek, device.intra_node, device.inter_node, ops),
             Group(di, dk, device.intra_node, device.inter_node, ops))
 
@@ -285,23 +298,28 @@ def group_of(plan: Plan, axes: str | tuple[str, ...], domain: int, device: Devic
 
 @dataclass(frozen=True)
 class PlanGroups:
-    """The communication groups of a plan's rank order on NVLink domains, and whether pipeline neighbours sit
-    in different domains: what depends on the degrees and the placement alone."""
+    """The communication groups of a plan's rank order on NVLink domains, by `PLAN_GROUPS` name, and whether
+    pipeline neighbours sit in different domains: what depends on the degrees and the placement alone."""
 
-    tp: Group
-    dp: Group  # the gradient-sync group: dp·cp ranks
-    cp: Group
-    ep: Group
-    edp: Group
-    pp_link_inter: bool
+    groups: Mapping[str, Group]
+    stage_link_inter: bool
 
 
 def plan_groups(plan: Plan, domain: int, device: Device) -> PlanGroups:
-    """The groups of `plan` on NVLink domains of `domain` GPUs."""
-    ep, edp = expert_groups(plan, domain, device)
-    return PlanGroups(tp=group_of(plan, "tp", domain, device), dp=group_of(plan, AXIS["dp"].group_axes, domain, device),
-                      cp=group_of(plan, "cp", domain, device), ep=ep, edp=edp,
-                      pp_link_inter=plan.pp > 1 and plan.group_span("pp") > domain)
+    """The groups of `plan` on NVLink domains of `domain` GPUs: each axis's (`Axis.group`, over the ranks of
+    `Axis.group_axes`; an axis that regroups a stage's ranks, with its complement group)."""
+    groups: dict[str, Group] = {}
+    for axis in AXES:
+        if not axis.group:
+            continue
+        if axis.multiplies_gpus:
+            groups[axis.group] = group_of(plan, axis.group_axes, domain, device)
+            continue
+        groups[axis.group], complement = regrouped(plan, axis.name, domain, device)
+        if axis.complement_group:
+            groups[axis.complement_group] = complement
+    pipeline = getattr(plan, PIPELINE_AXIS)
+    return PlanGroups(groups, pipeline > 1 and plan.group_span(PIPELINE_AXIS) > domain)
 
 
 def apply_plan(spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device) -> Layout:
@@ -316,8 +334,7 @@ def apply_plan(spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device
     return Layout(
         plan=plan, nodes=nodes, stage_counts=counts, blocks_per_stage=blocks,
         microbatches=plan.microbatches(spec.training.global_batch), tokens=graph.tokens,
-        rank_tokens=graph.tokens / plan.cp,
-        tp_group=groups.tp, dp_group=groups.dp, cp_group=groups.cp, ep_group=groups.ep, edp_group=groups.edp,
-        pp_link_inter=groups.pp_link_inter, p2p_elems=p2p,
+        rank_tokens=graph.tokens / plan.cp, groups=groups.groups, stage_link_inter=groups.stage_link_inter,
+        p2p_elems=p2p,
         act_bytes=BYTES[prec], param_bytes=BYTES[prec], grad_bytes=BYTES[prec],
     )

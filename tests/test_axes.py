@@ -113,7 +113,7 @@ def test_cp_divides_tokens_activations_and_the_pipeline_message():
     assert two.nodes.fwd_flops.sum() == pytest.approx(one.nodes.fwd_flops.sum() / 2)
     assert two.nodes.act_elems.sum() == pytest.approx(one.nodes.act_elems.sum() / 2)
     assert two.nodes.params.sum() == one.nodes.params.sum()
-    assert two.dp_group.size == 16 and two.cp_group.size == 2
+    assert two.groups["dp"].size == 16 and two.groups["cp"].size == 2
 
 
 def test_the_lists_of_parts_and_kinds_are_the_registrys():

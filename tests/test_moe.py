@@ -83,9 +83,9 @@ def test_ep_comm_is_four_all_to_alls_per_moe_layer_and_micro_batch() -> None:
     plan = Plan(dp=8, mbs=2, zero=1, ep=4, overlap="dp+param")
     pred = AnalyticalPredictor(AnalyticalConfig()).predict(spec, graph, [plan])[0]
     lay = apply_plan(spec, graph, plan, get_device("h100"))
-    assert lay.ep_group.size == 4 and lay.edp_group.size == 2
+    assert lay.groups["ep"].size == 4 and lay.groups["edp"].size == 2
     m = spec.model
-    one = alltoall(m.seq_len * plan.mbs * m.top_k * m.hidden * 2, lay.ep_group)  # bf16 token-expert pairs
+    one = alltoall(m.seq_len * plan.mbs * m.top_k * m.hidden * 2, lay.groups["ep"])  # bf16 token-expert pairs
     assert pred.breakdown["ep_comm"] == pytest.approx(4 * m.layers * one * plan.microbatches(64), rel=1e-6)
     hidden = AnalyticalPredictor(AnalyticalConfig()).predict(spec, graph, [plan.with_(overlap="dp+param+ep")])[0]
     assert hidden.breakdown["ep_comm"] < pred.breakdown["ep_comm"] and hidden.hidden_comm["ep_comm"] > 0

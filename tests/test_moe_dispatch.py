@@ -27,7 +27,7 @@ def _spec(framework: str = "megatron", device: str = "h100", nodes: int = 2):
 
 def _ep_group(spec, ep: int):
     plan = Plan(dp=spec.cluster.gpus, ep=ep, zero=1)
-    return apply_plan(spec, graph_for(spec.model), plan, get_device(spec.cluster.device)).ep_group
+    return apply_plan(spec, graph_for(spec.model), plan, get_device(spec.cluster.device)).groups["ep"]
 
 
 def test_reach_is_the_chance_a_token_meets_a_rank() -> None:

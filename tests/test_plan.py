@@ -123,10 +123,10 @@ def test_apply_plan_layout():
     lay = apply_plan(spec, g, Plan(dp=2, tp=4, pp=2, mbs=2, sp=True), A100)
     assert lay.microbatches == 16
     assert lay.p2p_elems == 512 * 1024 * 2 / 4
-    assert lay.tp_group.n_inter == 1 and lay.dp_group.n_inter == 1  # tp-dp-pp: tp and dp fill one node
-    assert lay.pp_link_inter  # pp neighbours are 8 ranks apart: the next node
+    assert lay.groups["tp"].n_inter == 1 and lay.groups["dp"].n_inter == 1  # tp-dp-pp: tp and dp fill one node
+    assert lay.stage_link_inter  # pp neighbours are 8 ranks apart: the next node
     inner = apply_plan(spec, g, Plan(dp=2, tp=4, pp=2, mbs=2, placement="tp-pp-dp"), A100)
-    assert not inner.pp_link_inter and inner.dp_group.n_inter == 2
+    assert not inner.stage_link_inter and inner.groups["dp"].n_inter == 2
 
 
 def test_kind_names_the_parallelism_a_plan_runs():

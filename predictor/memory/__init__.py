@@ -5,7 +5,7 @@ Model states follow ZeRO (Rajbhandari et al. 2020): mixed-precision Adam keeps 2
 the optimizer state over dp, ZeRO-2 also the gradients, ZeRO-3 also the weights. Activations
 come from the layer graph's per-node saved elements (Korthikanti et al. 2023 accounting) under
 the recomputation mode, times the micro-batches a stage holds at once under the schedule. ZeRO
-shards over the gradient-sync group (`Layout.dp_group`: Megatron-Core's data-parallel group with
+shards over the gradient-sync group (`Layout.sync_group`: Megatron-Core's data-parallel group with
 context parallelism). A fused attention kernel saves Q, K, V, its output and the softmax
 statistics instead of the s² scores (FlashAttention, Dao et al. 2022). FP8 and FP4 training keep
 bf16 weights and fp32 master weights as bf16 training does, plus a low-precision copy of every
@@ -141,7 +141,7 @@ def model_state_bytes(spec: WorkloadSpec, layout: Layout) -> tuple[np.ndarray, n
         over expert-dp."""
         if plan.zero < stage:
             return psi
-        return (psi - psi_exp) / layout.dp_group.size + psi_exp / layout.edp_group.size
+        return (psi - psi_exp) / layout.sync_group.size + psi_exp / layout.expert_sync_group.size
 
     copy = weight_copy_bytes(t.precision)
     return (sharded(3) * (layout.param_bytes + copy), sharded(2) * layout.grad_bytes,
@@ -152,14 +152,14 @@ def buffer_bytes(layout: Layout, psi: np.ndarray, imbalance: float = 1.0) -> np.
     """Communication buffers per pipeline rank (`psi`: its parameters), with the MoE dispatch buffers."""
     plan = layout.plan
     dispatch = 2 * float(layout.nodes.dispatch.max(initial=0.0)) * plan.mbs * layout.act_bytes * imbalance
-    return _buffers(layout, psi) + (dispatch if layout.ep_group.size > 1 else 0.0)
+    return _buffers(layout, psi) + (dispatch if layout.groups["ep"].size > 1 else 0.0)
 
 
 def _buffers(layout: Layout, psi: np.ndarray) -> np.ndarray:
     """Communication buffers: dp gradient buckets, tp collective output, pp send/recv tensors."""
     plan = layout.plan
     eb = layout.grad_bytes
-    if layout.dp_group.size == 1:
+    if layout.sync_group.size == 1:
         dp_buf = np.zeros_like(psi)
     elif plan.zero == 0:
         dp_buf = np.minimum(psi * eb, DDP_BUCKET_BYTES)

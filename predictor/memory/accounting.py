@@ -233,7 +233,7 @@ def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Leve
     """(weights, gradients, optimizer) bytes per pipeline stage."""
     plan, t = layout.plan, spec.training
     psi, psi_exp = stage_params(layout)
-    dense_dp, exp_dp = layout.dp_group.size, layout.edp_group.size
+    dense_dp, exp_dp = layout.sync_group.size, layout.expert_sync_group.size
 
     def shard(stage: int) -> np.ndarray:
         """Parameters per rank once ZeRO `stage` shards them (dense over the gradient-sync group, experts over
@@ -300,15 +300,15 @@ def _buffers(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, imbalance: 
     tokens = layout.rank_tokens * plan.mbs
     h, act = spec.model.hidden or 0, activation_element_bytes(spec.training.precision)
     pp = 2 * tokens * h / (plan.tp if plan.sp else 1) * act if plan.pp > 1 else 0.0
-    dispatch = buffer_bytes(plan.dispatcher, tokens, spec.model, plan.tp, act, layout.ep_group, imbalance)
-    bucket = facts.grad_bucket_bytes if layout.dp_group.size > 1 else 0.0
+    dispatch = buffer_bytes(plan.dispatcher, tokens, spec.model, plan.tp, act, layout.groups["ep"], imbalance)
+    bucket = facts.grad_bucket_bytes if layout.sync_group.size > 1 else 0.0
     return np.full(plan.pp, pp + dispatch + bucket + facts.workspace_bytes)
 
 
 def runtime_bytes(layout: Layout, facts: MemoryFacts) -> float:
     """Memory outside the caching allocator: the CUDA context and the buffers of each NCCL communicator a rank
     joins (its groups of more than one rank, and the pipeline's)."""
-    groups = sum(g.size > 1 for g in layout.groups()) + (layout.plan.pp > 1)
+    groups = sum(g.size > 1 for g in layout.groups.values()) + (layout.plan.pp > 1)
     return facts.cuda_context_bytes + groups * facts.nccl_bytes_per_group
 
 

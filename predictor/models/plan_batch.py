@@ -31,7 +31,7 @@ from predictor.models.roofline import AnalyticalConfig, call_costs, routed
 from predictor.models.stage_costs import compute_parts, dp_time, offload_waits, optimizer_time, p2p_time
 from predictor.parallel import Layout, apply_plan, plan_groups
 from predictor.plan import AXIS_NAMES, HIDDEN_KINDS, OVERLAP_KINDS, STAGE_AXES, Axis, Plan, nvlink_domain
-from predictor.plan.axes import SHARDING_FIELDS
+from predictor.plan.axes import MEMORY_FIELDS, PIPELINE_AXIS, REPLICA_AXIS, SHARDING_FIELDS, SYNC_GROUPS
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
 from predictor.resolver import Resolved
 from predictor.prediction_table import PredictionTable, row_sums
@@ -39,9 +39,11 @@ from predictor.workload import WorkloadSpec
 
 _DEGREES = attrgetter(*AXIS_NAMES)
 _SHARDING = attrgetter(*SHARDING_FIELDS)
+_REPLICAS, _STAGES = attrgetter(REPLICA_AXIS), attrgetter(PIPELINE_AXIS)
 # Per stage axis: the plan fields its cost reads (a memo key), and the plan value that always hides it.
 _COST_FIELDS = tuple(attrgetter(*SHARDING_FIELDS, *a.cost_fields) for a in STAGE_AXES)
-STAGE_NAMES = tuple(a.name for a in STAGE_AXES)
+# The stage axes whose collectives a host-bound stage's host runs ahead during (`Axis.host_runs_ahead`).
+_HOST_AHEAD = tuple(k for k, a in enumerate(STAGE_AXES) if a.host_runs_ahead)
 # The parts of an iteration a framework's kernels and costs set (`Prediction.extra['framework_s']`, seconds before
 # overlap): its attention kernel's forward, backward and recomputed forward; the host's pace beyond the kernels
 # (its per-operator cost); its per-call cost on every collective and send/recv. Two frameworks on one plan and
@@ -152,11 +154,11 @@ class PlanPieces:
         return self.group_ids.setdefault(group, len(self.group_ids))
 
     def _groups(self, plan: Plan, key: tuple) -> tuple:
-        """(gradient-sync and expert-dp group ids, whether pipeline neighbours sit in different NVLink domains, then each
-        stage axis's group id: None for an axis without a group of its own)."""
+        """(the ids of the groups gradients sync over (`SYNC_GROUPS`), whether pipeline neighbours sit in different
+        NVLink domains, then each stage axis's group id: None for an axis without a group of its own)."""
         g = plan_groups(plan, self.domain, self.device)
-        ids = (self._group_id(g.dp), self._group_id(g.edp), g.pp_link_inter,
-               *(self._group_id(getattr(g, a.group)) if a.group else None for a in STAGE_AXES))
+        ids = (tuple(self._group_id(g.groups[name]) for name in SYNC_GROUPS), g.stage_link_inter,
+               *(self._group_id(g.groups[a.group]) if a.group else None for a in STAGE_AXES))
         self.groups[key] = ids
         return ids
 
@@ -180,8 +182,8 @@ class PlanPieces:
     def _dp_row(self, sharding: tuple, lay: Layout, m: int) -> tuple[float, ...]:
         psi, psi_exp = self._psi(sharding, lay)
         whole = self.resolved.spec.training.optimizer == "muon"  # dist_muon all-reduces whole gradients
-        return tuple(np.add(dp_time(lay, psi - psi_exp, m, self.collective_s, lay.dp_group, whole),
-                            dp_time(lay, psi_exp, m, self.collective_s, lay.edp_group, whole)))
+        return tuple(np.add(dp_time(lay, psi - psi_exp, m, self.collective_s, lay.sync_group, whole),
+                            dp_time(lay, psi_exp, m, self.collective_s, lay.expert_sync_group, whole)))
 
     def _optimizer_row(self, sharding: tuple, lay: Layout) -> tuple[float]:
         return (optimizer_time(self.resolved, lay, *self._psi(sharding, lay), self.cfg),)
@@ -251,20 +253,20 @@ class PlanPieces:
         found: list[tuple[int, ...]] = []
         scalars: list[tuple[float, ...]] = []
         for plan in plans:
-            pp, v, sp, mbs, zero, rc, d = (plan.pp, plan.v, plan.sp, plan.mbs, plan.zero,
-                                           (plan.recompute, plan.recompute_layers, plan.offload), plan.dp)
+            stages, v, sp, mbs, zero, rc, d = (_STAGES(plan), plan.v, plan.sp, plan.mbs, plan.zero,
+                                               (plan.recompute, plan.recompute_layers, plan.offload), _REPLICAS(plan))
             degrees = _DEGREES(plan)
             gkey = (degrees, plan.placement)
-            dp_g, edp_g, inter, *axis_groups = self.groups.get(gkey) or self._groups(plan, gkey)
+            sync, inter, *axis_groups = self.groups.get(gkey) or self._groups(plan, gkey)
             m = batch // (d * mbs)
             sharding = _SHARDING(plan)
             comm_keys = tuple((fields(plan), group) if axis.degree(plan) > 1 else None
                               for axis, fields, group in zip(STAGE_AXES, _COST_FIELDS, axis_groups))
             stage_key = (sharding, mbs, rc, comm_keys)
             memory_key = (sharding, d, zero, mbs, rc, plan.schedule, m, plan.optimizer_offload, plan.moments, plan.grads,
-                          plan.dispatcher)  # the dispatcher's buffers
-            keys = ((sharding, d, zero, m if zero >= 3 else 0, dp_g, edp_g),
-                    (inter, mbs, sharding) if pp > 1 else None,
+                          tuple(getattr(plan, f) for f in MEMORY_FIELDS))
+            keys = ((sharding, d, zero, m if zero >= 3 else 0, sync),
+                    (inter, mbs, sharding) if stages > 1 else None,
                     (sharding, zero >= 1, d, plan.optimizer_offload, plan.moments),
                     (plan.overlap, degrees, plan.schedule, zero, sp, plan.recompute == "full"))  # what overlap reads
             stage, memory = stage_rows.get(stage_key), memory_rows.get(memory_key)
@@ -279,7 +281,7 @@ class PlanPieces:
                                                                    lay, sharding, m)
                 got = list(self._found(pieces[n_stage + 1:], keys, graph, lay, sharding, m))
             found.append((*stage, *memory, *got))
-            scalars.append((m, mbs, v, pp, plan.gpus, zero >= 3,
+            scalars.append((m, mbs, v, stages, plan.gpus, zero >= 3,
                             *(when is not None and getattr(plan, when[0]) == when[1] for when in _ALWAYS_HIDDEN)))
         return self._combine(graph, np.array(found, dtype=np.int64).T.reshape(len(pieces), -1),
                              np.array(scalars, dtype=float).T.reshape(6 + len(STAGE_AXES), -1))
@@ -298,15 +300,15 @@ class PlanPieces:
         """The per-plan arithmetic, over arrays of plans (per pipeline depth over (plans × stages) arrays)."""
         spec = self.spec
         n_comm = len(STAGE_AXES)
-        m, mbs, v, pp, gpus, zero3 = scalars[:6]
+        m, mbs, v, stages, gpus, zero3 = scalars[:6]
         always = scalars[6:].astype(bool)
         n = len(m)
         stage = np.empty((11 + n_comm, n))
         peak_gib, memory_parts = np.empty(n), np.empty((n, len(MEMORY_PARTS)))
-        offsets = np.concatenate([[0], np.cumsum(pp, dtype=np.int64)]).astype(np.int64)
+        offsets = np.concatenate([[0], np.cumsum(stages, dtype=np.int64)]).astype(np.int64)
         stage_gib = np.empty(offsets[-1])
-        for depth in np.unique(pp).astype(int).tolist():
-            sel = np.flatnonzero(pp == depth)
+        for depth in np.unique(stages).astype(int).tolist():
+            sel = np.flatnonzero(stages == depth)
             stage[:, sel] = self._slowest_stage(index[:, sel], depth)
             at = offsets[sel][:, None] + np.arange(depth)
             stage_gib[at], peak_gib[sel], memory_parts[sel] = self._peak_memory(index[:, sel], depth)
@@ -319,7 +321,7 @@ class PlanPieces:
         dp_row, p2p_row, optimizer_row, overlap_row = range(n_comm + 2, n_comm + 6)
         grad_sync, param_gather, dp_calls, grad_calls, gather_calls = self.dp.array()[index[dp_row]].T
         one_send = self.p2p.array()[index[p2p_row], 0]
-        sends = np.where(pp > 1, 2 * (m * v + pp - 1), 0.0)
+        sends = np.where(stages > 1, 2 * (m * v + stages - 1), 0.0)
         pp_p2p = sends * one_send
         # What the framework's own kernels and costs add to the iteration before overlap: the slowest stage's
         # micro-batches plus the other stages' fill and drain (as compute and pp_bubble count them)
@@ -392,9 +394,9 @@ class PlanPieces:
             fwd, bwd = t_f + host_f, t_b + host_b
             host = host_f + host_b
         else:  # asynchronous GPU: a host-bound micro-batch stretches its compute to the host's pace, less the time
-            # it waits on tensor-parallel collectives
-            tp = comm[STAGE_NAMES.index("tp")]
-            stretch = np.maximum(1.0, (host_f + host_b - tp) / np.maximum(t_f + t_b, 1e-30))
+            # the GPU waits on the collectives the host runs ahead during
+            ahead = sum((comm[k] for k in _HOST_AHEAD), np.zeros_like(t_f))
+            stretch = np.maximum(1.0, (host_f + host_b - ahead) / np.maximum(t_f + t_b, 1e-30))
             fwd, bwd = t_f * stretch + sync_f, t_b * stretch + sync_b
             host = (t_f + t_b) * (stretch - 1)
         per_mb = fwd + bwd

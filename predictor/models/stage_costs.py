@@ -196,7 +196,7 @@ def cp_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.
     head_dim = (spec.model.hidden or 0) / (spec.model.heads or 1)
     chunk = 2 * lay.tokens / plan.cp * plan.mbs * kv_heads / plan.tp * head_dim * lay.act_bytes  # K and V
     layers = counts @ nodes.attention.astype(float)
-    g = lay.cp_group
+    g = lay.groups["cp"]
     if plan.cp_comm == "allgather":
         one = comm.allgather(chunk * plan.cp, g) + comm.reduce_scatter(2 * chunk * plan.cp, g)
     else:
@@ -216,7 +216,7 @@ def ep_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.
     plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
     exchanges = 3 if plan.recompute == "full" or "moe" in recompute_modules(plan.recompute) else 2
     size = nodes.dispatch * plan.mbs * lay.act_bytes * cfg.moe_imbalance
-    one = np.array([exchange_seconds(plan.dispatcher, x, resolved.spec.model, lay.ep_group, resolved.device.name,
+    one = np.array([exchange_seconds(plan.dispatcher, x, resolved.spec.model, lay.groups["ep"], resolved.device.name,
                                      resolved.generation) for x in size])
     return exchanges * (counts @ one)
 
@@ -225,7 +225,7 @@ def _tp_time(layout: Layout, calls: np.ndarray, elems: np.ndarray, call_s: float
     """Seconds for `calls` tp all-reduces (reduce-scatter + all-gather pairs with sp) moving `elems`
     elements in total, per stage; each collective also costs `call_s` (a measured device's in-step cost)."""
     size = np.where(calls > 0, elems / np.maximum(calls, 1), 0.0) * layout.act_bytes
-    g = layout.tp_group
+    g = layout.groups["tp"]
     if layout.plan.sp:
         return calls * (comm.reduce_scatter(size, g) + comm.allgather(size, g) + 2 * call_s)
     return calls * (comm.allreduce(size, g) + call_s)
@@ -266,7 +266,7 @@ def tp_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.
     if lay.plan.sp and op_sac(lay.plan, resolved.framework):
         # the per-op policy saves the reduce-scatters' outputs but recomputes the blocks' forward all-gathers
         size = np.where(fwd_calls > 0, fwd_elems / np.maximum(fwd_calls, 1), 0.0) * lay.act_bytes
-        collectives = collectives + fwd_calls * (comm.allgather(size, lay.tp_group) + call_s)
+        collectives = collectives + fwd_calls * (comm.allgather(size, lay.groups["tp"]) + call_s)
     return collectives + framework
 
 
@@ -320,7 +320,7 @@ def optimizer_time(resolved: Resolved, lay: Layout, psi: np.ndarray, psi_exp: np
     if plan.moments == "bf16":
         state -= 4.0 if spec.training.optimizer == "adam" else 2.0
     opt_bytes = 2 * state + lay.grad_bytes + lay.param_bytes
-    shard, expert_shard = (plan.group_size("dp"), lay.edp_group.size) if plan.zero >= 1 else (1, 1)
+    shard, expert_shard = (plan.group_size("dp"), lay.expert_sync_group.size) if plan.zero >= 1 else (1, 1)
     local = float(((psi - psi_exp) / shard + psi_exp / expert_shard).max())
     host = plan.optimizer_offload
     bw = device.mem_bandwidth * cfg.bw_eff
@@ -349,11 +349,11 @@ def newton_schulz_s(lay: Layout, device: Device, cfg: AnalyticalConfig) -> float
            * 2 * small) / (4 * large + 2 * small)
     seconds = np.where(flops > 0, flops / (device.peak_flops["bf16"] * np.maximum(eff, 1e-6))
                        + NS_STEPS * 3 * cfg.launch_s * np.where(nodes.experts, 3 * nodes.gemm_batch, 1.0), 0.0)
-    share = np.where(nodes.experts, 1 / lay.edp_group.size, 1 / lay.dp_group.size) if plan.zero >= 1 else 1.0
+    share = np.where(nodes.experts, 1 / lay.expert_sync_group.size, 1 / lay.sync_group.size) if plan.zero >= 1 else 1.0
     return float((lay.stage_counts @ (seconds * share)).max(initial=0.0))
 
 
 def p2p_time(lay: Layout, device: Device, call_s: float) -> float:
     """Seconds of one pipeline send/recv of a micro-batch boundary's activations (`call_s`: the per-call cost)."""
-    link = device.inter_node if lay.pp_link_inter else device.op_links.get("send_recv", device.intra_node)
+    link = device.inter_node if lay.stage_link_inter else device.op_links.get("send_recv", device.intra_node)
     return float(comm.p2p(lay.p2p_elems * lay.act_bytes, link) + call_s)

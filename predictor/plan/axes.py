@@ -2,7 +2,7 @@
 
 An `Axis` declares everything the rest of ScaleDL asks of a parallel dimension:
 - where it sits: whether its degree multiplies into the GPU count, its place in the default rank order, the rank
-  group its collectives run over (a `predictor.parallel.PlanGroups` field);
+  group its collectives run over (a `predictor.parallel.PlanGroups` name);
 - what it costs: the time parts it adds to a prediction (each with the correction term the learned predictor
   scales it by, and whether it is communication), the kinds of hidden communication it reports, the `overlap`
   kinds that hide it, whether a per-stage cost function prices it and the plan fields that cost reads (the pricing
@@ -56,15 +56,20 @@ class Axis:
     memory: str
     order: int
     explain: str  # a sentence of the report; fields: degree, share (% of the time in its parts) and its "facts"
-    group: str = ""  # the PlanGroups field its collectives run over ("" when it has no group of its own)
+    group: str = ""  # the group its collectives run over (a `PLAN_GROUPS` name; "" when it has no group of its own)
     parts: tuple[TimePart, ...] = ()
     hidden: Mapping[str, str] = field(default_factory=dict)  # kinds of `Prediction.hidden_comm` it reports: words
     overlap: tuple[str, ...] = ()  # kinds of a plan's `overlap` that hide its communication
     stage_cost: bool = False  # priced per pipeline stage by its "stage_cost" function (`FUNCTION_KINDS`)
     cost_fields: tuple[str, ...] = ()  # the plan fields `stage_cost` reads beyond `SHARDING_FIELDS` and its group
+    memory_fields: tuple[str, ...] = ()  # the plan fields the memory accounting reads of it beyond `SHARDING_FIELDS`
     # what its hidden communication runs beside: the stage's "compute", its "gemms" (all but attention), "attention",
     # or "phases" (half beside attention, half beside the rest: `predictor.models.overlap`)
     window: str = "compute"
+    # Whether the host runs ahead while the GPU waits on its per-layer collectives, so that a host-bound stage's
+    # stretch to the host's pace is net of them (`predictor.models.plan_batch`: tensor parallelism's, which block
+    # the stream between dependent GEMMs).
+    host_runs_ahead: bool = False
     overlapped_when: str = ""  # "field=value": always hidden under that plan value (else: by its `overlap` kinds)
     # Plan fields that tune how it communicates, each with its values (the first its default). They mean nothing at
     # degree 1, where a search tries the default only, and no validity rule reads them (`RULE_BLIND`). `Plan` and the
@@ -75,6 +80,9 @@ class Axis:
     # The other axes whose ranks its group spans (dp: gradients sync over the context-parallel ranks too).
     group_with: tuple[str, ...] = ()
     multiplies_gpus: bool = True
+    # For an axis that regroups a stage's ranks: the group of the stage's ranks that hold the same share of what it
+    # shards, which syncs those parameters' gradients (ep: the expert-data-parallel group); "" for none.
+    complement_group: str = ""
     # Its place in a plan string: the plan field its degree follows ("" first; None: after every other field).
     written_after: str | None = None
     # An axis of the first plan format (tp, dp, pp): every plan string names it, so the strings and ids of stored
@@ -155,7 +163,7 @@ AXES: tuple[Axis, ...] = (
          "weights, gradients, optimizer state and most activations divided by tp", order=0,
          explain="tp={degree} keeps its all-reduces {where} ({share:.0f} % of the time)",
          group="tp", nvlink=True, parts=(TimePart("tp_comm", "tensor-parallel communication", "tp_comm"),),
-         hidden={"tp_comm": "tensor-parallel"}, overlap=("tp",), window="gemms",
+         hidden={"tp_comm": "tensor-parallel"}, overlap=("tp",), window="gemms", host_runs_ahead=True,
          stage_cost=True, cost_fields=_WORK_FIELDS, written_after="dp", first_format=True),
     Axis("cp", "context parallel", "the sequence of every layer (2·cp load-balanced chunks)",
          "K/V passed round a ring of cp ranks per attention layer (or all-gathered), overlapped with attention",
@@ -190,7 +198,8 @@ AXES: tuple[Axis, ...] = (
          group="ep", parts=(TimePart("ep_comm", "expert-parallel token all-to-all", "tp_comm"),),
          hidden={"ep_comm": "expert all-to-all"}, overlap=("ep",), window="phases",
          stage_cost=True, cost_fields=(*_WORK_FIELDS, "dispatcher"),
-         multiplies_gpus=False, space_default=(1,), written_after="cp_comm",
+         multiplies_gpus=False, complement_group="edp", memory_fields=("dispatcher",), space_default=(1,),
+         written_after="cp_comm",
          # how it moves tokens to their experts and back (`predictor.moe_dispatch`): alltoall (NCCL all-to-all of each
          # token-expert pair), allgather (every token gathered over the ep ranks, combined by reduce-scatter), deepep or
          # hybridep (DeepEP's and NVIDIA's Hybrid-EP kernels: each token sent once per rank holding one of its experts;
@@ -203,15 +212,28 @@ AXIS_NAMES: tuple[str, ...] = tuple(a.name for a in AXES)
 # The order axes are priced, explained and listed in a breakdown: by rank order position, then registry order.
 PRICING_ORDER: tuple[Axis, ...] = tuple(sorted(AXES, key=lambda a: a.order))
 # The rank order a placement that names no axis gets (Megatron-Core's tp-cp-dp-pp). Only axes that multiply the
-# GPU count order ranks: ep regroups the ranks of a stage for its expert layers (`predictor.parallel.expert_groups`).
+# GPU count order ranks: ep regroups the ranks of a stage for its expert layers (`predictor.parallel.regrouped`).
 DEFAULT_ORDER: tuple[str, ...] = tuple(a.name for a in PRICING_ORDER if a.multiplies_gpus)
 RANK_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
 # The axes whose ranks make up one pipeline stage, in the default rank order: what an axis that does not multiply
 # the GPU count regroups (Megatron-Core builds the expert layers' groups from them).
-STAGE_RANK_AXES: tuple[str, ...] = tuple(a for a in DEFAULT_ORDER if a != "pp")
-# The plan fields that split a stage's layers over its ranks: every degree but dp's (which replicates them), with
-# tp's sequence split and pp's virtual stages. Every stage cost reads them (`Axis.cost_fields` names the rest).
-SHARDING_FIELDS: tuple[str, ...] = (*(a.name for a in AXES if a.name != "dp"), "sp", "v")
+# The axis whose ranks hold the same layers (every other degree shards them): gradients sync over its group and
+# ZeRO shards over it.
+REPLICA_AXIS = "dp"
+# The axis that splits the layers into pipeline stages, whose neighbours exchange activations.
+PIPELINE_AXIS = "pp"
+STAGE_RANK_AXES: tuple[str, ...] = tuple(a for a in DEFAULT_ORDER if a != PIPELINE_AXIS)
+# The plan fields that split a stage's layers over its ranks: every degree but the replicas', with tp's sequence
+# split and pp's virtual stages. Every stage cost reads them (`Axis.cost_fields` names the rest).
+SHARDING_FIELDS: tuple[str, ...] = (*(a.name for a in AXES if a.name != REPLICA_AXIS), "sp", "v")
+# The plan fields the memory accounting reads beyond them (`Axis.memory_fields`).
+MEMORY_FIELDS: tuple[str, ...] = tuple(f for a in AXES for f in a.memory_fields)
+# Every communication group of a plan, by name: each axis's own and the complement of an axis that regroups a stage's
+# ranks (`predictor.parallel.PlanGroups`).
+PLAN_GROUPS: tuple[str, ...] = tuple(g for a in AXES for g in (a.group, a.complement_group) if g)
+# The groups gradients sync over: the replicas' (Megatron-Core's data-parallel group) and the complement of the
+# axis that regroups a stage's ranks for the routed experts (their data-parallel group).
+SYNC_GROUPS: tuple[str, ...] = (AXIS[REPLICA_AXIS].group, *(a.complement_group for a in AXES if a.complement_group))
 # Each axis option's values (the first its default), and the axis it tunes (`Axis.options`).
 OPTIONS: dict[str, tuple[str, ...]] = {o: values for a in AXES for o, values in a.options.items()}
 OPTION_AXIS: dict[str, str] = {o: a.name for a in AXES for o in a.options}
