@@ -364,6 +364,13 @@ class KernelsSpec(_Strict):
     fused_bias_gelu: bool | None = Field(default=None, description="the bias-GeLU fusion (default on)")
     fused_grad_accum: bool | None = Field(
         default=None, description="weight gradients accumulated into the fp32 main gradient by the GEMM (default on)")
+    moe_permute_fusion: bool | None = Field(
+        default=None, description="MoE token permutations as Transformer Engine's fused kernels (Megatron-LM "
+                                  "--moe-permute-fusion; default: on in Megatron-Core, as Megatron-Bridge's MoE "
+                                  "models set it; torchtitan and DeepSpeed permute with PyTorch operators)")
+    moe_router_fusion: bool | None = Field(
+        default=None, description="the MoE router's score, top-k and auxiliary-loss kernels fused (Megatron-LM "
+                                  "--moe-router-fusion; default off)")
 
 
 class TrainingSpec(_Strict):

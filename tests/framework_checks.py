@@ -125,12 +125,28 @@ def fake_world(size: int) -> Iterator[None]:
 TRANSFORMER_ENGINE = "2.9.0"
 
 
+# Transformer Engine's fused MoE permutation functions, which TransformerConfig asks for under moe_permute_fusion
+# (megatron/core/transformer/moe/moe_utils.py imports them from it).
+FUSED_PERMUTATION = ("fused_permute", "fused_permute_with_probs", "fused_sort_chunks_by_index",
+                     "fused_sort_chunks_by_index_with_probs", "fused_unpermute")
+
+
 def _transformer_engine_version() -> None:
+    """Where Transformer Engine is not installed: its version, and stand-ins for the fused permutation functions
+    (the checks build configs only; a stand-in refuses to run)."""
     from megatron.core import utils
+    from megatron.core.transformer.moe import moe_utils
     from packaging.version import Version
 
     if utils.get_te_version() is None:
         utils._te_version = Version(TRANSFORMER_ENGINE)
+        for name in FUSED_PERMUTATION:
+            if getattr(moe_utils, name, None) is None:
+                setattr(moe_utils, name, _not_installed)
+
+
+def _not_installed(*args: Any, **kwargs: Any) -> None:
+    raise RuntimeError("Transformer Engine is not installed: the checks build configs, they run no kernel")
 
 
 def megatron_refusals(text: str, gpus: int) -> list[str]:

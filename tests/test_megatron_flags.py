@@ -50,7 +50,9 @@ ARGUMENTS_PY = {
 # Flags of a later Megatron-LM (Megatron-Core 0.15: `_add_training_args` --cuda-graph-scope, nargs='+', choices attn,
 # mlp, moe, moe_router, moe_preprocess, mamba, full_iteration; `_add_moe_args` --moe-flex-dispatcher-backend deepep or
 # hybridep for --moe-token-dispatcher-type flex, as its DeepSeek-V3 GB200 guide runs them).
-LATER = {"--cuda-graph-scope", "--moe-flex-dispatcher-backend"}
+# Megatron-Core 0.16.1's TransformerConfig fields moe_permute_fusion and moe_router_fusion, which Megatron-LM's parser
+# adds from the config (--moe-permute-fusion, --moe-router-fusion: the MoE kernel settings).
+LATER = {"--cuda-graph-scope", "--moe-flex-dispatcher-backend", "--moe-permute-fusion", "--moe-router-fusion"}
 DEFINED = set().union(*ARGUMENTS_PY.values(), LATER)
 
 

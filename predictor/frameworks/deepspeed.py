@@ -194,7 +194,11 @@ KERNELS = KernelChoices(Kernels(attention="unfused"), allowed={
     "attention": (("unfused", "flash"), "runs unfused attention or FlashAttention-2 (--use-flash-attn-v2), not cuDNN's"),
     "cuda_graphs": ((False,), "(Megatron-DeepSpeed) captures no CUDA graphs"),
     "cuda_graph_scope": (("layer",), "(Megatron-DeepSpeed) captures no CUDA graphs"),
-    "transformer_engine": ((False,), "(Megatron-DeepSpeed's GPT) is built from its own modules, not Transformer Engine's")})
+    "transformer_engine": ((False,), "(Megatron-DeepSpeed's GPT) is built from its own modules, not Transformer Engine's"),
+    "moe_permute_fusion": ((False,), "(DeepSpeed-MoE) dispatches tokens by its gating's einsum "
+                                     "(deepspeed/moe/sharded_moe.py), not Transformer Engine's permutation kernels"),
+    "moe_router_fusion": ((False,), "(DeepSpeed-MoE) routes with its own top-k gating (deepspeed/moe/sharded_moe.py), "
+                                    "not Transformer Engine's fused router")})
 
 DEEPSPEED = Framework(NAME, "DeepSpeed", _rules, _default_overlap, frozenset({"dp", "param"}),
                       attention_kernel="unfused: Megatron-DeepSpeed's baddbmm, fused scale-mask-softmax, dropout and bmm "

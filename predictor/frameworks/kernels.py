@@ -13,7 +13,10 @@ launch file can set (`KernelChoices`; a value it cannot set is refused with the 
 - transformer_engine: Transformer Engine's layers (`--transformer-impl transformer_engine`) or Megatron-Core's own
   (`local`): FP8/FP4, cuDNN attention and the userbuffers tensor-parallel overlap need it;
 - fused_softmax, fused_bias_gelu, fused_grad_accum: Megatron-LM's masked-softmax, bias-GeLU and gradient-accumulation
-  fusions (`--no-masked-softmax-fusion`, `--no-bias-gelu-fusion`, `--no-gradient-accumulation-fusion`).
+  fusions (`--no-masked-softmax-fusion`, `--no-bias-gelu-fusion`, `--no-gradient-accumulation-fusion`);
+- moe_permute_fusion, moe_router_fusion: a mixture of experts' token permutations and its router's score, top-k and
+  auxiliary-loss kernels as Transformer Engine's fused kernels (Megatron-LM `--moe-permute-fusion`,
+  `--moe-router-fusion`; off by default there) or as PyTorch operators (`predictor.models.moe_kernels` prices both).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ class Kernels:
     fused_softmax: bool = True
     fused_bias_gelu: bool = True
     fused_grad_accum: bool = True
+    moe_permute_fusion: bool = False
+    moe_router_fusion: bool = False
 
     @property
     def fused_attention(self) -> bool:
@@ -98,8 +103,11 @@ def kernels_of(spec: "WorkloadSpec", choices: KernelChoices, generation: str) ->
     (Megatron-Core's local `DotProductAttention`)."""
     chosen = requested(spec)
     base = choices.default(generation)
-    if chosen.get("transformer_engine") is False and base.attention in choices.te_attention:
-        base = replace(base, attention="unfused")
+    if chosen.get("transformer_engine") is False:
+        # the MoE fusions are Transformer Engine's kernels too
+        base = replace(base, moe_permute_fusion=False, moe_router_fusion=False)
+        if base.attention in choices.te_attention:
+            base = replace(base, attention="unfused")
     return replace(base, **chosen)
 
 
@@ -127,10 +135,19 @@ def kernel_errors(spec: "WorkloadSpec", choices: KernelChoices, title: str) -> l
         if spec.training.precision in ("fp8", "fp4"):
             errors.append(f"training.kernels.transformer_engine=false: {spec.training.precision} GEMMs are Transformer "
                           f"Engine's (use precision bf16, or transformer_engine true)")
+        fused_moe = [name for name in MOE_FUSIONS if chosen.get(name)]
+        if fused_moe:
+            errors.append(f"training.kernels.{fused_moe[0]}=true: the fused MoE kernels are Transformer Engine's (set "
+                          f"{fused_moe[0]} false, or transformer_engine true)")
         if chosen.get("attention") in choices.te_attention:
             errors.append(f"training.kernels.attention={chosen['attention']}: {title} runs it through "
                           f"Transformer Engine (use unfused, or transformer_engine true)")
     return errors
+
+
+# The MoE fusions (Transformer Engine's kernels) and the Megatron-LM switches that turn each on
+# (`megatron/training/arguments.py`; both off by default there).
+MOE_FUSIONS: dict[str, str] = {"moe_permute_fusion": "--moe-permute-fusion", "moe_router_fusion": "--moe-router-fusion"}
 
 
 # Megatron-LM's (and Megatron-DeepSpeed's) switches that turn a fusion off: `megatron/training/arguments.py`.

@@ -29,7 +29,8 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from predictor.frameworks import megatron_hybrid as hybrid
-from predictor.frameworks.kernels import ATTENTION_KERNELS, KernelChoices, Kernels, fusion_args, kernels_of, read_fusions
+from predictor.frameworks.kernels import (ATTENTION_KERNELS, MOE_FUSIONS, KernelChoices, Kernels, fusion_args, kernels_of,
+                                         read_fusions)
 from predictor.frameworks.base import (LEVERS, Framework, Launch, LaunchError, LaunchTarget, args_text, degree_args, hidden, inverse,
                                        other_orders, overlap_value, parse_args, read_degrees, recorded_constants,
                                        spec_recipe)
@@ -480,7 +481,7 @@ def kernel_args(kernels: Kernels) -> list[str]:
         args += ["--cuda-graph-impl", "transformer_engine" if kernels.transformer_engine else "local"]
         if kernels.cuda_graph_scope != "layer":
             args += ["--cuda-graph-scope", *kernels.cuda_graph_scope.split("+")]
-    return args + fusion_args(kernels)
+    return args + fusion_args(kernels) + [flag for name, flag in MOE_FUSIONS.items() if getattr(kernels, name)]
 
 
 def read_kernel_args(text: str) -> dict[str, Any]:
@@ -489,7 +490,8 @@ def read_kernel_args(text: str) -> dict[str, Any]:
     return {"attention": inverse(_ATTENTION_BACKEND)[args["--attention-backend"][0]],
             "transformer_engine": args.get("--transformer-impl", ["transformer_engine"])[0] == "transformer_engine",
             "cuda_graphs": args.get("--cuda-graph-impl", ["none"])[0] != "none",
-            "cuda_graph_scope": "+".join(args.get("--cuda-graph-scope", ["layer"])), **read_fusions(args)}
+            "cuda_graph_scope": "+".join(args.get("--cuda-graph-scope", ["layer"])), **read_fusions(args),
+            **{name: flag in args for name, flag in MOE_FUSIONS.items()}}
 
 
 def _lever_args(plan: Plan, transformer_engine: bool) -> list[str]:
@@ -628,9 +630,12 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
 TE_ATTENTION = {"ampere": "flash-attention-2", "hopper": "cudnn", "blackwell": "cudnn"}
 
 # Its kernel settings: Transformer Engine's layers and attention (the backend TE_ATTENTION picks), every fusion on, no
-# CUDA graphs (`megatron/training/arguments.py` defaults); the launch file sets each (`kernel_args`).
+# CUDA graphs (`megatron/training/arguments.py` defaults); the MoE token permutations fused and the router not, as
+# Megatron-Bridge's MoE model providers and performance recipes set them (moe_permute_fusion True, moe_router_fusion
+# False); the launch file sets each (`kernel_args`).
 # Its flash and cuDNN backends are Transformer Engine's DotProductAttention, and so is --tp-comm-overlap's userbuffers.
-KERNELS = KernelChoices(Kernels(attention="cudnn", transformer_engine=True), attention_by_generation={
+KERNELS = KernelChoices(Kernels(attention="cudnn", transformer_engine=True, moe_permute_fusion=True),
+                        attention_by_generation={
     gen: inverse(ATTENTION_KERNELS)[kernel] for gen, kernel in TE_ATTENTION.items()},
     te_attention=("flash", "cudnn"), te_overlap=frozenset({"tp"}))
 

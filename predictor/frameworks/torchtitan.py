@@ -400,7 +400,11 @@ KERNELS = KernelChoices(Kernels(attention="flash"), allowed={
     "transformer_engine": ((False,), "builds its models from PyTorch modules, not Transformer Engine's"),
     "fused_softmax": ((True,), "has no unfused softmax (its attention is fused)"),
     "fused_bias_gelu": ((True,), "has no bias-GeLU fusion switch"),
-    "fused_grad_accum": ((True,), "accumulates gradients in FSDP2's and DDP's own buffers: it has no such switch")})
+    "fused_grad_accum": ((True,), "accumulates gradients in FSDP2's and DDP's own buffers: it has no such switch"),
+    "moe_permute_fusion": ((False,), "permutes MoE tokens with PyTorch operators (torchtitan/models/moe: argsort, "
+                                     "gather and scatter-add): its config has no fused-permutation switch"),
+    "moe_router_fusion": ((False,), "routes with PyTorch operators (softmax or sigmoid, topk): its config has no "
+                                    "fused-router switch")})
 
 TORCHTITAN = Framework(NAME, "torchtitan", _rules, _default_overlap, frozenset(OVERLAP_KINDS) - {"ep"},
                        attention_kernel="fused: PyTorch scaled_dot_product_attention (flash)",

@@ -253,8 +253,11 @@ class PlanPieces:
         found: list[tuple[int, ...]] = []
         scalars: list[tuple[float, ...]] = []
         for plan in plans:
+            # what the computation reads beyond the sharding: the recomputation, the offloading, and the dispatcher
+            # (its permutations, `predictor.models.moe_kernels`)
             stages, v, sp, mbs, zero, rc, d = (_STAGES(plan), plan.v, plan.sp, plan.mbs, plan.zero,
-                                               (plan.recompute, plan.recompute_layers, plan.offload), _REPLICAS(plan))
+                                               (plan.recompute, plan.recompute_layers, plan.offload, plan.dispatcher),
+                                               _REPLICAS(plan))
             degrees = _DEGREES(plan)
             gkey = (degrees, plan.placement)
             sync, inter, *axis_groups = self.groups.get(gkey) or self._groups(plan, gkey)

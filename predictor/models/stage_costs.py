@@ -19,6 +19,7 @@ from predictor.memory import optimizer_bytes_per_param
 from predictor.bf16_layers import bf16_blocks_per_rank, per_layer_occurrences
 from predictor.models.cuda_graphs import host_ops as graphed_host_ops
 from predictor.models.lowprec import weight_quantisation_s
+from predictor.models.moe_kernels import moe_kernel_costs
 from predictor.frameworks import Framework
 from predictor.frameworks.kernels import Kernels
 from predictor.models.roofline import (HOST_OPS, AnalyticalConfig, call_costs, gemm_efficiency, layer_times,
@@ -40,7 +41,8 @@ DDP_BUCKET_BYTES = 25 * 2**20
 
 def compute_parts(resolved: Resolved, graph: LayerGraph, lay: Layout, config: AnalyticalConfig) -> np.ndarray:
     """Per pipeline rank, one micro-batch, as rows: the layers' forward and backward (with recomputation), the
-    host's forward and backward operator time, the MoE dispatchers' host waits in forward and backward, the
+    host's forward and backward operator time (a MoE layer's permutation and router kernels included,
+    `predictor.models.moe_kernels`), the MoE dispatchers' host waits in forward and backward, the
     attention cores' forward + backward (what a cp ring hides behind), the same with their recomputed forward (the
     attention kernel's whole share of the layers' time), and the tensor-parallel collectives' per-call seconds (part
     of the tp communication): the last two name what a framework's attention kernel and its per-call cost add.
@@ -60,14 +62,16 @@ def compute_parts(resolved: Resolved, graph: LayerGraph, lay: Layout, config: An
     if rank:  # the base frozen, the adapters' GEMMs beside each block linear (predictor.lora)
         lora_f, lora_b = adapter_times(nodes, plan.mbs, rank, device, cfg)
         fwd, bwd = fwd + lora_f, frozen_backward(nodes, fwd, bwd) + lora_b
-    fwd, bwd = fwd + unfused_f, bwd + unfused_b
+    moe_s, moe_ops = moe_kernel_costs(nodes, plan.mbs, resolved.spec.model.top_k or 1, kernels, plan.dispatcher,
+                                      lay.act_bytes, device.mem_bandwidth * cfg.bw_eff, cfg.launch_s)
+    fwd, bwd = fwd + unfused_f + moe_s, bwd + unfused_b + moe_s
     t_f = counts @ fwd + kept_f
     t_b = counts @ bwd + again @ fwd + kept_b
     attention = counts[:, nodes.attention] @ (fwd + bwd)[nodes.attention]
     attention_all = attention + again[:, nodes.attention] @ fwd[nodes.attention]
     fallback = resolved.softmax_fallback
     eager = softmax_fallbacks(nodes, plan.mbs, resolved.fused_attention, fallback)
-    ops = np.array([HOST_OPS.get(k, 1) for k in nodes.kind], dtype=float)
+    ops = np.array([HOST_OPS.get(k, 1) for k in nodes.kind], dtype=float) + moe_ops
     if eager.any():
         ops = ops + eager * fallback.ops
     ops = graphed_host_ops(ops, nodes, kernels) * cfg.host_op_s
