@@ -25,7 +25,7 @@ from itertools import product
 from typing import Iterable, Iterator, Sequence
 
 from predictor.plan import AXES, Axis
-from predictor.plan.axes import OPTION_AXIS, OPTIONS
+from predictor.plan.axes import OPTION_AXIS, OPTIONS, PIPELINE_AXIS, REPLICA_AXIS, SEQUENCE_SPLIT_AXIS
 from predictor.frameworks import Framework
 from predictor.models.base import Dominated
 from predictor.plan import Plan, plan_errors, recompute_errors, recompute_for_model
@@ -34,8 +34,8 @@ from predictor.workload import WorkloadSpec
 from search_spaces.plan_list import PlanList, Product
 from search_spaces.space import CHOICE_AXES, INT_AXES, SpaceConfig
 
-# Axes whose degree a search picks; dp takes what the GPU count leaves.
-_CHOSEN = tuple(a.name for a in AXES if a.multiplies_gpus and a.name != "dp")
+# Axes whose degree a search picks; the replicas (`REPLICA_AXIS`) take what the GPU count leaves.
+_CHOSEN = tuple(a.name for a in AXES if a.multiplies_gpus and a.name != REPLICA_AXIS)
 # Axes that regroup a stage's ranks (for some of its layers) rather than multiply into the GPU count.
 _REGROUPING = tuple(a for a in AXES if not a.multiplies_gpus)
 _REGROUPING_NAMES = tuple(a.name for a in _REGROUPING)
@@ -83,17 +83,18 @@ def _degrees(spec: WorkloadSpec, space: SpaceConfig) -> Iterator[tuple[dict[str,
             if left % d == 0:
                 yield from chosen(i + 1, left // d, {**picked, axis: d})
 
+    allowed, cap = getattr(space, REPLICA_AXIS), getattr(space, f"max_{REPLICA_AXIS}")
     for picked in chosen(0, gpus, {}):
-        dp = gpus
+        replicas = gpus
         for d in picked.values():
-            dp //= d
-        if (space.dp != "auto" and dp not in space.dp) or (space.max_dp is not None and dp > space.max_dp):
+            replicas //= d
+        if (allowed != "auto" and replicas not in allowed) or (cap is not None and replicas > cap):
             continue
-        regrouped = product(*(_regrouping_degrees(spec, space, a, _divisors(gpus // picked.get("pp", 1)))
+        regrouped = product(*(_regrouping_degrees(spec, space, a, _divisors(gpus // picked.get(PIPELINE_AXIS, 1)))
                                for a in _REGROUPING))
         for degrees in regrouped:
-            for mbs in _pick(space.mbs, _divisors(gb // dp) if gb % dp == 0 else (1,), space.max_mbs):
-                yield {**picked, "dp": dp, **dict(zip(_REGROUPING_NAMES, degrees))}, mbs
+            for mbs in _pick(space.mbs, _divisors(gb // replicas) if gb % replicas == 0 else (1,), space.max_mbs):
+                yield {**picked, REPLICA_AXIS: replicas, **dict(zip(_REGROUPING_NAMES, degrees))}, mbs
 
 
 def _regrouping_degrees(spec: WorkloadSpec, space: SpaceConfig, axis: Axis, divisors: tuple[int, ...]) -> list[int]:
@@ -106,11 +107,11 @@ def _regrouping_degrees(spec: WorkloadSpec, space: SpaceConfig, axis: Axis, divi
     return [d for d in _pick(getattr(space, axis.name), auto, getattr(space, f"max_{axis.name}")) if d in auto]
 
 
-def _virtual_stages(spec: WorkloadSpec, space: SpaceConfig, pp: int) -> list[int]:
-    """Interleaving depths v > 1 of the space whose pp·v chunks split the layers evenly (or the layers with
+def _virtual_stages(spec: WorkloadSpec, space: SpaceConfig, stages: int) -> list[int]:
+    """Interleaving depths v > 1 of the space whose stages·v chunks split the layers evenly (or the layers with
     the embedding and the loss counted as one each)."""
     blocks = spec.model.num_blocks
-    auto = sorted({v for total in (blocks, blocks + 2) if total % pp == 0 for v in _divisors(total // pp)}) or [2]
+    auto = sorted({v for total in (blocks, blocks + 2) if total % stages == 0 for v in _divisors(total // stages)}) or [2]
     return [v for v in _pick(space.v, auto, space.max_v) if v > 1]  # interleaving with v=1 is plain 1F1B
 
 
@@ -197,7 +198,7 @@ class _Options:
         return len(self.zero) * sum(c.count for c in self.chunkings) * len(self.tuned)
 
 
-def _chunkings(spec: WorkloadSpec, space: SpaceConfig, pp: int, read: list[tuple[bool, str, int, str, str]],
+def _chunkings(spec: WorkloadSpec, space: SpaceConfig, stages: int, read: list[tuple[bool, str, int, str, str]],
                pruned: Counter[str], repeats: int) -> list[_Chunking]:
     """`read` grouped by interleaving depth, each with its recomputations; counts of recomputed layers that are full
     recomputation of every layer at that depth are added to `pruned` (`repeats` candidates each per read value)."""
@@ -206,10 +207,10 @@ def _chunkings(spec: WorkloadSpec, space: SpaceConfig, pp: int, read: list[tuple
         at_v = [r for r in read if r[2] == v]
         recomputes: list[dict[str, object]] = [{"recompute": r, "recompute_layers": 0} for r in space.recompute]
         if "full" in space.recompute:
-            counts, every = recompute_counts(spec, space, pp * v)
+            counts, every = recompute_counts(spec, space, stages * v)
             recomputes += [{"recompute": "full", "recompute_layers": n} for n in counts]
             for n in every:
-                pruned[f"recompute_layers={n} at {spec.model.num_blocks // (pp * v)} blocks per chunk (every layer: "
+                pruned[f"recompute_layers={n} at {spec.model.num_blocks // (stages * v)} blocks per chunk (every layer: "
                        f"the plan with recompute_layers=0)"] += repeats * len(at_v)
         out.append(_Chunking(v, recomputes, at_v))
     return out
@@ -225,30 +226,31 @@ def _options(spec: WorkloadSpec, space: SpaceConfig, degrees: dict[str, int]) ->
         if key not in seen:
             seen.add(key)
             placements.append(placement)
-    pp = degrees["pp"]
+    stages = degrees[PIPELINE_AXIS]
     # Options that mean nothing at these degrees take one value: an axis's options their default at degree 1, and
-    # sequence parallelism only splits along a tensor-parallel group (plan_errors refuses sp=true with tp=1).
+    # sequence parallelism only splits along its axis's group (plan_errors refuses sp=true with tp=1).
     tuned = [dict(zip(OPTIONS, chosen)) for chosen in product(*(
         getattr(space, option) if degrees.get(OPTION_AXIS[option], 1) > 1 else [values[0]]
         for option, values in OPTIONS.items()))]
-    sps = space.sp if degrees["tp"] > 1 else [sp for sp in space.sp if not sp]
+    sps = space.sp if degrees[SEQUENCE_SPLIT_AXIS] > 1 else [sp for sp in space.sp if not sp]
     timings: list[tuple[str, int]] = []
-    flat = _unpipelined(space.schedule) if pp == 1 else [s for s in space.schedule if s != "interleaved"]
+    flat = _unpipelined(space.schedule) if stages == 1 else [s for s in space.schedule if s != "interleaved"]
     for schedule in space.schedule:
         if schedule in flat:
             timings.append((schedule, 1))
-        elif schedule == "interleaved" and pp > 1:  # Plan itself refuses interleaving without a pipeline
+        elif schedule == "interleaved" and stages > 1:  # Plan itself refuses interleaving without a pipeline
             # checked once here, so that the enumerator may build its candidates unchecked (`Plan.trusted`)
-            timings += [(schedule, Plan(pp=pp, schedule=schedule, v=v).v) for v in _virtual_stages(spec, space, pp)]
+            timings += [(schedule, Plan(schedule=schedule, v=v, **{PIPELINE_AXIS: stages}).v)
+                        for v in _virtual_stages(spec, space, stages)]
     read = [(sp, schedule, v, placement, overlap)
             for sp, (schedule, v), placement, overlap in product(sps, timings, placements, space.overlap)]
     pruned: Counter[str] = Counter()
-    options = _Options(list(space.zero), _chunkings(spec, space, pp, read, pruned, len(space.zero) * len(tuned)),
+    options = _Options(list(space.zero), _chunkings(spec, space, stages, read, pruned, len(space.zero) * len(tuned)),
                        tuned, pruned)
     same = [s for s in space.schedule if s != "interleaved" and s not in flat]
     if same and read:
         per_schedule = options.count // len(flat)
-        options.pruned[f"schedule={'/'.join(same)} at pp=1 (no pipeline: the plan with schedule={flat[0]})"] += (
+        options.pruned[f"schedule={'/'.join(same)} at {PIPELINE_AXIS}=1 (no pipeline: the plan with schedule={flat[0]})"] += (
             per_schedule * len(same))
     return options
 
@@ -446,11 +448,12 @@ def explain(plan: Plan, spec: WorkloadSpec, space: SpaceConfig) -> list[str]:
         if axis == "v" and plan.schedule != "interleaved":
             continue
         if axis == "recompute_layers" and value:
-            counts, every = recompute_counts(spec, space, plan.pp * plan.v)
+            chunks = getattr(plan, PIPELINE_AXIS) * plan.v
+            counts, every = recompute_counts(spec, space, chunks)
             if value in every:
                 reasons.append(f"recompute_layers={value} is every layer of a chunk: searched as recompute_layers=0")
             elif allowed == "auto" and value not in counts:
-                reasons.append(f"recompute_layers={value} is not in the space's counts at {plan.pp * plan.v} chunks "
+                reasons.append(f"recompute_layers={value} is not in the space's counts at {chunks} chunks "
                                f"(auto: {counts})")
         if allowed != "auto" and value not in allowed:
             reasons.append(f"{axis}={value} is not in the space's {axis} values {allowed}")
@@ -463,6 +466,6 @@ def explain(plan: Plan, spec: WorkloadSpec, space: SpaceConfig) -> list[str]:
         if value not in getattr(space, axis):
             reasons.append(f"{axis}={str(value).lower()} is not in the space's {axis} values {getattr(space, axis)}")
     flat = _unpipelined(space.schedule)
-    if plan.pp == 1 and flat and plan.schedule != flat[0]:
-        reasons.append(f"schedule={plan.schedule} at pp=1 is searched as schedule={flat[0]} (no pipeline: the same plan)")
+    if getattr(plan, PIPELINE_AXIS) == 1 and flat and plan.schedule != flat[0]:
+        reasons.append(f"schedule={plan.schedule} at {PIPELINE_AXIS}=1 is searched as schedule={flat[0]} (no pipeline: the same plan)")
     return reasons + all_errors(plan, spec, space) + recompute_errors(plan, spec)

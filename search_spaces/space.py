@@ -33,6 +33,7 @@ from predictor.frameworks import FRAMEWORKS
 from predictor.plan import AXES, AXIS_NAMES
 from predictor.plan import PLACEMENTS, RECOMPUTE_MODES, PlanError, canonical_recompute, overlap_kinds
 from predictor.plan.axes import OPTIONS
+from predictor.plan.placement import DEFAULT_PLACEMENT
 from predictor.resolver import resolve
 from predictor.workload import SpecError, WorkloadSpec
 
@@ -116,7 +117,7 @@ class _SpaceOptions(_Axes):
     recompute_layers: Auto | list[NonNegativeInt] = Field(default_factory=lambda: [0])
     sp: list[bool] = Field(default_factory=lambda: [False, True])
     schedule: list[Literal["gpipe", "1f1b", "interleaved"]] = Field(default_factory=lambda: ["1f1b"])
-    placement: list[str] = Field(default_factory=lambda: ["tp-dp-pp"])
+    placement: list[str] = Field(default_factory=lambda: [DEFAULT_PLACEMENT])
     overlap: list[str] = Field(default_factory=lambda: ["auto"])
     allow_cross_node_tp: bool = False
     max_mbs: PositiveInt | None = 64

@@ -22,12 +22,13 @@ from typing import Any, Protocol
 
 from predictor.plan import AXES
 from predictor.plan import Plan
+from predictor.plan.axes import REPLICA_AXIS
 from search_spaces.plan_list import PlanList
 
 # The axes a model-based searcher chooses, in order (the cluster size, when several are searched: a plan's GPU
-# count; each registered parallel axis but the derived dp, those that regroup ranks too; then the micro-batch and the ZeRO stage); the rest are
-# evaluated as one batch.
-GROUP_AXES: tuple[str, ...] = ("gpus", *(a.name for a in AXES if a.name != "dp"), "mbs", "zero")
+# count; each registered parallel axis but the replicas, whose degree is derived, those that regroup ranks too; then
+# the micro-batch and the ZeRO stage); the rest are evaluated as one batch.
+GROUP_AXES: tuple[str, ...] = ("gpus", *(a.name for a in AXES if a.name != REPLICA_AXIS), "mbs", "zero")
 
 
 class SuggestTrial(Protocol):

@@ -217,11 +217,15 @@ DEFAULT_ORDER: tuple[str, ...] = tuple(a.name for a in PRICING_ORDER if a.multip
 RANK_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
 # The axes whose ranks make up one pipeline stage, in the default rank order: what an axis that does not multiply
 # the GPU count regroups (Megatron-Core builds the expert layers' groups from them).
-# The axis whose ranks hold the same layers (every other degree shards them): gradients sync over its group and
-# ZeRO shards over it.
+# The axis whose ranks hold the same layers (every other degree shards them): gradients sync over its group, ZeRO
+# shards over it, each of its ranks takes global batch / its degree samples, and a search derives its degree from the
+# GPU count the others leave.
 REPLICA_AXIS = "dp"
 # The axis that splits the layers into pipeline stages, whose neighbours exchange activations.
 PIPELINE_AXIS = "pp"
+# The axis whose group Megatron's sequence parallelism (plan field sp) splits the sequence along: sp means nothing
+# at its degree 1.
+SEQUENCE_SPLIT_AXIS = "tp"
 STAGE_RANK_AXES: tuple[str, ...] = tuple(a for a in DEFAULT_ORDER if a != PIPELINE_AXIS)
 # The plan fields that split a stage's layers over its ranks: every degree but the replicas', with tp's sequence
 # split and pp's virtual stages. Every stage cost reads them (`Axis.cost_fields` names the rest).

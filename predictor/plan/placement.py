@@ -39,10 +39,14 @@ def placement_error(placement: str) -> str | None:
     unknown = [a for a in named if a not in RANK_AXES]
     if unknown or not placement:
         return (f"plan field 'placement' must name axes innermost first, joined by '-', from "
-                f"{', '.join(RANK_AXES)} (e.g. {'-'.join(FIRST_AXES)}); got {placement!r}")
+                f"{', '.join(RANK_AXES)} (e.g. {DEFAULT_PLACEMENT}); got {placement!r}")
     if len(set(named)) != len(named):
         return f"plan field 'placement' names an axis twice: {placement!r}"
     return None
+
+
+# The placement a plan gets when it names none: the first format's axes in registry order (tp-dp-pp).
+DEFAULT_PLACEMENT = "-".join(FIRST_AXES)
 
 
 def placements(axes: tuple[str, ...] = FIRST_AXES) -> tuple[str, ...]:

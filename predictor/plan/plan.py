@@ -15,8 +15,8 @@ from functools import cache, cached_property
 from math import prod
 from typing import Any, Callable, Literal
 
-from predictor.plan.axes import AXES, AXIS, AXIS_NAMES, DEFAULT_ORDER, OPTIONS, OVERLAP_KINDS
-from predictor.plan.placement import complete_order, placement_error, placements
+from predictor.plan.axes import AXES, AXIS, AXIS_NAMES, DEFAULT_ORDER, OPTIONS, OVERLAP_KINDS, PIPELINE_AXIS, REPLICA_AXIS
+from predictor.plan.placement import DEFAULT_PLACEMENT, complete_order, placement_error, placements
 
 Schedule = Literal["gpipe", "1f1b", "interleaved"]
 
@@ -221,7 +221,7 @@ class Plan:
     sp: bool = False
     schedule: Schedule = "1f1b"
     v: int = 1
-    placement: str = "tp-dp-pp"
+    placement: str = DEFAULT_PLACEMENT
     overlap: str = "auto"
     recompute_layers: int = 0
     offload: str = "none"
@@ -256,8 +256,8 @@ class Plan:
             raise PlanError(error)
         if self.schedule != "interleaved" and self.v != 1:
             raise PlanError(f"plan field 'v' must be 1 unless schedule=interleaved, got v={self.v} with schedule={self.schedule}")
-        if self.schedule == "interleaved" and self.pp == 1:
-            raise PlanError("schedule=interleaved needs pp > 1; use schedule=1f1b for pp=1")
+        if self.schedule == "interleaved" and getattr(self, PIPELINE_AXIS) == 1:
+            raise PlanError(f"schedule=interleaved needs {PIPELINE_AXIS} > 1; use schedule=1f1b for {PIPELINE_AXIS}=1")
         kinds = overlap_kinds(self.overlap)
         if kinds:
             object.__setattr__(self, "overlap", "+".join(k for k in OVERLAP_KINDS if k in kinds))
@@ -302,10 +302,10 @@ class Plan:
         with several degrees is named by its pipeline, then by that axis."""
         if self.gpus == 1:
             return "single"
-        if self.pp > 1:
-            return f"pp-{self.schedule}"
-        inner = next((a for a in DEFAULT_ORDER if a not in ("dp", "pp") and getattr(self, a) > 1), None)
-        return inner or ("fsdp" if self.zero == 3 else "dp")
+        if getattr(self, PIPELINE_AXIS) > 1:
+            return f"{PIPELINE_AXIS}-{self.schedule}"
+        inner = next((a for a in DEFAULT_ORDER if a not in (REPLICA_AXIS, PIPELINE_AXIS) and getattr(self, a) > 1), None)
+        return inner or ("fsdp" if self.zero == 3 else REPLICA_AXIS)
 
     @property
     def rank_order(self) -> tuple[str, ...]:
@@ -338,7 +338,7 @@ class Plan:
 
     def microbatches(self, global_batch: int) -> int:
         """Micro-batches per pipeline per iteration (gradient accumulation steps)."""
-        return global_batch // (self.dp * self.mbs)
+        return global_batch // (getattr(self, REPLICA_AXIS) * self.mbs)
 
     def __str__(self) -> str:
         parts = []
