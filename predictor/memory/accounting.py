@@ -332,14 +332,28 @@ def offloaded_bytes(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts
     return _activations(spec, graph, layout, facts, levers, by_module=False)[3]
 
 
-def memory_parts_by_stage(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: MemoryFacts,
-                          levers: Levers, imbalance: float = 1.0) -> np.ndarray:
-    """(len(MEMORY_PARTS), pp) bytes a device holds per pipeline stage, in `predictor.prediction.MEMORY_PARTS`'s
-    order: the states, the activations with the backward working set, the buffers, and as `runtime` what the
-    allocator reserves beyond its allocations plus the CUDA context and NCCL's buffers. They sum to the
-    reserved + runtime memory that decides whether a plan fits."""
-    mem = rank_memory(spec, graph, layout, facts, levers, capacity=0.0, imbalance=imbalance, by_module=False)
-    p = mem.parts
-    slack = mem.reserved - mem.allocated
-    return np.stack([*(p[name] + mem.working if name == "activations" else p[name] for name in ALLOCATED_PARTS),
-                     slack + mem.runtime])
+def state_bytes(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Levers) -> np.ndarray:
+    """(weights, gradients, optimizer) bytes per pipeline stage, (3, pp): what the ZeRO stage and the optimizer's
+    levers set, whatever the micro-batch, schedule or recomputation (a search prices them once for all of those)."""
+    return np.stack(_states(spec, layout, facts, levers))
+
+
+def activity_bytes(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: MemoryFacts, levers: Levers,
+                   imbalance: float = 1.0) -> np.ndarray:
+    """(saved activations, backward working set, buffers, runtime) bytes per pipeline stage, (4, pp): what the
+    micro-batch, schedule and recomputation set, whatever the ZeRO stage and the optimizer's levers."""
+    acts, working, _, _ = _activations(spec, graph, layout, facts, levers, by_module=False, imbalance=imbalance)
+    return np.stack([acts, working, _buffers(spec, layout, facts, imbalance),
+                     np.full(layout.plan.pp, runtime_bytes(layout, facts))])
+
+
+def stage_memory_parts(states: np.ndarray, activity: np.ndarray, fragmentation: float) -> np.ndarray:
+    """MEMORY_PARTS rows of `state_bytes` and `activity_bytes` rows (of one plan's stages, or of plans x stages): the
+    allocated parts, the activations with the backward working set, and as `runtime` what the allocator reserves
+    beyond its allocations (`fragmentation`) plus the CUDA context and NCCL's buffers. They sum to the reserved +
+    runtime memory that decides whether a plan fits (`RankMemory.used` at the peak stage)."""
+    weights, grads, optimizer = states
+    acts, working, buffers, runtime = activity
+    allocated = weights + grads + optimizer + acts + working + buffers  # as RankMemory adds them
+    return np.stack([weights, grads, optimizer, acts + working, buffers,
+                     allocated * (1 + fragmentation) - allocated + runtime])

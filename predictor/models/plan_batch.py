@@ -23,7 +23,7 @@ from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.memory import GIB, buffer_bytes, in_flight, kv_share, model_state_bytes, saved_per_sample, stage_params
 from predictor.lora import trainable_params
-from predictor.memory.accounting import memory_parts_by_stage, offloaded_bytes
+from predictor.memory.accounting import activity_bytes, offloaded_bytes, stage_memory_parts, state_bytes
 from predictor.memory.levers import Levers, levers_of
 from predictor.models import overlap
 from predictor.models.cuda_graphs import static_bytes
@@ -129,17 +129,23 @@ class PlanPieces:
         self.psi: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         # per pipeline stage: the layers' forward, backward, host forward, host backward, MoE host waits
         # forward, backward, attention, attention with its recomputation, tp per-call seconds
-        # (`stage_costs.compute_parts`); each stage axis's communication; memory parts
+        # (`stage_costs.compute_parts`); each stage axis's communication; memory, in two pieces: the model states
+        # (weights, gradients, optimizer) and what the micro-batches leave (activations, backward working set,
+        # buffers, runtime, the CUDA graphs' static buffers), since a ZeRO stage does not change the second nor a
+        # micro-batch or a recomputation the first (`accounting.state_bytes`, `activity_bytes`)
         self.compute = _Stages(9)
         self.comm = tuple(_Stages(1) for _ in STAGE_AXES)
-        self.memory = _Stages(len(MEMORY_PARTS))  # bytes of each MEMORY_PARTS entry
+        self.states = _Stages(3)
+        self.activity = _Stages(5)
+        # what the allocator reserves beyond its allocations (ScaleDL's eager runner on a measured device: nothing)
+        self.fragmentation = 0.0 if self.device.measured else self.framework.memory.fragmentation
         # per plan: gradient sync, parameter gather, their per-call seconds and their calls, one p2p send, the optimizer step,
         # overlapped kinds
         self.dp = _Scalars(5)
         self.p2p = _Scalars(1)
         self.optimizer = _Scalars(1)
         self.overlap = _Scalars(len(OVERLAP_KINDS))
-        # a plan's four stage pieces' rows and its memory row, under one key each
+        # a plan's four stage pieces' rows and its two memory rows, under one key each
         self.stage_rows: dict[tuple, tuple[int, ...]] = {}
         self.memory_rows: dict[tuple, tuple[int, ...]] = {}
         for rows in self.comm:  # a stage axis of degree 1: nothing per stage; no pipeline: no send
@@ -211,19 +217,26 @@ class PlanPieces:
             parts[4:6] += offload_waits(parts[0], parts[1], to_host, self.device)
         return parts
 
-    def _memory_row(self, graph: LayerGraph, lay: Layout, sharding: tuple) -> np.ndarray:
-        """MEMORY_PARTS bytes per pipeline stage: on a GPU as the framework allocates them
-        (`predictor.memory.accounting`); on a measured device (ScaleDL's eager runner, no CUDA runtime) from the layer
-        graph's saved elements and the ZeRO model states."""
+    def _states_row(self, lay: Layout) -> np.ndarray:
+        """(weights, gradients, optimizer) bytes per pipeline stage: as the framework allocates them on a GPU
+        (`predictor.memory.accounting`); on a measured device (ScaleDL's eager runner) the ZeRO model states."""
         if not self.device.measured:
-            parts = memory_parts_by_stage(self.spec, graph, lay, self.framework.memory, self._levers(lay.plan),
-                                          self.cfg.moe_imbalance)
-            parts[MEMORY_PARTS.index("buffers")] += static_bytes(lay, self.kernels, in_flight(lay))
-            return parts
+            return state_bytes(self.spec, lay, self.framework.memory, self._levers(lay.plan))
+        return np.stack(model_state_bytes(self.spec, lay))
+
+    def _activity_row(self, graph: LayerGraph, lay: Layout, sharding: tuple) -> np.ndarray:
+        """(saved activations, backward working set, buffers, runtime, CUDA graphs' static buffers) bytes per pipeline
+        stage: on a GPU as the framework allocates them; on a measured device (no CUDA runtime) from the layer graph's
+        saved elements, with its buffers."""
+        if not self.device.measured:
+            parts = activity_bytes(self.spec, graph, lay, self.framework.memory, self._levers(lay.plan),
+                                   self.cfg.moe_imbalance)
+            return np.concatenate([parts, static_bytes(lay, self.kernels, in_flight(lay))[None]])
         kept, one_block = saved_per_sample(lay, fused_attention=self.fused, kv_share=kv_share(self.spec))
         acts = kept * lay.plan.mbs * in_flight(lay) + one_block * lay.plan.mbs
         buffers = buffer_bytes(lay, self._psi(sharding, lay)[0], self.cfg.moe_imbalance)
-        return np.stack([*model_state_bytes(self.spec, lay), acts, buffers + np.zeros_like(acts), np.zeros_like(acts)])
+        none = np.zeros_like(acts)
+        return np.stack([acts, none, buffers + none, none, none])
 
     def _pieces(self) -> tuple[tuple[Any, Callable[[LayerGraph, Layout, tuple, int], Any]], ...]:
         """Each piece's table and how to compute a row of it (from a plan's layout, sharding and micro-batches),
@@ -233,7 +246,8 @@ class PlanPieces:
             (self.compute, lambda g, lay, sh, m: self._compute_row(g, lay)),
             *((rows, lambda g, lay, sh, m, cost=stage_cost(axis): cost(resolved, lay, cfg))
               for rows, axis in zip(self.comm, STAGE_AXES)),
-            (self.memory, lambda g, lay, sh, m: self._memory_row(g, lay, sh)),
+            (self.states, lambda g, lay, sh, m: self._states_row(lay)),
+            (self.activity, lambda g, lay, sh, m: self._activity_row(g, lay, sh)),
             (self.dp, lambda g, lay, sh, m: self._dp_row(sh, lay, m)),
             (self.p2p, lambda g, lay, sh, m: self._p2p_row(lay)),
             (self.optimizer, lambda g, lay, sh, m: self._optimizer_row(sh, lay)),
@@ -244,12 +258,12 @@ class PlanPieces:
         """Every plan's prediction (plans must be valid for the spec: see plan_errors).
 
         A plan's stage pieces (computation, each stage axis's communication) are found together under one key, its
-        memory parts under another: a plan like an earlier one in both costs six lookups."""
+        two memory pieces under another: a plan like an earlier one in both costs six lookups."""
         batch = self.spec.training.global_batch
         pieces = self._pieces()
         n_stage = 1 + len(STAGE_AXES)
         stage_rows, memory_rows = self.stage_rows, self.memory_rows
-        rest = [rows.index for rows, _ in pieces[n_stage + 1:]]
+        rest = [rows.index for rows, _ in pieces[n_stage + 2:]]
         found: list[tuple[int, ...]] = []
         scalars: list[tuple[float, ...]] = []
         for plan in plans:
@@ -266,8 +280,11 @@ class PlanPieces:
             comm_keys = tuple((fields(plan), group) if axis.degree(plan) > 1 else None
                               for axis, fields, group in zip(STAGE_AXES, _COST_FIELDS, axis_groups))
             stage_key = (sharding, mbs, rc, comm_keys)
-            memory_key = (sharding, d, zero, mbs, rc, plan.schedule, m, plan.optimizer_offload, plan.moments, plan.grads,
-                          tuple(getattr(plan, f) for f in MEMORY_FIELDS))
+            states_key = (sharding, d, zero, plan.optimizer_offload, plan.moments, plan.grads)
+            # the axes' memory fields (the dispatcher's buffers); a measured device's buffers read the ZeRO stage
+            activity_key = (sharding, d, mbs, rc, plan.schedule, m, tuple(getattr(plan, f) for f in MEMORY_FIELDS),
+                            self.device.measured and zero)
+            memory_key = (states_key, activity_key)
             keys = ((sharding, d, zero, m if zero >= 3 else 0, sync),
                     (inter, mbs, sharding) if stages > 1 else None,
                     (sharding, zero >= 1, d, plan.optimizer_offload, plan.moments),
@@ -280,9 +297,9 @@ class PlanPieces:
                     stage = stage_rows[stage_key] = self._found(pieces[:n_stage], ((sharding, mbs, rc), *comm_keys),
                                                                 graph, lay, sharding, m)
                 if memory is None:
-                    memory = memory_rows[memory_key] = self._found(pieces[n_stage:n_stage + 1], (memory_key,), graph,
+                    memory = memory_rows[memory_key] = self._found(pieces[n_stage:n_stage + 2], memory_key, graph,
                                                                    lay, sharding, m)
-                got = list(self._found(pieces[n_stage + 1:], keys, graph, lay, sharding, m))
+                got = list(self._found(pieces[n_stage + 2:], keys, graph, lay, sharding, m))
             found.append((*stage, *memory, *got))
             scalars.append((m, mbs, v, stages, plan.gpus, zero >= 3,
                             *(when is not None and getattr(plan, when[0]) == when[1] for when in _ALWAYS_HIDDEN)))
@@ -321,7 +338,7 @@ class PlanPieces:
         # (Σ t − max t)/v; (p-1)/v of the slowest stage's time when the stages are balanced (Narayanan et al. 2021).
         bubble = others / v
         compute = m * (f_s + b_s)
-        dp_row, p2p_row, optimizer_row, overlap_row = range(n_comm + 2, n_comm + 6)
+        dp_row, p2p_row, optimizer_row, overlap_row = range(n_comm + 3, n_comm + 7)
         grad_sync, param_gather, dp_calls, grad_calls, gather_calls = self.dp.array()[index[dp_row]].T
         one_send = self.p2p.array()[index[p2p_row], 0]
         sends = np.where(stages > 1, 2 * (m * v + stages - 1), 0.0)
@@ -416,7 +433,9 @@ class PlanPieces:
 
     def _peak_memory(self, index: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Of plans with `depth` pipeline stages: GiB per stage, the peak GiB and the peak rank's MEMORY_PARTS GiB."""
-        parts = self.memory.gather(index[1 + len(STAGE_AXES)], depth)  # (parts, plans, stages)
+        activity = self.activity.gather(index[2 + len(STAGE_AXES)], depth)  # (parts, plans, stages)
+        parts = stage_memory_parts(self.states.gather(index[1 + len(STAGE_AXES)], depth), activity[:4], self.fragmentation)
+        parts[MEMORY_PARTS.index("buffers")] += activity[4]
         total = parts.sum(axis=0)
         top = np.argmax(total, axis=1)[:, None]
         at_top = np.stack([np.take_along_axis(x, top, axis=1)[:, 0] for x in parts], axis=1) / GIB
