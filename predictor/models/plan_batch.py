@@ -44,6 +44,8 @@ _REPLICAS, _STAGES = attrgetter(REPLICA_AXIS), attrgetter(PIPELINE_AXIS)
 _COST_FIELDS = tuple(attrgetter(*SHARDING_FIELDS, *a.cost_fields) for a in STAGE_AXES)
 # The stage axes whose collectives a host-bound stage's host runs ahead during (`Axis.host_runs_ahead`).
 _HOST_AHEAD = tuple(k for k, a in enumerate(STAGE_AXES) if a.host_runs_ahead)
+# Where in a plan's degrees (`_DEGREES`) each stage axis's degree is.
+_STAGE_AT = tuple(AXIS_NAMES.index(a.name) for a in STAGE_AXES)
 # The parts of an iteration a framework's kernels and costs set (`Prediction.extra['framework_s']`, seconds before
 # overlap): its attention kernel's forward, backward and recomputed forward; the host's pace beyond the kernels
 # (its per-operator cost); its per-call cost on every collective and send/recv. Two frameworks on one plan and
@@ -160,10 +162,10 @@ class PlanPieces:
         return self.group_ids.setdefault(group, len(self.group_ids))
 
     def _groups(self, plan: Plan, key: tuple) -> tuple:
-        """(the ids of the groups gradients sync over (`SYNC_GROUPS`), whether pipeline neighbours sit in different
-        NVLink domains, then each stage axis's group id: None for an axis without a group of its own)."""
+        """(the plan's GPUs, the ids of the groups gradients sync over (`SYNC_GROUPS`), whether pipeline neighbours sit
+        in different NVLink domains, then each stage axis's group id: None for an axis without a group of its own)."""
         g = plan_groups(plan, self.domain, self.device)
-        ids = (tuple(self._group_id(g.groups[name]) for name in SYNC_GROUPS), g.stage_link_inter,
+        ids = (plan.gpus, tuple(self._group_id(g.groups[name]) for name in SYNC_GROUPS), g.stage_link_inter,
                *(self._group_id(g.groups[a.group]) if a.group else None for a in STAGE_AXES))
         self.groups[key] = ids
         return ids
@@ -274,11 +276,11 @@ class PlanPieces:
                                                _REPLICAS(plan))
             degrees = _DEGREES(plan)
             gkey = (degrees, plan.placement)
-            sync, inter, *axis_groups = self.groups.get(gkey) or self._groups(plan, gkey)
+            gpus, sync, inter, *axis_groups = self.groups.get(gkey) or self._groups(plan, gkey)
             m = batch // (d * mbs)
             sharding = _SHARDING(plan)
-            comm_keys = tuple((fields(plan), group) if axis.degree(plan) > 1 else None
-                              for axis, fields, group in zip(STAGE_AXES, _COST_FIELDS, axis_groups))
+            comm_keys = tuple((fields(plan), group) if degrees[at] > 1 else None
+                              for at, fields, group in zip(_STAGE_AT, _COST_FIELDS, axis_groups))
             stage_key = (sharding, mbs, rc, comm_keys)
             states_key = (sharding, d, zero, plan.optimizer_offload, plan.moments, plan.grads)
             # the axes' memory fields (the dispatcher's buffers); a measured device's buffers read the ZeRO stage
@@ -301,7 +303,7 @@ class PlanPieces:
                                                                    lay, sharding, m)
                 got = list(self._found(pieces[n_stage + 2:], keys, graph, lay, sharding, m))
             found.append((*stage, *memory, *got))
-            scalars.append((m, mbs, v, stages, plan.gpus, zero >= 3,
+            scalars.append((m, mbs, v, stages, gpus, zero >= 3,
                             *(when is not None and getattr(plan, when[0]) == when[1] for when in _ALWAYS_HIDDEN)))
         return self._combine(graph, np.array(found, dtype=np.int64).T.reshape(len(pieces), -1),
                              np.array(scalars, dtype=float).T.reshape(6 + len(STAGE_AXES), -1))
