@@ -31,7 +31,7 @@ from predictor.models.roofline import AnalyticalConfig, call_costs, routed
 from predictor.models.stage_costs import compute_parts, dp_time, offload_waits, optimizer_time, p2p_time
 from predictor.parallel import Layout, apply_plan, plan_groups
 from predictor.plan import AXIS_NAMES, HIDDEN_KINDS, OVERLAP_KINDS, STAGE_AXES, Axis, Plan, nvlink_domain
-from predictor.plan.axes import MEMORY_FIELDS, PIPELINE_AXIS, REPLICA_AXIS, SHARDING_FIELDS, SYNC_GROUPS
+from predictor.plan.axes import PIPELINE_AXIS, REPLICA_AXIS, SHARDING_FIELDS, STAGE_FIELDS, SYNC_GROUPS
 from predictor.prediction import MEMORY_PARTS, TIME_PARTS
 from predictor.resolver import Resolved
 from predictor.prediction_table import PredictionTable, row_sums
@@ -269,11 +269,11 @@ class PlanPieces:
         found: list[tuple[int, ...]] = []
         scalars: list[tuple[float, ...]] = []
         for plan in plans:
-            # what the computation reads beyond the sharding: the recomputation, the offloading, and the dispatcher
-            # (its permutations, `predictor.models.moe_kernels`)
+            # what the computation and memory read beyond the sharding: the recomputation, the offloading, and the
+            # axes' `STAGE_FIELDS` (the dispatcher's permutations, `predictor.models.moe_kernels`, and buffers)
             stages, v, sp, mbs, zero, rc, d = (_STAGES(plan), plan.v, plan.sp, plan.mbs, plan.zero,
-                                               (plan.recompute, plan.recompute_layers, plan.offload, plan.dispatcher),
-                                               _REPLICAS(plan))
+                                               (plan.recompute, plan.recompute_layers, plan.offload,
+                                                *(getattr(plan, f) for f in STAGE_FIELDS)), _REPLICAS(plan))
             degrees = _DEGREES(plan)
             gkey = (degrees, plan.placement)
             gpus, sync, inter, *axis_groups = self.groups.get(gkey) or self._groups(plan, gkey)
@@ -283,9 +283,8 @@ class PlanPieces:
                               for at, fields, group in zip(_STAGE_AT, _COST_FIELDS, axis_groups))
             stage_key = (sharding, mbs, rc, comm_keys)
             states_key = (sharding, d, zero, plan.optimizer_offload, plan.moments, plan.grads)
-            # the axes' memory fields (the dispatcher's buffers); a measured device's buffers read the ZeRO stage
-            activity_key = (sharding, d, mbs, rc, plan.schedule, m, tuple(getattr(plan, f) for f in MEMORY_FIELDS),
-                            self.device.measured and zero)
+            # `rc` holds the stage fields (the dispatcher's buffers); a measured device's buffers read the ZeRO stage
+            activity_key = (sharding, d, mbs, rc, plan.schedule, m, self.device.measured and zero)
             memory_key = (states_key, activity_key)
             keys = ((sharding, d, zero, m if zero >= 3 else 0, sync),
                     (inter, mbs, sharding) if stages > 1 else None,

@@ -62,7 +62,9 @@ class Axis:
     overlap: tuple[str, ...] = ()  # kinds of a plan's `overlap` that hide its communication
     stage_cost: bool = False  # priced per pipeline stage by its "stage_cost" function (`FUNCTION_KINDS`)
     cost_fields: tuple[str, ...] = ()  # the plan fields `stage_cost` reads beyond `SHARDING_FIELDS` and its group
-    memory_fields: tuple[str, ...] = ()  # the plan fields the memory accounting reads of it beyond `SHARDING_FIELDS`
+    # The plan fields of it a stage's computation and memory read beyond `SHARDING_FIELDS` (ep: its dispatcher's
+    # permutation kernels and buffers).
+    stage_fields: tuple[str, ...] = ()
     # what its hidden communication runs beside: the stage's "compute", its "gemms" (all but attention), "attention",
     # or "phases" (half beside attention, half beside the rest: `predictor.models.overlap`)
     window: str = "compute"
@@ -198,7 +200,7 @@ AXES: tuple[Axis, ...] = (
          group="ep", parts=(TimePart("ep_comm", "expert-parallel token all-to-all", "tp_comm"),),
          hidden={"ep_comm": "expert all-to-all"}, overlap=("ep",), window="phases",
          stage_cost=True, cost_fields=(*_WORK_FIELDS, "dispatcher"),
-         multiplies_gpus=False, complement_group="edp", memory_fields=("dispatcher",), space_default=(1,),
+         multiplies_gpus=False, complement_group="edp", stage_fields=("dispatcher",), space_default=(1,),
          written_after="cp_comm",
          # how it moves tokens to their experts and back (`predictor.moe_dispatch`): alltoall (NCCL all-to-all of each
          # token-expert pair), allgather (every token gathered over the ep ranks, combined by reduce-scatter), deepep or
@@ -230,8 +232,8 @@ STAGE_RANK_AXES: tuple[str, ...] = tuple(a for a in DEFAULT_ORDER if a != PIPELI
 # The plan fields that split a stage's layers over its ranks: every degree but the replicas', with tp's sequence
 # split and pp's virtual stages. Every stage cost reads them (`Axis.cost_fields` names the rest).
 SHARDING_FIELDS: tuple[str, ...] = (*(a.name for a in AXES if a.name != REPLICA_AXIS), "sp", "v")
-# The plan fields the memory accounting reads beyond them (`Axis.memory_fields`).
-MEMORY_FIELDS: tuple[str, ...] = tuple(f for a in AXES for f in a.memory_fields)
+# The plan fields a stage's computation and memory read beyond them (`Axis.stage_fields`).
+STAGE_FIELDS: tuple[str, ...] = tuple(f for a in AXES for f in a.stage_fields)
 # Every communication group of a plan, by name: each axis's own and the complement of an axis that regroups a stage's
 # ranks (`predictor.parallel.PlanGroups`).
 PLAN_GROUPS: tuple[str, ...] = tuple(g for a in AXES for g in (a.group, a.complement_group) if g)
