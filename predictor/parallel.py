@@ -19,6 +19,7 @@ full input for backward (replicated, or 1/tp with sequence parallelism); nodes d
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections import Counter
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from predictor.comm import Group
 from predictor.hardware import Device
 from predictor.layer_graph import LayerGraph
 from predictor.plan import AXES, Plan, nvlink_domain
-from predictor.plan.axes import PIPELINE_AXIS, STAGE_RANK_AXES, SYNC_GROUPS
+from predictor.plan.axes import PIPELINE_AXIS, PRICING_ORDER, STAGE_RANK_AXES, SYNC_GROUPS
 from predictor.workload import WorkloadSpec
 
 # Bytes per element of activations, gradients and the weights the step reads, per training precision:
@@ -45,6 +46,8 @@ SEQUENCE_SPLIT_KINDS = ("layernorm", "rmsnorm", "dropout", "elementwise")
 # The groups gradients sync over: the replicas' and the experts' (the complement of the axis that regroups a stage's
 # ranks for them).
 _SYNC, _EXPERT_SYNC = SYNC_GROUPS
+# The axes that regroup a stage's ranks for the expert layers, innermost first (by their place in the rank order).
+REGROUPING_AXES: tuple[str, ...] = tuple(a.name for a in PRICING_ORDER if not a.multiplies_gpus)
 
 
 @dataclass
@@ -124,12 +127,13 @@ def _prod(shape: tuple[int, ...]) -> float:
     return float(np.prod(shape)) if shape else 1.0
 
 
-def shard_nodes(graph: LayerGraph, tp: int, sp: bool, heads: int | None = None, cp: int = 1, ep: int = 1) -> ShardedNodes:
+def shard_nodes(graph: LayerGraph, tp: int, sp: bool, heads: int | None = None, cp: int = 1, ep: int = 1,
+                etp: int = 1) -> ShardedNodes:
     """Per-rank node arrays under tensor, context and expert parallelism `tp`, `cp`, `ep` (cached)."""
-    return _cached(_SHARD_CACHE, graph, (tp, sp, heads, cp, ep), lambda: _shard(graph, tp, sp, heads, cp, ep))
+    return _cached(_SHARD_CACHE, graph, (tp, sp, heads, cp, ep, etp), lambda: _shard(graph, tp, sp, heads, cp, ep, etp))
 
 
-def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None, cp: int, ep: int = 1) -> ShardedNodes:
+def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None, cp: int, ep: int = 1, etp: int = 1) -> ShardedNodes:
     nodes = graph.nodes
     n = len(nodes)
     role = np.array([nd.tp for nd in nodes])
@@ -159,7 +163,8 @@ def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None, cp: int, ep:
         elif nd.kind == "experts":  # E/ep grouped GEMMs, each on the ep ranks' tokens·top_k/E rows
             e, d_in, d_ffn = nd.attrs["experts"], nd.attrs["d_in"], nd.attrs["d_ffn"]
             rows = nd.fwd_flops / (2 * 3 * d_in * d_ffn) / e  # per expert and sample (gate, up and down GEMMs)
-            gm[i], gn[i], gk[i], gb[i] = rows * ep / (tp * cp), 3 * d_ffn, d_in, e / ep
+            # expert tensor parallelism: the etp ranks' tokens gathered, 1/etp of each expert's FFN
+            gm[i], gn[i], gk[i], gb[i] = rows * ep * etp / (tp * cp), 3 * d_ffn / etp, d_in, e / ep
         elif nd.kind == "router":
             gm[i], gn[i], gk[i], gb[i] = _prod(nd.in_shape[:-1]) / (tp * cp), nd.params / nd.in_shape[-1], nd.in_shape[-1], 1
         elif nd.kind == "ssm":  # the chunked scan as batched GEMMs per head: tokens x state, inner head_dim
@@ -190,7 +195,7 @@ def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None, cp: int, ep:
         kind=kind, group=group,
         fwd_flops=np.array([nd.fwd_flops for nd in nodes]) / flop_div / cp,
         bwd_flops=np.array([nd.bwd_flops for nd in nodes]) / flop_div / cp,
-        params=np.array([float(nd.params) for nd in nodes]) / np.where(sharded, tp, np.where(experts, ep, 1)),
+        params=np.array([float(nd.params) for nd in nodes]) / np.where(sharded, tp, np.where(experts, ep * etp, 1)),
         act_elems=np.array([float(nd.act_elems) for nd in nodes]) / act_div / cp,
         io_elems=(in_elems + out_elems) / io_div,
         out_full=out_elems, gemm_m=gm, gemm_n=gn, gemm_k=gk, gemm_batch=gb,
@@ -260,12 +265,16 @@ def _regrouped_spread(degrees: tuple[tuple[str, int], ...], placement: str, axis
     """(ranks per domain, domains) of the group holding rank 0 of `axis`, an axis that regroups a stage's ranks, and
     of its complement group.
 
-    Megatron-Core builds the expert layers' groups from a stage's dp·tp·cp ranks in rank order, expert tensor
-    parallelism 1 innermost: an ep group is ep consecutive ranks of them, the expert-dp group every ep-th."""
+    Megatron-Core builds the expert layers' groups from a stage's dp·tp·cp ranks in rank order, the regrouping axes
+    nested innermost first (`REGROUPING_AXES`: etp, then ep; parallel_state's expert RankGenerator tp=etp, ep,
+    dp): an etp group is etp consecutive ranks of them, an ep group every etp-th of ep·etp consecutive ones, and the
+    expert-dp group every (ep·etp)-th."""
     plan = Plan(placement=placement, **dict(degrees))
     ranks = plan.group_ranks(STAGE_RANK_AXES)
-    degree = getattr(plan, axis)
-    return _fit(ranks[:degree], domain), _fit(ranks[::degree], domain)
+    inner = REGROUPING_AXES[:REGROUPING_AXES.index(axis)]
+    stride = math.prod(getattr(plan, a) for a in inner)
+    span = stride * getattr(plan, axis)
+    return _fit(ranks[:span:stride], domain), _fit(ranks[::span], domain)
 
 
 def _fit(ranks: list[int], domain: int) -> tuple[int, int]:
@@ -325,7 +334,7 @@ def plan_groups(plan: Plan, domain: int, device: Device) -> PlanGroups:
 def apply_plan(spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device) -> Layout:
     """Everything a predictor needs about `plan` on `graph` (assumes plan_errors(plan, spec) is empty)."""
     m = spec.model
-    nodes = shard_nodes(graph, plan.tp, plan.sp, m.heads, plan.cp, plan.ep)
+    nodes = shard_nodes(graph, plan.tp, plan.sp, m.heads, plan.cp, plan.ep, plan.etp)
     counts, blocks = stage_counts(graph, plan.pp, plan.v)
     prec = spec.training.precision
     hidden = m.hidden or 0

@@ -122,9 +122,10 @@ def test_the_lists_of_parts_and_kinds_are_the_registrys():
     assert TIME_PARTS == ("compute", *(p.name for a in PRICING_ORDER for p in a.parts), "optimizer")
     assert set(COMM_PARTS) == {p.name for a in AXES for p in a.parts if p.comm} and "ep_comm" in COMM_PARTS
     assert HIDDEN_KINDS == tuple(k for a in PRICING_ORDER for k in a.hidden)
-    assert OVERLAP_KINDS == tuple(k for a in PRICING_ORDER for k in a.overlap)
+    # axes may share a kind (etp's exchanges hide where ep's do): each kind once, in pricing order
+    assert OVERLAP_KINDS == tuple(dict.fromkeys(k for a in PRICING_ORDER for k in a.overlap))
     assert set(TERM_OF_PART) == set(TIME_PARTS)
-    assert {a.name for a in STAGE_AXES} == {"tp", "cp", "ep"}
+    assert {a.name for a in STAGE_AXES} == {"tp", "cp", "ep", "etp"}
 
 
 @pytest.mark.parametrize("text, part", [("dp=2,tp=8,sp=true", "tp_comm"), ("dp=8,cp=2,cp_comm=allgather", "cp_comm"),
@@ -159,7 +160,7 @@ def test_each_axis_function_is_registered_onto_its_axis_by_reference():
     from predictor.plan import AXIS, explained, rules
     from predictor.plan.axes import axis_function
 
-    assert [a.name for a in AXES if a.stage_cost] == ["tp", "cp", "ep"]
+    assert [a.name for a in AXES if a.stage_cost] == ["tp", "cp", "ep", "etp"]
     assert AXIS["tp"].function("stage_cost") is stage_costs.tp_stage_time
     assert AXIS["ep"].function("rules") is rules.ep_rules and AXIS["ep"].function("choices") is rules.expert_degrees
     assert AXIS["dp"].function("rules") is None and AXIS["tp"].function("choices") is None

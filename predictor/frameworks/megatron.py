@@ -9,7 +9,8 @@ PP) runs it without pipelines; `--overlap-param-gather` needs the distributed op
 the interleaved one only with more than one virtual stage (`virtual_pipeline_model_parallel_size` 1 is None), its p2p
 overlapped by default (`--no-overlap-p2p-communication`) and without that overlap only for pp > 2, the
 non-interleaved one never overlapping p2p; CP; rank order tp-cp-ep-dp-pp or tp-cp-ep-pp-dp (`--use-tp-pp-dp-mapping`);
-EP (`--expert-model-parallel-size`, expert tensor parallelism 1, MoE beside TP only with sequence parallelism), its
+EP (`--expert-model-parallel-size`) and expert tensor parallelism (`--expert-tensor-parallel-size`, written for every
+plan: unset it would be tp), MoE beside TP only with sequence parallelism, its
 all-to-all overlapped by the combined 1F1B schedule (`--overlap-moe-expert-parallel-comm`, without a pipeline or
 interleaved), which Megatron-Core's MoE performance guide (`docs/.../moe` "General Setup") turns on.
 Megatron-Bridge recipes overlap grad reduce, param gather (with the distributed optimizer), TP (with SP) and the
@@ -45,7 +46,15 @@ NAME = "megatron"
 # The parallel axes it runs and their flags (megatron/training/arguments.py); the data-parallel size is what the
 # others leave of the world size (parallel_state.initialize_model_parallel), so dp has no flag.
 AXIS_FLAGS: dict[str, str] = {"tp": "--tensor-model-parallel-size", "cp": "--context-parallel-size", "dp": "",
-                              "pp": "--pipeline-model-parallel-size", "ep": "--expert-model-parallel-size"}
+                              "pp": "--pipeline-model-parallel-size", "ep": "--expert-model-parallel-size",
+                              "etp": "--expert-tensor-parallel-size"}
+def written_axes(spec: "WorkloadSpec") -> dict[str, str]:
+    """The degree flags a launch file writes: every axis's, but a dense model's expert tensor parallelism (unset, as
+    Megatron-LM leaves it, its expert groups take tp: parallel_state's expert data-parallel size then equals the dense
+    layers', which the tp-pp-dp rank order asks)."""
+    return AXIS_FLAGS if spec.model.is_moe else {axis: flag for axis, flag in AXIS_FLAGS.items() if axis != "etp"}
+
+
 # The releases the launch files are written for, newest first: Megatron-Core 0.16.1 (PyPI megatron-core; with
 # Megatron-LM's core_r0.16 branch for pretrain_gpt.py), which tests/test_framework_checks.py checks every file against
 # (its TransformerConfig and parallel_state groups), and 0.14.0, whose TransformerConfig has no
@@ -103,20 +112,25 @@ def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
 
 def _expert_group_errors(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     """megatron/core/parallel_state.py (`initialize_model_parallel`, Megatron-Core 0.16.1, lines 786-812): the expert
-    layers' groups are built from expert tensor parallelism (1, as the launch writes it), ep and pp over the same
-    world, and outside the pp-last rank order their data-parallel size must equal the dense layers'."""
+    layers' groups are built from expert tensor parallelism, ep and pp over the same world, and outside the pp-last
+    rank order their data-parallel size must equal the dense layers'; transformer_config.py (`__post_init__`) splits
+    experts with biases over no etp ranks."""
     if not spec.model.is_moe:
         return []
     errors = []
-    if plan.gpus % (plan.ep * plan.pp):
-        errors.append(f"cannot build expert groups of expert_tensor_parallel_size*ep*pp = 1*{plan.ep}*{plan.pp}, which must "
-                      f"divide the {plan.gpus} GPUs (parallel_state: \"world_size is not divisible by "
+    if plan.gpus % (plan.etp * plan.ep * plan.pp):
+        errors.append(f"cannot build expert groups of expert_tensor_parallel_size*ep*pp = {plan.etp}*{plan.ep}*{plan.pp}, "
+                      f"which must divide the {plan.gpus} GPUs (parallel_state: \"world_size is not divisible by "
                       f"expert_tensor_model_pipeline_parallel size\")")
-    if plan.pp > 1 and plan.rank_order[-1] != "pp" and plan.ep != plan.tp * plan.cp:
+    if plan.pp > 1 and plan.rank_order[-1] != "pp" and plan.ep * plan.etp != plan.tp * plan.cp:
         errors.append(f"needs, outside the pp-last rank order (placement=tp-pp-dp with pp={plan.pp}), the experts' "
-                      f"data-parallel size equal to the dense layers': ep = tp*cp = {plan.tp * plan.cp}, not "
-                      f"ep={plan.ep} (parallel_state: \"When not using pp-last rank ordering, the data parallel size of "
-                      f"the attention and moe layers must be the same\"; use placement=tp-dp-pp)")
+                      f"data-parallel size equal to the dense layers': ep*etp = tp*cp = {plan.tp * plan.cp}, not "
+                      f"{plan.ep}*{plan.etp} (parallel_state: \"When not using pp-last rank ordering, the data parallel "
+                      f"size of the attention and moe layers must be the same\"; use placement=tp-dp-pp)")
+    family = spec.model.family_entry
+    if plan.etp > 1 and family is not None and family.expert_biases:
+        errors.append(f"splits experts with biases ({spec.model.family}) over no expert tensor-parallel ranks "
+                      f"(transformer_config.py: \"Bias in Moe is only supported when ETP==1\"): use etp=1")
     return errors
 
 
@@ -354,9 +368,7 @@ def _moe_args(spec: "WorkloadSpec") -> list[str]:
     m = spec.model
     args = ["--num-experts", str(m.experts), "--moe-router-topk", str(m.top_k), "--moe-ffn-hidden-size",
             str(m.expert_ffn_size), "--moe-router-score-function", m.router, "--moe-grouped-gemm",
-            "--moe-router-dtype", "fp32",
-            # the routed experts without tensor parallelism, as priced; unset, it would be tp (parallel_state)
-            "--expert-tensor-parallel-size", "1"]
+            "--moe-router-dtype", "fp32"]
     if m.dense_layers:
         args += ["--moe-layer-freq", "([0]*{}+[1]*{})".format(m.dense_layers, m.layers - m.dense_layers)]
     if m.shared_experts:
@@ -424,7 +436,7 @@ def megatron_args(plan: Plan, target: LaunchTarget) -> list[str]:
     split).
     """
     spec, kinds = target.spec, hidden(plan)
-    args = common_args(plan, spec, AXIS_FLAGS, SPELLING)
+    args = common_args(plan, spec, written_axes(spec), SPELLING)
     if qk_norm(spec.model):
         args.append("--qk-layernorm")
     if spec.training.optimizer == "muon":  # its layer-wise distributed optimizer is zero=1 (predictor.muon)

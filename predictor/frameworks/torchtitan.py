@@ -38,7 +38,8 @@ NAME = "torchtitan"
 # dp key is the FSDP shard degree (`_write` moves a zero=0 plan's dp to data_parallel_replicate_degree).
 AXIS_FLAGS: dict[str, str] = {"tp": "parallelism.tensor_parallel_degree", "cp": "parallelism.context_parallel_degree",
                               "dp": "parallelism.data_parallel_shard_degree",
-                              "pp": "parallelism.pipeline_parallel_degree", "ep": "parallelism.expert_parallel_degree"}
+                              "pp": "parallelism.pipeline_parallel_degree", "ep": "parallelism.expert_parallel_degree",
+                              "etp": "parallelism.expert_tensor_parallel_degree"}
 # The release the launch files are written for and checked against (tests/test_torchtitan_config.py): the last with
 # the `--job.config_file` TOML loader; 0.3.0, the newest on PyPI, builds its config from Python functions instead.
 VERSIONS: tuple[str, ...] = ("0.2.2",)
@@ -60,6 +61,9 @@ def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
                       f"{', '.join(beside)} (use zero=2 or 3)")
     if plan.tp > 1 and not plan.sp:
         errors.append("always runs tensor parallelism with sequence-parallel norms (use sp=true)")
+    if plan.etp not in (1, plan.tp):
+        errors.append(f"splits experts over expert_tensor_parallel_degree 1 or tp only (ParallelDims: \"Currently we "
+                      f"only support ETP=TP or ETP=1\"), not etp={plan.etp} with tp={plan.tp}")
     divisor, tokens = plan.tp * 2 * plan.cp, spec.model.tokens
     if tokens % divisor:
         other = f", or tp and cp whose tp*2*cp divides {tokens}" if tokens % 2 == 0 else ""
@@ -234,7 +238,7 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
     refuses a recipe beside FSDP float8 all-gathers), or MXFP8 as `[quantize.linear.mx]` mxfp8_cublas. torch.compile of the blocks and the loss is the spec's training.compile, else on where float8 or
     async TP need it to pay off (`_compiles`). The model is the
     shipped flavor with the spec's dimensions, else `UNREGISTERED` (to register); a mixture of experts runs its routed
-    experts without tensor parallelism (expert_tensor_parallel_degree 1, as the prediction prices them).
+    experts with the plan's expert tensor parallelism (expert_tensor_parallel_degree, written for a MoE model only).
     """
     m, t = spec.model, spec.training
     config: dict[str, dict[str, Any]] = {"model": {"name": model_name(spec),
@@ -256,8 +260,8 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
                               "the gathered weights (zero=2)")
         par["data_parallel_replicate_degree"] = 1
         par["fsdp_reshard_after_forward"] = _RESHARD[plan.zero]
-    if m.is_moe:
-        par["expert_tensor_parallel_degree"] = 1
+    if not m.is_moe:  # its degree means nothing without experts
+        del par["expert_tensor_parallel_degree"]
     if plan.ep > 1:
         par["expert_parallel_comm_backend"] = _EP_BACKEND[plan.dispatcher]
     par["enable_async_tensor_parallel"] = "tp" in hidden(plan)

@@ -52,7 +52,7 @@ def compute_parts(resolved: Resolved, graph: LayerGraph, lay: Layout, config: An
     per pass (forward, backward, a recomputed forward), which then launches its local experts' kernels:
     expert_host_s per local expert (gemm_batch = E/ep)."""
     plan, nodes, counts, device = lay.plan, lay.nodes, lay.stage_counts, resolved.device
-    fwd, bwd = layer_times(resolved, graph, plan.tp, plan.sp, plan.mbs, config, cp=plan.cp, ep=plan.ep)
+    fwd, bwd = layer_times(resolved, graph, plan.tp, plan.sp, plan.mbs, config, cp=plan.cp, ep=plan.ep, etp=plan.etp)
     cfg = config.for_device(device)
     kernels = resolved.kernels
     unfused_f, unfused_b = unfused_passes(nodes, plan.mbs, kernels, lay.act_bytes, device.mem_bandwidth * cfg.bw_eff)
@@ -118,7 +118,8 @@ def _bf16_layers_extra(resolved: Resolved, graph: LayerGraph, lay: Layout, confi
     if not (first or last):
         return np.zeros(lay.plan.pp), np.zeros(lay.plan.pp)
     plan = lay.plan
-    hp_f, hp_b = layer_times(bf16_twin(resolved), graph, plan.tp, plan.sp, plan.mbs, config, cp=plan.cp, ep=plan.ep)
+    hp_f, hp_b = layer_times(bf16_twin(resolved), graph, plan.tp, plan.sp, plan.mbs, config, cp=plan.cp, ep=plan.ep,
+                             etp=plan.etp)
     per_layer = per_layer_occurrences(lay)
     kept = bf16_blocks_per_rank(lay, first, last)
     d_f, d_b = per_layer @ (hp_f - fwd), per_layer @ (hp_b - bwd)
@@ -223,6 +224,21 @@ def ep_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.
     one = np.array([exchange_seconds(plan.dispatcher, x, resolved.spec.model, lay.groups["ep"], resolved.device.name,
                                      resolved.generation) for x in size])
     return exchanges * (counts @ one)
+
+
+@axis_function("etp", "stage_cost")
+def etp_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.ndarray:
+    """Expert tensor-parallel seconds per pipeline rank for one micro-batch: Megatron-Core's alltoall dispatcher
+    all-gathers the tokens each rank of the etp group received before the experts and reduce-scatters the experts'
+    outputs after (megatron/core/transformer/moe/token_dispatcher.py, `MoEAlltoAllTokenDispatcher`:
+    `gather_along_first_dim` and `reduce_scatter_to_sequence_parallel_region` over its expert tensor-parallel
+    group), and the reverse in backward; again when backward recomputes the MoE layer (as `ep_stage_time`)."""
+    plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
+    passes = 3 if plan.recompute == "full" or "moe" in recompute_modules(plan.recompute) else 2
+    gathered = nodes.dispatch * plan.mbs * lay.act_bytes * cfg.moe_imbalance * plan.etp
+    g = lay.groups["etp"]
+    one = np.array([comm.allgather(x, g) + comm.reduce_scatter(x, g) if x > 0 else 0.0 for x in gathered])
+    return passes * (counts @ one)
 
 
 def _tp_time(layout: Layout, calls: np.ndarray, elems: np.ndarray, call_s: float) -> np.ndarray:

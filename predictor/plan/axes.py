@@ -207,6 +207,22 @@ AXES: tuple[Axis, ...] = (
          # hybridep (DeepEP's and NVIDIA's Hybrid-EP kernels: each token sent once per rank holding one of its experts;
          # Megatron-Core's flex dispatcher)
          options={"dispatcher": ("alltoall", "allgather", "deepep", "hybridep")}),
+    # Megatron-Core's expert tensor parallelism (--expert-tensor-parallel-size; torchtitan's
+    # expert_tensor_parallel_degree): each rank of an etp group holds 1/etp of every local expert, and the alltoall
+    # dispatcher all-gathers the tokens it received over the group before the experts and reduce-scatters their
+    # outputs after (megatron/core/transformer/moe/token_dispatcher.py: permute -> A2A(EP) -> AG(TP) -> experts ->
+    # RS(TP) -> A2A(EP), its "TP" the expert tensor-parallel group). It regroups a stage's ranks innermost, inside
+    # ep (parallel_state's expert RankGenerator: tp=etp, ep, dp=expert-dp), so the expert-data-parallel group is a
+    # stage's ranks / (ep·etp); its exchanges run in the dispatcher's, hidden where ep's are.
+    Axis("etp", "expert tensor parallel", "each routed expert's FFN over etp ranks (FC1 columns, FC2 rows)",
+         "all-gather of the dispatched tokens before the experts and reduce-scatter after, per MoE layer, forward and "
+         "backward", "expert weights, gradients and optimizer state divided by ep·etp", order=0,
+         explain="etp={degree} splits each routed expert over {degree} ranks (their states synchronised over "
+                 "{expert_dp} expert-data-parallel ranks); its token all-gathers and reduce-scatters cost "
+                 "{share:.0f} % of the time exposed",
+         group="etp", parts=(TimePart("etp_comm", "expert tensor-parallel all-gather and reduce-scatter", "tp_comm"),),
+         hidden={"etp_comm": "expert tensor-parallel"}, overlap=("ep",), window="phases",
+         stage_cost=True, cost_fields=_WORK_FIELDS, multiplies_gpus=False, space_default=(1,), written_after="ep"),
     *_plugin_axes(),
 )
 AXIS: dict[str, Axis] = {a.name: a for a in AXES}
@@ -262,6 +278,6 @@ COMM_PARTS: tuple[str, ...] = tuple(p.name for p in _PARTS if p.comm)
 HIDDEN_KINDS: tuple[str, ...] = tuple(k for a in PRICING_ORDER for k in a.hidden)
 HIDDEN_WORDS: dict[str, str] = {k: w for a in PRICING_ORDER for k, w in a.hidden.items()}
 # Communication a framework can hide behind computation; a plan's `overlap` switches each kind on or off.
-OVERLAP_KINDS: tuple[str, ...] = tuple(k for a in PRICING_ORDER for k in a.overlap)
+OVERLAP_KINDS: tuple[str, ...] = tuple(dict.fromkeys(k for a in PRICING_ORDER for k in a.overlap))  # shared kinds once
 # Axes priced per pipeline stage by their own cost function.
 STAGE_AXES: tuple[Axis, ...] = tuple(a for a in PRICING_ORDER if a.stage_cost)

@@ -38,3 +38,8 @@ def pp_explained(plan: "Plan", spec: "WorkloadSpec") -> dict[str, object]:
 @axis_function("ep", "facts")
 def ep_explained(plan: "Plan", spec: "WorkloadSpec") -> dict[str, object]:
     return {"experts": spec.model.experts, "experts_per_rank": (spec.model.experts or 0) // plan.ep}
+
+
+@axis_function("etp", "facts")
+def etp_explained(plan: "Plan", spec: "WorkloadSpec") -> dict[str, object]:
+    return {"expert_dp": plan.gpus // plan.pp // (plan.ep * plan.etp)}

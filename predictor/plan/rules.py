@@ -125,6 +125,34 @@ def expert_degrees(spec: "WorkloadSpec", divisors: tuple[int, ...]) -> list[int]
     return None if experts is None else [d for d in divisors if experts % d == 0]
 
 
+@axis_function("etp", "rules")
+def etp_rules(plan: "Plan", spec: "WorkloadSpec") -> list[str]:
+    """Megatron-Core (`parallel_state.initialize_model_parallel`: the expert groups are etp x ep x expert-dp over a
+    stage's ranks) and torchtitan (`ParallelDims`): expert tensor parallelism splits each routed expert's FFN over
+    etp ranks of a stage, inside its ep groups, so ep·etp must divide the stage's ranks and etp the experts' FFN."""
+    m = spec.model
+    if plan.etp == 1:
+        return []
+    if not m.is_moe:
+        return [f"etp={plan.etp} splits routed experts, but the model has none (etp=1 for a dense model)"]
+    errors = []
+    ranks = plan.gpus // plan.pp
+    if ranks % (plan.ep * plan.etp):
+        errors.append(f"ep*etp = {plan.ep}*{plan.etp} does not divide the {ranks} ranks of a pipeline stage "
+                      f"({stage_degrees(plan)}) that the expert layers regroup")
+    if m.expert_ffn_size % plan.etp:
+        errors.append(f"etp={plan.etp} does not divide the experts' FFN size {m.expert_ffn_size}")
+    return errors
+
+
+@axis_function("etp", "choices")
+def expert_tensor_degrees(spec: "WorkloadSpec", divisors: tuple[int, ...]) -> list[int] | None:
+    """The expert tensor-parallel degrees a stage whose ranks have these `divisors` can take: those that also divide
+    the experts' FFN (None for a dense model)."""
+    ffn = spec.model.expert_ffn_size if spec.model.is_moe else None
+    return None if not ffn else [d for d in divisors if ffn % d == 0]
+
+
 @cache
 def _axis_rules() -> tuple[Callable[["Plan", "WorkloadSpec"], list[str]], ...]:
     """Each axis's rules, in registry order (every one is registered by then: this module's own, and those of an
