@@ -1,9 +1,10 @@
 """A predictor replica without Ray: one loaded predictor and one workload (spec + graph, at one or several cluster
 sizes) answering batches of plans, and the answers' columnar form.
 
-`orchestrator.replicas` runs replicas as Ray actors; `LocalPool` runs one here, in the driver, for a search too small
-to repay starting Ray (a plan search whose candidates a core prices in about the time Ray takes to start). Both pools
-answer `submit` / `arrive` / `gather` alike, so the search loop (`orchestrator.search`) does not know which it has.
+`orchestrator.replicas` runs replicas as Ray actors (`PredictorReplica`); `LocalPool` runs one here, in the driver,
+for a search too small to repay starting Ray (a plan search whose candidates a core prices in about the time Ray
+takes to start). Both pools answer `submit` / `arrive` / `gather` alike, so the search loop (`orchestrator.search`)
+does not know which it has.
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ class ReplicaLoadError(Exception):
     """A replica could not load its predictor; the message is the root cause, in one line."""
 
 
-class PredictorReplica:
-    """One loaded predictor answering batches of plans of one workload."""
+class Replica:
+    """One loaded predictor answering batches of plans of one workload (the Ray actor `PredictorReplica` is one)."""
 
     def __init__(self, predictor: "str | Predictor", spec: WorkloadSpec, graph: LayerGraph,
                  sizes: Sequence[WorkloadSpec] = ()) -> None:
@@ -146,7 +147,7 @@ class LocalPool:
                  sizes: Sequence[WorkloadSpec] = ()) -> None:
         """The replica loaded now; ReplicaLoadError if its predictor could not be."""
         try:
-            self.replica = PredictorReplica(predictor, spec, graph, sizes)
+            self.replica = Replica(predictor, spec, graph, sizes)
         except Exception as err:  # noqa: BLE001 - any failure to load is said in one line, as a Ray replica's is
             raise ReplicaLoadError(f"{type(err).__name__}: {err}") from err
 

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import ray
 from ray.exceptions import RayActorError
 
-from orchestrator.replica import MAX_CHUNK, Answers, PredictorReplica, ReplicaLoadError, Sent, chunked
+from orchestrator.replica import MAX_CHUNK, Answers, Replica, ReplicaLoadError, Sent, chunked
 from predictor.layer_graph import LayerGraph
 from predictor.models.base import Predictor
 from predictor.plan import Plan
@@ -33,8 +33,9 @@ def _root_cause(err: Exception) -> str:
     return errors[-1] if errors else lines[-1] if lines else type(err).__name__
 
 
-class RayReplica(PredictorReplica):
-    """A replica as a Ray actor: its info says on which node and GPUs it runs."""
+class PredictorReplica(Replica):
+    """A replica as a Ray actor (`ray::PredictorReplica` in process lists): its info says on which node and GPUs it
+    runs."""
 
     def info(self) -> dict[str, Any]:
         ctx = ray.get_runtime_context()
@@ -53,13 +54,13 @@ class ReplicaPool:
               gpu_fraction: float = 0.25, cpu_fraction: float = 0.5, max_restarts: int = 3,
               chunk: int = 256, sizes: Sequence[WorkloadSpec] = ()) -> "ReplicaPool":
         """Start `count` replicas (default: one per CPU of the cluster, at most 8), on GPUs when there are any;
-        `sizes` as for `PredictorReplica`."""
+        `sizes` as for `Replica`."""
         resources = ray.cluster_resources()
         gpus = resources.get("GPU", 0.0)
         if count is None:
             count = max(1, min(8, int(resources.get("CPU", 1))))
         opts: dict[str, Any] = {"num_gpus": gpu_fraction, "num_cpus": 0} if gpus > 0 else {"num_cpus": cpu_fraction}
-        actor = ray.remote(RayReplica).options(max_restarts=max_restarts, max_task_retries=2, **opts)
+        actor = ray.remote(PredictorReplica).options(max_restarts=max_restarts, max_task_retries=2, **opts)
         # Arguments by value, not ray.put refs: a restarted actor needs them again (ray-project/ray#53727).
         return cls([actor.remote(predictor, spec, graph, list(sizes)) for _ in range(count)], chunk)
 

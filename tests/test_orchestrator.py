@@ -192,12 +192,12 @@ def test_a_failing_plan_costs_only_its_own_answer_and_answers_stay_in_order() ->
     """No Ray: a replica's answer is a table of the plans predicted plus an error for each other, in batch order,
     across cluster sizes; the search result keeps the first answer of each plan."""
     from orchestrator.planning import sized_spec
-    from orchestrator.replica import Answers, PredictorReplica
+    from orchestrator.replica import Answers, Replica
     from orchestrator.search import _collect
 
     big = sized_spec(SPEC, 4)
     plans = [p for pair in zip(PLANS[:40], enumerate_plans(big, load_space("megatron-3d")).plans[:40]) for p in pair]
-    answers = PredictorReplica(_FailsOnMbs2(), SPEC, GRAPH, sizes=[big]).predict(plans)
+    answers = Replica(_FailsOnMbs2(), SPEC, GRAPH, sizes=[big]).predict(plans)
     bad = [i for i, p in enumerate(plans) if p.mbs == 2]
     assert bad and sorted(answers.errors) == bad and all("mbs=2 is broken" in e for e in answers.errors.values())
     assert answers.rows.tolist() == [i for i in range(len(plans)) if i not in bad]
