@@ -23,14 +23,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from predictor.hardware import RECIPES
+
 if TYPE_CHECKING:  # pragma: no cover (annotations only: predictor.frameworks imports memory.facts, below workload)
     from predictor.parallel import Layout
     from predictor.workload import WorkloadSpec
 
-# Bytes per element of a low-precision copy of a tensor, its scales included, by format: FP8 with one scale per
-# tensor ('cs': current or delayed scaling), MXFP8 (an E8M0 scale per 32 elements: 'mx') and NVFP4 (4-bit, an E4M3
-# scale per 16: 'fp4').
-LOW_PRECISION_ELEMENT_BYTES: dict[str, float] = {"cs": 1.0, "mx": 1 + 1 / 32, "fp4": 0.5 + 1 / 16}
+# The Transformer Engine recipe (`predictor.hardware.RECIPES`) each low-precision copy format stores its elements
+# and scales as: FP8 with one scale per tensor ('cs': current or delayed scaling), MXFP8 (an E8M0 scale per 32
+# elements: 'mx') and NVFP4 (4-bit, an E4M3 scale per 16: 'fp4').
+_FORMAT_RECIPES: dict[str, str] = {"cs": "current", "mx": "mxfp8", "fp4": "nvfp4"}
+# Bytes per element of a low-precision copy of a tensor, its scales included, by format.
+LOW_PRECISION_ELEMENT_BYTES: dict[str, float] = {
+    fmt: RECIPES[recipe].data_bytes + RECIPES[recipe].scale_bytes for fmt, recipe in _FORMAT_RECIPES.items()}
 
 
 def low_precision_element_bytes(precision: str, fp8_format: str = "cs") -> float | None:
