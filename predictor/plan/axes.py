@@ -20,8 +20,11 @@ How a framework launches an axis is the framework's own (`predictor.frameworks.b
 runs, each with its flag or key); a framework refuses an axis it does not declare.
 
 Every list of time parts, hidden kinds, overlap kinds and correction terms is generated here from `AXES` (in
-`PRICING_ORDER`), and so are `Plan`'s degree fields, so adding an axis is one entry here, its cost function (and
-its rules, if it has any) registered onto it, and its flag in each framework that runs it.
+`PRICING_ORDER`), and so are `Plan`'s degree and option fields, the search spaces' fields and the pricing core's
+communication groups (`PLAN_GROUPS`) and memo keys; the pricing core and the search ask for the axes they price in
+their own way by role (`REPLICA_AXIS`, `PIPELINE_AXIS`, `SEQUENCE_SPLIT_AXIS`). So adding an axis is one entry
+here, its cost function (and its rules, if it has any) registered onto it, and its flag in each framework that runs
+it.
 """
 
 from __future__ import annotations
