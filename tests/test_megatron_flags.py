@@ -52,7 +52,9 @@ ARGUMENTS_PY = {
 # hybridep for --moe-token-dispatcher-type flex, as its DeepSeek-V3 GB200 guide runs them).
 # Megatron-Core 0.16.1's TransformerConfig fields moe_permute_fusion and moe_router_fusion, which Megatron-LM's parser
 # adds from the config (--moe-permute-fusion, --moe-router-fusion: the MoE kernel settings).
-LATER = {"--cuda-graph-scope", "--moe-flex-dispatcher-backend", "--moe-permute-fusion", "--moe-router-fusion"}
+# And its delay_wgrad_compute (--delay-wgrad-compute, beside --overlap-moe-expert-parallel-comm).
+LATER = {"--cuda-graph-scope", "--moe-flex-dispatcher-backend", "--moe-permute-fusion", "--moe-router-fusion",
+         "--delay-wgrad-compute"}
 DEFINED = set().union(*ARGUMENTS_PY.values(), LATER)
 
 

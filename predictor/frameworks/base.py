@@ -298,6 +298,8 @@ def as_run(plan: Plan, framework: Framework, spec: "WorkloadSpec | None" = None)
     if plan.group_size("dp") > 1:
         exchanged |= {"dp", "param"} if plan.zero >= 1 else {"dp"}
     exchanged |= {kind for kind in ("tp", "pp", "ep") if getattr(plan, kind) > 1}
+    if plan.ep > 1:  # the experts' weight gradients delayed beside the expert all-to-all
+        exchanged.add("wgrad")
     kinds = framework.overlap(plan) & exchanged
     if spec is not None and not kernels_of(spec, framework.kernels, "").transformer_engine:
         kinds -= framework.kernels.te_overlap

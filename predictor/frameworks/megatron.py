@@ -96,6 +96,10 @@ def _rules(plan: Plan, spec: "WorkloadSpec") -> list[str]:
     if "param" in wanted and plan.zero >= 1 and "dp" not in wanted:
         errors.append("overlaps the parameter all-gather (--overlap-param-gather) only beside the gradient "
                       "reduction (overlap=dp+param)")
+    if "wgrad" in wanted and not ("ep" in wanted and plan.ep > 1):
+        errors.append("delays the experts' weight gradients (--delay-wgrad-compute) only under the expert all-to-all's "
+                      "overlap with ep > 1 (transformer_config.py: \"overlap_moe_expert_parallel_comm must be enabled "
+                      "when enabling delay_wgrad_compute\"): overlap must include ep, or leave out wgrad")
     if "ep" in wanted and plan.ep > 1 and plan.pp > 1 and plan.schedule != "interleaved":
         errors.append("overlaps the expert all-to-all (--overlap-moe-expert-parallel-comm) only without a pipeline "
                       "or in the interleaved schedule")
@@ -280,7 +284,7 @@ _SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 # Megatron-LM's --fp8-recipe for each of Transformer Engine's FP8 recipes (megatron/training/arguments.py).
 _FP8_RECIPES = {"delayed": "delayed", "current": "tensorwise", "blockwise": "blockwise", "mxfp8": "mxfp8"}
 _OVERLAP_FLAGS = (("dp", "--overlap-grad-reduce"), ("param", "--overlap-param-gather"), ("tp", "--tp-comm-overlap"),
-                  ("ep", "--overlap-moe-expert-parallel-comm"))
+                  ("ep", "--overlap-moe-expert-parallel-comm"), ("wgrad", "--delay-wgrad-compute"))
 
 
 @dataclass(frozen=True)

@@ -410,7 +410,7 @@ KERNELS = KernelChoices(Kernels(attention="flash"), allowed={
     "moe_router_fusion": ((False,), "routes with PyTorch operators (softmax or sigmoid, topk): its config has no "
                                     "fused-router switch")})
 
-TORCHTITAN = Framework(NAME, "torchtitan", _rules, _default_overlap, frozenset(OVERLAP_KINDS) - {"ep"},
+TORCHTITAN = Framework(NAME, "torchtitan", _rules, _default_overlap, frozenset(OVERLAP_KINDS) - {"ep", "wgrad"},
                        attention_kernel="fused: PyTorch scaled_dot_product_attention (flash)",
                        precisions=("fp32", "bf16", "fp8"), memory=MEMORY, space=SPACE, axes=AXIS_FLAGS,
                        constants=recorded_constants(NAME), launch=Launch(TOML_FILE, _write, _read, _model_errors),

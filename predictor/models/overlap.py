@@ -17,11 +17,12 @@ and hides at most that window:
   reduce-scatters are pipelined in `RS_SPLITS` chunks whose last one follows the last GEMM chunk
   (NVIDIA/TransformerEngine transformer_engine/pytorch/module/base.py, `initialize_ub`: num_splits 4 for "pipeline");
 - the context-parallel ring passes K and V beside the attention of the chunk before;
-- the expert all-to-all runs beside another micro-batch's computation, phase by phase: a layer's combine and dispatch
-  beside the other micro-batch's attention, its dispatch and combine of the other pass beside that one's MLP
-  (NVIDIA/Megatron-LM megatron/core/models/common/model_chunk_schedule_plan.py, `TransformerLayerSchedulePlan.run`),
-  so half of it hides beside attention and half beside the rest; the first forward and the last backward run alone
-  (`EDGE_MICROBATCHES`);
+- the expert all-to-all runs beside another micro-batch's computation, phase by phase: a layer's combine backward
+  beside the other micro-batch's attention forward, its dispatches beside the MLPs' backward and forward, its combine
+  forward beside the attention backward (NVIDIA/Megatron-LM
+  megatron/core/models/common/model_chunk_schedule_plan.py, `TransformerLayerSchedulePlan.run`;
+  `combined_1f1b_exposed`, with delay_wgrad_compute's moved weight gradients); the first forward and the last
+  backward run alone (`EDGE_MICROBATCHES`);
 - the interleaved pipeline's send/recv runs beside another chunk's computation, the first receive and last send
   exposed.
 
@@ -53,7 +54,33 @@ EDGE_SHARE: dict[str, float] = {"tp_comm": 1 / (2 * RS_SPLITS)}
 # worth has none beside it: Megatron-Core's combined 1F1B (`--overlap-moe-expert-parallel-comm`) runs the first
 # micro-batch's forward and the last one's backward alone (NVIDIA/Megatron-LM
 # megatron/core/pipeline_parallel/combined_1f1b.py, `combined_1f1b_schedule_for_no_pipelining`).
-EDGE_MICROBATCHES: dict[str, float] = {"ep_comm": 1.0}
+EDGE_MICROBATCHES: dict[str, float] = {"ep_comm": 1.0, "etp_comm": 1.0}
+
+
+def combined_1f1b_exposed(comm: np.ndarray, fwd: np.ndarray, bwd: np.ndarray, experts_fwd: np.ndarray,
+                          experts_bwd: np.ndarray, layers: np.ndarray, delayed: np.ndarray) -> np.ndarray:
+    """Seconds of a stage's expert all-to-alls (`comm` per micro-batch) left exposed by Megatron-Core's combined 1F1B,
+    per micro-batch: one layer of a micro-batch's forward runs beside one of another's backward, in four phases
+    (NVIDIA/Megatron-LM megatron/core/models/common/model_chunk_schedule_plan.py, `TransformerLayerSchedulePlan.run`):
+
+        communication stream: combine backward | dispatch forward -> dispatch backward | combine forward
+        computation stream:   attention fwd    | MLP backward -> (MLP weight gradients) -> MLP fwd | attention bwd
+
+    each all-to-all a quarter of the layer's exchange (c). A dispatch backward waits for the MLP's backward; under
+    delay_wgrad_compute (`delayed`) that is its data gradients D alone, the weight gradients W running after them
+    beside it, so the middle takes max(max(c, D) + c, max(D + W, c) + F) instead of max(D + W, c) + max(F, c).
+    Per layer of the stage's `layers` MoE layers: F and D + W are the routed experts' forward and backward
+    (`experts_fwd`, `experts_bwd`, D = W: a GEMM's data and weight gradients are a forward each), the attention
+    phases the rest of the stage's forward and backward (`fwd`, `bwd`)."""
+    n = np.maximum(layers, 1.0)
+    c = comm / (4 * n)
+    f, half = experts_fwd / n, experts_bwd / (2 * n)
+    att_f, att_b = np.maximum(fwd - experts_fwd, 0.0) / n, np.maximum(bwd - experts_bwd, 0.0) / n
+    inline = np.maximum(2 * half, c) + np.maximum(f, c)
+    delay = np.maximum(np.maximum(c, half) + c, np.maximum(2 * half, c) + f)
+    middle = np.where(delayed, delay, inline)
+    step = np.maximum(att_f, c) + middle + np.maximum(att_b, c)
+    return np.where(layers > 0, n * (step - (att_f + att_b + 2 * half + f)), comm)
 
 
 def slowdown(device: Device) -> float:

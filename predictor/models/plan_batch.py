@@ -135,7 +135,7 @@ class PlanPieces:
         # (weights, gradients, optimizer) and what the micro-batches leave (activations, backward working set,
         # buffers, runtime, the CUDA graphs' static buffers), since a ZeRO stage does not change the second nor a
         # micro-batch or a recomputation the first (`accounting.state_bytes`, `activity_bytes`)
-        self.compute = _Stages(9)
+        self.compute = _Stages(12)
         self.comm = tuple(_Stages(1) for _ in STAGE_AXES)
         self.states = _Stages(3)
         self.activity = _Stages(5)
@@ -324,7 +324,7 @@ class PlanPieces:
         m, mbs, v, stages, gpus, zero3 = scalars[:6]
         always = scalars[6:].astype(bool)
         n = len(m)
-        stage = np.empty((11 + n_comm, n))
+        stage = np.empty((14 + n_comm, n))
         peak_gib, memory_parts = np.empty(n), np.empty((n, len(MEMORY_PARTS)))
         offsets = np.concatenate([[0], np.cumsum(stages, dtype=np.int64)]).astype(np.int64)
         stage_gib = np.empty(offsets[-1])
@@ -334,7 +334,8 @@ class PlanPieces:
             at = offsets[sel][:, None] + np.arange(depth)
             stage_gib[at], peak_gib[sel], memory_parts[sel] = self._peak_memory(index[:, sel], depth)
         f_s, b_s, comm_s = stage[0], stage[1], stage[2:2 + n_comm]
-        att_s, kern_s, others, *path = stage[2 + n_comm:]
+        att_s, kern_s, others, *path = stage[2 + n_comm:11 + n_comm]
+        experts = stage[11 + n_comm:]  # the routed experts' forward, backward and MoE layers of the slowest stage
         # Fill and drain: the other stages' micro-batch time before the slowest stage starts and after it ends,
         # (Σ t − max t)/v; (p-1)/v of the slowest stage's time when the stages are balanced (Narayanan et al. 2021).
         bubble = others / v
@@ -350,7 +351,7 @@ class PlanPieces:
         framework = np.stack([attention, host, tp_calls + dp_calls + sends * self.p2p_s], axis=1)
         optimizer = self.optimizer.array()[index[optimizer_row], 0]
         on = dict(zip(OVERLAP_KINDS, self.overlap.array()[index[overlap_row]].T.astype(bool)))
-        hide = self._hidden(on, always, comm_s, m, f_s, b_s, att_s, kern_s, grad_sync, grad_calls, param_gather,
+        hide = self._hidden(on, always, comm_s, m, f_s, b_s, att_s, kern_s, experts, grad_sync, grad_calls, param_gather,
                             gather_calls, zero3.astype(bool), pp_p2p, one_send)
         parts: dict[str, np.ndarray] = {}
         for k, axis in enumerate(STAGE_AXES):
@@ -375,7 +376,8 @@ class PlanPieces:
 
     @staticmethod
     def _hidden(on: dict[str, np.ndarray], always: np.ndarray, comm_s: np.ndarray, m: np.ndarray, f_s: np.ndarray,
-                b_s: np.ndarray, att_s: np.ndarray, kern_s: np.ndarray, grad_sync: np.ndarray, grad_calls: np.ndarray,
+                b_s: np.ndarray, att_s: np.ndarray, kern_s: np.ndarray, experts: np.ndarray, grad_sync: np.ndarray,
+                grad_calls: np.ndarray,
                 param_gather: np.ndarray, gather_calls: np.ndarray, zero3: np.ndarray, pp_p2p: np.ndarray,
                 one_send: np.ndarray) -> dict[str, np.ndarray]:
         """Seconds of each HIDDEN_KINDS communication hidden, over plans (`predictor.models.overlap`): each kind the
@@ -383,14 +385,21 @@ class PlanPieces:
         computation."""
         compute = m * (f_s + b_s)
         windows = {"compute": compute, "attention": m * att_s, "gemms": m * np.maximum(kern_s - att_s, 0.0)}
+        # the axes hidden phase by phase run their exchanges in the same dispatch and combine phases; what
+        # delay_wgrad_compute ("wgrad") hides more of them, by the combined 1F1B's phases
+        phased = [k for k, axis in enumerate(STAGE_AXES) if axis.window == "phases"]
+        together = sum((comm_s[k] for k in phased), np.zeros_like(f_s))
+        gained = m * np.where(on["wgrad"], overlap.combined_1f1b_exposed(together, f_s, b_s, *experts, False)
+                              - overlap.combined_1f1b_exposed(together, f_s, b_s, *experts, True), 0.0)
         hide: dict[str, np.ndarray] = {}
         for k, axis in enumerate(STAGE_AXES):
             (kind,) = axis.hidden
             total = m * comm_s[k]
             edge = total * overlap.EDGE_SHARE.get(kind, 0.0) + comm_s[k] * overlap.EDGE_MICROBATCHES.get(kind, 0.0)
             if axis.window == "phases":  # half beside the other micro-batch's attention, half beside the rest
+                share = np.where(together > 0, comm_s[k] / np.maximum(together, 1e-300), 0.0)
                 own = np.minimum(total / 2, windows["attention"]) + np.minimum(total / 2, windows["gemms"])
-                own = np.clip(np.minimum(own, total - edge), 0.0, None)
+                own = np.clip(np.minimum(own + gained * share, total - edge), 0.0, None)
             else:
                 own = np.clip(total - edge, 0.0, windows[axis.window])
             hide[kind] = np.where(always[k] if axis.overlapped_when else on[axis.overlap[0]], own, 0.0)
@@ -409,7 +418,8 @@ class PlanPieces:
         """Of plans with `depth` pipeline stages, the slowest stage's forward, backward, each stage axis's
         communication, attention and kernel seconds per micro-batch, the other stages' seconds per micro-batch, and
         for each of FRAMEWORK_PARTS the slowest stage's seconds per micro-batch and the other stages' sum (rows)."""
-        t_f, t_b, host_f, host_b, sync_f, sync_b, attention, attention_all, calls = self.compute.gather(index[0], depth)
+        (t_f, t_b, host_f, host_b, sync_f, sync_b, attention, attention_all, calls,
+         *experts) = self.compute.gather(index[0], depth)
         comm = [rows.gather(index[1 + k], depth)[0] for k, rows in enumerate(self.comm)]
         if self.device.measured:  # synchronous: the host's work adds to the kernels'
             fwd, bwd = t_f + host_f, t_b + host_b
@@ -430,7 +440,8 @@ class PlanPieces:
 
         return np.stack([at_s(fwd), at_s(bwd), *(at_s(c) for c in comm), at_s(attention), at_s(t_f + t_b),
                          row_sums(per_mb) - at_s(per_mb),
-                         *(r for x in (attention_all, host, calls) for r in (at_s(x), row_sums(x) - at_s(x)))])
+                         *(r for x in (attention_all, host, calls) for r in (at_s(x), row_sums(x) - at_s(x))),
+                         *(at_s(x) for x in experts)])
 
     def _peak_memory(self, index: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Of plans with `depth` pipeline stages: GiB per stage, the peak GiB and the peak rank's MEMORY_PARTS GiB."""

@@ -44,8 +44,9 @@ def compute_parts(resolved: Resolved, graph: LayerGraph, lay: Layout, config: An
     host's forward and backward operator time (a MoE layer's permutation and router kernels included,
     `predictor.models.moe_kernels`), the MoE dispatchers' host waits in forward and backward, the
     attention cores' forward + backward (what a cp ring hides behind), the same with their recomputed forward (the
-    attention kernel's whole share of the layers' time), and the tensor-parallel collectives' per-call seconds (part
-    of the tp communication): the last two name what a framework's attention kernel and its per-call cost add.
+    attention kernel's whole share of the layers' time), the tensor-parallel collectives' per-call seconds (part
+    of the tp communication): those two name what a framework's attention kernel and its per-call cost add; then the
+    routed experts' forward and backward and the MoE layers (what the combined 1F1B's phases run beside).
 
     A measured device is synchronous: host and kernels add. On a GPU the host runs ahead and a host-bound
     micro-batch stretches its compute to the host's pace; each MoE layer's dispatcher waits for the host once
@@ -80,7 +81,9 @@ def compute_parts(resolved: Resolved, graph: LayerGraph, lay: Layout, config: An
     sync_f = counts @ (nodes.experts * nodes.gemm_batch) * cfg.expert_host_s
     sync_b = sync_f * 2 + again @ (nodes.experts * nodes.gemm_batch) * cfg.expert_host_s
     calls = tp_calls(lay) * call_costs(cfg, device)[0] if plan.tp > 1 else np.zeros_like(t_f)
-    return np.stack([t_f, t_b, host_f, host_b, sync_f, sync_b, attention, attention_all, calls])
+    experts = nodes.experts.astype(float)
+    return np.stack([t_f, t_b, host_f, host_b, sync_f, sync_b, attention, attention_all, calls,
+                     counts @ (fwd * experts), counts @ (bwd * experts), counts @ experts])
 
 
 def adapter_times(nodes: ShardedNodes, mbs: int, rank: int, device: Device, cfg: AnalyticalConfig

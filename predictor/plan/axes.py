@@ -201,7 +201,9 @@ AXES: tuple[Axis, ...] = (
          explain="ep={degree} holds {experts_per_rank} of the {experts} experts of each MoE layer per rank; its "
                  "token all-to-all costs {share:.0f} % of the time exposed",
          group="ep", parts=(TimePart("ep_comm", "expert-parallel token all-to-all", "tp_comm"),),
-         hidden={"ep_comm": "expert all-to-all"}, overlap=("ep",), window="phases",
+         # "wgrad": Megatron-Core's delay_wgrad_compute, the experts' weight-gradient GEMMs moved beside the dispatch's
+         # backward all-to-all (`predictor.models.overlap.combined_1f1b_exposed`)
+         hidden={"ep_comm": "expert all-to-all"}, overlap=("ep", "wgrad"), window="phases",
          stage_cost=True, cost_fields=(*_WORK_FIELDS, "dispatcher"),
          multiplies_gpus=False, complement_group="edp", stage_fields=("dispatcher",), space_default=(1,),
          written_after="cp_comm",
