@@ -83,8 +83,8 @@ class Layout:
 
     plan: Plan
     nodes: ShardedNodes
-    stage_counts: np.ndarray  # (pp, n_nodes): occurrences of each node on each pipeline rank
-    blocks_per_stage: np.ndarray  # (pp,) repeated blocks held by each pipeline rank (all its chunks)
+    stage_counts: np.ndarray  # (stages, n_nodes): occurrences of each node on each pipeline rank
+    blocks_per_stage: np.ndarray  # (stages,) repeated blocks held by each pipeline rank (all its chunks)
     microbatches: int
     tokens: int  # sequence positions per sample
     rank_tokens: float  # the sequence positions of a sample one rank holds (tokens over the cp ranks)
@@ -97,6 +97,11 @@ class Layout:
     act_bytes: int
     param_bytes: int
     grad_bytes: int
+
+    @property
+    def stages(self) -> int:
+        """Pipeline stages (the ranks of one pipeline): how long every per-stage array is."""
+        return len(self.blocks_per_stage)
 
     @property
     def sync_group(self) -> Group:
@@ -208,19 +213,20 @@ def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None, cp: int, ep:
     )
 
 
-def stage_counts(graph: LayerGraph, pp: int, v: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """(pp, n_nodes) occurrences per pipeline rank and (pp,) blocks per rank (cached per graph, pp, v).
+def stage_counts(graph: LayerGraph, depth: int, v: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(depth, n_nodes) occurrences per pipeline rank and (depth,) blocks per rank of a pipeline of `depth` stages
+    (cached per graph, depth, v).
 
-    Repeated blocks are split evenly over the pp·v chunks in model order (encoder before decoder);
-    chunk c belongs to rank c mod pp (Megatron's interleaved assignment). `pre` nodes go to the
+    Repeated blocks are split evenly over the depth·v chunks in model order (encoder before decoder);
+    chunk c belongs to rank c mod depth (Megatron's interleaved assignment). `pre` nodes go to the
     first rank, `post` nodes to the last.
     """
-    return _cached(_STAGE_CACHE, graph, (pp, v), lambda: _stages(graph, pp, v))
+    return _cached(_STAGE_CACHE, graph, (depth, v), lambda: _stages(graph, depth, v))
 
 
-def _stages(graph: LayerGraph, pp: int, v: int) -> tuple[np.ndarray, np.ndarray]:
+def _stages(graph: LayerGraph, depth: int, v: int) -> tuple[np.ndarray, np.ndarray]:
     nodes = graph.nodes
-    chunks = pp * v
+    chunks = depth * v
     spans: dict[str, float] = {}
     for nd in nodes:
         if nd.group in REPEATED_GROUPS:
@@ -231,13 +237,13 @@ def _stages(graph: LayerGraph, pp: int, v: int) -> tuple[np.ndarray, np.ndarray]
         offsets[g] = off
         off += span
     edges = np.linspace(0.0, total, chunks + 1)
-    rank_of_chunk = np.arange(chunks) % pp
-    counts = np.zeros((pp, len(nodes)))
-    blocks = np.zeros(pp)
+    rank_of_chunk = np.arange(chunks) % depth
+    counts = np.zeros((depth, len(nodes)))
+    blocks = np.zeros(depth)
     for g, span in spans.items():
         lo, hi = offsets[g], offsets[g] + span
         overlap = np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0, None)
-        per_rank = np.bincount(rank_of_chunk, weights=overlap, minlength=pp)
+        per_rank = np.bincount(rank_of_chunk, weights=overlap, minlength=depth)
         blocks += per_rank
         for i, nd in enumerate(nodes):
             if nd.group == g:
@@ -246,7 +252,7 @@ def _stages(graph: LayerGraph, pp: int, v: int) -> tuple[np.ndarray, np.ndarray]
         if nd.group == "pre":
             counts[0, i] = nd.count
         elif nd.group == "post":
-            counts[pp - 1, i] = nd.count
+            counts[depth - 1, i] = nd.count
     return counts, blocks
 
 
@@ -335,7 +341,7 @@ def apply_plan(spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device
     """Everything a predictor needs about `plan` on `graph` (assumes plan_errors(plan, spec) is empty)."""
     m = spec.model
     nodes = shard_nodes(graph, plan.tp, plan.sp, m.heads, plan.cp, plan.ep, plan.etp)
-    counts, blocks = stage_counts(graph, plan.pp, plan.v)
+    counts, blocks = stage_counts(graph, getattr(plan, PIPELINE_AXIS), plan.v)
     prec = spec.training.precision
     hidden = m.hidden or 0
     p2p = graph.tokens * hidden * plan.mbs / (plan.tp if plan.sp else 1) / plan.cp

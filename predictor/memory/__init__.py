@@ -76,7 +76,7 @@ def in_flight(layout: Layout) -> np.ndarray:
     that is p·(1 + (p-1)/(p·v)), Korthikanti's factor.
     """
     plan, m = layout.plan, layout.microbatches
-    p, v = plan.pp, plan.v
+    p, v = layout.stages, plan.v
     r = np.arange(p)
     if plan.schedule == "gpipe":
         return np.full(p, float(m))
@@ -161,19 +161,19 @@ def buffer_bytes(layout: Layout, psi: np.ndarray, imbalance: float = 1.0) -> np.
 
 
 def _buffers(layout: Layout, psi: np.ndarray) -> np.ndarray:
-    """Communication buffers: dp gradient buckets, tp collective output, pp send/recv tensors."""
+    """Communication buffers: the gradient buckets, tp collective output, pipeline send/recv tensors."""
     plan = layout.plan
     eb = layout.grad_bytes
     if layout.sync_group.size == 1:
-        dp_buf = np.zeros_like(psi)
+        bucket = np.zeros_like(psi)
     elif plan.zero == 0:
-        dp_buf = np.minimum(psi * eb, DDP_BUCKET_BYTES)
+        bucket = np.minimum(psi * eb, DDP_BUCKET_BYTES)
     else:
-        dp_buf = np.minimum(psi * eb, ZERO_BUCKET_ELEMS * eb)
+        bucket = np.minimum(psi * eb, ZERO_BUCKET_ELEMS * eb)
         if plan.zero >= 3:  # gathered weights of the layer in use and the prefetched next one
             largest = float(layout.nodes.params.max()) if layout.nodes.params.size else 0.0
-            dp_buf = dp_buf + 2 * largest * layout.param_bytes
+            bucket = bucket + 2 * largest * layout.param_bytes
     full_act = layout.p2p_elems * (plan.tp if plan.sp else 1) * layout.act_bytes
     tp_buf = 2 * full_act if plan.tp > 1 else 0.0
-    pp_buf = 2 * layout.p2p_elems * layout.act_bytes if plan.pp > 1 else 0.0
-    return dp_buf + tp_buf + pp_buf
+    p2p_buf = 2 * layout.p2p_elems * layout.act_bytes if layout.stages > 1 else 0.0
+    return bucket + tp_buf + p2p_buf

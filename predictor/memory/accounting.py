@@ -44,7 +44,7 @@ GIB_COLUMNS: tuple[str, ...] = (*ALLOCATED_PARTS[:ALLOCATED_PARTS.index("activat
 
 @dataclass
 class RankMemory:
-    """Bytes per pipeline stage (arrays of length pp) of each allocated part (`ALLOCATED_PARTS`; `activations` the
+    """Bytes per pipeline stage (arrays of `Layout.stages`) of each allocated part (`ALLOCATED_PARTS`; `activations` the
     saved tensors only), of the backward working set (`working`), and the run's fit on its device."""
 
     parts: dict[str, np.ndarray]
@@ -173,12 +173,12 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
     d = Dims.of(spec.model, plan.tp, plan.sp, spec.training.precision, levers.fp8_format,
                 scores_keys=layout.tokens if levers.unfused_attention else 0, ep=plan.ep, imbalance=imbalance)
     dense, moe = _layers_per_stage(graph, layout, spec.model.is_moe)
-    acts, working, to_host = np.zeros(plan.pp), np.zeros(plan.pp), np.zeros(plan.pp)
+    acts, working, to_host = np.zeros(layout.stages), np.zeros(layout.stages), np.zeros(layout.stages)
     chunks = plan.v  # Megatron counts recompute_layers per model chunk
     # Each stage's budget of fully recomputed and of offloaded layers, spent on its dense layers first.
-    full_left = np.full(plan.pp, float(int(levers.recompute_layers if levers.recompute_layers is not None else 10**9)
+    full_left = np.full(layout.stages, float(int(levers.recompute_layers if levers.recompute_layers is not None else 10**9)
                                        * chunks))
-    offload_left = np.full(plan.pp, float(levers.offload_layers))
+    offload_left = np.full(layout.stages, float(levers.offload_layers))
     per_module: list[tuple[np.ndarray, list[tuple[str, np.ndarray]]]] = []  # each kind's stages, its tensors' bytes
     for is_moe, n_layers in ((False, dense), (True, moe)):
         n = np.asarray(n_layers, dtype=float)
@@ -187,7 +187,7 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
             continue
         # A layer's tensors, what the levers leave of them, and their bytes are the same on every stage: found once.
         k = _LayerKind.of(d, facts, is_moe, levers)
-        recomputed = np.where(live, np.minimum(n, full_left), 0.0) if levers.full else np.zeros(plan.pp)
+        recomputed = np.where(live, np.minimum(n, full_left), 0.0) if levers.full else np.zeros(layout.stages)
         full_left = full_left - recomputed
         offloaded = np.where(live, np.minimum(n - recomputed, offload_left), 0.0)
         offload_left = offload_left - offloaded
@@ -204,7 +204,7 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
     loss = loss_tensors(d, facts, levers.te_cross_entropy, levers.compiled) * max(1, spec.model.mtp_layers + 1)
     acts[-1] += _bytes(loss) * tokens * flight[-1]
     working[-1] = max(working[-1], loss_working(d, facts, levers.te_cross_entropy, levers.compiled) * tokens)
-    return acts, working, _by_module(per_module, plan.pp), to_host
+    return acts, working, _by_module(per_module, layout.stages), to_host
 
 
 def _by_module(kinds: list[tuple[np.ndarray, list[tuple[str, np.ndarray]]]], stages: int) -> list[dict[str, float]]:
@@ -259,7 +259,7 @@ def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Leve
         if t.precision == "fp8" and levers.fp8_format == "cs":
             param_bytes = param_bytes - (param_bytes - 1.0) * gemm_params / np.maximum(psi, 1.0)
         unsharded_p = psi * param_bytes if plan.zero == 2 else 2 * largest * param_bytes
-        unsharded_g = psi * grad_bytes if plan.pp > 1 else largest * grad_bytes
+        unsharded_g = psi * grad_bytes if layout.stages > 1 else largest * grad_bytes
         moments = (2.0 if levers.bf16_moments else facts.moment_bytes) * 2
         return (sharded * 4.0 + unsharded_p, sharded * grad_bytes + unsharded_g,
                 sharded * moments * (1 - levers.optimizer_offload))
@@ -299,16 +299,16 @@ def _buffers(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, imbalance: 
     plan = layout.plan
     tokens = layout.rank_tokens * plan.mbs
     h, act = spec.model.hidden or 0, activation_element_bytes(spec.training.precision)
-    pp = 2 * tokens * h / (plan.tp if plan.sp else 1) * act if plan.pp > 1 else 0.0
+    p2p = 2 * tokens * h / (plan.tp if plan.sp else 1) * act if layout.stages > 1 else 0.0
     dispatch = buffer_bytes(plan.dispatcher, tokens, spec.model, plan.tp, act, layout.groups["ep"], imbalance)
     bucket = facts.grad_bucket_bytes if layout.sync_group.size > 1 else 0.0
-    return np.full(plan.pp, pp + dispatch + bucket + facts.workspace_bytes)
+    return np.full(layout.stages, p2p + dispatch + bucket + facts.workspace_bytes)
 
 
 def runtime_bytes(layout: Layout, facts: MemoryFacts) -> float:
     """Memory outside the caching allocator: the CUDA context and the buffers of each NCCL communicator a rank
     joins (its groups of more than one rank, and the pipeline's)."""
-    groups = sum(g.size > 1 for g in layout.groups.values()) + (layout.plan.pp > 1)
+    groups = sum(g.size > 1 for g in layout.groups.values()) + (layout.stages > 1)
     return facts.cuda_context_bytes + groups * facts.nccl_bytes_per_group
 
 
@@ -344,7 +344,7 @@ def activity_bytes(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts:
     micro-batch, schedule and recomputation set, whatever the ZeRO stage and the optimizer's levers."""
     acts, working, _, _ = _activations(spec, graph, layout, facts, levers, by_module=False, imbalance=imbalance)
     return np.stack([acts, working, _buffers(spec, layout, facts, imbalance),
-                     np.full(layout.plan.pp, runtime_bytes(layout, facts))])
+                     np.full(layout.stages, runtime_bytes(layout, facts))])
 
 
 def stage_memory_parts(states: np.ndarray, activity: np.ndarray, fragmentation: float) -> np.ndarray:
