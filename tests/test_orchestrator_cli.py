@@ -50,6 +50,22 @@ def test_a_small_search_is_priced_without_ray_and_answers_as_the_replicas_do(sca
     assert here["search"]["evaluated_plans"] == ray["search"]["evaluated_plans"] > 100
 
 
+def test_a_search_without_ray_stops_at_its_budget_and_resumes(scaledl, tmp_path) -> None:
+    """Priced in the driver, a search is as anytime as on the replicas: a spent budget keeps the batches stored, and
+    --resume prices the rest, ranking as one uninterrupted run does."""
+    spec, out, whole = write_spec(tmp_path), tmp_path / "out", tmp_path / "whole"
+    args = [spec, "--predictor", "analytical", "--space", "full"]
+    cut = scaledl.run("plan", *args, "--out", str(out), "--budget-s", "0.0001")
+    first = json.loads((out / "report.json").read_text())["search"]
+    assert "ray_init_s" not in first["timings"] and first["evaluated_plans"] < first["valid_plans"]
+    assert cut.returncode == (0 if first["feasible_plans"] else 1), cut.stderr[-3000:]  # 1: no plan known to fit yet
+    for run in (scaledl.run("plan", *args, "--out", str(out), "--resume"), scaledl.run("plan", *args, "--out", str(whole))):
+        assert run.returncode == 0, run.stderr[-3000:]
+    resumed, uncut = (json.loads((d / "report.json").read_text()) for d in (out, whole))
+    assert resumed["search"]["resumed"] and resumed["search"]["complete"]
+    assert resumed["ranked"] == uncut["ranked"] and resumed["search"]["evaluated_plans"] == first["valid_plans"]
+
+
 def test_unknown_space_is_a_clean_error(scaledl, tmp_path) -> None:
     run = scaledl.run("plan", write_spec(tmp_path), "--out", str(tmp_path / "o"), "--space", "nope")
     assert run.returncode == 2 and "known spaces" in run.stderr and "Traceback" not in run.stderr
