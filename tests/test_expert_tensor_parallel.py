@@ -108,3 +108,13 @@ def test_torchtitan_runs_etp_1_or_tp_and_deepspeed_none(tmp_path):
     assert read_back(first, spec).etp == 2
     deepspeed = _spec(framework="deepspeed")
     assert any("etp" in e for e in FRAMEWORKS["deepspeed"].errors(Plan.parse("dp=16,etp=2,zero=1"), deepspeed))
+
+
+def test_fc1_keeps_the_gathered_tokens():
+    from predictor.memory.saved import Dims, moe_mlp_tensors
+
+    spec = _spec()
+    saved = [{s.name: s.per_token for s in moe_mlp_tensors(Dims.of(spec.model, 1, False, "bf16", etp=etp))}
+             for etp in (1, 2)]
+    assert saved[1]["expert fc1 input (permuted tokens)"] == 2 * saved[0]["expert fc1 input (permuted tokens)"]
+    assert saved[1]["expert activation input"] == saved[0]["expert activation input"]

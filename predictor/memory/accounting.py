@@ -171,7 +171,8 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
         acts = keep * plan.mbs * flight
         return acts, np.full_like(acts, one_block * plan.mbs), [{} for _ in acts], np.zeros_like(acts)
     d = Dims.of(spec.model, plan.tp, plan.sp, spec.training.precision, levers.fp8_format,
-                scores_keys=layout.tokens if levers.unfused_attention else 0, ep=plan.ep, imbalance=imbalance)
+                scores_keys=layout.tokens if levers.unfused_attention else 0, ep=plan.ep, imbalance=imbalance,
+                etp=plan.etp)
     dense, moe = _layers_per_stage(graph, layout, spec.model.is_moe)
     acts, working, to_host = np.zeros(layout.stages), np.zeros(layout.stages), np.zeros(layout.stages)
     chunks = plan.v  # Megatron counts recompute_layers per model chunk

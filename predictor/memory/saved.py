@@ -59,10 +59,11 @@ class Dims:
     ep: int = 1  # expert-parallel degree: above 1 a MoE layer's tokens cross all-to-alls
     act: float = 2.0  # bytes per activation element (`activation_element_bytes`)
     imbalance: float = 1.0  # the busiest expert rank's token-expert pairs over the balanced share (`moe_imbalance`)
+    etp: int = 1  # expert tensor-parallel degree: the experts' FC1 keeps the etp ranks' gathered tokens
 
     @classmethod
     def of(cls, model: ModelSpec, tp: int, sp: bool, precision: str, fp8_format: str = "cs",
-           scores_keys: int = 0, ep: int = 1, imbalance: float = 1.0) -> "Dims":
+           scores_keys: int = 0, ep: int = 1, imbalance: float = 1.0, etp: int = 1) -> "Dims":
         heads = model.heads or 1
         head_dim = model.head_dim or model.hidden // heads
         mla = None
@@ -76,7 +77,7 @@ class Dims:
         return cls(model.hidden, model.ffn_hidden or 4 * model.hidden, heads, model.kv_heads or heads, head_dim,
                    model.vocab or 0, model.experts or 0, model.top_k or 0, expert_ffn,
                    model.shared_experts * expert_ffn, mla, tp, tp if sp else 1, lin, precision in ("fp8", "fp4"),
-                   scores_keys, ep, act, imbalance)
+                   scores_keys, ep, act, imbalance, etp)
 
 
 def activation_element_bytes(precision: str) -> float:
@@ -142,7 +143,8 @@ def moe_mlp_tensors(d: Dims) -> list[Saved]:
     out = [Saved("mlp_norm input", d.hidden / r * d.act, offload="mlp_norm"),
            Saved("router input (norm output)", d.hidden / r * d.act, "layernorm+moe", "mlp_norm"),
            Saved("router scores (fp32)", d.experts / t * 4.0, "moe"),
-           Saved("expert fc1 input (permuted tokens)", k * d.hidden / t * lin, "moe", "expert_fc1"),
+           # under expert tensor parallelism FC1 reads the etp ranks' tokens all-gathered (token_dispatcher.py)
+           Saved("expert fc1 input (permuted tokens)", k * d.hidden / t * lin * d.etp, "moe", "expert_fc1"),
            Saved("expert activation input", k * 2 * d.expert_ffn / t * d.act, "moe", "moe_act"),
            Saved("expert fc2 input", k * d.expert_ffn / t * (lin if d.fp8 else d.act), "moe_act+moe", "moe_act"),
            Saved("unpermute input (expert output)", k * d.hidden / t * d.act, "moe")]
