@@ -28,7 +28,7 @@ from predictor.memory.levers import Levers, levers_of
 from predictor.models import overlap
 from predictor.models.cuda_graphs import static_bytes
 from predictor.models.roofline import AnalyticalConfig, call_costs, routed
-from predictor.models.stage_costs import compute_parts, dp_time, offload_waits, optimizer_time, p2p_time
+from predictor.models.stage_costs import compute_parts, grad_sync_time, offload_waits, optimizer_time, p2p_time
 from predictor.parallel import Layout, apply_plan, plan_groups
 from predictor.plan import AXIS_NAMES, HIDDEN_KINDS, OVERLAP_KINDS, STAGE_AXES, Axis, Plan, nvlink_domain
 from predictor.plan.axes import PIPELINE_AXIS, REPLICA_AXIS, SHARDING_FIELDS, STAGE_FIELDS, SYNC_GROUPS
@@ -143,7 +143,7 @@ class PlanPieces:
         self.fragmentation = 0.0 if self.device.measured else self.framework.memory.fragmentation
         # per plan: gradient sync, parameter gather, their per-call seconds and their calls, one p2p send, the optimizer step,
         # overlapped kinds
-        self.dp = _Scalars(5)
+        self.sync = _Scalars(5)
         self.p2p = _Scalars(1)
         self.optimizer = _Scalars(1)
         self.overlap = _Scalars(len(OVERLAP_KINDS))
@@ -187,11 +187,11 @@ class PlanPieces:
             hit = self.psi[sharding] = trainable_params(lay, rank) if rank else stage_params(lay)
         return hit
 
-    def _dp_row(self, sharding: tuple, lay: Layout, m: int) -> tuple[float, ...]:
+    def _sync_row(self, sharding: tuple, lay: Layout, m: int) -> tuple[float, ...]:
         psi, psi_exp = self._psi(sharding, lay)
         whole = self.resolved.spec.training.optimizer == "muon"  # dist_muon all-reduces whole gradients
-        return tuple(np.add(dp_time(lay, psi - psi_exp, m, self.collective_s, lay.sync_group, whole),
-                            dp_time(lay, psi_exp, m, self.collective_s, lay.expert_sync_group, whole)))
+        return tuple(np.add(grad_sync_time(lay, psi - psi_exp, m, self.collective_s, lay.sync_group, whole),
+                            grad_sync_time(lay, psi_exp, m, self.collective_s, lay.expert_sync_group, whole)))
 
     def _optimizer_row(self, sharding: tuple, lay: Layout) -> tuple[float]:
         return (optimizer_time(self.resolved, lay, *self._psi(sharding, lay), self.cfg),)
@@ -250,7 +250,7 @@ class PlanPieces:
               for rows, axis in zip(self.comm, STAGE_AXES)),
             (self.states, lambda g, lay, sh, m: self._states_row(lay)),
             (self.activity, lambda g, lay, sh, m: self._activity_row(g, lay, sh)),
-            (self.dp, lambda g, lay, sh, m: self._dp_row(sh, lay, m)),
+            (self.sync, lambda g, lay, sh, m: self._sync_row(sh, lay, m)),
             (self.p2p, lambda g, lay, sh, m: self._p2p_row(lay)),
             (self.optimizer, lambda g, lay, sh, m: self._optimizer_row(sh, lay)),
             (self.overlap, lambda g, lay, sh, m: self._overlap_row(lay.plan)),
@@ -340,19 +340,19 @@ class PlanPieces:
         # (Σ t − max t)/v; (p-1)/v of the slowest stage's time when the stages are balanced (Narayanan et al. 2021).
         bubble = others / v
         compute = m * (f_s + b_s)
-        dp_row, p2p_row, optimizer_row, overlap_row = range(n_comm + 3, n_comm + 7)
-        grad_sync, param_gather, dp_calls, grad_calls, gather_calls = self.dp.array()[index[dp_row]].T
+        sync_row, p2p_row, optimizer_row, overlap_row = range(n_comm + 3, n_comm + 7)
+        grad_sync, param_gather, sync_calls, grad_calls, gather_calls = self.sync.array()[index[sync_row]].T
         one_send = self.p2p.array()[index[p2p_row], 0]
         sends = np.where(stages > 1, 2 * (m * v + stages - 1), 0.0)
-        pp_p2p = sends * one_send
+        p2p = sends * one_send
         # What the framework's own kernels and costs add to the iteration before overlap: the slowest stage's
         # micro-batches plus the other stages' fill and drain (as compute and pp_bubble count them)
         attention, host, tp_calls = (m * at + other / v for at, other in zip(path[::2], path[1::2]))
-        framework = np.stack([attention, host, tp_calls + dp_calls + sends * self.p2p_s], axis=1)
+        framework = np.stack([attention, host, tp_calls + sync_calls + sends * self.p2p_s], axis=1)
         optimizer = self.optimizer.array()[index[optimizer_row], 0]
         on = dict(zip(OVERLAP_KINDS, self.overlap.array()[index[overlap_row]].T.astype(bool)))
         hide = self._hidden(on, always, comm_s, m, f_s, b_s, att_s, kern_s, experts, grad_sync, grad_calls, param_gather,
-                            gather_calls, zero3.astype(bool), pp_p2p, one_send)
+                            gather_calls, zero3.astype(bool), p2p, one_send)
         parts: dict[str, np.ndarray] = {}
         for k, axis in enumerate(STAGE_AXES):
             (kind,), (part,) = axis.hidden, axis.parts
@@ -360,7 +360,7 @@ class PlanPieces:
         slowed = sum((hide[kind] for kind in HIDDEN_KINDS), np.zeros_like(compute))
         parts.update(compute=compute + overlap.slowdown(self.device) * slowed,
                      dp_comm=grad_sync + param_gather - hide["dp_grad"] - hide["dp_param"], pp_bubble=bubble,
-                     pp_p2p=pp_p2p - hide["pp_p2p"], optimizer=optimizer)
+                     pp_p2p=p2p - hide["pp_p2p"], optimizer=optimizer)
         breakdown = np.stack([parts[k] for k in TIME_PARTS], axis=1)
         iter_time = row_sums(breakdown)
         model_flops = (graph.fwd_flops + graph.bwd_flops) * spec.training.global_batch
@@ -378,7 +378,7 @@ class PlanPieces:
     def _hidden(on: dict[str, np.ndarray], always: np.ndarray, comm_s: np.ndarray, m: np.ndarray, f_s: np.ndarray,
                 b_s: np.ndarray, att_s: np.ndarray, kern_s: np.ndarray, experts: np.ndarray, grad_sync: np.ndarray,
                 grad_calls: np.ndarray,
-                param_gather: np.ndarray, gather_calls: np.ndarray, zero3: np.ndarray, pp_p2p: np.ndarray,
+                param_gather: np.ndarray, gather_calls: np.ndarray, zero3: np.ndarray, p2p: np.ndarray,
                 one_send: np.ndarray) -> dict[str, np.ndarray]:
         """Seconds of each HIDDEN_KINDS communication hidden, over plans (`predictor.models.overlap`): each kind the
         plan overlaps beside the window its framework's schedule gives it, all of them beside the stage's
@@ -411,7 +411,7 @@ class PlanPieces:
         # the gradient buckets beside the last backward, after what that backward's gathers hide on the communicator
         grad_window = b_s - np.where(on["param"], gather_b, 0.0)
         hide["dp_grad"] = np.where(on["dp"], overlap.pipelined(grad_sync, grad_calls, grad_window), 0.0)
-        hide["pp_p2p"] = np.where(on["pp"], np.clip(pp_p2p - 2 * one_send, 0.0, compute), 0.0)
+        hide["pp_p2p"] = np.where(on["pp"], np.clip(p2p - 2 * one_send, 0.0, compute), 0.0)
         return overlap.share_window(hide, compute)
 
     def _slowest_stage(self, index: np.ndarray, depth: int) -> np.ndarray:

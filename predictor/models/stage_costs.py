@@ -293,7 +293,7 @@ def tp_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.
     return collectives + framework
 
 
-def dp_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float, g: comm.Group,
+def grad_sync_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float, g: comm.Group,
             whole_grads: bool = False) -> tuple[float, float, float, float, float]:
     """(gradient sync, parameter all-gather, the per-call seconds among them, the gradient calls, the all-gather calls)
     of the stage whose sync is slowest,
