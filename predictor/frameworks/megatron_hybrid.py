@@ -97,7 +97,7 @@ def model_args(spec: "WorkloadSpec") -> list[str]:
                  str(c.moe_shared_expert_intermediate_size * c.n_shared_experts), "--moe-router-score-function",
                  "sigmoid", "--moe-router-enable-expert-bias", "--moe-router-topk-scaling-factor",
                  str(c.routed_scaling_factor), "--moe-grouped-gemm", "--moe-token-dispatcher-type", "alltoall",
-                 "--moe-router-dtype", "fp32", "--expert-tensor-parallel-size", "1"]
+                 "--moe-router-dtype", "fp32"]  # the plan's expert tensor parallelism: the degree flags
     return args
 
 
