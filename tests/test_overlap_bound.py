@@ -24,8 +24,8 @@ EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.
 SAMPLE = 3000
 CHUNK = 8192  # plans per prediction call, as a search's replica receives them
 # Each hidden kind and the part of the breakdown its exposed rest lands in.
-EXPOSED_IN = {"tp_comm": "tp_comm", "cp_comm": "cp_comm", "ep_comm": "ep_comm", "dp_grad": "dp_comm",
-              "dp_param": "dp_comm", "pp_p2p": "pp_p2p"}
+EXPOSED_IN = {"tp_comm": "tp_comm", "cp_comm": "cp_comm", "ep_comm": "ep_comm", "etp_comm": "etp_comm",
+              "dp_grad": "dp_comm", "dp_param": "dp_comm", "pp_p2p": "pp_p2p"}
 # The most model FLOPs utilisation a plan may be predicted at, per device generation: Megatron-LM's best published
 # A100 runs reached 52-56 % (Korthikanti et al. 2022, selective recomputation, 530B and 1T); issue 43 sets 60 %.
 MFU_CEILING = {"ampere": 0.60}
