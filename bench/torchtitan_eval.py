@@ -8,27 +8,33 @@ checkpointing (a blank one is the
 shipped toml's default, `selective` per op), and its precision as the recipe of the same scaling (float8
 tensorwise: per-tensor current scaling; rowwise: torchao's row-wise recipe; MXFP8; NVFP4). Iteration time = global_batch * seq_len / (gpus * tps_per_gpu).
 
-Nothing is fitted on it: time and memory are first principles and the devices' measured facts (in-file = cross-
-validated). The file's README allows torchtitan constants chosen leave-one-source-out, and none acts as a mechanism
-would: its GEMMs are priced by the devices' measured GEMM grids wherever no torchtitan constant is recorded on the
-generation (`roofline.layer_times`), so `gemm_eff_max` moves nothing (recording a fit would switch the grids and the
-attention device facts off for torchtitan); the host cost is the device profiles' measured one; the memory-bound
-kernels' bandwidth share (`bw_eff`) chose the floor of its range (0.30) on every four sources, a stand-in for what
-is missing, not a bandwidth. Rows no preset describes (T4, a two-layer Llama 4 Scout) are counted as skipped.
+Mechanisms first (FSDP2's units, edges, FP32 gradient reduce, float8 all-gather and copies: `predictor.models.fsdp2`;
+async TP's fused and unfused collectives; per-op checkpointing; float8 casts). What they leave is one torchtitan
+constant, as the file's README allows: `compute_share` (`FIELD`), the share of the device facts' compute rates (the
+measured GEMM grids, the fused-attention figures) its kernels reach, one value over both of the file's generations,
+chosen from `GRID` leave-one-source-out (each source priced with the value chosen on the other three) and in-file (on
+every row). It scales the facts and keeps them: every source runs slower than the full-power tables (T1's H100s are
+500 W parts, T3's B200s power-limited). Memory is first principles (in-file = cross-validated). Rows no preset
+describes (T4, a two-layer Llama 4 Scout) are counted as skipped.
 
-    .venv/bin/python -m bench.torchtitan_eval [--shared PATH]
+    .venv/bin/python -m bench.torchtitan_eval [--shared PATH] [--record]
 """
 
 from __future__ import annotations
 
+import datetime
 import sys
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
 
 from bench import common
+from predictor.frameworks import FRAMEWORKS
+from predictor.frameworks.base import CONSTANTS_FILE
 from predictor.graph_cache import graph_for
 from predictor.memory.facts import GIB
 from predictor.models.analytical import AnalyticalPredictor
@@ -44,6 +50,12 @@ DEVICES = {"h100-96gb-500w": "h100", "h200": "h200", "b200-power-limited": "b200
 PRESETS = ("llama3.1-8b", "llama3.1-70b", "llama3-8b", "qwen3-8b")
 GPUS_PER_NODE = {"T5": 4}  # T5 ran on 4 GPUs; the others on 8-GPU hosts
 GIGA = 1e9
+# The torchtitan constant chosen leave-one-source-out, its candidates (1.0: the device facts' rates, first
+# principles; 0.4: under what Megatron-Core's B200 BF16 rate chosen on SimuMax's runs, 0.45 of peak, is of the B200
+# grid's), and the generations it is recorded for (the file's).
+FIELD = "compute_share"
+GRID: tuple[float, ...] = (0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
+FITTED_GENERATIONS: tuple[str, ...] = ("blackwell", "hopper")
 
 
 def precision(value: str) -> tuple[str, str | None]:
@@ -121,24 +133,68 @@ def load(path: Path) -> Rows:
     return Rows(frame, rows, measured, memory, frame["source"].to_numpy(), len(df) - len(built))
 
 
-def predict(rows: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
-    """(iteration seconds, peak GiB) of each row, as a torchtitan prediction prices it."""
-    out = [AnalyticalPredictor().predict(spec, graph, [plan])[0] for spec, graph, plan in rows]
+@contextmanager
+def constant(value: float | None) -> Iterator[None]:
+    """torchtitan priced with `value` as its FIELD on FITTED_GENERATIONS, whatever CONSTANTS_FILE records (None:
+    first principles): the registry's framework replaced while the block runs."""
+    recorded = FRAMEWORKS[FRAMEWORK]
+    FRAMEWORKS[FRAMEWORK] = replace(recorded, constants={} if value is None else {
+        generation: {FIELD: value} for generation in FITTED_GENERATIONS})
+    try:
+        yield
+    finally:
+        FRAMEWORKS[FRAMEWORK] = recorded
+
+
+def predict(rows: list[tuple], value: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(iteration seconds, peak GiB) of each row, as a torchtitan prediction prices it with FIELD at `value` (None:
+    first principles)."""
+    with constant(value):
+        out = [AnalyticalPredictor().predict(spec, graph, [plan])[0] for spec, graph, plan in rows]
     return np.array([p.iter_time_s for p in out]), np.array([p.peak_memory_gib for p in out])
 
 
 @dataclass(frozen=True)
 class Evaluation:
-    """The rows and their predicted iteration seconds and peak GiB (nothing fitted)."""
+    """The rows and their predicted iteration seconds: first principles, leave-one-source-out (each source with the
+    value chosen on the others, `chosen`), in-file (the value chosen on every row); and peak GiB (nothing fitted)."""
 
     rows: Rows
-    time: np.ndarray
+    first_principles: np.ndarray
+    cv: np.ndarray
+    in_file: np.ndarray
     memory: np.ndarray
+    chosen: dict[str, float]
+    in_file_value: float
+
+
+def best(times: np.ndarray, measured: np.ndarray, on: np.ndarray) -> int:
+    """The GRID index whose predictions (`times`: values x rows) have the lowest MAPE on the rows `on`."""
+    return int(np.argmin(np.mean(np.abs(times[:, on] - measured[on]) / measured[on], axis=1)))
 
 
 def evaluate(path: Path) -> Evaluation:
     rows = load(path)
-    return Evaluation(rows, *predict(rows.rows))
+    first, memory = predict(rows.rows)
+    times = np.array([predict(rows.rows, value)[0] for value in GRID])
+    cv, chosen = np.empty(len(rows.rows)), {}
+    for source in sorted(set(rows.sources)):
+        held = rows.sources == source
+        k = best(times, rows.measured, ~held)
+        chosen[source], cv[held] = GRID[k], times[k, held]
+    k = best(times, rows.measured, np.ones(len(rows.rows), dtype=bool))
+    return Evaluation(rows, first, cv, times[k], memory, chosen, GRID[k])
+
+
+def record(ev: Evaluation) -> None:
+    """Store torchtitan's in-file FIELD for FITTED_GENERATIONS in CONSTANTS_FILE (atomically), with both figures."""
+    measured, sources = ev.rows.measured, ev.rows.sources
+    common.record_constants(CONSTANTS_FILE, FRAMEWORK, {
+        "constants": {FIELD: ev.in_file_value}, "generations": list(FITTED_GENERATIONS),
+        "source": f"{FILE}: {len(measured)} rows of sources {', '.join(sorted(set(sources)))}, chosen on all of them "
+                  f"(MAPE {common.ape(ev.in_file, measured).mean():.1f}%); leave-one-source-out MAPE "
+                  f"{common.ape(ev.cv, measured).mean():.1f}%",
+        "measured_by": "bench/torchtitan_eval.py --record", "date": datetime.date.today().isoformat()})
 
 
 def per_source(errors: np.ndarray, sources: np.ndarray) -> str:
@@ -148,23 +204,30 @@ def per_source(errors: np.ndarray, sources: np.ndarray) -> str:
 
 def main() -> int:
     parser = common.parser(__doc__, shared=True)
+    parser.add_argument("--record", action="store_true",
+                        help=f"store the in-file {FIELD} as torchtitan's constant in {CONSTANTS_FILE.name}")
     args = parser.parse_args()
     (path,) = common.ground_truth(args.shared, FILE)
     ev = evaluate(path)
     r = ev.rows
-    print(f"{'src':<4} {'model':<13} {'precision':<34} {'ac':<10} {'plan':<28} {'meas s':>7} {'pred s':>7} {'err':>7}  "
-          f"{'meas GiB':>8} {'pred GiB':>8}")
+    print(f"{'src':<4} {'model':<13} {'precision':<34} {'ac':<10} {'plan':<28} {'meas s':>7} {'first':>7} {'LOSO':>7} "
+          f"{'in-file':>7}  {'meas GiB':>8} {'pred GiB':>8}")
     for j, (spec, _, plan) in enumerate(r.rows):
         f = r.frame.iloc[j]
+        errors = " ".join(f"{100 * (t[j] / r.measured[j] - 1):>+6.1f}%" for t in (ev.first_principles, ev.cv, ev.in_file))
         print(f"{f['source']:<4} {f['model']:<13} {str(f['precision'])[:34]:<34} {plan.recompute:<10} "
-              f"{f'dp={plan.dp},tp={plan.tp},mbs={plan.mbs},{plan.overlap}':<28} {r.measured[j]:>7.2f} "
-              f"{ev.time[j]:>7.2f} {100 * (ev.time[j] / r.measured[j] - 1):>+6.1f}%  {r.memory[j]:>8.1f} "
-              f"{ev.memory[j]:>8.1f}")
-    time = common.ape(ev.time, r.measured)
-    print(f"time MAPE (nothing fitted): {time.mean():.1f}%  ({per_source(time, r.sources)})")
+              f"{f'dp={plan.dp},tp={plan.tp},mbs={plan.mbs},{plan.overlap}':<28} {r.measured[j]:>7.2f} {errors}  "
+              f"{r.memory[j]:>8.1f} {ev.memory[j]:>8.1f}")
+    for name, t in (("first principles", ev.first_principles), ("leave-one-source-out", ev.cv),
+                    ("in-file", ev.in_file)):
+        time = common.ape(t, r.measured)
+        print(f"time MAPE, {name}: {time.mean():.1f}%  ({per_source(time, r.sources)})")
+    print(f"{FIELD} chosen: leave-one-source-out {ev.chosen} (each without its source), in-file {ev.in_file_value}")
     mem = common.ape(ev.memory, r.memory)
     print(f"memory MAPE (nothing fitted): {np.nanmean(mem):.1f}% over {int((~np.isnan(mem)).sum())} rows  "
           f"({per_source(mem, r.sources)}); skipped rows: {r.skipped}")
+    if args.record:
+        record(ev)
     return 0
 
 

@@ -81,8 +81,9 @@ def test_fused_attention_prices_from_the_kernels_figures():
     assert node.fwd_flops / 2 == pytest.approx(flops)
     rate_f, rate_b = (curves.rate(b, True, a["head_dim"], a["seq"])[0] for b in (False, True))
     launch = cfg.launch_s
-    assert fwd[i] - launch == pytest.approx(flops / rate_f)
-    assert bwd[i] - 2 * launch == pytest.approx(BWD_FLOPS * flops / rate_b)
+    share = cfg.compute_share  # torchtitan's recorded share of the facts' rates
+    assert fwd[i] - launch == pytest.approx(flops / (rate_f * share))
+    assert bwd[i] - 2 * launch == pytest.approx(BWD_FLOPS * flops / (rate_b * share))
 
 
 def test_a_kernel_without_figures_is_flagged_and_priced_from_first_principles():

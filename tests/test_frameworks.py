@@ -17,7 +17,7 @@ from orchestrator.commands import plan as plan_command
 from predictor.frameworks import FRAMEWORKS, LaunchError, as_run
 from predictor.launch import launch_files, read_back, run_errors
 from predictor.frameworks import base
-from predictor.frameworks.base import Framework, Launch, LaunchTarget, recorded_constants
+from predictor.frameworks.base import FACT_SCALES, Framework, Launch, LaunchTarget, recorded_constants
 from predictor.graph_cache import graph_for
 from predictor.hardware import DEVICES
 from predictor.models.analytical import AnalyticalPredictor
@@ -58,7 +58,13 @@ def test_each_framework_is_one_module_holding_its_whole_profile():
     assert b200.bf16_gemm_eff_max < device_config("blackwell").gemm_eff_max
     assert framework_config(FRAMEWORKS["megatron"], "blackwell", "gb200").bf16_gemm_eff_max is None
     assert framework_config(FRAMEWORKS["megatron"], "ampere") == device_config("ampere")  # first principles
-    assert framework_config(FRAMEWORKS["torchtitan"], "hopper") == device_config("hopper") != AnalyticalConfig()  # device facts
+    # torchtitan's constant, chosen leave-one-source-out on its published runs, scales the device facts and keeps them
+    titan = FRAMEWORKS["torchtitan"]
+    assert set(titan.constants) == {"hopper", "blackwell"} and set(titan.constants["hopper"]) <= FACT_SCALES
+    assert not titan.fitted_on("hopper", "h100") and FRAMEWORKS["megatron"].fitted_on("hopper", "h100")
+    assert framework_config(titan, "hopper") == dataclasses.replace(device_config("hopper"), **titan.constants["hopper"])
+    assert device_config("hopper") != AnalyticalConfig()  # device facts
+    assert framework_config(titan, "ampere") == device_config("ampere")
 
 
 def test_a_devices_own_constants_go_over_its_generations(tmp_path, monkeypatch):

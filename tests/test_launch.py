@@ -175,7 +175,8 @@ def test_torchtitan_file_uses_its_real_keys() -> None:
                                         resolve(TITAN_FP8))["torchtitan.toml"])
     par = config["parallelism"]
     assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (2, 1)
-    assert par["fsdp_reshard_after_forward"] == "always" and par["enable_async_tensor_parallel"] is True
+    # zero=3 without a pipeline is torchtitan's default policy (every unit but [norm, output] resharded)
+    assert par["fsdp_reshard_after_forward"] == "default" and par["enable_async_tensor_parallel"] is True
     assert config["model"]["converters"] == ["quantize.linear.float8"]
     assert config["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] is True
     assert config["compile"]["enable"] is True

@@ -33,6 +33,9 @@ if TYPE_CHECKING:  # pragma: no cover
 # ({device: {"constants": ..., "source": ...}}, e.g. bench/simumax_time.py --record); a framework absent keeps first
 # principles.
 CONSTANTS_FILE = Path(__file__).resolve().parent.parent / "checkpoints" / "framework-constants.json"
+# Recorded constants that scale the device facts rather than replace them (`AnalyticalConfig.compute_share`): a
+# generation fitted with these alone still prices with its facts (`Framework.fitted_on`).
+FACT_SCALES: frozenset[str] = frozenset({"compute_share"})
 
 
 def recorded_constants(name: str) -> dict[str, dict[str, float]]:
@@ -192,6 +195,9 @@ class Framework:
     optimizers: tuple[str, ...] = ("adam", "sgd")
     # Whether ScaleDL prices LoRA fine-tuning (`training.lora_rank`, `predictor.lora`) as it runs it.
     lora: bool = False
+    # The share of a plan's overlapped tensor-parallel traffic that nothing hides, where its own overlap decides it
+    # (None: Transformer Engine's pipelined reduce-scatter, `predictor.models.overlap.EDGE_SHARE`).
+    tp_exposed: Callable[[Plan], float] | None = None
 
     @property
     def version(self) -> str:
@@ -211,8 +217,8 @@ class Framework:
 
     def fitted_on(self, generation: str, device: str) -> bool:
         """Whether constants were fitted on the device generation or on the device itself: they then override the
-        device facts (a constant fitted on one generation never prices another)."""
-        return generation in self.constants or device in self.constants
+        device facts (a constant fitted on one generation never prices another); FACT_SCALES scale them instead."""
+        return any(set(self.constants.get(key, {})) - FACT_SCALES for key in (generation, device))
 
     def runs_value(self, option: str, value: Any) -> bool:
         """False when the framework never runs `option`=`value` (a placement: its completed rank order)."""

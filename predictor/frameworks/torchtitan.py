@@ -2,7 +2,8 @@
 
 Plans it runs: `torchtitan/config/job_config.py` (`Parallelism`), `distributed/parallel_dims.py` (`fsdp_enabled =
 dp_shard_enabled or cp_enabled`: FSDP2 whenever cp > 1), `models/llama3/infra/parallelize.py`
-(`fsdp_reshard_after_forward` never = ZeRO-2, always = ZeRO-3, default = never with a pipeline; DDP replicate =
+(`fsdp_reshard_after_forward` never = ZeRO-2, always = ZeRO-3, default = never with a pipeline, else ZeRO-3 with
+[norm, output] kept gathered after forward; DDP replicate =
 ZeRO-0, with no other parallelism; no ZeRO-1; seq_len divisible by tp·2·cp, `ParallelDims.seq_len_divisor`), TP
 always with sequence-parallel norms, async TP (`enable_async_tensor_parallel`, off by default),
 `distributed/pipeline_parallel.py` (`torch.distributed.pipelining` GPipe, 1F1B, Interleaved1F1B; a multi-stage
@@ -134,7 +135,19 @@ DEFAULT_MODEL = "llama3"
 # with all-to-all, or all-gathers them.
 _SCHEDULE = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
 _ROTATE = {"ring": "alltoall", "allgather": "allgather"}
+# fsdp_reshard_after_forward (torchtitan/models/llama3/infra/parallelize.py `apply_fsdp`): "never" keeps the gathered
+# weights (zero=2); zero=3 is its "default" without a pipeline, which reshards every unit but [norm, output] (FSDP2
+# prefetches them again at once), and "always" with one, where "default" reshards nothing.
 _RESHARD = {2: "never", 3: "always"}
+
+
+def _reshard_policy(plan: Plan) -> str:
+    return "default" if plan.zero == 3 and plan.pp == 1 else _RESHARD[plan.zero]
+
+
+def _reshard_zero(policy: str, pp: int) -> int:
+    """The zero stage of a fsdp_reshard_after_forward policy (torchtitan's "default" shards again unless pipelined)."""
+    return (2 if pp > 1 else 3) if policy == "default" else inverse(_RESHARD)[policy]
 # Its expert-parallel token exchange per dispatcher (torchtitan/config/job_config.py
 # `parallelism.expert_parallel_comm_backend: Literal["standard", "deepep"]`: "standard" is `all_to_all_single` in
 # torchtitan/distributed/expert_parallel.py, "deepep" torchtitan/distributed/deepep/); no all-gather, no Hybrid-EP.
@@ -202,6 +215,21 @@ def _compiles(plan: Plan, spec: "WorkloadSpec") -> bool:
     return spec.training.precision in ("fp8", "fp4") or "tp" in (overlap_kinds(plan.overlap) or ())
 
 
+def _async_tp_exposed(plan: Plan) -> float:
+    """The share of a block's tensor-parallel traffic async TP leaves exposed. PyTorch's micro-pipeline TP
+    (pytorch/pytorch torch/_inductor/fx_passes/micro_pipeline_tp.py) fuses an all-gather into the matmuls that take
+    it as their left operand (`_find_consumer_matmuls`: fused_all_gather_matmul) and a reduce-scatter into the matmul
+    that produces its input (`_find_producer_matmul`); the fused ops (torch/distributed/_symmetric_memory) pipeline
+    the tp shards, so a fused all-gather hides whole and a fused reduce-scatter all but its last shard. Per block and
+    micro-batch, of equal collectives: forward, 2 all-gathers and 2 reduce-scatters, all fused; backward, 2
+    all-gathers of output gradients (fused into the dgrad matmuls) and 2 reduce-scatters of summed input gradients
+    (q, k, v and w1, w3's dgrads are added first: an add, not a matmul, feeds them, so they stay exposed); the
+    recomputed forward repeats the all-gathers (per-op: the reduce-scatters' outputs are saved) or all four (full)."""
+    again = {"full": 4, "selective": 2}.get(plan.recompute, 0)
+    fused_rs = 2 + (2 if plan.recompute == "full" else 0)
+    return (2 + fused_rs / plan.tp) / (8 + again)
+
+
 def _chunk_blocks(plan: Plan, spec: "WorkloadSpec") -> int:
     """Transformer blocks per model chunk (a pipeline stage's share of the layers, or all of them)."""
     return spec.model.num_blocks // (plan.pp * plan.v)
@@ -232,7 +260,7 @@ def _put(config: dict[str, dict[str, Any]], dotted: str, value: Any) -> None:
 def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, Any]]:
     """torchtitan's job config for a plan from `as_run`, by TOML table.
 
-    zero=0 replicates over dp (DDP), zero=2/3 shards over dp·cp with FSDP2 (reshard never/always); stages
+    zero=0 replicates over dp (DDP), zero=2/3 shards over dp·cp with FSDP2 (reshard never, or default / always with a pipeline); stages
     are pp·v chunks of equal layers where they divide (`_stage_split` otherwise); float8 is the spec's recipe: current
     scaling as torchao's tensorwise with float8 all-gathers under FSDP2, named by no recipe_name (Float8LinearConverter
     refuses a recipe beside FSDP float8 all-gathers), or MXFP8 as `[quantize.linear.mx]` mxfp8_cublas. torch.compile of the blocks and the loss is the spec's training.compile, else on where float8 or
@@ -259,7 +287,7 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
             raise LaunchError(f"{TOML_FILE} has no ZeRO-{plan.zero}: FSDP2 reshards after forward (zero=3) or keeps "
                               "the gathered weights (zero=2)")
         par["data_parallel_replicate_degree"] = 1
-        par["fsdp_reshard_after_forward"] = _RESHARD[plan.zero]
+        par["fsdp_reshard_after_forward"] = _reshard_policy(plan)
     if not m.is_moe:  # its degree means nothing without experts
         del par["expert_tensor_parallel_degree"]
     if plan.ep > 1:
@@ -354,8 +382,8 @@ def _read(text: str, spec: "WorkloadSpec") -> Plan:
     degrees = read_degrees(lambda key: par.get(key.rsplit(".", 1)[1], 1), AXIS_FLAGS, spec)
     fsdp = degrees["dp"] > 1 or degrees["cp"] > 1  # the dp key is the shard degree
     degrees["dp"] *= par["data_parallel_replicate_degree"]
-    zero = inverse(_RESHARD)[par["fsdp_reshard_after_forward"]] if fsdp else 0
     pp = degrees["pp"]
+    zero = _reshard_zero(par["fsdp_reshard_after_forward"], pp) if fsdp else 0
     schedule = inverse(_SCHEDULE)[par["pipeline_parallel_schedule"]]
     v = 1
     if pp > 1:
@@ -418,4 +446,5 @@ TORCHTITAN = Framework(NAME, "torchtitan", _rules, _default_overlap, frozenset(O
                        never_why={"dispatcher": "exchanges expert tokens by all-to-all or DeepEP only "
                                                 "(parallelism.expert_parallel_comm_backend standard or deepep)"},
                        kernels=KERNELS,
-                       versions=VERSIONS, compiles_by_default=_compiles, recomputes_some_layers=True)
+                       versions=VERSIONS, compiles_by_default=_compiles, recomputes_some_layers=True,
+                       tp_exposed=_async_tp_exposed)

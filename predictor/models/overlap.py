@@ -90,12 +90,14 @@ def slowdown(device: Device) -> float:
     return COMM_SMS / sms if sms else 0.0
 
 
-def pipelined(total: np.ndarray, calls: np.ndarray, window: np.ndarray) -> np.ndarray:
-    """Seconds of `calls` equal collectives (`total` seconds in all) hidden beside `window` seconds of computation cut
+def pipelined(total: np.ndarray, calls: np.ndarray, window: np.ndarray, edge: np.ndarray | None = None) -> np.ndarray:
+    """Seconds of `calls` collectives (`total` seconds in all) hidden beside `window` seconds of computation cut
     into as many steps, each collective beside the step before the one that needs it (a prefetch) or after the one
-    that produced it (a reduction): one collective has no step beside it, the others hide up to the other steps."""
+    that produced it (a reduction): one collective, `edge` seconds (a mean one where not given), has no step beside
+    it, the others hide up to the other steps."""
     steps = np.maximum(calls, 1.0)
-    return np.maximum(0.0, np.minimum(total - total / steps, window * (steps - 1) / steps))
+    alone = total / steps if edge is None else np.minimum(edge, total)
+    return np.maximum(0.0, np.minimum(total - alone, window * (steps - 1) / steps))
 
 
 def share_window(hidden: Mapping[str, np.ndarray], compute: np.ndarray) -> dict[str, np.ndarray]:

@@ -25,7 +25,7 @@ from predictor.memory import GIB, buffer_bytes, in_flight, kv_share, model_state
 from predictor.lora import trainable_params
 from predictor.memory.accounting import activity_bytes, offloaded_bytes, stage_memory_parts, state_bytes
 from predictor.memory.levers import Levers, levers_of
-from predictor.models import overlap
+from predictor.models import fsdp2, overlap
 from predictor.models.cuda_graphs import static_bytes
 from predictor.models.roofline import AnalyticalConfig, call_costs, routed
 from predictor.models.stage_costs import compute_parts, grad_sync_time, offload_waits, optimizer_time, p2p_time
@@ -141,12 +141,13 @@ class PlanPieces:
         self.activity = _Stages(5)
         # what the allocator reserves beyond its allocations (ScaleDL's eager runner on a measured device: nothing)
         self.fragmentation = 0.0 if self.device.measured else self.framework.memory.fragmentation
-        # per plan: gradient sync, parameter gather, their per-call seconds and their calls, one p2p send, the optimizer step,
+        # per plan: gradient sync, parameter gather, their per-call seconds and their calls, the last gradient call's
+        # and one gather call's seconds (what nothing hides), the copies beside them; one p2p send, the optimizer step,
         # overlapped kinds
-        self.sync = _Scalars(5)
+        self.sync = _Scalars(8)
         self.p2p = _Scalars(1)
         self.optimizer = _Scalars(1)
-        self.overlap = _Scalars(len(OVERLAP_KINDS))
+        self.overlap = _Scalars(len(OVERLAP_KINDS) + 1)  # and the tp traffic's exposed share
         # a plan's four stage pieces' rows and its two memory rows, under one key each
         self.stage_rows: dict[tuple, tuple[int, ...]] = {}
         self.memory_rows: dict[tuple, tuple[int, ...]] = {}
@@ -188,10 +189,25 @@ class PlanPieces:
         return hit
 
     def _sync_row(self, sharding: tuple, lay: Layout, m: int) -> tuple[float, ...]:
+        """`stage_costs.grad_sync_time` over the dense and the expert parameters' groups, each call's edge a mean
+        call; or under torchtitan's FSDP2 (`fsdp2_units`) its units, edges and copies (`predictor.models.fsdp2`)."""
         psi, psi_exp = self._psi(sharding, lay)
         whole = self.resolved.spec.training.optimizer == "muon"  # dist_muon all-reduces whole gradients
-        return tuple(np.add(grad_sync_time(lay, psi - psi_exp, m, self.collective_s, lay.sync_group, whole),
-                            grad_sync_time(lay, psi_exp, m, self.collective_s, lay.expert_sync_group, whole)))
+        experts = grad_sync_time(lay, psi_exp, m, self.collective_s, lay.expert_sync_group, whole)
+        if self.fsdp2_units(lay.plan):
+            recipe = self.resolved.recipe_name
+            dense = fsdp2.grad_sync_time(lay, psi - psi_exp, m, self.collective_s, lay.sync_group,
+                                         fsdp2.float8_gathers(recipe, lay.plan),
+                                         self.device.mem_bandwidth * self.cfg.bw_eff)
+            edges = (experts[0] / max(experts[3], 1.0), experts[1] / max(experts[4], 1.0))
+            return tuple(np.add(dense, (*experts, *edges, 0.0)))
+        total = np.add(grad_sync_time(lay, psi - psi_exp, m, self.collective_s, lay.sync_group, whole), experts)
+        return (*total, total[0] / max(total[3], 1.0), total[1] / max(total[4], 1.0), 0.0)
+
+    def fsdp2_units(self, plan: Plan) -> bool:
+        """Whether the plan's data parallelism is FSDP2 over torchtitan's units: its framework keeps FSDP2's states
+        (`MemoryFacts.fsdp2_states`), the plan shards (zero >= 2), and every parameter trains (no LoRA)."""
+        return self.framework.memory.fsdp2_states and plan.zero >= 2 and not self.spec.training.lora_rank
 
     def _optimizer_row(self, sharding: tuple, lay: Layout) -> tuple[float]:
         return (optimizer_time(self.resolved, lay, *self._psi(sharding, lay), self.cfg),)
@@ -200,10 +216,13 @@ class PlanPieces:
         return (p2p_time(lay, self.device, self.p2p_s),)
 
     def _overlap_row(self, plan: Plan) -> tuple[float, ...]:
+        """Whether each OVERLAP_KINDS kind hides, and the share of the tp traffic that stays exposed when it does."""
         kinds = self.framework.overlap(plan)
         if not self.kernels.transformer_engine:
             kinds = kinds - self.framework.kernels.te_overlap
-        return tuple(float(k in kinds) for k in OVERLAP_KINDS)
+        own = self.framework.tp_exposed
+        exposed = overlap.EDGE_SHARE["tp_comm"] if own is None else own(plan)
+        return (*(float(k in kinds) for k in OVERLAP_KINDS), exposed)
 
     def _levers(self, plan: Plan) -> Levers:
         recipe = self.resolved.recipe  # a block-scaled recipe keeps row- and columnwise weight copies
@@ -289,7 +308,7 @@ class PlanPieces:
             keys = ((sharding, d, zero, m if zero >= 3 else 0, sync),
                     (inter, mbs, sharding) if stages > 1 else None,
                     (sharding, zero >= 1, d, plan.optimizer_offload, plan.moments),
-                    (plan.overlap, degrees, plan.schedule, zero, sp, plan.recompute == "full"))  # what overlap reads
+                    (plan.overlap, degrees, plan.schedule, zero, sp, plan.recompute))  # what overlap reads
             stage, memory = stage_rows.get(stage_key), memory_rows.get(memory_key)
             got = [index.get(key) for index, key in zip(rest, keys)]
             if stage is None or memory is None or None in got:
@@ -341,7 +360,8 @@ class PlanPieces:
         bubble = others / v
         compute = m * (f_s + b_s)
         sync_row, p2p_row, optimizer_row, overlap_row = range(n_comm + 3, n_comm + 7)
-        grad_sync, param_gather, sync_calls, grad_calls, gather_calls = self.sync.array()[index[sync_row]].T
+        grad_sync, param_gather, sync_calls, grad_calls, gather_calls, grad_edge, gather_edge, copies = (
+            self.sync.array()[index[sync_row]].T)
         one_send = self.p2p.array()[index[p2p_row], 0]
         sends = np.where(stages > 1, 2 * (m * v + stages - 1), 0.0)
         p2p = sends * one_send
@@ -350,15 +370,16 @@ class PlanPieces:
         attention, host, tp_calls = (m * at + other / v for at, other in zip(path[::2], path[1::2]))
         framework = np.stack([attention, host, tp_calls + sync_calls + sends * self.p2p_s], axis=1)
         optimizer = self.optimizer.array()[index[optimizer_row], 0]
-        on = dict(zip(OVERLAP_KINDS, self.overlap.array()[index[overlap_row]].T.astype(bool)))
-        hide = self._hidden(on, always, comm_s, m, f_s, b_s, att_s, kern_s, experts, grad_sync, grad_calls, param_gather,
-                            gather_calls, zero3.astype(bool), p2p, one_send)
+        *kinds, tp_exposed = self.overlap.array()[index[overlap_row]].T
+        on = dict(zip(OVERLAP_KINDS, (k.astype(bool) for k in kinds)))
+        hide = self._hidden(on, always, comm_s, m, f_s, b_s, att_s, kern_s, experts, (grad_sync, grad_calls, grad_edge),
+                            (param_gather, gather_calls, gather_edge), zero3.astype(bool), p2p, one_send, tp_exposed)
         parts: dict[str, np.ndarray] = {}
         for k, axis in enumerate(STAGE_AXES):
             (kind,), (part,) = axis.hidden, axis.parts
             parts[part.name] = m * comm_s[k] - hide[kind]
         slowed = sum((hide[kind] for kind in HIDDEN_KINDS), np.zeros_like(compute))
-        parts.update(compute=compute + overlap.slowdown(self.device) * slowed,
+        parts.update(compute=compute + overlap.slowdown(self.device) * slowed + copies,
                      dp_comm=grad_sync + param_gather - hide["dp_grad"] - hide["dp_param"], pp_bubble=bubble,
                      pp_p2p=p2p - hide["pp_p2p"], optimizer=optimizer)
         breakdown = np.stack([parts[k] for k in TIME_PARTS], axis=1)
@@ -376,13 +397,15 @@ class PlanPieces:
 
     @staticmethod
     def _hidden(on: dict[str, np.ndarray], always: np.ndarray, comm_s: np.ndarray, m: np.ndarray, f_s: np.ndarray,
-                b_s: np.ndarray, att_s: np.ndarray, kern_s: np.ndarray, experts: np.ndarray, grad_sync: np.ndarray,
-                grad_calls: np.ndarray,
-                param_gather: np.ndarray, gather_calls: np.ndarray, zero3: np.ndarray, p2p: np.ndarray,
-                one_send: np.ndarray) -> dict[str, np.ndarray]:
+                b_s: np.ndarray, att_s: np.ndarray, kern_s: np.ndarray, experts: np.ndarray,
+                grads: tuple[np.ndarray, ...], gathers: tuple[np.ndarray, ...], zero3: np.ndarray, p2p: np.ndarray,
+                one_send: np.ndarray, tp_exposed: np.ndarray) -> dict[str, np.ndarray]:
         """Seconds of each HIDDEN_KINDS communication hidden, over plans (`predictor.models.overlap`): each kind the
         plan overlaps beside the window its framework's schedule gives it, all of them beside the stage's
-        computation."""
+        computation. `grads` and `gathers`: the data-parallel seconds, calls, and the call nothing hides; `tp_exposed`:
+        the share of the tp traffic nothing hides (the framework's, `_overlap_row`)."""
+        grad_sync, grad_calls, grad_edge = grads
+        param_gather, gather_calls, gather_edge = gathers
         compute = m * (f_s + b_s)
         windows = {"compute": compute, "attention": m * att_s, "gemms": m * np.maximum(kern_s - att_s, 0.0)}
         # the axes hidden phase by phase run their exchanges in the same dispatch and combine phases; what
@@ -395,7 +418,8 @@ class PlanPieces:
         for k, axis in enumerate(STAGE_AXES):
             (kind,) = axis.hidden
             total = m * comm_s[k]
-            edge = total * overlap.EDGE_SHARE.get(kind, 0.0) + comm_s[k] * overlap.EDGE_MICROBATCHES.get(kind, 0.0)
+            share = tp_exposed if kind == "tp_comm" else overlap.EDGE_SHARE.get(kind, 0.0)
+            edge = total * share + comm_s[k] * overlap.EDGE_MICROBATCHES.get(kind, 0.0)
             if axis.window == "phases":  # half beside the other micro-batch's attention, half beside the rest
                 share = np.where(together > 0, comm_s[k] / np.maximum(together, 1e-300), 0.0)
                 own = np.minimum(total / 2, windows["attention"]) + np.minimum(total / 2, windows["gemms"])
@@ -405,12 +429,13 @@ class PlanPieces:
             hide[kind] = np.where(always[k] if axis.overlapped_when else on[axis.overlap[0]], own, 0.0)
         # ZeRO-3 gathers each unit again in every forward and backward; otherwise once, before the first forward
         passes = np.where(zero3, 2 * m, 1.0)
-        gather_f = overlap.pipelined(param_gather / passes, gather_calls / passes, f_s)
-        gather_b = np.where(zero3, overlap.pipelined(param_gather / passes, gather_calls / passes, b_s), 0.0)
+        gather_f = overlap.pipelined(param_gather / passes, gather_calls / passes, f_s, gather_edge)
+        gather_b = np.where(zero3, overlap.pipelined(param_gather / passes, gather_calls / passes, b_s, gather_edge),
+                            0.0)
         hide["dp_param"] = np.where(on["param"], np.where(zero3, m * (gather_f + gather_b), gather_f), 0.0)
         # the gradient buckets beside the last backward, after what that backward's gathers hide on the communicator
         grad_window = b_s - np.where(on["param"], gather_b, 0.0)
-        hide["dp_grad"] = np.where(on["dp"], overlap.pipelined(grad_sync, grad_calls, grad_window), 0.0)
+        hide["dp_grad"] = np.where(on["dp"], overlap.pipelined(grad_sync, grad_calls, grad_window, grad_edge), 0.0)
         hide["pp_p2p"] = np.where(on["pp"], np.clip(p2p - 2 * one_send, 0.0, compute), 0.0)
         return overlap.share_window(hide, compute)
 

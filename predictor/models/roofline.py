@@ -89,6 +89,11 @@ class AnalyticalConfig:
         measured iterations with host_op_s by `predictor.models.calibration`; recorded for DeepSpeed on Ampere
         with host_op_s (100 µs). A measured CPU's step costs (collective_call_s, p2p_call_s in Device.extra) take
         precedence.
+    compute_share: the share of the device facts' compute rates (the measured GEMM grid, the fused-attention
+        figures, the GEMM curve) a framework's kernels reach on the GPUs it runs on: 1.0 from first principles, so the
+        facts price it; torchtitan's, chosen leave-one-source-out on its published runs (bench/torchtitan_eval.py),
+        carries what its file's 500 W and power-limited parts and its own kernels leave of the full-power tables. A
+        scale of the facts, not a replacement: recording it keeps them (`FACT_SCALES`).
     step_p2p: whether a pipeline send/recv is charged a measured CPU's in-step p2p cost (p2p_call_s).
         This model charges it: without it, it predicts the CPU dataset's in-domain training rows of
         pipeline plans 41 % off instead of 30 %. ScaleDL's composition does not (see ScaleDLPredictor).
@@ -108,6 +113,7 @@ class AnalyticalConfig:
     expert_host_s: float = 0.0
     moe_imbalance: float = 1.0
     call_s: float = 0.0
+    compute_share: float = 1.0
     step_p2p: bool = True
 
     def for_device(self, device: Device) -> "AnalyticalConfig":
@@ -370,14 +376,14 @@ def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, fallback, degrees
         gemm_bytes = np.where(nodes.attention, 4 * m * nodes.gemm_k * batch * eb, gemm_bytes)
     io_bytes = np.where(is_gemm, gemm_bytes, nodes.io_elems * mbs * eb + nodes.params * eb)
     measured = measured_gemm_rates(nodes, m, batch, prec, recipe, device, cfg) if grid else None
-    compute_rate = np.where(is_gemm, peak * eff if measured is None else measured, vector_peak)
+    compute_rate = np.where(is_gemm, (peak * eff if measured is None else measured) * cfg.compute_share, vector_peak)
     fwd = np.maximum(fwd_f / compute_rate, io_bytes / bw)
     bwd = np.maximum(bwd_f / compute_rate, 2 * io_bytes / bw)
     if curves is not None:  # the kernel's published rate at the rank's query length and head dimension
         causal = spec.model.decoder
         att = nodes.attention
-        rate_f = curves.rate(False, causal, nodes.gemm_k, nodes.gemm_m)
-        rate_b = curves.rate(True, causal, nodes.gemm_k, nodes.gemm_m)
+        rate_f = curves.rate(False, causal, nodes.gemm_k, nodes.gemm_m) * cfg.compute_share
+        rate_b = curves.rate(True, causal, nodes.gemm_k, nodes.gemm_m) * cfg.compute_share
         fwd = np.where(att, np.maximum(fwd_f / rate_f, io_bytes / bw), fwd)
         bwd = np.where(att, np.maximum(BWD_FLOPS * fwd_f / rate_b, 2 * io_bytes / bw), bwd)
     # Unfused attention: the s² scores make extra passes through memory (the GEMM I/O is counted above).
