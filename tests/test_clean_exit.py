@@ -82,9 +82,10 @@ def ray_processes(ray_tmp: str) -> list[psutil.Process]:
 def ray_env(ray_tmp: str) -> dict[str, str]:
     """This environment, for a Ray of its own under `ray_tmp`."""
     # Ray's memory monitor off: on a machine shared with other jobs it may kill a worker of this
-    # run first, which is not what these tests look at.
+    # run first, which is not what these tests look at. Token authentication one way on both sides (Ray 2.60's
+    # `ray start` turns it on while a joining driver leaves it off), as tests/test_job.py does.
     return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {
-        "RAY_TMPDIR": ray_tmp, "RAY_memory_monitor_refresh_ms": "0"}
+        "RAY_TMPDIR": ray_tmp, "RAY_memory_monitor_refresh_ms": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 def ray_tmpdir() -> str:
