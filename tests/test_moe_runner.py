@@ -11,25 +11,17 @@ from predictor.measure.compose import unsupported
 from predictor.measure.iteration import WorkerPool
 from predictor.plan import Plan
 from predictor.workload import ModelSpec
+from tests.composed_runs import PARITY_RTOL, run
 
 SPEC = ModelSpec(family="qwen3_moe", hidden=64, layers=2, heads=4, kv_heads=2, seq_len=32, vocab=256, experts=4,
                  top_k=2, expert_ffn=32)
-PARITY_RTOL = 2e-6  # float32 sums in another order, as tests/test_compose.py
-
-
-def _run(pool: WorkerPool, plan: str) -> list[dict]:
-    job = {"kind": "iteration", "spec_json": SPEC.model_dump_json(), "plan": plan, "batch": 8, "warmup": 1,
-           "steps": 2, "optimizer": "adam", "lr": 0.01}
-    answers = pool.run(job, Plan.parse(plan).gpus, timeout=240)
-    assert all(a["status"] == "ok" for a in answers), [a.get("traceback", a.get("error")) for a in answers]
-    return answers
 
 
 @pytest.mark.slow
 def test_expert_parallel_training_matches_data_parallel() -> None:
     with WorkerPool(world=2, threads=1) as pool:
-        dp = _run(pool, "dp=2,mbs=4")
-        ep = _run(pool, "dp=2,mbs=4,ep=2")
+        dp = run(pool, SPEC, "dp=2,mbs=4")
+        ep = run(pool, SPEC, "dp=2,mbs=4,ep=2")
     assert ep[0]["losses"] == pytest.approx(dp[0]["losses"], rel=PARITY_RTOL)
     assert all(a["median"] > 0 for a in ep)
     for rank in ep:

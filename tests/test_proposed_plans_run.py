@@ -24,14 +24,14 @@ from predictor.plan import Plan
 from predictor.workload import WorkloadSpec, parse_spec
 from search_spaces.enumerate import enumerate_plans
 from search_spaces.space import resolve_space
-from tests.test_compose import assert_parity, run, tiny
+from tests.composed_runs import assert_parity, run, tiny
 
 # Two steps: the first step's loss checks the forward pass, the second (after Adam) the gradients.
 STEPS = 2
 
 
 def cpu_workload(ranks: int) -> WorkloadSpec:
-    """`tests.test_compose.tiny('llama')` on a `cpu` cluster of `ranks` processes (global batch 8, as `run`)."""
+    """`tests.composed_runs.tiny('llama')` on a `cpu` cluster of `ranks` processes (global batch 8, as `run`)."""
     return parse_spec({"model": tiny("llama").model_dump(mode="json", exclude_none=True),
                        "training": {"global_batch": 8, "precision": "fp32"},
                        "cluster": {"device": "cpu", "nodes": 1, "gpus_per_node": ranks}})
