@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictor import comm
+from predictor.hardware import RECIPES
 from predictor.models.lowprec import low_precision_gemms
 from predictor.parallel import Layout
 from predictor.plan import Plan
@@ -37,7 +38,7 @@ from predictor.plan import Plan
 # Bytes per parameter: the all-gathered BF16 weight, a float8-all-gathered one, the FP32 reduce-scatter of
 # mixed_precision_reduce, and the reduce-scatter copy-in (a BF16 gradient read, its FP32 copy written).
 GATHER_BYTES = 2.0
-FLOAT8_GATHER_BYTES = 1.0
+FLOAT8_GATHER_BYTES = RECIPES["current"].data_bytes  # tensorwise: one scale per tensor, no per-element scale
 REDUCE_BYTES = 4.0
 COPY_IN_BYTES = 2.0 + 4.0
 
@@ -81,7 +82,7 @@ def units(lay: Layout, psi: np.ndarray, float8_gather: bool) -> Units:
 
 
 def grad_sync_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: float, g: comm.Group, float8_gather: bool,
-            bandwidth: float) -> tuple[float, ...]:
+                   bandwidth: float) -> tuple[float, ...]:
     """`stage_costs.grad_sync_time`'s figures for FSDP2 units as torchtitan wraps them, with the exposed edges and the
     copies: (gradient reduce-scatters, all-gathers, per-call seconds among them, reduce-scatter calls, all-gather
     calls, the last reduce-scatter's seconds, one pass's first all-gather's seconds (a mean over forward and
