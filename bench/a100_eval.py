@@ -27,7 +27,7 @@ import torch
 
 from bench import common, vtrain_eval
 from bench.common import ROOT
-from predictor.evaluate import load_vtrain, predict_samples
+from predictor.data.evaluate import load_vtrain, predict_samples
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.features import Sample, TrainingData
 from predictor.models.scaledl import ScaleDLPredictor

@@ -51,12 +51,12 @@ import numpy as np
 from bench import (accuracy_tables, common, interval_coverage, memory_eval, modern_eval, simumax_time, torchtitan_eval,
                    vtrain_eval)
 from bench.common import RESULTS, ROOT
-from predictor import evaluate as ev
-from predictor.evaluate import BRIDGE_DEVICES
-from predictor.graph_cache import graph_for
-from predictor.hardware import GENERATIONS
-from predictor.machine import cpu_model_name
+from predictor.data import evaluate as ev
+from predictor.data.evaluate import BRIDGE_DEVICES
+from predictor.data.machine import cpu_model_name
+from predictor.graph.cache import graph_for
 from predictor.models.registry import checkpoint_path, load_predictor
+from predictor.spec.hardware import GENERATIONS
 
 TOLERANCE = 1.0  # MAPE points a table may lose against its recorded figure before the run fails
 RECORD = RESULTS / "accuracy.json"

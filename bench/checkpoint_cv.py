@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from bench import common
-from predictor import evaluate as ev
+from predictor.data import evaluate as ev
 from predictor.models.scaledl import ScaleDLPredictor
 
 

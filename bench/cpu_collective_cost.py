@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.cpu_collective_cost [--runs 3]   # on an otherwise idle machine; ~15 s a run
 
 Measures the idle link (`predictor.measure.collectives`, best of five calls after a barrier) and the
-in-step costs (`predictor.measure.step_costs`, means over 400 calls between matmuls) `runs` times and
+in-step costs (`predictor.measure.contention`, means over 400 calls between matmuls) `runs` times and
 prints, per run, what the analytical model charges per call on this machine (`Device.extra`): a 16 KiB
 all-reduce and send/recv at rest and inside a step, and DTensor's cost per sharded linear. Their spread
 over runs is the measurement's noise on this host.
@@ -15,7 +15,7 @@ import time
 
 from bench import common
 from predictor.measure.collectives import benchmark_collectives, fit_link, fit_op_links
-from predictor.measure.step_costs import idle_seconds, measure_step_costs
+from predictor.measure.contention import idle_seconds, measure_step_costs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from bench import common
-from predictor import evaluate as ev
+from predictor.data import evaluate as ev
 from predictor.models.base import Predictor
 from predictor.models.features import Sample, TrainingData
 from predictor.models.scaledl import ScaleDLPredictor

@@ -1,7 +1,7 @@
 """How long building a layer graph takes, and how much memory, for the big presets.
 
 Each preset is built in a fresh process: `import` is the package start-up (torch, transformers,
-predictor), `build` is `predictor.graph_build.build_graph` itself (it includes the lazy import of the
+predictor), `build` is `predictor.graph.build.build_graph` itself (it includes the lazy import of the
 family's transformers modeling module the first time; wall and CPU seconds: on a machine shared
 with other jobs the CPU time is the fair figure), `peak RSS` is the process's maximum
 resident memory (resource.getrusage). Usage: python -m bench.graph_build [preset ...]
@@ -22,9 +22,9 @@ _CHILD = """
 import json, resource, sys, time
 t0 = time.perf_counter()
 import torch, transformers
-import predictor.graph_build
-from predictor.graph_build import build_graph
-from predictor.workload import ModelSpec
+import predictor.graph.build
+from predictor.graph.build import build_graph
+from predictor.spec.workload import ModelSpec
 t1, c1 = time.perf_counter(), time.process_time()
 g = build_graph(ModelSpec(preset=sys.argv[1]))
 t2, c2 = time.perf_counter(), time.process_time()

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from bench import common
-from predictor import evaluate as ev
+from predictor.data import evaluate as ev
 from predictor.models.features import by_workload
 from predictor.models.memory_residual import MemoryResidual, memory_features, residual_forest
 from predictor.models.scaledl import ScaleDLPredictor

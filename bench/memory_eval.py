@@ -23,16 +23,16 @@ import numpy as np
 import pandas as pd
 
 from bench import common
-from predictor.resolver import get_device
-from predictor.evaluate import bridge_workload
-from predictor.graph_cache import graph_for
-from predictor.memory.accounting import GIB_COLUMNS, RankMemory, rank_memory
+from predictor.costs.parallel import apply_plan
+from predictor.data.evaluate import bridge_workload
 from predictor.frameworks import FRAMEWORKS
+from predictor.graph.cache import graph_for
+from predictor.memory.accounting import GIB_COLUMNS, RankMemory, rank_memory
 from predictor.memory.facts import GIB
 from predictor.memory.levers import Levers
-from predictor.parallel import apply_plan
 from predictor.plan import Plan
-from predictor.workload import WorkloadSpec, parse_spec
+from predictor.spec.resolver import get_device
+from predictor.spec.workload import WorkloadSpec, parse_spec
 
 SIMUMAX = "simumax_b200_llama70b.csv"
 BRIDGE = "megatron_bridge_2511.csv"

@@ -1,7 +1,7 @@
 """Accuracy of the analytical model on Megatron-Core performance recipes (H100, B200, GB200, GB300).
 
 Predicts every row of ../shared/ground_truth/megatron_bridge_2511.csv with its exact plan as its recipe ran it
-(`bench.memory_eval.recipe_workload`: the parallel plan of `predictor.evaluate.bridge_workload`, MoE rows with their
+(`bench.memory_eval.recipe_workload`: the parallel plan of `predictor.data.evaluate.bridge_workload`, MoE rows with their
 expert parallel size, with the recipe's recomputed modules, offloaded layers and BF16 gradients and moments, which
 change both the time and the memory) and prints per-row errors
 and the MAPE of the dense rows and of the MoE rows apart.
@@ -40,16 +40,16 @@ import numpy as np
 import pandas as pd
 
 from bench import common
-from predictor.resolver import get_device
 from bench.memory_eval import recipe_workload
-from predictor.evaluate import BRIDGE_DEVICES, bridge_measured_s
+from predictor.data.evaluate import BRIDGE_DEVICES, bridge_measured_s
 from predictor.frameworks.base import CONSTANTS_FILE
-from predictor.hardware import GENERATIONS
-from predictor.graph_cache import graph_for
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.intervals import residual_quantiles
 from predictor.models.registry import ANALYTICAL_ACCURACY
 from predictor.models.roofline import CALIBRATED_FIELDS, MOE_CALIBRATED_FIELDS, AnalyticalConfig, device_config
+from predictor.spec.hardware import GENERATIONS
+from predictor.spec.resolver import get_device
 
 FILE = "megatron_bridge_2511.csv"
 # The constants calibrated, each over a range its docstring in AnalyticalConfig argues for.

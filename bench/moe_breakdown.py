@@ -21,12 +21,12 @@ import numpy as np
 
 from bench import common
 from bench.modern_eval import FILE, Rows, load_rows, recipe_rows
+from predictor.costs.parallel import apply_plan
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.roofline import framework_config, layer_times
 from predictor.models.stage_costs import compute_parts, ep_stage_time
-from predictor.parallel import apply_plan
 from predictor.plan import nvlink_domain
-from predictor.resolver import get_device, resolve
+from predictor.spec.resolver import get_device, resolve
 
 # Node groups of the stage's kernel time, each a predicate on the sharded nodes (kind, experts, attention).
 KERNEL_GROUPS: tuple[str, ...] = ("experts", "attention", "router", "linear", "other")

@@ -16,13 +16,13 @@ import sys
 from pathlib import Path
 
 from bench import common
-from predictor import dataset
-from predictor.design import ProfileConfig
+from predictor.data import dataset
+from predictor.data.collect import ProfileSettings, measure_config
+from predictor.data.design import ProfileConfig
+from predictor.data.noise import cv, floor_of, remeasured
 from predictor.measure.iteration import WorkerPool
-from predictor.noise import cv, floor_of, remeasured
 from predictor.plan import Plan
-from predictor.profile import ProfileSettings, measure_config
-from predictor.workload import ModelSpec
+from predictor.spec.workload import ModelSpec
 
 
 def main(argv: list[str] | None = None) -> int:

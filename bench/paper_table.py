@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 
 from bench import common
-from predictor import evaluate as ev
+from predictor.data import evaluate as ev
 
 
 def main() -> int:

@@ -74,12 +74,12 @@ def exhaustive_best(spec_path: str, space_name: str | None, nodes: str | None, p
 
     from orchestrator.commands.plan import parse_nodes
     from orchestrator.lever_search import Repredictor, explore_levers
-    from orchestrator.search import SearchResult
     from orchestrator.planning import sized_spec
     from orchestrator.replica import join_tables
-    from predictor.graph_cache import graph_for
+    from orchestrator.search import SearchResult
+    from predictor.graph.cache import graph_for
     from predictor.models.registry import load_predictor
-    from predictor.workload import load_spec
+    from predictor.spec.workload import load_spec
     from search_spaces import enumerate_plans, resolve_space
 
     spec = load_spec(spec_path)

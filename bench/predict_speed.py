@@ -32,12 +32,12 @@ from typing import Callable, Sequence
 
 from bench import common
 from bench.common import ROOT
-from predictor.graph_cache import graph_for
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
 from predictor.models.registry import checkpoint_path
 from predictor.plan import Plan
-from predictor.workload import load_spec
+from predictor.spec.workload import load_spec
 from search_spaces.enumerate import enumerate_plans
 from search_spaces.space import load_space
 
@@ -69,7 +69,7 @@ def one_size(spec_path: Path, count: int) -> dict[str, float]:
     import resource
 
     from orchestrator.planning import sized_spec
-    from predictor.graph_cache import graph_for as graph_of
+    from predictor.graph.cache import graph_for as graph_of
 
     spec = load_spec(spec_path)
     graph, model = graph_of(spec.model), AnalyticalPredictor()

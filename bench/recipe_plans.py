@@ -25,12 +25,12 @@ from bench.memory_eval import BRIDGE, recipe_workload
 from orchestrator.lever_search import Repredictor, explore_levers
 from orchestrator.planning import sized_spec
 from orchestrator.search_types import SearchResult
-from predictor.resolver import get_device
-from predictor.graph_cache import graph_for
-from predictor.hardware import GIB
+from predictor.graph.cache import graph_for
 from predictor.memory.facts import HEADROOM
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
+from predictor.spec.hardware import GIB
+from predictor.spec.resolver import get_device
 from search_spaces import enumerate_plans
 from search_spaces.space import load_space, narrow
 

@@ -30,9 +30,9 @@ import pandas as pd
 from bench import common, memory_eval, modern_eval
 from predictor.frameworks import FRAMEWORKS
 from predictor.frameworks.base import CONSTANTS_FILE
-from predictor.graph_cache import graph_for
-from predictor.hardware import GENERATIONS
+from predictor.graph.cache import graph_for
 from predictor.models.roofline import AnalyticalConfig, framework_config
+from predictor.spec.hardware import GENERATIONS
 
 FIELD = "bf16_gemm_eff_max"
 DEVICE = "b200"

@@ -35,11 +35,11 @@ import pandas as pd
 from bench import common
 from predictor.frameworks import FRAMEWORKS
 from predictor.frameworks.base import CONSTANTS_FILE
-from predictor.graph_cache import graph_for
+from predictor.graph.cache import graph_for
 from predictor.memory.facts import GIB
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
-from predictor.workload import WorkloadSpec, parse_spec
+from predictor.spec.workload import WorkloadSpec, parse_spec
 
 FILE = "torchtitan_2025.csv"
 FRAMEWORK = "torchtitan"

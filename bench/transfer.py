@@ -23,7 +23,7 @@ import torch
 
 from bench import common
 from bench.common import ROOT
-from predictor import evaluate as ev
+from predictor.data import evaluate as ev
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
 from predictor.models.domain import HARDWARE

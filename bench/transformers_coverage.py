@@ -63,10 +63,10 @@ def _alarm(_signum: int, _frame: Any) -> None:
 
 def attempt(model_type: str) -> tuple[str, str]:
     """('ok', '') or (the stage that failed, its first error line)."""
-    from predictor.graph_cache import graph_for
+    from predictor.graph.cache import graph_for
     from predictor.models.analytical import AnalyticalPredictor
     from predictor.plan import Plan
-    from predictor.workload import parse_spec
+    from predictor.spec.workload import parse_spec
 
     stage = "n/a"  # until transformers has built its config and model: not ScaleDL's failure
     signal.signal(signal.SIGALRM, _alarm)

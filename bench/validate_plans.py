@@ -17,11 +17,11 @@ from orchestrator.local_cluster import local_cluster
 from orchestrator.validate import validate
 from orchestrator.validation.jobs import jobs_for
 from orchestrator.validation_report import short_plan
-from predictor.resolver import get_device
-from predictor.graph_cache import graph_for
+from predictor.graph.cache import graph_for
 from predictor.models.registry import load_predictor
 from predictor.plan import Plan
-from predictor.workload import parse_spec
+from predictor.spec.resolver import get_device
+from predictor.spec.workload import parse_spec
 
 DIMS = {"hidden": 256, "layers": 4, "heads": 4}
 CASES = [  # family, plan, model dims beyond DIMS

@@ -4,7 +4,7 @@ on the single-node file.
 Predicts every row of ../shared/ground_truth/vtrain_ground_truth_{single,multi}.csv in the measurement setting their
 README documents: Megatron-DeepSpeed GPT, A100, mixed precision (fp16), Adam, 1F1B, full recomputation, no sequence
 parallelism or ZeRO, vocabulary 50,257 padded to a multiple of 128·tp, 8 GPUs per node on the catalogue's NVLink
-(300 GB/s) and 800 Gb/s InfiniBand per node (12.5 GB/s per GPU): `predictor.evaluate.vtrain_workload`, the one
+(300 GB/s) and 800 Gb/s InfiniBand per node (12.5 GB/s per GPU): `predictor.data.evaluate.vtrain_workload`, the one
 translation that training on these files and bench/a100_eval.py use too. Prints MAPE and, per model, the Spearman
 rank correlation within each workload (same model, GPU count and global batch) of at least three plans and the
 regret of its predicted-best plan (measured time of the predicted best / measured best - 1), averaged over those
@@ -36,15 +36,15 @@ import pandas as pd
 
 from bench import common, modern_eval
 from bench.common import ROOT
-from predictor.evaluate import load_vtrain, predict_samples
+from predictor.data.evaluate import load_vtrain, predict_samples
 from predictor.frameworks.base import CONSTANTS_FILE
-from predictor.hardware import GENERATIONS
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
 from predictor.models.calibration import FITTED
 from predictor.models.intervals import residual_quantiles
 from predictor.models.registry import ANALYTICAL_ACCURACY, load_predictor
 from predictor.models.roofline import AnalyticalConfig, device_config
+from predictor.spec.hardware import GENERATIONS
 
 DEVICE = "a100-80gb"
 FRAMEWORK = "deepspeed"  # vTrain measured Megatron-DeepSpeed
@@ -60,7 +60,7 @@ assert tuple(GRID) == FITTED
 
 def predict_file(path: Path, predictor: str | Predictor) -> pd.DataFrame:
     """The file's rows with each one's prediction (ms) by `predictor` (a name `load_predictor` takes, or a
-    predictor), translated as every use of this data is (`predictor.evaluate.vtrain_workload`); a row that
+    predictor), translated as every use of this data is (`predictor.data.evaluate.vtrain_workload`); a row that
     translation cannot run keeps NaN."""
     df = pd.read_csv(path, encoding="utf-8-sig")
     model = load_predictor(predictor, DEVICE)[0] if isinstance(predictor, str) else predictor

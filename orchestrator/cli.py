@@ -18,7 +18,7 @@ from orchestrator.cluster_address import EXIT_UNREACHABLE, ClusterUnreachable
 from orchestrator.lifecycle import Terminated, terminating
 from predictor.models.base import TrainingDataError
 from predictor.plan import PlanError
-from predictor.workload import SpecError
+from predictor.spec.workload import SpecError
 
 USER_ERRORS: tuple[type[BaseException], ...] = (SpecError, PlanError, TrainingDataError, FileNotFoundError)
 

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from predictor.launch import run_errors
+from predictor.costs.prediction import Prediction
+from predictor.costs.prediction_table import PredictionTable
+from predictor.frameworks.launch import run_errors
 from predictor.plan import DISPATCHERS, Plan, PlanError, canonical_recompute, recompute_modules
-from predictor.prediction import Prediction
-from predictor.prediction_table import PredictionTable
-from predictor.resolver import resolve
-from predictor.workload import WorkloadSpec
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import WorkloadSpec
 
 if TYPE_CHECKING:  # pragma: no cover (the search module imports Ray Tune: `scaledl predict` asks for fixes without it)
     from orchestrator.search_types import SearchResult

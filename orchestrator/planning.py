@@ -27,17 +27,17 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pydantic import ValidationError
 
-from orchestrator.lifecycle import init_ray, shutdown_ray_meanwhile
 from orchestrator.cluster_address import check_reachable
+from orchestrator.lifecycle import init_ray, shutdown_ray_meanwhile
 from orchestrator.replica import LocalPool, ReplicaLoadError
 from orchestrator.search import SearchError, check_resume, choose_searcher, run_search, uses_tune
 from orchestrator.search_types import SearchOptions
 from predictor.memory.facts import HEADROOM
 from predictor.models.base import Dominated
 from predictor.models.registry import check_predictor_name, dominated_values
-from predictor.resolver import resolve
-from predictor.workload import SpecError, load_spec
-from predictor.workload import WorkloadSpec
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import SpecError, load_spec
+from predictor.spec.workload import WorkloadSpec
 from search_spaces import Enumeration, SpaceConfig, candidate_count, enumerate_plans, resolve_space
 from search_spaces.plan_list import PlanList
 
@@ -135,7 +135,7 @@ def _connect(address: str | None) -> bool:
 
 
 def _graph(model: Any) -> Any:
-    from predictor.graph_cache import graph_for  # a traced graph imports torch: done in this thread, while Ray starts
+    from predictor.graph.cache import graph_for  # a traced graph imports torch: done in this thread, while Ray starts
 
     return graph_for(model)
 
@@ -192,7 +192,7 @@ class _Search:
     options, with the key that identifies it for --resume."""
 
     spec: WorkloadSpec
-    resolved: Any  # predictor.resolver.Resolved
+    resolved: Any  # predictor.spec.resolver.Resolved
     space_name: str
     space: SpaceConfig
     sizes: list[WorkloadSpec]

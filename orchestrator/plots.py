@@ -6,8 +6,8 @@ from __future__ import annotations
 import io
 from typing import Any, Sequence
 
+from predictor.costs.prediction import MEMORY_PARTS, TIME_PARTS
 from predictor.plan import Plan
-from predictor.prediction import MEMORY_PARTS, TIME_PARTS
 
 
 def _png(fig) -> bytes:  # noqa: ANN001 - a matplotlib Figure

@@ -15,11 +15,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from predictor.layer_graph import LayerGraph
+from predictor.costs.prediction_table import PredictionTable
+from predictor.graph.layer_graph import LayerGraph
 from predictor.models.base import Predictor
 from predictor.plan import Plan
-from predictor.prediction_table import PredictionTable
-from predictor.workload import WorkloadSpec
+from predictor.spec.workload import WorkloadSpec
 from search_spaces.plan_list import PlanList
 
 # The most plans in one replica call: a vectorised predictor's arrays of a bigger batch outgrow the CPU's caches
@@ -73,7 +73,7 @@ class Replica:
         other cluster sizes; each plan is predicted on the one with its GPU count."""
         from predictor.models.registry import load_predictor, measured_accuracy  # heavy (torch): only when one loads
 
-        from predictor.resolver import resolve
+        from predictor.spec.resolver import resolve
 
         resolved = resolve(spec)
         self.spec, self.graph = spec, graph

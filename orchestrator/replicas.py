@@ -19,10 +19,10 @@ import ray
 from ray.exceptions import RayActorError
 
 from orchestrator.replica import MAX_CHUNK, Answers, Replica, ReplicaLoadError, Sent, chunked
-from predictor.layer_graph import LayerGraph
+from predictor.graph.layer_graph import LayerGraph
 from predictor.models.base import Predictor
 from predictor.plan import Plan
-from predictor.workload import WorkloadSpec
+from predictor.spec.workload import WorkloadSpec
 from search_spaces.plan_list import PlanList
 
 

@@ -24,10 +24,10 @@ from orchestrator.validate import validate
 from orchestrator.validation.jobs import ValidationJob, ValidationResult
 from orchestrator.validation.rows import append_to_dataset
 from orchestrator.validation_report import short_plan
-from predictor.dataset import device_fingerprint
-from predictor.design import ProfileConfig
+from predictor.data.dataset import device_fingerprint
+from predictor.data.design import ProfileConfig
 from predictor.plan import Plan
-from predictor.workload import parse_spec
+from predictor.spec.workload import parse_spec
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -166,7 +166,7 @@ def held_out_slice(history: History, every: int = 4) -> list[tuple[dict[str, Any
 
 
 def _error_on(predictor: Any, held: list[tuple[dict[str, Any], str, float]]) -> float:
-    from predictor.graph_cache import graph_for
+    from predictor.graph.cache import graph_for
 
     errors = []
     for spec_data, plan, measured in held:
@@ -185,7 +185,7 @@ def retrain(history: History, checkpoint: str | Path, dataset_dir: str | Path, e
     then ScaleDL is fitted from scratch; `epochs` overrides the epochs of either.
     `ScaleDLPredictor.save` writes atomically: readers see the old or the new file.
     """
-    from predictor.evaluate import load_profile_dataset
+    from predictor.data.evaluate import load_profile_dataset
     from predictor.models.analytical import AnalyticalPredictor
     from predictor.models.scaledl import ScaleDLPredictor
 

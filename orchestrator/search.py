@@ -38,8 +38,8 @@ from orchestrator.replica import Answers, LocalPool, Sent, join_tables
 from orchestrator.search_types import SEARCHERS, SearchOptions, SearchResult
 from orchestrator.store import (RETRIES, Batch, Outcome, ResultStore, SearchError, check_resumable,
                                prepare_store)
+from predictor.costs.prediction_table import PredictionTable
 from predictor.plan import Plan
-from predictor.prediction_table import PredictionTable
 from search_spaces import GROUP_AXES, TuneSpace
 from search_spaces.plan_list import PlanList
 

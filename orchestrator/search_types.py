@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from predictor.costs.prediction import Prediction
+from predictor.costs.prediction_table import PredictionTable
 from predictor.memory.facts import HEADROOM
 from predictor.plan import Plan
-from predictor.prediction import Prediction
-from predictor.prediction_table import PredictionTable
 from search_spaces.plan_list import PlanList
 
 SEARCHERS = ("auto", "exhaustive", "optuna", "random")

@@ -18,7 +18,7 @@ import numpy as np
 from orchestrator.lever_search import Repredictor
 from orchestrator.report.model import Report, WiderPlan
 from predictor.plan import Plan
-from predictor.workload import WorkloadSpec
+from predictor.spec.workload import WorkloadSpec
 from search_spaces import resolve_space, sample_plans
 
 WIDER = "full"  # every plan ScaleDL predicts (narrowed by the spec's search: section, as the searched space is)

@@ -24,13 +24,13 @@ from functools import cache
 from itertools import product
 from typing import Iterable, Iterator, Sequence
 
-from predictor.plan import AXES, Axis
-from predictor.plan.axes import OPTION_AXIS, OPTIONS, PIPELINE_AXIS, REPLICA_AXIS, SEQUENCE_SPLIT_AXIS
 from predictor.frameworks import Framework
 from predictor.models.base import Dominated
+from predictor.plan import AXES, Axis
 from predictor.plan import Plan, plan_errors, recompute_errors, recompute_for_model
-from predictor.resolver import resolve
-from predictor.workload import WorkloadSpec
+from predictor.plan.axes import OPTION_AXIS, OPTIONS, PIPELINE_AXIS, REPLICA_AXIS, SEQUENCE_SPLIT_AXIS
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import WorkloadSpec
 from search_spaces.plan_list import PlanList, Product
 from search_spaces.space import CHOICE_AXES, INT_AXES, SpaceConfig
 

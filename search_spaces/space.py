@@ -34,8 +34,8 @@ from predictor.plan import AXES, AXIS_NAMES
 from predictor.plan import PLACEMENTS, RECOMPUTE_MODES, PlanError, canonical_recompute, overlap_kinds
 from predictor.plan.axes import OPTIONS
 from predictor.plan.placement import DEFAULT_PLACEMENT
-from predictor.resolver import resolve
-from predictor.workload import SpecError, WorkloadSpec
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import SpecError, WorkloadSpec
 
 PRESET_DIR = Path(__file__).parent / "presets"
 

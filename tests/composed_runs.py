@@ -8,7 +8,7 @@ import pytest
 
 from predictor.measure.iteration import WorkerPool
 from predictor.plan import Plan
-from predictor.workload import ModelSpec
+from predictor.spec.workload import ModelSpec
 
 # Relative tolerance on each step's loss: float32 sums in another order (measured: <= 4e-7 over all kinds)
 PARITY_RTOL = 2e-6

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from predictor.dataset import ITERATION_COLUMNS
+from predictor.data.dataset import ITERATION_COLUMNS
 
 
 def iteration_row(config_id: str, t: float) -> dict:

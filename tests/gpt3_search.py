@@ -8,10 +8,10 @@ from functools import cache
 from orchestrator.planning import enumerate_sizes, sized_spec
 from orchestrator.report import Report, build_report
 from orchestrator.search_types import Evaluated, SearchResult, infeasibility
-from predictor.resolver import get_device, resolve
-from predictor.hardware import GIB
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.workload import parse_spec
+from predictor.spec.hardware import GIB
+from predictor.spec.resolver import get_device, resolve
+from predictor.spec.workload import parse_spec
 from search_spaces import enumerate_plans, load_space
 from tests.gpt_graph import gpt_graph
 

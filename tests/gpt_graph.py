@@ -4,7 +4,7 @@ forms exactly, so memory formulas can be checked against them."""
 
 from __future__ import annotations
 
-from predictor.layer_graph import LayerGraph, LayerNode
+from predictor.graph.layer_graph import LayerGraph, LayerNode
 
 
 def gpt_graph(hidden: int, heads: int, seq: int, layers: int, vocab: int) -> LayerGraph:

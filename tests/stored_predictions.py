@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from orchestrator.history import History
-from predictor.resolver import get_device
-from predictor.graph_cache import graph_for
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
-from predictor.workload import parse_spec
+from predictor.spec.resolver import get_device
+from predictor.spec.workload import parse_spec
 
 
 def small(family: str) -> dict:

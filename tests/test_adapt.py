@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from predictor import dataset
-from predictor.machine import hardware_slug
+from predictor.data import dataset
+from predictor.data.machine import hardware_slug
 from predictor.measure import device as measure_device
 from predictor.models.domain import HARDWARE
 from predictor.models.registry import adapted_checkpoint_path

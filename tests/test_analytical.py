@@ -2,13 +2,13 @@
 
 import pytest
 
-from predictor.resolver import get_device
+from predictor.costs.prediction import MEMORY_PARTS, TIME_PARTS
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.roofline import AnalyticalConfig, gemm_efficiency, layer_times
 from predictor.plan import Plan, plan_errors
-from predictor.prediction import MEMORY_PARTS, TIME_PARTS
-from predictor.workload import parse_spec
-from predictor.resolver import resolve
+from predictor.spec.resolver import get_device
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import parse_spec
 from tests.gpt_graph import gpt_graph
 
 S, H, A, L, V = 2048, 12288, 96, 96, 51200
@@ -112,7 +112,7 @@ def test_each_sync_call_pays_the_link_latency():
 
 
 def test_measured_in_step_costs_are_added_per_call():
-    """A measured device's in-step costs (CPU: `predictor.measure.step_costs`) land once per collective
+    """A measured device's in-step costs (CPU: `predictor.measure.contention`) land once per collective
     call, p2p message and DTensor-sharded linear (column/row; not the attention core or the norms)."""
     from dataclasses import replace
 
@@ -200,7 +200,7 @@ def test_a_measured_device_prices_each_collective_on_its_own_link():
     pipeline messages on the send/recv link (a measured CPU's gloo ops differ 3-8x)."""
     from dataclasses import replace
 
-    from predictor.hardware import Link
+    from predictor.spec.hardware import Link
 
     graph, spec = gpt_graph(1024, 16, 512, 6, 4096), _slow_link_spec(5.0)
     plans = [Plan.parse(t) for t in ("dp=2,mbs=4", "dp=2,mbs=4,zero=3", "pp=2,mbs=2")]

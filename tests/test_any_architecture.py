@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from predictor.graph_cache import graph_for
-from predictor.modelzoo import build_model, param_count
+from predictor.graph.cache import graph_for
+from predictor.graph.modelzoo import build_model, param_count
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
-from predictor.workload import SpecError, parse_spec
+from predictor.spec.workload import SpecError, parse_spec
 
 # preset: (published total parameters, published active parameters or None, source)
 PUBLISHED = {
@@ -38,7 +38,7 @@ def _vision_encoder(preset: str) -> int:
     import torch
     from transformers import AutoConfig, Llama4ForConditionalGeneration
 
-    from predictor.presets import MODEL_PRESETS
+    from predictor.spec.presets import MODEL_PRESETS
 
     text = {k: v for k, v in MODEL_PRESETS[preset]["hf_config"].items() if k != "model_type"}
     with torch.device("meta"):
@@ -113,8 +113,8 @@ def test_scaledl_plan_plans_it(scaledl, tmp_path: Path, preset: str) -> None:
 
 def test_launch_files_spell_a_family_and_refuse_an_architecture_none_spells() -> None:
     from predictor.frameworks import LaunchError
-    from predictor.launch import launch_files
-    from predictor.resolver import resolve
+    from predictor.frameworks.launch import launch_files
+    from predictor.spec.resolver import resolve
 
     plan = Plan(dp=32, tp=8, ep=8, sp=True)
     args = launch_files(plan, resolve(_spec("kimi-k2")))["megatron_args.txt"]  # DeepSeek-V3's family: MLA, 1 dense layer
@@ -129,8 +129,8 @@ def test_megatron_writes_and_reads_back_the_hybrid_layer_pattern(preset: str, tm
     Megatron-Core's own allocate_layers), the Mamba-2 dims and the E layers' experts; read back, an edited pattern is
     refused."""
     from predictor.frameworks import LaunchError, as_run
-    from predictor.launch import launch_files, read_back
-    from predictor.resolver import resolve
+    from predictor.frameworks.launch import launch_files, read_back
+    from predictor.spec.resolver import resolve
 
     megatron_hybrid = pytest.importorskip("megatron.core.ssm.mamba_hybrid_layer_allocation")
     spec = _spec(preset)
@@ -154,8 +154,8 @@ def test_megatron_writes_and_reads_back_the_hybrid_layer_pattern(preset: str, tm
 
 
 def test_megatron_refuses_interleaved_and_uneven_pipelines_of_a_hybrid() -> None:
-    from predictor.launch import run_errors
-    from predictor.resolver import resolve
+    from predictor.frameworks.launch import run_errors
+    from predictor.spec.resolver import resolve
 
     resolved = resolve(_spec("nemotron-h-8b"))  # 52 layers
     assert any("interleaved" in e for e in run_errors(Plan(dp=32, tp=4, pp=2, v=2, schedule="interleaved", sp=True),

@@ -3,18 +3,18 @@
 import numpy as np
 import pytest
 
-from predictor.resolver import get_device
-from predictor.graph_cache import graph_for
-from predictor.hardware import GB, TFLOPS, device_facts
+from predictor.graph.cache import graph_for
 from predictor.kernels.profile import shipped_profile
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.attention import BWD_FLOPS, attention_curves
 from predictor.models.roofline import device_config, framework_config, fused_attention_curves, layer_times
+from predictor.spec.hardware import GB, TFLOPS, device_facts
+from predictor.spec.resolver import get_device
 
-from predictor.hardware import generation
 from predictor.plan import Plan
-from predictor.workload import parse_spec
-from predictor.resolver import resolve
+from predictor.spec.hardware import generation
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import parse_spec
 
 
 def _figure(kernel, head_dim, causal, pass_):

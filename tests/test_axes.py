@@ -3,13 +3,13 @@
 import pandas as pd
 import pytest
 
-from predictor.plan import AXES, AXIS_NAMES, complete_order, placements
-from predictor.design import ProfileConfig
+from predictor.costs.parallel import apply_plan, group_of
+from predictor.data.design import ProfileConfig
 from predictor.frameworks import FRAMEWORKS
-from predictor.resolver import get_device, resolve
-from predictor.parallel import apply_plan, group_of
+from predictor.plan import AXES, AXIS_NAMES, complete_order, placements
 from predictor.plan import PLACEMENTS, Plan, PlanError, placement_warnings, plan_errors
-from predictor.workload import ModelSpec, parse_spec
+from predictor.spec.resolver import get_device, resolve
+from predictor.spec.workload import ModelSpec, parse_spec
 from tests.gpt_graph import gpt_graph
 
 H100 = get_device("h100")
@@ -133,7 +133,7 @@ def test_the_lists_of_parts_and_kinds_are_the_registrys():
 def test_each_stage_axis_is_priced_by_the_cost_its_entry_names(text, part):
     """The analytical batch prices a stage axis through the stage cost registered onto it and books it under
     `Axis.parts`."""
-    from predictor.graph_cache import graph_for
+    from predictor.graph.cache import graph_for
     from predictor.models.analytical import AnalyticalPredictor
     from predictor.models.plan_batch import stage_cost
     from predictor.models.roofline import AnalyticalConfig

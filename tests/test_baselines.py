@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictor.evaluate import mre, predict_samples
+from predictor.costs.prediction import TIME_PARTS
+from predictor.data.evaluate import mre, predict_samples
 from predictor.models.baselines import BiRNN, MLPAcc, RFHyperParams
 from predictor.models.features import TrainingData, graph_of
-from predictor.prediction import TIME_PARTS
 from tests.vtrain_rows import a100_rows
 
 

@@ -95,8 +95,8 @@ def test_a_bridge_row_is_priced_with_its_recipe_levers():
     expert activations and reduces BF16 gradients (Megatron-Bridge scripts/performance), and those levers lower
     the predicted peak below the bare parallel plan's, where a Qwen3 recipe also keeps BF16 Adam moments."""
     from bench.memory_eval import recipe_workload
-    from predictor.evaluate import bridge_workload
-    from predictor.graph_cache import graph_for
+    from predictor.data.evaluate import bridge_workload
+    from predictor.graph.cache import graph_for
     from predictor.models.analytical import AnalyticalPredictor
 
     row = {"system": "DGX-H100", "model": "GPT_OSS_120B", "gpus": 64, "precision": "BF16", "gbs": 512, "mbs": 4,

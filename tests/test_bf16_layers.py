@@ -1,4 +1,4 @@
-"""Per-layer precision (predictor.bf16_layers): the first and last N layers of an FP8/FP4 run kept in BF16 cost
+"""Per-layer precision (predictor.costs.bf16_layers): the first and last N layers of an FP8/FP4 run kept in BF16 cost
 their BF16 time on the pipeline ranks that hold them, are written to Megatron-LM's arguments and torchtitan's
 filter_fqns and read back, and what Megatron-Core refuses of them is refused."""
 
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from predictor.graph_cache import graph_for
-from predictor.launch import launch_files, read_back, run_errors
 from predictor.frameworks import LaunchError
+from predictor.frameworks.launch import launch_files, read_back, run_errors
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
-from predictor.resolver import resolve
-from predictor.workload import SpecError, parse_spec
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import SpecError, parse_spec
 
 
 def _spec(first: int = 0, last: int = 0, precision: str = "fp8", framework: str = "megatron", **training: object):

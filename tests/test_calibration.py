@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictor.evaluate import mre, predict_samples
+from predictor.data.evaluate import mre, predict_samples
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.calibration import fit_fixed_costs, log_error
 from predictor.models.features import Sample, TrainingData
-from predictor.resolver import resolve
 from predictor.models.roofline import AnalyticalConfig, device_config
 from predictor.models.scaledl import ScaleDLPredictor
-from predictor.workload import parse_spec
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import parse_spec
 from tests.vtrain_rows import a100_rows
 
 CPU_PROFILE = Path(__file__).resolve().parents[1] / "predictor" / "data" / "cpu" / "device.json"
@@ -75,7 +75,7 @@ def test_measured_devices_and_empty_data_are_refused(rows):
 def test_single_gpu_data_leaves_the_call_cost_alone():
     """Without a collective or send/recv in any plan the call cost is not identifiable: it keeps its value.
     The H200 profile dataset is single-GPU; its host cost comes out near vTrain's Megatron-DeepSpeed one."""
-    from predictor.evaluate import load_profile_dataset
+    from predictor.data.evaluate import load_profile_dataset
 
     samples = load_profile_dataset(H200, families=("gpt2",)).samples[::2]
     assert samples and all(s.plan.gpus == 1 for s in samples)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor.launch import run_errors
+from predictor.frameworks.launch import run_errors
 from predictor.plan import Plan, recompute_for_model
-from predictor.resolver import resolve
-from predictor.workload import load_spec, parse_spec
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import load_spec, parse_spec
 from search_spaces import enumerate_plans, explain, load_space, narrow, resolve_space
 from search_spaces.plan_list import Listed, PlanList
 

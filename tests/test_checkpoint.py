@@ -13,7 +13,7 @@ from predictor.models.features import graph_of
 from predictor.models.registry import CHECKPOINT_DIR, load_checkpoint
 from predictor.models.scaledl import ScaleDLPredictor
 from predictor.plan import Plan
-from predictor.workload import load_spec
+from predictor.spec.workload import load_spec
 
 SHIPPED = sorted(CHECKPOINT_DIR.rglob("*.pt"))
 SPEC = load_spec(Path(__file__).resolve().parents[1] / "examples" / "bert-cpu2.yaml")

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from predictor.prediction import TIME_PARTS
+from predictor.costs.prediction import TIME_PARTS
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -1,10 +1,10 @@
-"""The bus-bandwidth curves collectives are priced from (predictor.collective_curve, device_facts.json)."""
+"""The bus-bandwidth curves collectives are priced from (predictor.costs.collective_curve, device_facts.json)."""
 
 import numpy as np
 import pytest
 
-from predictor import collective_curve as curve, comm
-from predictor.hardware import DEVICES, GB, Link, device_facts
+from predictor.costs import collective_curve as curve, comm
+from predictor.spec.hardware import DEVICES, GB, Link, device_facts
 
 SIZES = np.logspace(0, 11, 45)  # 1 B to 100 GB of bus bytes
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "send_recv")

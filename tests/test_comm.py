@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from predictor import comm
-from predictor.hardware import GB, Link
+from predictor.costs import comm
 from predictor.measure.collectives import CollectivePoint, fit_link
+from predictor.spec.hardware import GB, Link
 
 NV = Link(100 * GB, 5e-6)
 IB = Link(10 * GB, 20e-6)
@@ -53,7 +53,7 @@ def test_vectorised_and_trivial_groups():
 
 @pytest.mark.parametrize("world", [2, 8])
 def test_fit_recovers_the_link_that_the_prediction_formulas_were_priced_with(world):
-    # Points priced by predictor.comm itself: the fitted link must reproduce them through the same
+    # Points priced by predictor.costs.comm itself: the fitted link must reproduce them through the same
     # formulas, including the all-reduce branch (recursive doubling always wins for 2 ranks).
     truth = Link(2.5e9, 30e-6)
     group = comm.Group(world, 1, truth, truth)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictor.graph_cache import graph_for
-from predictor.evaluate import load_profile_dataset, predict_samples, subset
+from predictor.data.evaluate import load_profile_dataset, predict_samples, subset
+from predictor.graph.cache import graph_for
 from predictor.models.features import TrainingData
 from predictor.models.scaledl import ScaleDLPredictor
 

@@ -14,14 +14,14 @@ from functools import cache
 
 import pytest
 
-from predictor.graph_cache import graph_for
+from predictor.graph.cache import graph_for
+from predictor.graph.modelzoo import build_model
+from predictor.graph.tp_roles import in_block, linear_role
 from predictor.measure.compose import unsupported
 from predictor.measure.iteration import WorkerPool
 from predictor.measure.parallelize import tp_roles
-from predictor.modelzoo import build_model
 from predictor.plan import Plan
-from predictor.tp_roles import in_block, linear_role
-from predictor.workload import ModelSpec
+from predictor.spec.workload import ModelSpec
 from tests.composed_runs import assert_parity, run, tiny
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def _runner_role(kind: str, path: str, tp_dim: int) -> str:
 @pytest.mark.parametrize("family", ["llama", *(pytest.param(f, marks=pytest.mark.slow)
                                                   for f in ("bert", "t5", "gpt", "gpt2", "vit", "deit"))])
 def test_graph_table_and_runner_give_every_module_the_same_tp_role(pool, family: str) -> None:
-    """One table of roles (predictor.tp_roles): the layer graph's roles (which the sharding model prices), the
+    """One table of roles (predictor.graph.tp_roles): the layer graph's roles (which the sharding model prices), the
     table's answer for the real model, and how the runner's tp=2 ranks actually split each weight agree."""
     spec = tiny(family)
     graph = {n.name: (n.kind, n.tp) for n in graph_for(spec).nodes if n.kind in ("linear", "embedding")}

@@ -10,8 +10,8 @@ import time
 import pandas as pd
 import pytest
 
-from predictor import dataset
-from predictor.dataset import DatasetError
+from predictor.data import dataset
+from predictor.data.dataset import DatasetError
 from tests.dataset_rows import iteration_row
 
 
@@ -44,7 +44,7 @@ def test_kill_9_during_appends_never_leaves_a_torn_part(tmp_path):
     writer = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {os.getcwd()!r})
-        from predictor import dataset
+        from predictor.data import dataset
         from tests.dataset_rows import iteration_row
         rows = [iteration_row(f"id{{i}}", float(i)) for i in range(20000)]  # big parts: the kill lands mid-write
         print("ready", flush=True)

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictor.resolver import get_device
-from predictor.launch import launch_files
-from predictor.graph_cache import graph_for
+from predictor.frameworks.launch import launch_files
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.workload import load_spec
-from predictor.resolver import resolve
+from predictor.spec.resolver import get_device
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import load_spec
 from search_spaces import enumerate_plans, resolve_space
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -9,13 +9,13 @@ import pytest
 
 from predictor.frameworks import FRAMEWORKS
 from predictor.frameworks.base import as_run
-from predictor.graph_cache import graph_for
-from predictor.launch import launch_files, read_back
+from predictor.frameworks.launch import launch_files, read_back
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.overlap import combined_1f1b_exposed
 from predictor.plan import Plan
-from predictor.resolver import resolve
-from predictor.workload import parse_spec
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import parse_spec
 
 
 def _exposed(comm: float, delayed: bool, layer: float = 1.0) -> float:

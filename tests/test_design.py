@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from predictor.design import (
+from predictor.data.design import (
     STRATA_SHARE, DesignError, candidates, choose, fedorov, log_det, quadratic_features, random_design,
     strata_proportions,
 )

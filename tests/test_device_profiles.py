@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bench import device_profiles
-from predictor.hardware import DEVICES, GENERATIONS, TFLOPS, gemm_facts
+from predictor.spec.hardware import DEVICES, GENERATIONS, TFLOPS, gemm_facts
 from predictor.kernels.profile import (PROFILES_DIR, ProfileError, parse_profile, profile_json, read_profile,
                                        shipped_profile, write_profile)
 

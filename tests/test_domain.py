@@ -6,7 +6,7 @@ from pathlib import Path
 
 from predictor.models.domain import TrainingDomain
 from predictor.plan import Plan
-from predictor.workload import parse_spec
+from predictor.spec.workload import parse_spec
 
 PROFILE = Path("predictor/data/cpu/device.json")  # the CPU dataset's machine: no measuring of this one
 
@@ -69,8 +69,8 @@ def test_a_machine_under_the_same_cpu_name_is_told_apart_by_its_figures(tmp_path
     machines apart, beyond the few per cent that re-measuring one machine moves them."""
     import json
 
-    from predictor.resolver import get_device
-    from predictor.workload import ClusterSpec
+    from predictor.spec.resolver import get_device
+    from predictor.spec.workload import ClusterSpec
 
     record = json.loads(PROFILE.read_text())
     trained = TrainingDomain.of([(spec(), Plan(mbs=8))])

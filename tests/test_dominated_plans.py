@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictor.graph_cache import graph_for
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.registry import checkpoint_path, dominated_values
-from predictor.workload import load_spec
+from predictor.spec.workload import load_spec
 from search_spaces import candidate_count, enumerate_plans, load_space, narrow
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.evaluate import (format_average, format_table, in_domain_splits, mre, out_of_domain_splits,
+from predictor.data.evaluate import (format_average, format_table, in_domain_splits, mre, out_of_domain_splits,
                                 overall, rmse_ms, spec_for)
 from predictor.models.features import Sample, TrainingData
 from predictor.models.records import LayerObs
@@ -76,7 +76,7 @@ def test_tables_pool_overall_and_list_every_model():
 
 
 def test_shipped_gpu_dataset_loads_as_its_device_and_precision():
-    from predictor.evaluate import load_profile_dataset
+    from predictor.data.evaluate import load_profile_dataset
 
     data = load_profile_dataset("predictor/data/h200", with_layers=False)
     assert len(data.samples) == 197 and {s.model for s in data.samples} == {"t5", "gpt2", "bert", "vit", "deit"}
@@ -87,7 +87,7 @@ def test_shipped_gpu_dataset_loads_as_its_device_and_precision():
 
 
 def test_seed_spread_reports_mean_and_spread_of_each_methods_pooled_error():
-    from predictor.evaluate import format_seed_spread
+    from predictor.data.evaluate import format_seed_spread
 
     def run(scale: float) -> pd.DataFrame:
         return pd.DataFrame([{"protocol": "id", "method": "m", "model": "bert", "mre": 0.0, "rmse_ms": 0.0,

@@ -7,15 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from predictor.costs.parallel import apply_plan, shard_nodes
 from predictor.frameworks import FRAMEWORKS
 from predictor.frameworks.base import as_run
-from predictor.graph_cache import graph_for
-from predictor.launch import launch_files, read_back
+from predictor.frameworks.launch import launch_files, read_back
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.parallel import apply_plan, shard_nodes
 from predictor.plan import Plan, plan_errors
-from predictor.resolver import get_device, resolve
-from predictor.workload import parse_spec
+from predictor.spec.resolver import get_device, resolve
+from predictor.spec.workload import parse_spec
 
 
 def _spec(preset: str = "qwen3-30b-a3b", framework: str = "megatron", nodes: int = 2):

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from predictor.resolver import resolve
 from predictor.frameworks import FRAMEWORKS
 from predictor.frameworks.base import LaunchError
-from predictor.launch import launch_files, run_errors
-from predictor.graph_cache import graph_for
+from predictor.frameworks.launch import launch_files, run_errors
+from predictor.graph.cache import graph_for
 from predictor.memory.facts import HEADROOM
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan, PlanError, plan_errors
-from predictor.workload import SpecError, WorkloadSpec, load_spec, parse_spec
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import SpecError, WorkloadSpec, load_spec, parse_spec
 from search_spaces import enumerate_plans, resolve_space
 
 pytest.importorskip("megatron.core", reason="megatron-core is a test extra (pip install -e .[test])")

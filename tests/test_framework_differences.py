@@ -6,19 +6,19 @@ and the per-call costs (`extra['framework_s']`), with the constants that price t
 import numpy as np
 import pytest
 
-from predictor.resolver import get_device
-from predictor.evaluate import vtrain_workload
+from predictor.costs.parallel import apply_plan, shard_nodes
+from predictor.costs.prediction import Prediction
+from predictor.data.evaluate import vtrain_workload
 from predictor.frameworks.deepspeed import DEEPSPEED
-from predictor.graph_cache import graph_for
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.plan_batch import FRAMEWORK_PARTS
 from predictor.models.roofline import AnalyticalConfig, layer_times, softmax_fallbacks
 from predictor.models.stage_costs import compute_parts
-from predictor.parallel import apply_plan, shard_nodes
 from predictor.plan import Plan, plan_errors
-from predictor.prediction import Prediction
-from predictor.workload import WorkloadSpec, parse_spec
-from predictor.resolver import resolve
+from predictor.spec.resolver import get_device
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import WorkloadSpec, parse_spec
 
 # Time parts the named differences can move: the computation and the fill and drain it sets (attention, host), and
 # the communication parts that charge a per-call cost.

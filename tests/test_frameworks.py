@@ -14,18 +14,18 @@ import yaml
 
 from orchestrator.cli import main
 from orchestrator.commands import plan as plan_command
+from predictor.costs.prediction import Prediction
 from predictor.frameworks import FRAMEWORKS, LaunchError, as_run
-from predictor.launch import launch_files, read_back, run_errors
 from predictor.frameworks import base
 from predictor.frameworks.base import FACT_SCALES, Framework, Launch, LaunchTarget, recorded_constants
-from predictor.graph_cache import graph_for
-from predictor.hardware import DEVICES
+from predictor.frameworks.launch import launch_files, read_back, run_errors
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.roofline import AnalyticalConfig, device_config, framework_config
 from predictor.plan import Plan
-from predictor.prediction import Prediction
-from predictor.workload import SpecError, WorkloadSpec, parse_spec
-from predictor.resolver import resolve
+from predictor.spec.hardware import DEVICES
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import SpecError, WorkloadSpec, parse_spec
 from search_spaces import enumerate_plans, resolve_space
 
 PROFILE = "predictor/data/cpu/device.json"

@@ -1,4 +1,4 @@
-"""predictor.graph_build: layer graphs of the real models agree with the full models and with closed forms."""
+"""predictor.graph.build: layer graphs of the real models agree with the full models and with closed forms."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from predictor.graph_build import build_graph
-from predictor.graph_cache import graph_for
-from predictor.layer_graph import LAYER_KINDS
-from predictor.modelzoo import build_model, example_inputs, param_count, training_loss
-from predictor.workload import ModelSpec
+from predictor.graph.build import build_graph
+from predictor.graph.cache import graph_for
+from predictor.graph.layer_graph import LAYER_KINDS
+from predictor.graph.modelzoo import build_model, example_inputs, param_count, training_loss
+from predictor.spec.workload import ModelSpec
 from tests.model_specs import HF_GPT2, SMALL, TOY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,8 +173,8 @@ def test_graph_for_is_cached() -> None:
 
 
 def test_graphs_are_kept_on_disk_and_reused_without_tracing(tmp_path, monkeypatch) -> None:
-    import predictor.graph_build as builder
-    from predictor import graph_cache
+    import predictor.graph.build as builder
+    from predictor.graph import cache as graph_cache
 
     monkeypatch.setattr(graph_cache, "CACHE_DIR", tmp_path)
     spec = ModelSpec(**SMALL["gpt"])
@@ -206,8 +206,8 @@ def test_module_spec_blocks(graphs: dict) -> None:
 _BIG = textwrap.dedent("""
     import json, resource, sys, time
     import transformers  # package imports are start-up cost, not graph building
-    from predictor.graph_build import build_graph
-    from predictor.workload import ModelSpec
+    from predictor.graph.build import build_graph
+    from predictor.spec.workload import ModelSpec
     out = {}
     for preset in sys.argv[1:]:
         t0, c0 = time.perf_counter(), time.process_time()

@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from predictor.resolver import get_device
-from predictor.hardware import DEVICES, GB, GENERATIONS, TFLOPS, device_facts, gemm_facts
-from predictor.models.roofline import AnalyticalConfig, device_config, gemm_efficiency
 from predictor.measure import device as measure_device
-from predictor.workload import parse_spec
-from predictor.resolver import resolve
+from predictor.models.roofline import AnalyticalConfig, device_config, gemm_efficiency
+from predictor.spec.hardware import DEVICES, GB, GENERATIONS, TFLOPS, device_facts, gemm_facts
+from predictor.spec.resolver import get_device
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import parse_spec
 
 
 def test_catalogue_uses_dense_peaks():
@@ -73,7 +73,7 @@ def test_cpu_is_measured_once_and_cached(measured_cpu_profile, tmp_path, monkeyp
 
 
 def test_measured_gpus_map_to_the_catalogue():
-    from predictor.hardware import catalogue_name
+    from predictor.spec.hardware import catalogue_name
 
     assert catalogue_name("cpu:Intel(R) Xeon(R) Processor:2c") == "cpu"
     assert catalogue_name("cuda:NVIDIA H200") == "h200"
@@ -94,10 +94,10 @@ def _cpu_spec(**cluster):
 
 
 def test_a_device_profile_prices_the_spec_as_on_the_machine_that_measured_it(tmp_path):
-    from predictor.resolver import resolve
+    from predictor.graph.cache import graph_for
     from predictor.models.analytical import AnalyticalPredictor
-    from predictor.graph_cache import graph_for
     from predictor.plan import Plan
+    from predictor.spec.resolver import resolve
 
     record = json.loads(open(DATASET_PROFILE).read())
     pinned = resolve(_cpu_spec(device_profile=DATASET_PROFILE)).device
@@ -123,8 +123,8 @@ def test_a_device_profile_prices_the_spec_as_on_the_machine_that_measured_it(tmp
 
 
 def test_device_profile_errors_name_the_field_and_the_fix(tmp_path):
-    from predictor.resolver import resolve
-    from predictor.workload import SpecError
+    from predictor.spec.resolver import resolve
+    from predictor.spec.workload import SpecError
 
     with pytest.raises(SpecError, match=r"device_profile .*nope.json' does not exist.*scaledl profile"):
         _cpu_spec(device_profile=str(tmp_path / "nope.json"))
@@ -137,8 +137,8 @@ def test_device_profile_errors_name_the_field_and_the_fix(tmp_path):
 
 
 def test_profile_dataset_is_priced_with_its_own_device_profile():
-    from predictor.evaluate import load_profile_dataset
-    from predictor.resolver import resolve
+    from predictor.data.evaluate import load_profile_dataset
+    from predictor.spec.resolver import resolve
 
     data = load_profile_dataset(families=("bert",), with_layers=False)
     record = json.loads(open(DATASET_PROFILE).read())

@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictor.evaluate import load_profile_dataset, mre, predict_samples
+from predictor.data.evaluate import load_profile_dataset, mre, predict_samples
 from predictor.models.analytical import AnalyticalPredictor, kernel_model_config
 from predictor.models.features import TrainingData
 from predictor.models.host_cost import LayerHostAnalytical, layer_host_op_s
 from predictor.models.registry import PREDICTORS
 from predictor.models.roofline import AnalyticalConfig
-from predictor.resolver import resolve
+from predictor.spec.resolver import resolve
 
 DATA = Path(__file__).resolve().parents[1] / "predictor" / "data"
 

@@ -179,11 +179,11 @@ def test_no_cycle_either_with_the_imports_type_checking_names():
 
 
 def test_the_graph_reader_sees_lazy_imports_and_skips_type_checking_blocks():
-    # predictor.resolver measures a cpu lazily (inside get_device): that edge must be in the graph
-    assert "predictor.measure.device" in _graph()["predictor.resolver"]
+    # predictor.spec.resolver measures a cpu lazily (inside get_device): that edge must be in the graph
+    assert "predictor.measure.device" in _graph()["predictor.spec.resolver"]
     # the launch writers name the resolved value's protocol only; frameworks.base names the spec type for checking
-    assert "predictor.workload" not in _graph()["predictor.frameworks.base"]
-    assert "predictor.workload" in _graph(NAMED)["predictor.frameworks.base"]
+    assert "predictor.spec.workload" not in _graph()["predictor.frameworks.base"]
+    assert "predictor.spec.workload" in _graph(NAMED)["predictor.frameworks.base"]
     tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\nelse:\n    import b\n"
                      "def f():\n    import c\n")
     assert {alias.name for node in _import_nodes(tree, False) for alias in node.names} == {"TYPE_CHECKING", "b", "c"}

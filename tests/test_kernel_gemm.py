@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictor.resolver import get_device, resolve
-from predictor.graph_cache import graph_for
+from predictor.costs.parallel import shard_nodes
+from predictor.graph.cache import graph_for
 from predictor.kernels.gemm import GemmGrid, gemm_grid, measured_gemm
 from predictor.kernels.profile import shipped_profile
-from predictor.parallel import shard_nodes
 from predictor.models.roofline import AnalyticalConfig, gemm_efficiency, layer_times
-from predictor.workload import parse_spec
+from predictor.spec.resolver import get_device, resolve
+from predictor.spec.workload import parse_spec
 
 H100 = gemm_grid(shipped_profile("h100"), "bf16")
 

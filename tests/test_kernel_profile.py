@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from predictor.design import log_det, quadratic_features
+from predictor.data.design import log_det, quadratic_features
 from predictor.measure import kernel_profile as kp
 from predictor.measure.kernel_shapes import GRIDS, d_optimal, gemm_candidates
 
@@ -65,11 +65,11 @@ def test_profile_has_every_section_with_sane_figures(measured):
 
 
 def test_a_spec_naming_the_profile_is_priced_with_it(measured, tmp_path):
-    from predictor.resolver import resolve
-    from predictor.graph_cache import graph_for
+    from predictor.graph.cache import graph_for
     from predictor.models.analytical import AnalyticalPredictor
     from predictor.plan import Plan
-    from predictor.workload import parse_spec
+    from predictor.spec.resolver import resolve
+    from predictor.spec.workload import parse_spec
 
     path, profile, _ = measured
     model = {"family": "gpt2", "layers": 2, "hidden": 128, "heads": 4, "seq_len": 64, "vocab": 1000}

@@ -6,17 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from predictor.costs.parallel import apply_plan
 from predictor.frameworks import FRAMEWORKS, as_run
-from predictor.launch import kernels_back, launch_files, read_back
 from predictor.frameworks.kernels import FIELDS, Kernels, kernels_of
-from predictor.graph_cache import graph_for
+from predictor.frameworks.launch import kernels_back, launch_files, read_back
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.cuda_graphs import host_ops
 from predictor.models.roofline import HOST_OPS
-from predictor.parallel import apply_plan
 from predictor.plan import Plan
-from predictor.workload import SpecError, parse_spec
-from predictor.resolver import get_device, resolve
+from predictor.spec.resolver import get_device, resolve
+from predictor.spec.workload import SpecError, parse_spec
 
 
 def _spec(kernels: dict | None = None, preset: str = "gpt3-2.7b", framework: str = "megatron", device: str = "a100-80gb",

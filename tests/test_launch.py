@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from predictor.frameworks import FRAMEWORKS, LaunchError, as_run
-from predictor.launch import launch_files, launch_settings, read_back
+from predictor.frameworks.launch import launch_files, launch_settings, read_back
 from predictor.frameworks.megatron import chunk_layers, layout_stages
 from predictor.plan import Plan
-from predictor.workload import WorkloadSpec, parse_spec
-from predictor.resolver import resolve
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import WorkloadSpec, parse_spec
 
 
 def _spec(framework: str, preset: str, device: str, nodes: int, global_batch: int, precision: str = "bf16") -> WorkloadSpec:

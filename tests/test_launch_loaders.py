@@ -13,10 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from predictor.launch import launch_files
+from predictor.frameworks.launch import launch_files
 from predictor.plan import Plan
-from predictor.workload import WorkloadSpec, parse_spec
-from predictor.resolver import resolve
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import WorkloadSpec, parse_spec
 
 ds_config = pytest.importorskip("deepspeed.runtime.config", reason="DeepSpeed is not installed (pip install deepspeed)")
 

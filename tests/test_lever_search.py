@@ -5,10 +5,10 @@ from __future__ import annotations
 from orchestrator.lever_search import Repredictor, explore_levers, memory_levers, runs
 from orchestrator.planning import sized_spec
 from orchestrator.search_types import SearchResult
-from predictor.graph_cache import graph_for
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
-from predictor.workload import parse_spec
+from predictor.spec.workload import parse_spec
 
 SPEC = parse_spec({"model": {"preset": "llama3-70b", "seq_len": 8192},
                    "training": {"global_batch": 128, "precision": "bf16", "framework": "megatron"},

@@ -1,4 +1,4 @@
-"""LoRA fine-tuning (predictor.lora): adapters on every block linear (as many parameters as r·(in + out) of the
+"""LoRA fine-tuning (predictor.costs.lora): adapters on every block linear (as many parameters as r·(in + out) of the
 model's own block linears), the frozen base without gradients, optimizer state or gradient sync, its linears'
 backward without weight gradients; launch files refuse it naming Megatron-Bridge's PEFT, and frameworks whose LoRA
 is not priced are refused at load."""
@@ -8,15 +8,15 @@ from __future__ import annotations
 import pytest
 from torch import nn
 
-from predictor.graph_cache import graph_for
-from predictor.launch import launch_settings, run_errors
-from predictor.lora import adapter_params
+from predictor.costs.lora import adapter_params
+from predictor.costs.parallel import shard_nodes
+from predictor.frameworks.launch import launch_settings, run_errors
+from predictor.graph.cache import graph_for
+from predictor.graph.modelzoo import build_model
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.modelzoo import build_model
-from predictor.parallel import shard_nodes
 from predictor.plan import Plan
-from predictor.resolver import resolve
-from predictor.workload import SpecError, parse_spec
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import SpecError, parse_spec
 
 RANK = 16
 

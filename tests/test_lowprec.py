@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from predictor.frameworks.megatron import megatron_args
-from predictor.graph_cache import graph_for
-from predictor.hardware import DEVICES, RECIPES, device_facts
+from predictor.graph.cache import graph_for
+from predictor.spec.hardware import DEVICES, RECIPES, device_facts
 from predictor.models.lowprec import (copies, input_share, low_precision_gemms, quantisation_times,
                                       quantised_bytes, weight_quantisation_s)
+from predictor.costs.parallel import apply_plan, shard_nodes
 from predictor.models.roofline import AnalyticalConfig, device_config, gemm_efficiency, layer_times
-from predictor.parallel import apply_plan, shard_nodes
 from predictor.plan import Plan
-from predictor.workload import parse_spec
-from predictor.resolver import resolve
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import parse_spec
 
 
 def _spec(device: str, precision: str, recipe: str | None = None, batch: int = 64):

@@ -6,11 +6,11 @@ import time
 import pytest
 import torch
 
-from predictor.design import ProfileConfig, _model
-from predictor.layer_graph import LAYER_KINDS
+from predictor.data.design import ProfileConfig, _model
+from predictor.graph.layer_graph import LAYER_KINDS
+from predictor.graph.modelzoo import build_model
 from predictor.measure.iteration import WorkerPool, measure_iteration
 from predictor.measure.layers import layer_nodes, time_call, time_layers
-from predictor.modelzoo import build_model
 from predictor.plan import Plan
 
 
@@ -109,7 +109,7 @@ def test_back_to_back_timing_splits_forward_and_backward():
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["gpt2", "bert", "t5", "vit", "deit"])
 def test_layer_names_match_the_layer_graph(family):
-    from predictor.graph_cache import graph_for
+    from predictor.graph.cache import graph_for
 
     spec = _model(family, 2, 64, 2, 32)
     graph = {n.name for n in graph_for(spec).nodes}
@@ -152,8 +152,8 @@ def test_pipeline_stages_compute_the_whole_model(family):
     """The two measured stages, run one after the other, give the model's own logits: a stage that
     skips a step of the model (T5's d_model^-0.5 scaling before its tied LM head, once) measures
     another computation, and on CPU one up to 11x slower (the softmax gradient turns denormal)."""
+    from predictor.graph.modelzoo import example_inputs, primary_input
     from predictor.measure.parallelize import model_chunks
-    from predictor.modelzoo import example_inputs, primary_input
 
     spec = _model(family, 2, 128, 2, 32)
     torch.manual_seed(0)

@@ -9,10 +9,10 @@ import shlex
 
 import pytest
 
-from predictor.launch import launch_files
+from predictor.frameworks.launch import launch_files
 from predictor.plan import Plan
-from predictor.workload import parse_spec
-from predictor.resolver import resolve
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import parse_spec
 
 ARGUMENTS_PY = {
     "_add_network_size_args": {

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from predictor.resolver import get_device
+from predictor.costs.parallel import apply_plan
 from predictor.memory import activation_bytes, in_flight, model_state_bytes
-from predictor.parallel import apply_plan
 from predictor.plan import Plan
-from predictor.workload import parse_spec
+from predictor.spec.resolver import get_device
+from predictor.spec.workload import parse_spec
 from tests.gpt_graph import gpt_graph
 
 A100 = get_device("a100-80gb")

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from predictor.frameworks import FRAMEWORKS, LaunchError, as_run
-from predictor.launch import launch_files, read_back
-from predictor.graph_cache import graph_for
+from predictor.frameworks.launch import launch_files, read_back
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan, PlanError
-from predictor.workload import parse_spec
-from predictor.resolver import resolve
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import parse_spec
 
 
 def _spec(preset: str = "llama3-8b", framework: str = "megatron", nodes: int = 1, seq: int = 8192,

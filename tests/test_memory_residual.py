@@ -42,8 +42,8 @@ def test_a_ratio_forest_from_an_older_checkpoint_predicts_as_it_did():
 
 
 def test_what_the_residual_adds_is_runtime_memory_on_every_rank():
+    from predictor.costs.prediction import MEMORY_PARTS
     from predictor.models.composition import corrected_memory
-    from predictor.prediction import MEMORY_PARTS
 
     parts = {"weights": 0.2, "gradients": 0.2, "optimizer": 0.4, "activations": 0.1, "buffers": 0.1, "runtime": 0.0}
     peak, parts_in = np.array([1.0, 1.0]), np.array([list(parts.values())] * 2)

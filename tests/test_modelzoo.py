@@ -1,4 +1,4 @@
-"""predictor.modelzoo: every family builds (meta for any size, CPU for small dims) and trains one step."""
+"""predictor.graph.modelzoo: every family builds (meta for any size, CPU for small dims) and trains one step."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import time
 import pytest
 import torch
 
-from predictor.modelzoo import (
+from predictor.graph.modelzoo import (
     GPTModel, build_model, example_inputs, module_args, param_count, training_loss,
 )
-from predictor.workload import ModelSpec
+from predictor.spec.workload import ModelSpec
 from tests.model_specs import HF_GPT2, SMALL, TOY, Toy
 
 

@@ -3,10 +3,10 @@ domains larger than a node (NVL72 racks), and the Llama 3.1 405B preset."""
 
 import pytest
 
-from predictor.resolver import get_device
-from predictor.hardware import DEVICES, GB, TFLOPS, UnsupportedPrecision
-from predictor.modelzoo import build_model, param_count
-from predictor.workload import ModelSpec, SpecError, parse_spec
+from predictor.graph.modelzoo import build_model, param_count
+from predictor.spec.hardware import DEVICES, GB, TFLOPS, UnsupportedPrecision
+from predictor.spec.resolver import get_device
+from predictor.spec.workload import ModelSpec, SpecError, parse_spec
 
 BLACKWELL = ("b200", "gb200", "b300", "gb300")
 HOPPER = ("h100", "h200", "h20")

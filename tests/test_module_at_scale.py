@@ -8,11 +8,11 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from predictor.graph_build import build_graph
+from predictor.graph.build import build_graph
+from predictor.graph.modelzoo import build_model, param_count
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.modelzoo import build_model, param_count
 from predictor.plan import Plan
-from predictor.workload import parse_spec
+from predictor.spec.workload import parse_spec
 
 # GPT-3 175B's width at 64 layers: 117.2B parameters.
 DECODER = {"hidden": 12288, "layers": 64, "heads": 96, "ffn": 49152, "vocab": 51200}

@@ -11,19 +11,19 @@ import pytest
 import yaml
 
 from orchestrator.cli import main
-from predictor.comm import Group, Link
-from predictor.resolver import get_device
+from predictor.costs.comm import Group, Link
+from predictor.spec.resolver import get_device
 
-from predictor.graph_cache import graph_for
-from predictor.modelzoo import build_model, param_count
+from predictor.costs.moe import active_params, alltoall, expert_params
+from predictor.costs.parallel import apply_plan
+from predictor.graph.cache import graph_for
+from predictor.graph.modelzoo import build_model, param_count
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.roofline import AnalyticalConfig
-from predictor.moe import active_params, alltoall, expert_params
-from predictor.parallel import apply_plan
 from predictor.plan import Plan, plan_errors
-from predictor.presets import MODEL_PRESETS
-from predictor.workload import ModelSpec, SpecError, parse_spec
-from predictor.resolver import resolve
+from predictor.spec.presets import MODEL_PRESETS
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import ModelSpec, SpecError, parse_spec
 from search_spaces import enumerate_plans, load_space
 
 # Total and active parameters the models' publishers give (billions): Mistral's Mixtral posts, Qwen3's model

@@ -7,14 +7,14 @@ import pytest
 
 from predictor.frameworks import FRAMEWORKS
 from predictor.frameworks.base import as_run
-from predictor.graph_cache import graph_for
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.moe_dispatch import (DEEPEP_TOKEN_EXTRA_BYTES, buffer_bytes, dispatch_facts, exchange_seconds,
+from predictor.costs.moe_dispatch import (DEEPEP_TOKEN_EXTRA_BYTES, buffer_bytes, dispatch_facts, exchange_seconds,
                                     fact_for, reach)
-from predictor.parallel import apply_plan
+from predictor.costs.parallel import apply_plan
 from predictor.plan import DISPATCHERS, Plan
-from predictor.resolver import get_device, resolve
-from predictor.workload import parse_spec
+from predictor.spec.resolver import get_device, resolve
+from predictor.spec.workload import parse_spec
 from search_spaces.enumerate import runnable_space
 from search_spaces.space import load_space
 

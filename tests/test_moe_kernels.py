@@ -7,16 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from predictor.costs.parallel import apply_plan
 from predictor.frameworks import FRAMEWORKS
 from predictor.frameworks.kernels import Kernels, kernels_of
-from predictor.graph_cache import graph_for
-from predictor.launch import kernels_back, launch_files
+from predictor.frameworks.launch import kernels_back, launch_files
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.moe_kernels import moe_kernel_costs
-from predictor.parallel import apply_plan
 from predictor.plan import Plan
-from predictor.resolver import get_device, resolve
-from predictor.workload import SpecError, parse_spec
+from predictor.spec.resolver import get_device, resolve
+from predictor.spec.workload import SpecError, parse_spec
 
 PLAN = Plan(dp=8, ep=8, zero=1)
 

@@ -10,7 +10,7 @@ import pytest
 from predictor.measure.compose import unsupported
 from predictor.measure.iteration import WorkerPool
 from predictor.plan import Plan
-from predictor.workload import ModelSpec
+from predictor.spec.workload import ModelSpec
 from tests.composed_runs import PARITY_RTOL, run
 
 SPEC = ModelSpec(family="qwen3_moe", hidden=64, layers=2, heads=4, kv_heads=2, seq_len=32, vocab=256, experts=4,

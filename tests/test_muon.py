@@ -1,4 +1,4 @@
-"""The Muon optimizer as Megatron-Core runs it (predictor.muon): one momentum on the matrices, its Newton-Schulz
+"""The Muon optimizer as Megatron-Core runs it (predictor.costs.muon): one momentum on the matrices, its Newton-Schulz
 FLOPs (counted against torch's own FLOP counter on the iteration), whole-gradient all-reduces under dist_muon, the
 launch file's --optimizer read back, and the refusals of what Megatron-Core's Muon and other frameworks lack."""
 
@@ -12,14 +12,14 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from predictor.graph_cache import graph_for
-from predictor.launch import launch_files, read_back, run_errors
+from predictor.costs.muon import NS_STEPS, muon_nodes, newton_schulz_flops
+from predictor.costs.parallel import shard_nodes
+from predictor.frameworks.launch import launch_files, read_back, run_errors
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.muon import NS_STEPS, muon_nodes, newton_schulz_flops
-from predictor.parallel import shard_nodes
 from predictor.plan import Plan
-from predictor.resolver import resolve
-from predictor.workload import SpecError, parse_spec
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import SpecError, parse_spec
 
 
 def _spec(optimizer: str, framework: str = "megatron") -> object:

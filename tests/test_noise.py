@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictor import dataset
-from predictor.noise import mre_floor, noise_floor, remeasured
+from predictor.data import dataset
+from predictor.data.noise import mre_floor, noise_floor, remeasured
 
 
 def test_floor_estimates_what_a_perfect_predictor_scores():

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from predictor.frameworks import FRAMEWORKS, as_run
-from predictor.launch import launch_files, read_back
-from predictor.graph_cache import graph_for
-from predictor.hardware import DEVICES
+from predictor.frameworks.launch import launch_files, read_back
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.stage_costs import offload_waits
 from predictor.plan import Plan, PlanError
-from predictor.workload import parse_spec
-from predictor.resolver import resolve
+from predictor.spec.hardware import DEVICES
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import parse_spec
 
 
 def _spec(device: str = "h100", nodes: int = 8, gpus_per_node: int = 8):

@@ -7,14 +7,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from predictor.evaluate import load_profile_dataset, predict_samples, subset
-from predictor.graph_cache import graph_for
+from predictor.data.evaluate import load_profile_dataset, predict_samples, subset
+from predictor.graph.cache import graph_for
 from predictor.models.features import TrainingData
 from predictor.models.layerwise import LayerwiseModel, analytical_layer_time
 from predictor.models.op_costs import OpCosts, OpRow, is_gemm
 from predictor.models.scaledl import ScaleDLPredictor
-from predictor.workload import ModelSpec
-from predictor.resolver import resolve
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import ModelSpec
 from tests.gpt_graph import gpt_graph
 
 SMALL = dict(hidden=64, layers=2, heads=4)

@@ -3,16 +3,16 @@
 import pytest
 
 from predictor.frameworks import FRAMEWORKS
-from predictor.launch import launch_files
-from predictor.graph_cache import graph_for
+from predictor.frameworks.launch import launch_files
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.hardware import DEVICES
 from predictor.models.overlap import COMM_SMS, slowdown
 from predictor.models.roofline import AnalyticalConfig
 from predictor.plan import Plan
 from predictor.plan.axes import OPTION_AXIS
-from predictor.workload import parse_spec
-from predictor.resolver import resolve
+from predictor.spec.hardware import DEVICES
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import parse_spec
 from search_spaces import enumerate_plans, load_space
 
 CFG = AnalyticalConfig()

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictor.graph_cache import graph_for
+from predictor.costs.prediction import TIME_PARTS
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.overlap import slowdown
 from predictor.plan import HIDDEN_KINDS, Plan
-from predictor.prediction import TIME_PARTS
-from predictor.resolver import resolve
-from predictor.workload import WorkloadSpec, load_spec
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import WorkloadSpec, load_spec
 from search_spaces import load_space
 from search_spaces.enumerate import enumerate_plans, sample_plans
 

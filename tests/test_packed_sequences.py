@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from predictor.graph_cache import graph_for
-from predictor.launch import launch_settings
+from predictor.frameworks.launch import launch_settings
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.roofline import sliding_window_work
 from predictor.plan import Plan
-from predictor.resolver import resolve
-from predictor.workload import parse_spec
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import parse_spec
 
 
 def _spec(preset: str, document: int | None = None):

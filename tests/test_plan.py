@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from predictor.resolver import get_device
-from predictor.parallel import apply_plan, group_of, shard_nodes, stage_counts
+from predictor.costs.parallel import apply_plan, group_of, shard_nodes, stage_counts
 from predictor.plan import Plan, PlanError, plan_errors
-from predictor.workload import parse_spec
+from predictor.spec.resolver import get_device
+from predictor.spec.workload import parse_spec
 from tests.gpt_graph import gpt_graph
 
 A100 = get_device("a100-80gb")

@@ -6,12 +6,12 @@ import random
 import numpy as np
 import pytest
 
+from predictor.costs.prediction import TIME_PARTS
+from predictor.costs.prediction_table import PredictionTable
 from predictor.frameworks import FRAMEWORKS
-from predictor.graph_cache import graph_for
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.prediction import TIME_PARTS
-from predictor.prediction_table import PredictionTable
-from predictor.workload import parse_spec
+from predictor.spec.workload import parse_spec
 from search_spaces import enumerate_plans, load_space
 
 MOE = {"family": "qwen3_moe", "hidden": 256, "layers": 4, "heads": 4, "kv_heads": 2, "seq_len": 128,

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from predictor.frameworks import LaunchError
-from predictor.launch import launch_files
-from predictor.modelzoo import build_model, param_count
+from predictor.frameworks.launch import launch_files
+from predictor.graph.modelzoo import build_model, param_count
 from predictor.models.roofline import sliding_window_work
 from predictor.plan import Plan
-from predictor.workload import ModelSpec, parse_spec
-from predictor.resolver import resolve
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import ModelSpec, parse_spec
 
 # preset: (hidden, layers, heads, kv heads, ffn, vocab, head width, tied embeddings, the HF checkpoint's parameters,
 # what the Llama architecture adds (+) or leaves out (-) of it).

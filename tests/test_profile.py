@@ -9,8 +9,8 @@ import time
 import pytest
 
 from orchestrator.cli import main
-from predictor import dataset
-from predictor.profile import select
+from predictor.data import dataset
+from predictor.data.collect import select
 
 ARGS = ["--families", "vit", "--budget", "4", "--procs", "1", "--flop-cap", "2e8", "--steps", "1", "--warmup", "1"]
 
@@ -85,7 +85,7 @@ cluster:
 
 
 def test_a_specs_own_moe_model_is_measured_into_a_dataset_the_learned_predictor_reads(tmp_path):
-    from predictor.evaluate import load_profile_dataset
+    from predictor.data.evaluate import load_profile_dataset
 
     spec = tmp_path / "moe.yaml"
     spec.write_text(MOE_SPEC)

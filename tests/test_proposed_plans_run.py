@@ -15,13 +15,13 @@ from itertools import cycle
 
 import pytest
 
+from predictor.graph.modelzoo import build_model
 from predictor.measure.compose import unsupported
 from predictor.measure.iteration import WorkerPool
 from predictor.measure.modules import block_lists
 from predictor.measure.parallelize import chunk_blocks, model_chunks
-from predictor.modelzoo import build_model
 from predictor.plan import Plan
-from predictor.workload import WorkloadSpec, parse_spec
+from predictor.spec.workload import WorkloadSpec, parse_spec
 from search_spaces.enumerate import enumerate_plans
 from search_spaces.space import resolve_space
 from tests.composed_runs import assert_parity, run, tiny

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from predictor.plan import Plan
-from predictor.workload import load_spec, parse_spec
+from predictor.spec.workload import load_spec, parse_spec
 from search_spaces import enumerate_plans, explain, load_space, narrow, resolve_space
 from search_spaces.enumerate import all_errors, candidates
 

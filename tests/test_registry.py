@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from predictor import evaluate as ev
+from predictor.data import evaluate as ev
 from predictor.models import registry
 from predictor.models.scaledl import ScaleDLPredictor
 

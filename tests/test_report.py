@@ -11,22 +11,22 @@ import re
 import numpy as np
 import pytest
 
-from orchestrator.plots import pareto_front
+from orchestrator.lever_search import Repredictor
 from orchestrator.planning import sized_spec
+from orchestrator.plots import pareto_front
 from orchestrator.report import build_report, write_report
 from orchestrator.report.explain import explain
-from orchestrator.lever_search import Repredictor
 from orchestrator.report.ranking import front, rank
 from orchestrator.report.render_json import to_json
 from orchestrator.search_types import Evaluated, SearchResult, infeasibility
-from predictor.resolver import get_device
-from predictor.launch import launch_settings
-from predictor.graph_cache import graph_for
-from predictor.hardware import GIB
+from predictor.frameworks.launch import launch_settings
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
-from predictor.workload import parse_spec
-from predictor.resolver import resolve
+from predictor.spec.hardware import GIB
+from predictor.spec.resolver import get_device
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import parse_spec
 from search_spaces import enumerate_plans, load_space
 from tests.gpt_graph import gpt_graph
 

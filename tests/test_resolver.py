@@ -1,4 +1,4 @@
-"""The one resolver (predictor.resolver): a spec's device, generation, framework, NVLink domain, recipe and attention
+"""The one resolver (predictor.spec.resolver): a spec's device, generation, framework, NVLink domain, recipe and attention
 kernel decided once, and the pricing and the launch file reading the same value."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from predictor.frameworks import FRAMEWORKS
-from predictor.hardware import DEVICES, RECIPES
-from predictor.launch import launch_files
+from predictor.frameworks.launch import launch_files
 from predictor.plan import Plan
-from predictor.resolver import Resolved, resolve
-from predictor.workload import SpecError, parse_spec
+from predictor.spec.hardware import DEVICES, RECIPES
+from predictor.spec.resolver import Resolved, resolve
+from predictor.spec.workload import SpecError, parse_spec
 
 
 def _spec(device: str = "h100", precision: str = "bf16", recipe: str | None = None, **cluster) -> object:

@@ -66,7 +66,7 @@ def test_rounds_history_and_the_drift_alert(two_nodes, tmp_path: Path, capsys: p
     assert main(["history", "--history", url, "--plot", str(png), "--threshold", "0.5"]) == 0
     out = capsys.readouterr().out
     assert "bert" in out and "gpt2" in out and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    from predictor import dataset
+    from predictor.data import dataset
 
     assert len(dataset.load(tmp_path / "profile")) == 3  # gpt2 (re-measured twice: deduped by config) + 2 bert
 

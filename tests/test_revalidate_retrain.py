@@ -11,7 +11,7 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.history import History
 from orchestrator.revalidate import held_out_slice, retrain
-from predictor import dataset
+from predictor.data import dataset
 from tests.stored_predictions import store
 
 

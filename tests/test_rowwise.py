@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from predictor.graph_cache import graph_for
-from predictor.launch import launch_files, read_back, run_errors
+from predictor.frameworks.launch import launch_files, read_back, run_errors
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
-from predictor.resolver import resolve
-from predictor.workload import parse_spec
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import parse_spec
 
 PLAN = Plan(dp=8, sp=False, zero=2)
 

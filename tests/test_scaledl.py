@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from predictor.evaluate import mre, predict_samples
+from predictor.costs.prediction import MEMORY_PARTS, TIME_PARTS
+from predictor.data.evaluate import mre, predict_samples
 from predictor.models.analytical import AnalyticalPredictor, kernel_model_config
 from predictor.models.features import TrainingData, graph_of, overhead_seconds
 from predictor.models.registry import checkpoint_path, load_predictor
-from predictor.resolver import resolve
 from predictor.models.roofline import AnalyticalConfig
 from predictor.models.scaledl import ScaleDLPredictor
-from predictor.prediction import MEMORY_PARTS, TIME_PARTS
+from predictor.spec.resolver import resolve
 from tests.vtrain_rows import a100_rows
 
 
@@ -283,7 +283,7 @@ def test_small_data_chooses_its_epochs_by_cross_validation_and_may_keep_the_comp
 def test_a_checkpoint_fitted_counting_the_host_twice_keeps_its_composition(tmp_path):
     """Real CPU rows: a predictor fitted to the composition that counts the host twice (host_once=False) saves and
     loads with that composition and predicts as it did; counting it once prices every plan lower."""
-    from predictor.evaluate import CPU_DATASET, load_profile_dataset, subset
+    from predictor.data.evaluate import CPU_DATASET, load_profile_dataset, subset
 
     data = load_profile_dataset(CPU_DATASET, families=("bert",))
     train = subset(data, lambda s: s.config_id < "4")
@@ -304,7 +304,7 @@ def test_the_cpu_checkpoint_on_another_cpu_model_says_so_and_fine_tuning_fits_it
     """Real runs of an AMD EPYC priced with its own profile (predictor/data/cpu-amd-epyc): the shipped
     checkpoint, trained on an Intel Xeon's data, flags them as other hardware, and fine-tuning it on 40 of
     them (as `scaledl train --update`) cuts its error on the others by more than half."""
-    from predictor.evaluate import holdout_split, load_profile_dataset, subset
+    from predictor.data.evaluate import holdout_split, load_profile_dataset, subset
 
     data = load_profile_dataset("predictor/data/cpu-amd-epyc", designs=None, with_layers=False)
     pool, test = holdout_split(data, 0.25, seed=0)

@@ -10,7 +10,7 @@ import pytest
 
 from predictor.frameworks import FRAMEWORKS
 from predictor.plan import Plan, plan_errors
-from predictor.workload import SpecError, load_spec, parse_spec
+from predictor.spec.workload import SpecError, load_spec, parse_spec
 from search_spaces import (
     TuneSpace, candidate_count, enumerate_plans, explain, load_space, narrow, preset_names, rejected, resolve_space,
 )

@@ -14,8 +14,8 @@ import yaml
 
 from orchestrator.cli import main
 from orchestrator.job import main as job_main
-from predictor.modelzoo import build_model
-from predictor.workload import SpecError, load_spec, parse_spec
+from predictor.graph.modelzoo import build_model
+from predictor.spec.workload import SpecError, load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = {"global_batch": 16, "framework": "pytorch"}

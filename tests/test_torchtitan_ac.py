@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from predictor.resolver import get_device, resolve
 from predictor.frameworks import FRAMEWORKS, as_run
-from predictor.launch import launch_files, read_back, run_errors
 from predictor.frameworks.base import LaunchError
+from predictor.frameworks.launch import launch_files, read_back, run_errors
 from predictor.frameworks.torchtitan import TOML_FILE
-from predictor.graph_cache import graph_for
+from predictor.graph.cache import graph_for
 from predictor.memory.facts import GIB, HEADROOM
 from predictor.memory.levers import op_sac_recomputed
 from predictor.memory.saved import Dims, layer_tensors, op_sac_tensors
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
-from predictor.workload import WorkloadSpec, parse_spec
+from predictor.spec.resolver import get_device, resolve
+from predictor.spec.workload import WorkloadSpec, parse_spec
 
 TITAN = FRAMEWORKS["torchtitan"]
 

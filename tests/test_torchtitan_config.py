@@ -27,11 +27,11 @@ import pytest
 from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
 
 from predictor.frameworks import as_run
-from predictor.launch import launch_files, read_back, run_errors
+from predictor.frameworks.launch import launch_files, read_back, run_errors
 from predictor.frameworks.torchtitan import FLAVORS, TOML_FILE, UNREGISTERED
 from predictor.plan import Plan
-from predictor.workload import WorkloadSpec, parse_spec
-from predictor.resolver import resolve
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import WorkloadSpec, parse_spec
 
 MODELS = ("deepseek_v3", "flux", "gpt_oss", "llama3", "llama3_ft", "llama4", "qwen3")
 SHIPPED_FLAVORS = {

@@ -11,17 +11,17 @@ import tomllib
 import numpy as np
 import pytest
 
-from predictor import comm
+from predictor.costs import comm
+from predictor.costs.parallel import apply_plan
 from predictor.frameworks import FRAMEWORKS, as_run
+from predictor.frameworks.launch import launch_files
 from predictor.frameworks.torchtitan import TOML_FILE
-from predictor.graph_cache import graph_for
-from predictor.launch import launch_files
+from predictor.graph.cache import graph_for
 from predictor.models import fsdp2
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.parallel import apply_plan
 from predictor.plan import Plan
-from predictor.resolver import resolve
-from predictor.workload import WorkloadSpec, parse_spec
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import WorkloadSpec, parse_spec
 
 TITAN = FRAMEWORKS["torchtitan"]
 

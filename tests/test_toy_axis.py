@@ -47,15 +47,15 @@ FRAMEWORKS[TOY.name] = TOY
 CHECK = '''
 import json
 import toy_framework
-from predictor.frameworks import FRAMEWORKS
-from predictor.frameworks.base import degree_args
-from predictor.graph_cache import graph_for
-from predictor.models.analytical import AnalyticalPredictor
-from predictor.plan import HIDDEN_KINDS, OVERLAP_KINDS, TIME_PARTS, Plan, plan_errors
-from predictor.workload import parse_spec
-from predictor.resolver import resolve
 from orchestrator.report.explain import explain
 from orchestrator.search_types import SearchResult
+from predictor.frameworks import FRAMEWORKS
+from predictor.frameworks.base import degree_args
+from predictor.graph.cache import graph_for
+from predictor.models.analytical import AnalyticalPredictor
+from predictor.plan import HIDDEN_KINDS, OVERLAP_KINDS, TIME_PARTS, Plan, plan_errors
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import parse_spec
 from search_spaces import enumerate_plans, resolve_space
 
 spec = parse_spec({"model": {"family": "gpt", "hidden": 1024, "layers": 8, "heads": 16, "seq_len": 1024,

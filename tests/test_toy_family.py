@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from predictor import graph_cache
-from predictor.families import FAMILIES, Family
 from predictor.frameworks import LaunchError
-from predictor.launch import launch_files
-from predictor.graph_cache import graph_for
+from predictor.frameworks.launch import launch_files
+from predictor.graph import cache as graph_cache
+from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan, plan_errors
-from predictor.resolver import resolve
-from predictor.workload import SpecError, parse_spec
+from predictor.spec.families import FAMILIES, Family
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import SpecError, parse_spec
 
 
 def _toy_config(m: Any, extra: dict[str, Any]) -> Any:

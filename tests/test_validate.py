@@ -21,7 +21,7 @@ from orchestrator.validation.measurable import plan_problem
 from orchestrator.validation.placement import placement_strategy, rank_bundles, unplaceable
 from orchestrator.validation.rows import append_to_dataset
 from orchestrator.validation_report import short_plan, winner_note
-from predictor import dataset
+from predictor.data import dataset
 from predictor.plan import Plan
 
 

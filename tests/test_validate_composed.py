@@ -12,10 +12,10 @@ import pytest
 
 from orchestrator.validate import validate
 from orchestrator.validation.jobs import ValidationResult, jobs_for
-from predictor.graph_cache import graph_for
+from predictor.graph.cache import graph_for
 from predictor.models.registry import load_predictor
 from predictor.plan import Plan
-from predictor.workload import WorkloadSpec, parse_spec
+from predictor.spec.workload import WorkloadSpec, parse_spec
 
 
 def llama(ranks: int, global_batch: int) -> WorkloadSpec:

@@ -7,8 +7,8 @@ import warnings
 import pandas as pd
 import pytest
 
-from predictor.evaluate import load_vtrain, megatron_vocab, vtrain_workload
-from predictor.resolver import resolve
+from predictor.data.evaluate import load_vtrain, megatron_vocab, vtrain_workload
+from predictor.spec.resolver import resolve
 from tests.vtrain_rows import SINGLE
 
 MULTI = SINGLE.with_name("vtrain_ground_truth_multi.csv")

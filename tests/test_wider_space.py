@@ -13,10 +13,10 @@ from orchestrator.report.document import sections
 from orchestrator.report.render_json import to_json
 from orchestrator.search_types import Evaluated, SearchResult, infeasibility
 from orchestrator.wider_space import GAIN, SAMPLE, best_of_sample
-from predictor.resolver import get_device, resolve
-from predictor.hardware import GIB
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.workload import parse_spec
+from predictor.spec.hardware import GIB
+from predictor.spec.resolver import get_device, resolve
+from predictor.spec.workload import parse_spec
 from search_spaces import enumerate_plans, explain, load_space, sample_plans
 from tests.gpt_graph import gpt_graph
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from predictor.workload import SpecError, load_spec, parse_spec
+from predictor.spec.workload import SpecError, load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 

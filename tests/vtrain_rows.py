@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from predictor.evaluate import load_vtrain
+from predictor.data.evaluate import load_vtrain
 from predictor.models.features import Sample
 
 SINGLE = Path(__file__).resolve().parents[2] / "shared" / "ground_truth" / "vtrain_ground_truth_single.csv"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from orchestrator.cli import UsageError
 from orchestrator.commands.profile import run_with_progress
-from predictor.design import DesignError
-from predictor.machine import hardware_slug
+from predictor.data.design import DesignError
+from predictor.data.machine import hardware_slug
 from predictor.models.registry import adapted_checkpoint_path, checkpoint_path
 
 HELP = "fit the CPU checkpoint to this machine: measure short runs here, fine-tune, and let `auto` use the result"
@@ -46,11 +46,11 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(1)  # small networks: extra threads only add contention
-    from predictor.evaluate import FAMILIES, load_profile_dataset
-    from predictor.finetune import fine_tune
+    from predictor.data.collect import ProfileError, ProfileSettings, select
+    from predictor.data.evaluate import FAMILIES, load_profile_dataset
+    from predictor.data.finetune import fine_tune
     from predictor.measure.device import cache_dir, measured_cpu, save_cpu_profile
     from predictor.models.scaledl import ScaleDLPredictor
-    from predictor.profile import ProfileError, ProfileSettings, select
 
     for name in ("budget", "epochs", "procs"):
         if getattr(args, name) < 1:

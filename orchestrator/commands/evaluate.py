@@ -26,8 +26,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(1)  # small networks: extra threads only add contention
-    from predictor import evaluate as ev  # lazy: torch-geometric
-    from predictor.noise import noise_floor
+    from predictor.data import evaluate as ev  # lazy: torch-geometric
+    from predictor.data.noise import noise_floor
 
     known = ev.ALL_METHODS
     names = [m.strip() for m in args.methods.split(",") if m.strip()]

@@ -8,7 +8,7 @@ import gc
 from orchestrator.cli import UsageError
 from predictor.frameworks import FRAMEWORKS
 from predictor.memory.facts import HEADROOM
-from predictor.workload import TRUST_FLAG
+from predictor.spec.workload import TRUST_FLAG
 
 HELP = "search the parallel plans of a workload (Ray Tune over predictor replicas) and report the best"
 

@@ -11,14 +11,14 @@ from typing import Any
 
 from orchestrator.cli import UsageError
 from orchestrator.commands.plan import add_trust_argument
+from predictor.costs.prediction import MEMORY_PARTS, TIME_PARTS, Prediction
+from predictor.frameworks.launch import run_errors
+from predictor.memory.facts import HEADROOM
 from predictor.models.domain import advice as domain_advice
 from predictor.models.registry import load_predictor
-from predictor.launch import run_errors
-from predictor.memory.facts import HEADROOM
 from predictor.plan import Plan, PlanError, placement_warnings
-from predictor.prediction import MEMORY_PARTS, TIME_PARTS, Prediction
-from predictor.resolver import Resolved, resolve
-from predictor.workload import WorkloadSpec, load_spec, read_text
+from predictor.spec.resolver import Resolved, resolve
+from predictor.spec.workload import WorkloadSpec, load_spec, read_text
 from search_spaces import resolve_space
 
 HELP = "predict iteration time and per-GPU memory of parallel plans"
@@ -75,7 +75,7 @@ def predict_texts(resolved: Resolved, texts: list[str], predictor_name: str) -> 
     plans = [c for c in checked if isinstance(c, Plan)]
     predictions: list[Prediction] = []
     if plans:
-        from predictor.graph_cache import graph_for  # lazy: building a graph imports transformers
+        from predictor.graph.cache import graph_for  # lazy: building a graph imports transformers
 
         predictions = predictor.predict(spec, graph_for(spec.model), plans)
     it = iter(predictions)
@@ -108,7 +108,7 @@ def cheapest_fix(plan: Plan, pred: Prediction, spec: WorkloadSpec, predictor: An
                  ) -> dict[str, Any] | None:
     """The single change (`lever_search.fixes`) that makes `plan` fit for the least predicted time, or None."""
     from orchestrator.lever_search import fixes  # lazy: only a plan that does not fit asks
-    from predictor.graph_cache import graph_for
+    from predictor.graph.cache import graph_for
 
     changes = fixes(plan, spec)
     if not changes:

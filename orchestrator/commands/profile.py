@@ -7,11 +7,11 @@ import sys
 from typing import TYPE_CHECKING
 
 from orchestrator.cli import UsageError
-from predictor.design import GRIDS, STRATA_SHARE, DesignError
-from predictor.families import PROFILED
+from predictor.data.design import GRIDS, STRATA_SHARE, DesignError
+from predictor.spec.families import PROFILED
 
 if TYPE_CHECKING:
-    from predictor.profile import ProfileSettings
+    from predictor.data.collect import ProfileSettings
 
 HELP = ("measure real iterations and per-layer timings of D-optimal/random/full configurations (or of a spec's own "
         "model) into a dataset, or this cluster's device kernel profile")
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_families(args: argparse.Namespace) -> int:
-    from predictor.profile import ProfileError, select  # pandas: not on every command's start
+    from predictor.data.collect import ProfileError, select  # pandas: not on every command's start
 
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     unknown = [f for f in families if f not in PROFILED]
@@ -100,7 +100,7 @@ def run_families(args: argparse.Namespace) -> int:
 
 
 def settings_of(args: argparse.Namespace) -> "ProfileSettings":
-    from predictor.profile import ProfileSettings
+    from predictor.data.collect import ProfileSettings
 
     return ProfileSettings(steps=args.steps, warmup=args.warmup, layer_repeats=args.layer_repeats,
                            layers=not args.no_layers, timeout_s=args.timeout, device=args.device, dtype=args.dtype,
@@ -109,8 +109,8 @@ def settings_of(args: argparse.Namespace) -> "ProfileSettings":
 
 def run_spec(args: argparse.Namespace) -> int:
     """The spec's own model, cut to a few blocks, at single-process micro-batches: iterations and layers."""
-    from predictor.profile import ProfileError, spec_configs
-    from predictor.workload import SpecError, load_spec
+    from predictor.data.collect import ProfileError, spec_configs
+    from predictor.spec.workload import SpecError, load_spec
 
     try:
         spec = load_spec(args.spec)
@@ -161,7 +161,7 @@ def run_with_progress(configs: list, out: str, resume: bool, settings: "ProfileS
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from predictor.profile import run_profile
+    from predictor.data.collect import run_profile
 
     console = Console(stderr=True)
     interactive = console.is_terminal

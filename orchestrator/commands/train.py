@@ -51,7 +51,7 @@ _NEW_CHECKPOINT_ONLY = {"ensemble": "networks", "calibrate": "fixed costs", "op_
 
 
 def _load(src: Path, designs_arg: str):  # noqa: ANN202 - TrainingData, imported lazily (torch-geometric)
-    from predictor.evaluate import load_profile_dataset, load_vtrain
+    from predictor.data.evaluate import load_profile_dataset, load_vtrain
     from predictor.models.features import TrainingData
 
     if not src.exists():
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(1)  # small networks: extra threads only add contention
-    from predictor.evaluate import accuracy_of, holdout_source, holdout_split
+    from predictor.data.evaluate import accuracy_of, holdout_source, holdout_split
     from predictor.models.scaledl import ENSEMBLE, UNSEEN, ScaleDLPredictor
 
     if args.ensemble is not None and args.ensemble < 1:
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _update(args: argparse.Namespace, data, src: Path, out: Path) -> int:  # noqa: ANN001 - TrainingData (lazy import)
-    from predictor.finetune import fine_tune
+    from predictor.data.finetune import fine_tune
     from predictor.models.scaledl import ScaleDLPredictor
 
     tuned = fine_tune(ScaleDLPredictor.load(args.update), data, src, args.holdout, args.seed, args.epochs or 60)

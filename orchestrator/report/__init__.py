@@ -35,7 +35,7 @@ to fitting with the changes that would make them fit in `levers`.
     caution: '' or a warning that the winner lies outside the learned predictor's training data
         (the ranked plans' `extra.outside_training` lists what, per plan),
     launch: {plan, framework, files: {name: text}, notes} for the winner (null if none fits; no files and a
-        note when its framework refuses it, see predictor.launch.launch_files),
+        note when its framework refuses it, see predictor.frameworks.launch.launch_files),
     validation (only with --validate K): {k, steps, warmup, plans: [ValidationResult.to_dict()], note}
         (see orchestrator.validate),
     wider (only when a sample of the full space holds a plan that fits and beats the winner by more than 3 %, or

@@ -17,12 +17,12 @@ from orchestrator.report.points import points
 from orchestrator.report.ranking import costs, front, intervals, measure, rank, within_goal
 from orchestrator.report.text import caution, interval_text
 from orchestrator.search_types import SearchResult
-from predictor.hardware import GIB
-from predictor.launch import launch_settings
+from predictor.frameworks.launch import launch_settings
 from predictor.models.intervals import Interval
 from predictor.plan import Plan
-from predictor.resolver import Resolved, resolve
-from predictor.workload import WorkloadSpec
+from predictor.spec.hardware import GIB
+from predictor.spec.resolver import Resolved, resolve
+from predictor.spec.workload import WorkloadSpec
 from search_spaces import Enumeration, SpaceConfig
 
 LIST_CAP = 100  # plans of each list kept (ranked beyond --top-k for the HTML table, infeasible, failed)

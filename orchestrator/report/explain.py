@@ -8,9 +8,9 @@ from dataclasses import asdict
 import numpy as np
 
 from orchestrator.search_types import SearchResult
+from predictor.costs.prediction import TIME_PARTS, Prediction
 from predictor.plan import HIDDEN_WORDS, PART_WORDS, PRICING_ORDER, Plan
-from predictor.prediction import TIME_PARTS, Prediction
-from predictor.resolver import Resolved
+from predictor.spec.resolver import Resolved
 
 def _degrees(p: Plan) -> tuple[int, ...]:
     return tuple(p.degrees().values())

@@ -17,7 +17,7 @@ from orchestrator.lever_search import Repredictor, memory_levers, runs
 from orchestrator.report.model import ClosePlan, Lever
 from orchestrator.search_types import SearchResult
 from predictor.plan import Plan
-from predictor.workload import WorkloadSpec
+from predictor.spec.workload import WorkloadSpec
 
 CLOSEST = 5  # plans listed when nothing fits
 _STRONGER = {"none": ("selective", "full"), "selective": ("full",), "full": ()}

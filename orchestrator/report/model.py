@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from predictor.costs.prediction import Prediction
 from predictor.models.intervals import Interval
 from predictor.plan import Plan
-from predictor.prediction import Prediction
-from predictor.workload import WorkloadSpec
+from predictor.spec.workload import WorkloadSpec
 
 SCHEMA = "scaledl.report/1"
 

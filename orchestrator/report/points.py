@@ -12,7 +12,7 @@ from orchestrator.report.model import TrainingGoal
 from orchestrator.report.ranking import costs, days_and_cost, front
 from orchestrator.report.text import train_text
 from orchestrator.search_types import SearchResult
-from predictor.workload import WorkloadSpec
+from predictor.spec.workload import WorkloadSpec
 
 
 class Point:

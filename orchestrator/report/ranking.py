@@ -10,7 +10,7 @@ import numpy as np
 from orchestrator.report.model import Costs, TrainingGoal
 from orchestrator.search_types import SearchResult
 from predictor.models.intervals import Interval
-from predictor.workload import WorkloadSpec
+from predictor.spec.workload import WorkloadSpec
 
 RANK_BY = ("time", "throughput", "cost")
 

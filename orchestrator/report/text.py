@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from predictor.costs.prediction import Prediction
 from predictor.models.domain import advice
 from predictor.models.intervals import Interval
 from predictor.plan import Plan
-from predictor.prediction import Prediction
 
 # Short forms of option values in narrow tables.
 _SHORT_VALUES = {"recompute": {"selective": "rc-sel", "full": "rc-full"}, "schedule": {"gpipe": "gpipe"}}

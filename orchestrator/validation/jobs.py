@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Sequence
 
 from predictor.plan import Plan
-from predictor.workload import WorkloadSpec
+from predictor.spec.workload import WorkloadSpec
 
 GIB = 1024**3
 STATUSES = ("ok", "oom", "error", "timeout")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from orchestrator.validation.jobs import ValidationJob
 from predictor.measure.compose import unsupported
 from predictor.plan import Plan, plan_errors
-from predictor.workload import parse_spec
+from predictor.spec.workload import parse_spec
 
 
 def plan_problem(job: ValidationJob) -> str:

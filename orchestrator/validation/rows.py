@@ -1,4 +1,4 @@
-"""Validation runs as profile-dataset rows (predictor.dataset 'iterations' schema)."""
+"""Validation runs as profile-dataset rows (predictor.data.dataset 'iterations' schema)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from typing import Any, Sequence
 
 from orchestrator.validation.jobs import ValidationJob, ValidationResult
 from orchestrator.validation.run import on_gpu, profile_config
-from predictor import dataset
-from predictor.dataset import provenance
-from predictor.profile import config_row
-from predictor.workload import parse_spec
+from predictor.data import dataset
+from predictor.data.collect import config_row
+from predictor.data.dataset import provenance
+from predictor.spec.workload import parse_spec
 
 
 def dataset_rows(jobs: Sequence[ValidationJob], results: Sequence[ValidationResult]) -> list[dict[str, Any]]:
-    """Profile-dataset rows (predictor.dataset 'iterations' schema) of the runs that got to train.
+    """Profile-dataset rows (predictor.data.dataset 'iterations' schema) of the runs that got to train.
 
     Failed runs are kept too (status oom/error/timeout): a learner must know what does not fit.
     """

@@ -16,10 +16,10 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from orchestrator.validation.jobs import GIB, ValidationJob, ValidationResult
 from orchestrator.validation.measurable import plan_problem
 from orchestrator.validation.worker import RankWorker
-from predictor.design import ProfileConfig
+from predictor.data.design import ProfileConfig
 from predictor.measure.iteration import summarise
 from predictor.plan import Plan
-from predictor.workload import WorkloadSpec, parse_spec
+from predictor.spec.workload import WorkloadSpec, parse_spec
 
 
 def run_job(job: ValidationJob, pg: PlacementGroup | None = None) -> ValidationResult:

@@ -28,7 +28,7 @@ for phase in "${@:-1 3 4 2 5}"; do
          $PY -m orchestrator.cli profile $LARGE --seed $seed --plans dp,fsdp,tp,pp-gpipe,pp-1f1b --budget 20 $COMMON
        done
        for seed in 0 1; do $PY -m orchestrator.cli profile $LARGE --seed $seed --plans single --budget 8 $COMMON; done ;;
-    4) $PY -c "import sys; from predictor.profile import record_device_profile as r; print(r(sys.argv[1])['peak_flops'])" "$LIVE" ;;
+    4) $PY -c "import sys; from predictor.data.collect import record_device_profile as r; print(r(sys.argv[1])['peak_flops'])" "$LIVE" ;;
   esac
 done
 echo "done $(date -u +%FT%TZ)"

@@ -7,7 +7,7 @@
 # 2. A smoke test: one GPT-2 configuration; the script stops (exit 1) if it does not measure,
 #    so a broken set-up costs seconds, not the whole limit.
 # 3. D-optimal single-GPU configurations of the paper's five models at realistic sizes (the
-#    `gpu` grid of predictor/design.py, bf16): 12 per family first, so that every family is
+#    `gpu` grid of predictor/data/design.py, bf16): 12 per family first, so that every family is
 #    covered if time runs short, then up to 40 per family, the time left shared out evenly.
 # Each configuration (whole iteration + per-layer timings) is appended atomically, so a run
 # stopped by the limit keeps everything it measured; running the script again resumes it.
@@ -26,7 +26,7 @@ COMMON=(--device "$DEVICE" --dtype "${DTYPE:-bfloat16}" --grid "${GRID:-gpu}" --
 profile() { timeout -k 10 "$1" "$PY" -m orchestrator.cli profile --design doptimal "${@:2}" "${COMMON[@]}"; }
 
 echo "device profile $(date -u +%FT%TZ)"
-[ -f "$OUT/device.json" ] || "$PY" -c "import json, sys; from predictor.profile import record_device_profile as r
+[ -f "$OUT/device.json" ] || "$PY" -c "import json, sys; from predictor.data.collect import record_device_profile as r
 d = r(sys.argv[1], sys.argv[2]); print(json.dumps({k: d[k] for k in ('fingerprint', 'peak_flops', 'mem_bandwidth')}))" \
   "$OUT" "$DEVICE" || exit 1
 

@@ -4,7 +4,7 @@ Each module builds a `Framework` (`predictor.frameworks.base`) from that framewo
 plans it runs, its default overlap, its attention kernel, its calibrated constants, its memory accounting, its own
 search space and its launch file. `FRAMEWORKS` registers them, and everything that names a framework reads it when it
 asks (the spec's choices, `search_spaces`' spaces, the CLI's help, the launch readers), so a framework is its module
-and its entry here. `predictor.resolver.resolve` decides which one trains a workload, and `predictor.launch` writes a
+and its entry here. `predictor.spec.resolver.resolve` decides which one trains a workload, and `predictor.frameworks.launch` writes a
 plan's launch file and parses one back into the plan it runs.
 """
 

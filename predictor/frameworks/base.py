@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from predictor.frameworks.kernels import KernelChoices, Kernels, kernels_of
-from predictor.hardware import GENERATIONS, default_recipe
 from predictor.memory.facts import MemoryFacts
 from predictor.plan import AXES, DEFAULT_ORDER, DISPATCHERS, OVERLAP_KINDS, RECOMPUTE_MODES, Plan, complete_order, overlap_kinds
 from predictor.plan.axes import OPTION_AXIS, OPTIONS
+from predictor.spec.hardware import GENERATIONS, default_recipe
 
 if TYPE_CHECKING:  # pragma: no cover
-    from predictor.workload import WorkloadSpec
+    from predictor.spec.workload import WorkloadSpec
 
 # Constants of the analytical model calibrated per framework on public measurements of it (bench/modern_eval.py
 # --record writes Megatron-Core's, bench/vtrain_eval.py --record DeepSpeed's: chosen on the whole file, its
@@ -91,7 +91,7 @@ def _no_kernel_settings(text: str) -> dict[str, Any]:
 
 
 class LaunchTarget(Protocol):
-    """What a launch writer reads of a resolved spec (`predictor.resolver.Resolved` is one, decided once for the
+    """What a launch writer reads of a resolved spec (`predictor.spec.resolver.Resolved` is one, decided once for the
     pricing and the launch file alike): the spec, its device's generation, the low-precision recipe it asks for and its kernel settings."""
 
     @property
@@ -193,7 +193,7 @@ class Framework:
     compiles_by_default: Callable[[Plan, "WorkloadSpec"], bool] | None = None
     # The optimizers (`training.optimizer`) it runs.
     optimizers: tuple[str, ...] = ("adam", "sgd")
-    # Whether ScaleDL prices LoRA fine-tuning (`training.lora_rank`, `predictor.lora`) as it runs it.
+    # Whether ScaleDL prices LoRA fine-tuning (`training.lora_rank`, `predictor.costs.lora`) as it runs it.
     lora: bool = False
     # The share of a plan's overlapped tensor-parallel traffic that nothing hides, where its own overlap decides it
     # (None: Transformer Engine's pipelined reduce-scatter, `predictor.models.overlap.EDGE_SHARE`).

@@ -25,7 +25,7 @@ from predictor.memory.facts import MIB, MemoryFacts
 from predictor.plan import Plan, overlap_kinds
 
 if TYPE_CHECKING:  # pragma: no cover
-    from predictor.workload import WorkloadSpec
+    from predictor.spec.workload import WorkloadSpec
 
 NAME = "deepspeed"
 # The parallel axes it runs and their flags (Megatron-DeepSpeed's megatron/arguments.py): no context parallelism here,

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:  # pragma: no cover
-    from predictor.workload import WorkloadSpec
+    from predictor.spec.workload import WorkloadSpec
 
 ATTENTION_BACKENDS: tuple[str, ...] = ("flash", "cudnn", "unfused")
 # Megatron-LM's --cuda-graph-scope values ScaleDL prices (megatron/training/arguments.py); "layer" is its default

@@ -35,12 +35,12 @@ from predictor.frameworks.kernels import (ATTENTION_KERNELS, MOE_FUSIONS, Kernel
 from predictor.frameworks.base import (LEVERS, Framework, Launch, LaunchError, LaunchTarget, args_text, degree_args, hidden, inverse,
                                        other_orders, overlap_value, parse_args, read_degrees, recorded_constants,
                                        spec_recipe)
-from predictor.hardware import GENERATIONS
 from predictor.memory.facts import MIB, MemoryFacts
 from predictor.plan import DISPATCHERS, OVERLAP_KINDS, Plan, embedding_and_loss_in_split, offloaded, overlap_kinds
+from predictor.spec.hardware import GENERATIONS
 
 if TYPE_CHECKING:  # pragma: no cover
-    from predictor.workload import ModelSpec, WorkloadSpec
+    from predictor.spec.workload import ModelSpec, WorkloadSpec
 
 NAME = "megatron"
 # The parallel axes it runs and their flags (megatron/training/arguments.py); the data-parallel size is what the
@@ -400,7 +400,7 @@ def _uneven(plan: Plan, blocks: int) -> bool:
 def chunk_layers(blocks: int, chunks: int) -> list[int]:
     """Transformer layers per pipeline chunk in model order for an uneven split: as even as whole layers allow, the
     first and last chunks (which also hold the embedding, and the loss) taking the lighter share. The prediction
-    spreads the layers evenly (`predictor.parallel.stage_counts`); this is the closest whole-layer layout to it."""
+    spreads the layers evenly (`predictor.costs.parallel.stage_counts`); this is the closest whole-layer layout to it."""
     base, extra = divmod(blocks, chunks)
     heavier = [*range(1, chunks - 1), 0, chunks - 1][:extra]
     return [base + (c in heavier) for c in range(chunks)]
@@ -443,7 +443,7 @@ def megatron_args(plan: Plan, target: LaunchTarget) -> list[str]:
     args = common_args(plan, spec, written_axes(spec), SPELLING)
     if qk_norm(spec.model):
         args.append("--qk-layernorm")
-    if spec.training.optimizer == "muon":  # its layer-wise distributed optimizer is zero=1 (predictor.muon)
+    if spec.training.optimizer == "muon":  # its layer-wise distributed optimizer is zero=1 (predictor.costs.muon)
         args += ["--optimizer", "dist_muon" if plan.zero == 1 else "muon"]
     elif plan.zero == 1:
         args.append("--use-distributed-optimizer")
@@ -473,7 +473,7 @@ def megatron_args(plan: Plan, target: LaunchTarget) -> list[str]:
     elif precision == "fp4":
         args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
     first, last = spec.training.bf16_first_layers, spec.training.bf16_last_layers
-    if first or last:  # TransformerConfig.first_last_layers_bf16 (predictor.bf16_layers)
+    if first or last:  # TransformerConfig.first_last_layers_bf16 (predictor.costs.bf16_layers)
         args += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(first),
                  "--num-layers-at-end-in-bf16", str(last)]
     kernels = target.kernels

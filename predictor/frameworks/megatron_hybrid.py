@@ -18,7 +18,7 @@ from predictor.frameworks.base import LaunchError
 from predictor.plan import Plan
 
 if TYPE_CHECKING:  # pragma: no cover
-    from predictor.workload import WorkloadSpec
+    from predictor.spec.workload import WorkloadSpec
 
 # transformers model types whose config these flags spell.
 MODEL_TYPES = frozenset({"nemotron_h"})

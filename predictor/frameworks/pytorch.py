@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from predictor.frameworks.kernels import FIELDS as KERNEL_FIELDS, KernelChoices, Kernels
+from predictor.costs.moe import runner_ep_error
 from predictor.frameworks.base import Framework, recorded_constants
+from predictor.frameworks.kernels import FIELDS as KERNEL_FIELDS, KernelChoices, Kernels
 from predictor.memory.facts import MIB, MemoryFacts
-from predictor.moe import runner_ep_error
 from predictor.plan import Plan
 
 if TYPE_CHECKING:  # pragma: no cover
-    from predictor.workload import WorkloadSpec
+    from predictor.spec.workload import WorkloadSpec
 
 NAME = "pytorch"
 # The parallel axes its runner composes (predictor.measure.compose); it writes no launch file, so none has a flag.

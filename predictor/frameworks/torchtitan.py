@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 from predictor.frameworks.kernels import KernelChoices, Kernels
 from predictor.frameworks.base import (Framework, Launch, LaunchError, LaunchTarget, hidden, inverse, other_orders, overlap_value,
                                        read_degrees, recorded_constants, spec_recipe)
-from predictor.bf16_layers import bf16_layer_indices
+from predictor.costs.bf16_layers import bf16_layer_indices
 from predictor.memory.facts import MIB, MemoryFacts
 from predictor.plan import AXES, OVERLAP_KINDS, Plan, overlap_kinds
 
 if TYPE_CHECKING:  # pragma: no cover
-    from predictor.workload import WorkloadSpec
+    from predictor.spec.workload import WorkloadSpec
 
 NAME = "torchtitan"
 # The parallel axes it runs and their keys in its job config (torchtitan/config/job_config.py `Parallelism`); the
@@ -317,7 +317,7 @@ def torchtitan_config(plan: Plan, spec: "WorkloadSpec") -> dict[str, dict[str, A
 
 
 def kept_fqns(spec: "WorkloadSpec") -> list[str]:
-    """The converters' filter_fqns that keep the spec's first and last layers in BF16 (`predictor.bf16_layers`): a
+    """The converters' filter_fqns that keep the spec's first and last layers in BF16 (`predictor.costs.bf16_layers`): a
     module is skipped when a filter is a substring of its name (torchtitan/components/quantization/utils.py
     `module_filter_fn`), and `layers.<i>.` names block i's linears alone."""
     t = spec.training

@@ -18,8 +18,8 @@ from functools import cache
 
 import numpy as np
 
-from predictor.hardware import DEVICES, GENERATIONS, Device
 from predictor.kernels.profile import DeviceProfile, shipped_profile
+from predictor.spec.hardware import DEVICES, GENERATIONS, Device
 
 
 @dataclass(frozen=True)

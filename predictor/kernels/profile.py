@@ -39,7 +39,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from predictor.hardware import GENERATIONS
+from predictor.spec.hardware import GENERATIONS
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "data" / "profiles"
 GEMM_COLUMNS = ("batch", "m", "n", "k", "flop_per_s")

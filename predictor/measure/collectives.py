@@ -2,7 +2,7 @@
 
 `benchmark_collectives` runs all-reduce, all-gather, reduce-scatter and send/recv over a range of
 message sizes with `world_size` local processes (one thread each) and returns the raw points;
-`fit_link` fits them to the α-β model of `predictor.comm` (the ScaleDL paper's Eq. 15), so the
+`fit_link` fits them to the α-β model of `predictor.costs.comm` (the ScaleDL paper's Eq. 15), so the
 fitted link reproduces the measurements through the same formulas the predictors use;
 `fit_op_links` fits each op alone, the links a measured device prices its collectives with.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor import comm
-from predictor.hardware import Link
+from predictor.costs import comm
+from predictor.spec.hardware import Link
 
 OPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
 DEFAULT_SIZES: tuple[int, ...] = tuple(4 ** k * 1024 for k in range(0, 7))  # 1 KiB .. 4 MiB
@@ -149,7 +149,7 @@ def benchmark_collectives(sizes: tuple[int, ...] = DEFAULT_SIZES, world_size: in
 
 
 def _coefficients(op: str, n: int, tree: bool = False) -> tuple[float, float]:
-    """(latency steps, bandwidth factor) of `op` over n ranks in the α-β model of predictor.comm.
+    """(latency steps, bandwidth factor) of `op` over n ranks in the α-β model of predictor.costs.comm.
 
     `tree`: the all-reduce takes recursive doubling (ceil(log2 n) steps of α + S/B), the branch
     `comm.allreduce` prices when it is the cheaper one.
@@ -178,7 +178,7 @@ def _lstsq_link(points: list[CollectivePoint], tree: list[bool], source: str) ->
 
 
 def fit_link(points: list[CollectivePoint], source: str = "measured", rounds: int = 5) -> Link:
-    """The α (latency) and B (bus bandwidth) under which predictor.comm's formulas best reproduce `points`.
+    """The α (latency) and B (bus bandwidth) under which predictor.costs.comm's formulas best reproduce `points`.
 
     Relative residuals are minimised (each row divided by its time) so small messages, which
     fix α, weigh as much as large ones, which fix B. An all-reduce is fitted on the branch
@@ -206,7 +206,7 @@ def fit_op_links(points: list[CollectivePoint], source: str = "measured") -> dic
 def bus_bandwidth(point: CollectivePoint) -> float:
     """nccl-tests' bus bandwidth of a measured point, bytes/s: the bytes each rank's link carries over the time
     (all-reduce 2(n-1)/n of the buffer, all-gather and reduce-scatter (n-1)/n, send/recv the message), which is
-    what `predictor.collective_curve` prices a collective by."""
+    what `predictor.costs.collective_curve` prices a collective by."""
     n = point.world_size
     share = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n}.get(point.op, 1.0)
     return point.bytes * share / point.seconds

@@ -25,10 +25,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from predictor.families import names as family_names
-from predictor.moe import runner_ep_error
+from predictor.costs.moe import runner_ep_error
 from predictor.plan import Plan
-from predictor.workload import ModelSpec
+from predictor.spec.families import names as family_names
+from predictor.spec.workload import ModelSpec
 
 _MESHES: dict[tuple, Any] = {}
 # Why context parallelism is refused: torch 2.13's `context_parallel` swaps in ring attention only for the
@@ -246,9 +246,9 @@ def run_plan(job: dict, rank: int, world: int, device: torch.device,
     """Real training steps of `job`'s plan on this rank: per-step seconds and losses, peak memory, shards held."""
     from torch.nn.parallel import DistributedDataParallel
 
+    from predictor.graph.modelzoo import build_model, example_inputs, primary_input
     from predictor.measure.experts import scale_expert_grads, shard_experts
     from predictor.measure.parallelize import apply_recompute, apply_tp, model_chunks
-    from predictor.modelzoo import build_model, example_inputs, primary_input
 
     spec = ModelSpec.model_validate_json(job["spec_json"])
     plan = Plan.parse(job["plan"])

@@ -3,7 +3,7 @@
 One rank of a `cpu` cluster is one single-threaded process, so everything is measured with one
 thread. Collectives are fitted to α-β links, one per op (gloo's ops differ 3-8x at equal sizes).
 Besides these idle links, the costs inside a training step are measured
-(`predictor.measure.step_costs`): what each collective call and p2p message adds beyond the link's
+(`predictor.measure.contention`): what each collective call and p2p message adds beyond the link's
 α-β time while ranks compute, and DTensor's cost per sharded linear (`Device.extra`). The result
 is cached as JSON in `$SCALEDL_CACHE` (default `~/.cache/scaledl/`) with a fingerprint (CPU model,
 core count, torch version, profile version); a different fingerprint re-measures. The whole
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import torch
 
-from predictor.hardware import Device, Link
-from predictor.machine import cpu_model_name
+from predictor.data.machine import cpu_model_name
 from predictor.measure.collectives import CollectivePoint, benchmark_collectives, bus_bandwidth, fit_link, fit_op_links
-from predictor.measure.step_costs import idle_seconds, measure_step_costs
-from predictor.workload import SpecError
+from predictor.measure.contention import idle_seconds, measure_step_costs
+from predictor.spec.hardware import Device, Link
+from predictor.spec.workload import SpecError
 
 CACHE_FILE = "cpu_device.json"
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

@@ -89,7 +89,7 @@ def worker_main(rank: int, world: int, port: int, conn: Any, threads: int, devic
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
                             timeout=timedelta(seconds=120), device_id=device if device.type == "cuda" else None)
-    import predictor.modelzoo  # noqa: F401  (import cost paid once, not by the first job's timing/memory)
+    import predictor.graph.modelzoo  # noqa: F401  (import cost paid once, not by the first job's timing/memory)
     import transformers  # noqa: F401
 
     conn.send({"status": "ready", "pid": os.getpid()})

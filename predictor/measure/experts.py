@@ -1,13 +1,13 @@
 """Expert parallelism in the runner: each rank holds E/ep experts and exchanges tokens with all-to-alls.
 
-Routing is the balanced routing the layer graph is traced with (`predictor.moe_tracing.balanced_experts_forward`):
+Routing is the balanced routing the layer graph is traced with (`predictor.graph.moe_tracing.balanced_experts_forward`):
 token-expert pair i goes to expert i // (T·k/E). With ep ranks, a rank's pairs for the experts of rank j go
 to rank j in one all-to-all (the dispatch), rank j runs its local experts' GEMMs on the pairs of every rank,
 and a second all-to-all brings the results back (the combine), as Megatron-Core's alltoall dispatcher does;
 both are differentiable (`all_to_all_single_autograd`), so backward runs the two
 all-to-alls again. Expert gradients are not data-parallel gradients: each rank's experts see the tokens of
 every ep rank, so their gradient is the sum over those ranks' losses and is divided by ep to be the mean the
-dense gradients are; the runner supports the plans `predictor.moe.runner_ep_error` allows (ep = dp: the
+dense gradients are; the runner supports the plans `predictor.costs.moe.runner_ep_error` allows (ep = dp: the
 expert-data-parallel group has one rank).
 """
 
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from predictor.moe_tracing import expert_mlps
+from predictor.graph.moe_tracing import expert_mlps
 
 _PARAMS = ("gate_up_proj", "up_proj", "down_proj", "gate_up_proj_bias", "up_proj_bias", "down_proj_bias")
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from predictor.design import ProfileConfig
+from predictor.data.design import ProfileConfig
 from predictor.measure.collectives import free_port
 
 
@@ -32,7 +32,7 @@ class IterationResult:
     mem_kind: str = ""
 
     def row(self) -> dict[str, Any]:
-        """The whole-iteration columns of a dataset row (see predictor.dataset)."""
+        """The whole-iteration columns of a dataset row (see predictor.data.dataset)."""
         peak = max(self.peak_mem_bytes, default=0)
         delta = max((p - b for p, b in zip(self.peak_mem_bytes, self.base_mem_bytes)), default=0)
         return {"status": self.status, "error": self.error, "iter_time_s": self.iter_time_s,

@@ -98,7 +98,7 @@ class NodeProfiler:
         """This node's hardware and software: what the profile's provenance records and `revalidate` compares."""
         import torch
 
-        from predictor.machine import cpu_model_name
+        from predictor.data.machine import cpu_model_name
 
         ident = {"cpu": cpu_model_name(), "cores": os.cpu_count(), "torch": torch.__version__}
         if self.kind == "cuda":
@@ -182,7 +182,7 @@ def combine(answers: list[Any]) -> tuple[Any, float]:
 
 def device_name(identity: dict[str, Any]) -> tuple[str, str]:
     """(device, generation) a node identity names: the catalogue's name of its GPU, or 'cpu'."""
-    from predictor.hardware import GENERATIONS, catalogue_name
+    from predictor.spec.hardware import GENERATIONS, catalogue_name
 
     if "gpu" not in identity:
         return "cpu", "cpu"

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from predictor.measure.modules import block_lists, layer_kind
-from predictor.workload import ModelSpec
+from predictor.spec.workload import ModelSpec
 
 _CACHE: dict[tuple, "LayerTiming"] = {}
 _SYNTHETIC = ("attention", "loss")  # timed as the bare op: the module around them also runs other nodes
@@ -69,11 +69,11 @@ def _attention_attrs(spec: ModelSpec, path: str, mod: nn.Module) -> dict[str, in
 
 
 def layer_nodes(model: nn.Module, spec: ModelSpec) -> list[NodeRef]:
-    """The layers of `model` named like `predictor.graph_build` names them, without tracing the model.
+    """The layers of `model` named like `predictor.graph.build` names them, without tracing the model.
 
     Leaf modules outside repeated copies (block 0 only, with the block count), one `attention`
     node per module that runs the attention core (the parent of the query projection, timed as
-    scaled-dot-product attention), and the `loss`. `predictor.graph_build` takes seconds per model
+    scaled-dot-product attention), and the `loss`. `predictor.graph.build` takes seconds per model
     (torch.export); this takes nothing, so every configuration gets its layer rows cheaply.
     """
     skip: set[str] = set()
@@ -99,7 +99,7 @@ def layer_nodes(model: nn.Module, spec: ModelSpec) -> list[NodeRef]:
             nodes.append(NodeRef(name, "experts", group, count.get(name, 1), (), (), {}))
         elif not list(mod.children()):
             nodes.append(NodeRef(name, layer_kind(mod), group, count.get(name, 1), (), (), {}))
-    from predictor.modelzoo import num_labels
+    from predictor.graph.modelzoo import num_labels
 
     logits = (1, num_labels(spec)) if spec.vision else (1, spec.tokens, spec.vocab or 0)
     nodes.append(NodeRef("loss", "loss", "post", 1, logits, (), {}))
@@ -107,8 +107,8 @@ def layer_nodes(model: nn.Module, spec: ModelSpec) -> list[NodeRef]:
 
 
 def graph_nodes(spec: ModelSpec) -> list[NodeRef]:
-    """The layer-graph nodes of `spec` (predictor.graph_cache), as plain references."""
-    from predictor.graph_cache import graph_for
+    """The layer-graph nodes of `spec` (predictor.graph.cache), as plain references."""
+    from predictor.graph.cache import graph_for
 
     g = graph_for(spec)
     return [NodeRef(n.name, n.kind, n.group, n.count, tuple(n.in_shape), tuple(n.out_shape), dict(n.attrs))
@@ -273,7 +273,7 @@ def _synthetic(node: NodeRef, device: torch.device, dtype: torch.dtype) -> Calla
 
 def capture_inputs(model: nn.Module, inputs: dict, spec: ModelSpec, names: list[str]) -> dict[str, tuple]:
     """(args, kwargs) of the first call of every named module during one forward pass."""
-    from predictor.modelzoo import training_loss
+    from predictor.graph.modelzoo import training_loss
 
     modules = dict(model.named_modules())
     captured: dict[str, tuple] = {}
@@ -295,7 +295,7 @@ def capture_inputs(model: nn.Module, inputs: dict, spec: ModelSpec, names: list[
 def time_layers(spec: ModelSpec, batch: int, device: torch.device, nodes: list[NodeRef] | None = None,
                 repeats: int = 3, warmup: int = 1, dtype: torch.dtype = torch.float32) -> list[dict]:
     """One row per layer-graph node: median forward/backward seconds at micro-batch `batch`."""
-    from predictor.modelzoo import build_model, example_inputs
+    from predictor.graph.modelzoo import build_model, example_inputs
 
     torch.manual_seed(0)
     model = build_model(spec, device, dtype)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from torch import nn
 
-# Module class names (lower case) -> LayerGraph kinds (predictor.layer_graph.LAYER_KINDS).
+# Module class names (lower case) -> LayerGraph kinds (predictor.graph.layer_graph.LAYER_KINDS).
 KIND_OF_CLASS = {"linear": "linear", "conv1d": "linear", "conv2d": "conv", "embedding": "embedding",
                  "layernorm": "layernorm", "t5layernorm": "rmsnorm", "llamarmsnorm": "rmsnorm", "rmsnorm": "rmsnorm",
                  "dropout": "dropout", "gelu": "activation", "geluactivation": "activation",

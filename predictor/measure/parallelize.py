@@ -1,7 +1,7 @@
-"""Applying a plan's parallelism to the real models of `predictor.modelzoo`, in torchtitan's order.
+"""Applying a plan's parallelism to the real models of `predictor.graph.modelzoo`, in torchtitan's order.
 
 Small separate functions in the torchtitan style, composed by `predictor.measure.compose`:
-`apply_tp` (DTensor `parallelize_module` by the roles of `predictor.tp_roles`, with sequence-parallel
+`apply_tp` (DTensor `parallelize_module` by the roles of `predictor.graph.tp_roles`, with sequence-parallel
 norms and sequence gathers before the column linears), `apply_recompute` (selective: the attention core's
 ops recomputed; full: the whole block), `model_chunks` (the model cut into pp·v pipeline chunks of whole
 blocks, the first with the embeddings, the last with the head), `apply_ddp` and `apply_fsdp` (data
@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from predictor.graph.tp_roles import embedding_role, in_block, linear_role
 from predictor.measure.modules import block_lists, layer_kind
-from predictor.tp_roles import embedding_role, in_block, linear_role
-from predictor.workload import ModelSpec
+from predictor.spec.workload import ModelSpec
 
 # Attributes holding an attention module's head count; divided by tp on modules whose linears are sharded.
 HEAD_ATTRS = ("num_attention_heads", "num_heads", "n_heads", "n_head", "heads")
@@ -55,7 +55,7 @@ def conv1d_to_linear(model: nn.Module) -> nn.Module:
 
 
 def tp_roles(model: nn.Module, spec: ModelSpec) -> dict[str, str]:
-    """The role (`predictor.tp_roles`) of every linear and embedding of `model`, by module path."""
+    """The role (`predictor.graph.tp_roles`) of every linear and embedding of `model`, by module path."""
     vocab = None if spec.vision else spec.vocab
     own = spec.family_entry.roles if spec.family_entry is not None else {}
     roles = {}

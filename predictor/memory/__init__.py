@@ -11,7 +11,7 @@ statistics instead of the s² scores (FlashAttention, Dao et al. 2022). FP8 and 
 bf16 weights and fp32 master weights as bf16 training does, plus a low-precision copy of every
 linear's weight for the GEMMs (Transformer Engine keeps the FP8 weight and its transpose,
 2 bytes per parameter; NVFP4 the same at half a byte each plus 1/16 for block scales).
-Routed experts' model states are those of the experts a rank holds (`predictor.parallel` shards them) and sharded
+Routed experts' model states are those of the experts a rank holds (`predictor.costs.parallel` shards them) and sharded
 by ZeRO over the expert-data-parallel group (Megatron-Core's distributed optimizer over expert parameters);
 the token dispatch keeps a send and a receive buffer of the busiest MoE layer's tokens·top_k·hidden elements,
 scaled by the routing imbalance (dropless routing sizes them to the tokens that arrive).
@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from predictor.hardware import RECIPES
+from predictor.spec.hardware import RECIPES
 
 if TYPE_CHECKING:  # pragma: no cover (annotations only: predictor.frameworks imports memory.facts, below workload)
-    from predictor.parallel import Layout
-    from predictor.workload import WorkloadSpec
+    from predictor.costs.parallel import Layout
+    from predictor.spec.workload import WorkloadSpec
 
-# The Transformer Engine recipe (`predictor.hardware.RECIPES`) each low-precision copy format stores its elements
+# The Transformer Engine recipe (`predictor.spec.hardware.RECIPES`) each low-precision copy format stores its elements
 # and scales as: FP8 with one scale per tensor ('cs': current or delayed scaling), MXFP8 (an E8M0 scale per 32
 # elements: 'mx') and NVFP4 (4-bit, an E4M3 scale per 16: 'fp4').
 _FORMAT_RECIPES: dict[str, str] = {"cs": "current", "mx": "mxfp8", "fp4": "nvfp4"}

@@ -20,21 +20,21 @@ from functools import cache
 
 import numpy as np
 
-from predictor.layer_graph import LayerGraph
+from predictor.costs.bf16_layers import bf16_blocks_per_rank, per_layer_occurrences
+from predictor.costs.lora import trainable_params
+from predictor.costs.muon import muon_params
+from predictor.graph.layer_graph import LayerGraph
 from predictor.memory import in_flight, saved_per_sample, kv_share, stage_params, weight_copy_bytes
 from predictor.memory.facts import GIB, MemoryFacts
 from predictor.memory.levers import Levers
-from predictor.bf16_layers import bf16_blocks_per_rank, per_layer_occurrences
-from predictor.lora import trainable_params
-from predictor.muon import muon_params
 from predictor.memory.saved import (Dims, Saved, activation_element_bytes, backward_working, kept, layer_tensors,
                                     loss_tensors, loss_working, op_sac_tensors)
-from predictor.moe_dispatch import buffer_bytes
-from predictor.parallel import Layout
-from predictor.prediction import MEMORY_PARTS
-from predictor.workload import WorkloadSpec
+from predictor.costs.moe_dispatch import buffer_bytes
+from predictor.costs.parallel import Layout
+from predictor.costs.prediction import MEMORY_PARTS
+from predictor.spec.workload import WorkloadSpec
 
-# One vocabulary of memory parts (`predictor.prediction.MEMORY_PARTS`): the caching allocator holds every part but the
+# One vocabulary of memory parts (`predictor.costs.prediction.MEMORY_PARTS`): the caching allocator holds every part but the
 # runtime's; a rank's activations are its saved tensors plus the backward working set, which `RankMemory` keeps apart.
 ALLOCATED_PARTS: tuple[str, ...] = MEMORY_PARTS[:MEMORY_PARTS.index("runtime")]
 # What `RankMemory.gib` gives per part, the working set beside the saved activations.
@@ -264,7 +264,7 @@ def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Leve
         moments = (2.0 if levers.bf16_moments else facts.moment_bytes) * 2
         return (sharded * 4.0 + unsharded_p, sharded * grad_bytes + unsharded_g,
                 sharded * moments * (1 - levers.optimizer_offload))
-    if low:  # the layers kept in BF16 keep BF16 weights and no low-precision copy (predictor.bf16_layers)
+    if low:  # the layers kept in BF16 keep BF16 weights and no low-precision copy (predictor.costs.bf16_layers)
         kept = bf16_blocks_per_rank(layout, t.bf16_first_layers, t.bf16_last_layers)
         gemm_params = gemm_params - kept * ((per_layer_occurrences(layout) * (gemm | layout.nodes.experts))
                                             @ layout.nodes.params)
@@ -280,13 +280,13 @@ def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Leve
     if facts.fp32_grad_partition and plan.zero in (1, 2):  # the fp32 gradient partition the step reads
         grads = grads + shard(1) * 4.0
     moments = 2.0 if levers.bf16_moments else facts.moment_bytes
-    if t.lora_rank:  # the frozen base keeps its BF16 weights alone; the adapters train (predictor.lora)
+    if t.lora_rank:  # the frozen base keeps its BF16 weights alone; the adapters train (predictor.costs.lora)
         adapters, _ = trainable_params(layout, t.lora_rank)
         trained = adapters if plan.zero < 1 else adapters / dense_dp
         return (weights + adapters * param_bytes, (adapters if plan.zero < 2 else adapters / dense_dp) * grad_bytes,
                 trained * (facts.master_bytes + 2 * moments))
     optimizer = shard(1) * (facts.master_bytes + 2 * moments) * (1 - levers.optimizer_offload)
-    if t.optimizer == "muon":  # one momentum, not Adam's two, on the matrices Muon steps (predictor.muon)
+    if t.optimizer == "muon":  # one momentum, not Adam's two, on the matrices Muon steps (predictor.costs.muon)
         mu, mu_exp = muon_params(layout)
         mu_shard = mu if plan.zero < 1 else (mu - mu_exp) / dense_dp + mu_exp / exp_dp
         optimizer = optimizer - mu_shard * moments * (1 - levers.optimizer_offload)
@@ -295,7 +295,7 @@ def _states(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, levers: Leve
 
 def _buffers(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, imbalance: float = 1.0) -> np.ndarray:
     """Pipeline send/recv, the MoE dispatcher's buffers (its send and receive buffers sized, dropless, to the tokens
-    the busiest rank receives: `imbalance` times the balanced share, and its kernels' own: `predictor.moe_dispatch`),
+    the busiest rank receives: `imbalance` times the balanced share, and its kernels' own: `predictor.costs.moe_dispatch`),
     a gradient bucket and the GEMM workspaces."""
     plan = layout.plan
     tokens = layout.rank_tokens * plan.mbs

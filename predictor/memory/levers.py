@@ -17,7 +17,7 @@ from typing import Literal
 
 import numpy as np
 
-from predictor.layer_graph import LayerGraph
+from predictor.graph.layer_graph import LayerGraph
 from predictor.memory.facts import MemoryFacts
 from predictor.memory.saved import op_sac_saves_mm
 from predictor.plan import OFFLOAD_MODULES, RECOMPUTE_MODULES, Plan, offloaded, recompute_modules

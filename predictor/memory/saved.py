@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from predictor.memory import low_precision_element_bytes
 from predictor.memory.facts import MemoryFacts
-from predictor.workload import ModelSpec
+from predictor.spec.workload import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Analytical roofline predictor: the baseline, and the fallback of the learned ScaleDL model.
 
-Per layer a roofline (`predictor.models.roofline`); communication from `predictor.comm`, call by call;
+Per layer a roofline (`predictor.models.roofline`); communication from `predictor.costs.comm`, call by call;
 pipeline fill and drain from the other stages' time per micro-batch ((p-1)/(v·m) of the ideal when
 stages are balanced); optimizer step memory-bound over the local optimizer state
 (`predictor.models.stage_costs`, combined over plans by `predictor.models.plan_batch`). Nothing here is
@@ -11,19 +11,19 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from predictor.costs.moe import active_params
+from predictor.costs.prediction import Prediction
+from predictor.costs.prediction_table import PredictionTable
 from predictor.frameworks import Framework
-from predictor.hardware import DEVICES, GENERATIONS, Device, gemm_facts
+from predictor.graph.layer_graph import LayerGraph
 from predictor.kernels.gemm import measured_gemm
-from predictor.layer_graph import LayerGraph
 from predictor.models.base import Dominated, Predictor
 from predictor.models.plan_batch import PlanPieces
 from predictor.models.roofline import AnalyticalConfig, framework_config, fused_attention_curves
-from predictor.moe import active_params
 from predictor.plan import Plan
-from predictor.prediction import Prediction
-from predictor.prediction_table import PredictionTable
-from predictor.resolver import Resolved, resolve
-from predictor.workload import WorkloadSpec
+from predictor.spec.hardware import DEVICES, GENERATIONS, Device, gemm_facts
+from predictor.spec.resolver import Resolved, resolve
+from predictor.spec.workload import WorkloadSpec
 
 # Workloads whose pieces a predictor keeps (a replica serving several cluster sizes asks for each in turn).
 _KEPT_WORKLOADS = 8
@@ -96,7 +96,7 @@ class AnalyticalPredictor(Predictor):
 
     def __init__(self, config: AnalyticalConfig | None = None, device: Device | None = None) -> None:
         self.given = config  # None: each framework's calibrated constants (framework_config)
-        self.device = device  # None: the spec's own (`predictor.resolver.resolve`)
+        self.device = device  # None: the spec's own (`predictor.spec.resolver.resolve`)
         self._pieces: dict[int, PlanPieces] = {}
 
     def __getstate__(self) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from functools import cache
 
 import numpy as np
 
-from predictor.hardware import GENERATIONS, TFLOPS
 from predictor.kernels.profile import AttentionTable, DeviceProfile, generation_profiles
+from predictor.spec.hardware import GENERATIONS, TFLOPS
 
 PASSES: tuple[str, ...] = ("forward", "backward")
 BWD_FLOPS = 2.5  # backward FLOPs over the forward's, as FlashAttention counts them

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from predictor.layer_graph import LayerGraph
+from predictor.costs.prediction import Prediction
+from predictor.costs.prediction_table import PredictionTable
+from predictor.graph.layer_graph import LayerGraph
 from predictor.plan import Plan
-from predictor.prediction import Prediction
-from predictor.prediction_table import PredictionTable
-from predictor.workload import WorkloadSpec
+from predictor.spec.workload import WorkloadSpec
 
 
 @dataclass(frozen=True)

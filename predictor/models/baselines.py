@@ -22,15 +22,15 @@ import torch
 from sklearn.ensemble import RandomForestRegressor
 from torch import nn
 
-from predictor.layer_graph import LAYER_KINDS, LayerGraph
+from predictor.costs.prediction import TIME_PARTS, Prediction
+from predictor.graph.layer_graph import LAYER_KINDS, LayerGraph
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Predictor
 from predictor.models.features import TERMS, TrainingData, by_workload, global_matrix, layer_matrix
 from predictor.models.records import layer_key
 from predictor.plan import RECOMPUTE_MODES, SCHEDULES, Plan
-from predictor.prediction import TIME_PARTS, Prediction
-from predictor.resolver import resolve
-from predictor.workload import WorkloadSpec
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import WorkloadSpec
 
 
 def hp_row(spec: WorkloadSpec, plan: Plan) -> list[float]:

@@ -21,10 +21,10 @@ import numpy as np
 from scipy.optimize import minimize
 
 from predictor.models.analytical import AnalyticalPredictor, kernel_model_config
-from predictor.models.roofline import AnalyticalConfig
 from predictor.models.base import TrainingDataError
 from predictor.models.features import Sample, by_workload
-from predictor.resolver import resolve
+from predictor.models.roofline import AnalyticalConfig
+from predictor.spec.resolver import resolve
 
 FITTED = ("host_op_s", "call_s")
 _FIRST_PRINCIPLES_S = AnalyticalConfig.host_op_s  # where a cost starts that its base leaves at zero

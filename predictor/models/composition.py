@@ -13,16 +13,16 @@ from typing import Sequence
 
 import numpy as np
 
-from predictor.layer_graph import LayerGraph
+from predictor.costs.prediction import MEMORY_PARTS, TIME_PARTS
+from predictor.costs.prediction_table import PredictionTable, row_sums
+from predictor.graph.layer_graph import LayerGraph
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.features import TERMS, global_matrix, overhead_seconds
 from predictor.models.layerwise import LayerwiseModel
 from predictor.models.records import LayerKey, layer_key
 from predictor.plan import COMM_PARTS, TERM_OF_PART, Plan
-from predictor.prediction import MEMORY_PARTS, TIME_PARTS
-from predictor.prediction_table import PredictionTable, row_sums
-from predictor.resolver import resolve
-from predictor.workload import WorkloadSpec
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import WorkloadSpec
 
 _OVERHEAD = TERMS.index("overhead")
 _COMPUTE, _BUBBLE = TIME_PARTS.index("compute"), TIME_PARTS.index("pp_bubble")

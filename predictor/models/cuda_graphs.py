@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from predictor.costs.parallel import Layout
 from predictor.frameworks.kernels import Kernels
-from predictor.parallel import Layout
 
 
 def regions(nodes, scope: str) -> list[np.ndarray]:

@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from predictor.hardware import Device
 from predictor.plan import Plan
-from predictor.resolver import resolve
-from predictor.workload import WorkloadSpec
+from predictor.spec.hardware import Device
+from predictor.spec.resolver import resolve
+from predictor.spec.workload import WorkloadSpec
 
 DEGREES = ("dp", "tp", "pp", "mbs")
 SETTINGS = ("zero", "recompute", "schedule", "sp")

@@ -17,13 +17,13 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from predictor.graph_cache import graph_for
-from predictor.hardware import Device
-from predictor.layer_graph import LAYER_KINDS, LayerGraph
+from predictor.costs.parallel import BYTES, shard_nodes
+from predictor.graph.cache import graph_for
+from predictor.graph.layer_graph import LAYER_KINDS, LayerGraph
 from predictor.models.records import LayerKey, LayerObs
-from predictor.parallel import BYTES, shard_nodes
 from predictor.plan import RECOMPUTE_MODES, SCHEDULES, TERM_OF_PART, Plan
-from predictor.workload import WorkloadSpec
+from predictor.spec.hardware import Device
+from predictor.spec.workload import WorkloadSpec
 
 GROUPS = ("pre", "block", "enc", "dec", "post")
 TP_ROLES = ("column", "row", "heads", "vocab", "replicated")
@@ -47,7 +47,7 @@ def graph_of(spec: WorkloadSpec) -> LayerGraph:
     Building traces the model (seconds), and a dataset has hundreds of distinct small models.
     The graph builder stores a repeated block once with `count` = its repeats, so models that
     differ only in depth share one graph up to those counts: a depth-1 graph is built (and kept
-    on disk by `predictor.graph_cache`) and restamped with this model's depth.
+    on disk by `predictor.graph.cache`) and restamped with this model's depth.
     Which nodes repeat is learned per family by comparing its depth-1 and depth-2 graphs (T5's
     relative attention bias, for one, sits in block 0 only).
     """
@@ -130,7 +130,7 @@ def layer_matrix(graph: LayerGraph, key: LayerKey, device: Device, attr_keys: Se
                  index: Sequence[int]) -> np.ndarray:
     """Eq. 7 features of nodes `index` at `key`: h_hp ‖ h_dev ‖ h_struct ‖ h_cm, per micro-batch on one tp rank.
 
-    Sharding comes from `predictor.parallel.shard_nodes` (the same the analytical model uses).
+    Sharding comes from `predictor.costs.parallel.shard_nodes` (the same the analytical model uses).
     """
     sh = shard_nodes(graph, key.tp, key.sp, key.heads)
     idx = np.asarray(index, dtype=int)
@@ -212,7 +212,7 @@ def global_matrix(spec: WorkloadSpec, plans: Sequence[Plan], device: Device, ter
 
     Degrees enter saturating ((n-1)/n, bubble fraction) and no absolute model or cluster size
     enters at all, so a correction learned on 2-8 ranks stays bounded on 512. `device` carries
-    the cluster's link overrides and device profile (`predictor.resolver.resolve`). Vectorised: a search asks
+    the cluster's link overrides and device profile (`predictor.spec.resolver.resolve`). Vectorised: a search asks
     thousands of plans at once.
     """
     def col(attr: str) -> np.ndarray:

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from predictor import comm
-from predictor.hardware import RECIPES
+from predictor.costs import comm
+from predictor.costs.parallel import Layout
 from predictor.models.lowprec import low_precision_gemms
-from predictor.parallel import Layout
 from predictor.plan import Plan
+from predictor.spec.hardware import RECIPES
 
 # Bytes per parameter: the all-gathered BF16 weight, a float8-all-gathered one, the FP32 reduce-scatter of
 # mixed_precision_reduce, and the reduce-scatter copy-in (a BF16 gradient read, its FP32 copy written).

@@ -24,7 +24,7 @@ from torch import nn
 from torch_geometric.data import Data
 from torch_geometric.nn import TransformerConv, global_max_pool, global_mean_pool
 
-from predictor.layer_graph import LayerGraph
+from predictor.graph.layer_graph import LayerGraph
 from predictor.models.features import edge_tensors, node_matrix
 
 

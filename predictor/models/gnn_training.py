@@ -14,13 +14,13 @@ import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
-from predictor.layer_graph import LayerGraph
+from predictor.graph.layer_graph import LayerGraph
 from predictor.models.composition import Composed
 from predictor.models.features import Sample, by_workload
 from predictor.models.gnn import CorrectionEnsemble, CorrectionGNN, graph_data
 from predictor.models.memory_residual import memory_features
 from predictor.plan import Plan
-from predictor.workload import WorkloadSpec
+from predictor.spec.workload import WorkloadSpec
 
 # Samples needed before a 15 % validation split picks the epoch: below, it is a handful of points
 # (H200's 24-33 per model), so the epoch count is chosen by cross-validation (CV_FOLDS folds).

@@ -18,7 +18,7 @@ from predictor.models.analytical import AnalyticalPredictor, kernel_model_config
 from predictor.models.layerwise import analytical_layer_time
 from predictor.models.records import LayerObs
 from predictor.models.roofline import HOST_OPS, AnalyticalConfig
-from predictor.resolver import resolve
+from predictor.spec.resolver import resolve
 
 # A layer is host-dominated where its priced kernels take under this share of its measured forward time.
 HOST_DOMINATED = 0.25

@@ -18,13 +18,13 @@ import numpy as np
 from sklearn.base import clone
 from sklearn.ensemble import RandomForestRegressor
 
-from predictor.layer_graph import LayerGraph
-from predictor.models.roofline import AnalyticalConfig, layer_times
+from predictor.graph.layer_graph import LayerGraph
 from predictor.models.features import layer_matrix
 from predictor.models.op_costs import OpCosts, OpRow, is_gemm
 from predictor.models.records import LayerKey, LayerObs
-from predictor.resolver import Resolved
-from predictor.workload import WorkloadSpec
+from predictor.models.roofline import AnalyticalConfig, layer_times
+from predictor.spec.resolver import Resolved
+from predictor.spec.workload import WorkloadSpec
 
 # Analytical (fwd, bwd) seconds of every node of a graph, per micro-batch and occurrence: shape (n, 2).
 BaseTime = Callable[[Resolved, LayerGraph, LayerKey], np.ndarray]

@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from predictor.hardware import Device, Recipe, generation, tensor_core_facts
-from predictor.layer_graph import LayerGraph
-from predictor.parallel import ShardedNodes
+from predictor.costs.parallel import ShardedNodes
+from predictor.graph.layer_graph import LayerGraph
+from predictor.spec.hardware import Device, Recipe, generation, tensor_core_facts
 
 SOURCE_BYTES = 2.0  # the BF16 tensor a quantisation kernel reads (activations, gradients and the weights' copy)
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import nnls
 
-from predictor.layer_graph import LayerGraph, LayerNode
-from predictor.parallel import shard_nodes
+from predictor.costs.parallel import shard_nodes
+from predictor.graph.layer_graph import LayerGraph, LayerNode
 
 
 @dataclass(frozen=True)

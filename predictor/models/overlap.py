@@ -38,7 +38,7 @@ from typing import Mapping
 
 import numpy as np
 
-from predictor.hardware import Device
+from predictor.spec.hardware import Device
 
 # SMs a communication kernel holds while it runs beside the GEMMs: Transformer Engine's userbuffers default for its
 # "pipeline" and "bulk" overlaps (NVIDIA/TransformerEngine transformer_engine/pytorch/module/base.py, `initialize_ub`:

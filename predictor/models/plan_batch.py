@@ -17,25 +17,25 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from predictor import comm
+from predictor.costs import comm
+from predictor.costs.lora import trainable_params
+from predictor.costs.parallel import Layout, apply_plan, plan_groups
+from predictor.costs.prediction import MEMORY_PARTS, TIME_PARTS
+from predictor.costs.prediction_table import PredictionTable, row_sums
 from predictor.frameworks import Framework
-from predictor.hardware import Device
-from predictor.layer_graph import LayerGraph
+from predictor.graph.layer_graph import LayerGraph
 from predictor.memory import GIB, buffer_bytes, in_flight, kv_share, model_state_bytes, saved_per_sample, stage_params
-from predictor.lora import trainable_params
 from predictor.memory.accounting import activity_bytes, offloaded_bytes, stage_memory_parts, state_bytes
 from predictor.memory.levers import Levers, levers_of
 from predictor.models import fsdp2, overlap
 from predictor.models.cuda_graphs import static_bytes
 from predictor.models.roofline import AnalyticalConfig, call_costs, routed
 from predictor.models.stage_costs import compute_parts, grad_sync_time, offload_waits, optimizer_time, p2p_time
-from predictor.parallel import Layout, apply_plan, plan_groups
 from predictor.plan import AXIS_NAMES, HIDDEN_KINDS, OVERLAP_KINDS, STAGE_AXES, Axis, Plan, nvlink_domain
 from predictor.plan.axes import PIPELINE_AXIS, REPLICA_AXIS, SHARDING_FIELDS, STAGE_FIELDS, SYNC_GROUPS
-from predictor.prediction import MEMORY_PARTS, TIME_PARTS
-from predictor.resolver import Resolved
-from predictor.prediction_table import PredictionTable, row_sums
-from predictor.workload import WorkloadSpec
+from predictor.spec.hardware import Device
+from predictor.spec.resolver import Resolved
+from predictor.spec.workload import WorkloadSpec
 
 _DEGREES = attrgetter(*AXIS_NAMES)
 _SHARDING = attrgetter(*SHARDING_FIELDS)
@@ -183,7 +183,7 @@ class PlanPieces:
 
     def _psi(self, sharding: tuple, lay: Layout) -> tuple[np.ndarray, np.ndarray]:
         hit = self.psi.get(sharding)
-        if hit is None:  # the parameters that train: LoRA's adapters alone (predictor.lora), else all
+        if hit is None:  # the parameters that train: LoRA's adapters alone (predictor.costs.lora), else all
             rank = self.spec.training.lora_rank
             hit = self.psi[sharding] = trainable_params(lay, rank) if rank else stage_params(lay)
         return hit

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from predictor.layer_graph import LayerGraph
+from predictor.graph.layer_graph import LayerGraph
 from predictor.plan import Plan
-from predictor.workload import WorkloadSpec
+from predictor.spec.workload import WorkloadSpec
 
 
 @dataclass(frozen=True)

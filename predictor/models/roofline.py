@@ -14,16 +14,16 @@ from functools import cache
 
 import numpy as np
 
+from predictor.costs.parallel import BYTES, shard_nodes
 from predictor.frameworks import Framework
 from predictor.frameworks.base import SoftmaxFallback
-from predictor.hardware import DEVICES, GB, Device, GemmFact, device_facts, gemm_facts, generation
+from predictor.graph.layer_graph import LayerGraph
 from predictor.kernels.gemm import measured_gemm
-from predictor.layer_graph import LayerGraph
-from predictor.parallel import BYTES, shard_nodes
 from predictor.models.attention import BWD_FLOPS, AttentionCurves, attention_curves
 from predictor.models.lowprec import low_precision_gemms, quantisation_times
-from predictor.resolver import Resolved
-from predictor.workload import ModelSpec, WorkloadSpec
+from predictor.spec.hardware import DEVICES, GB, Device, GemmFact, device_facts, gemm_facts, generation
+from predictor.spec.resolver import Resolved
+from predictor.spec.workload import ModelSpec, WorkloadSpec
 
 
 @dataclass(frozen=True)
@@ -281,7 +281,7 @@ def sliding_window_work(model: ModelSpec, document: int | None = None) -> float:
 def layer_times(resolved: Resolved, graph: LayerGraph, tp: int, sp: bool, mbs: int, cfg: AnalyticalConfig | None = None,
                 **degrees: int) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds of one occurrence of each graph node on one rank at micro-batch `mbs`, the
-    nodes sharded by `tp`, `sp` and the other axes' `degrees` (`predictor.parallel.shard_nodes`), on the resolved
+    nodes sharded by `tp`, `sp` and the other axes' `degrees` (`predictor.costs.parallel.shard_nodes`), on the resolved
     spec's device under its framework and recipe.
 
     The learned predictor falls back to this for layers it has no timings for.

@@ -2,8 +2,8 @@
 
     T_iter = Σ_k f_k · T_k,   k ∈ TERMS = compute, dp_comm, tp_comm, pp (bubble + p2p), optimizer
 
-The terms T_k come from the analytical model applied to the plan (`predictor.parallel`,
-`predictor.comm`, `AnalyticalPredictor`), with the compute (and the bubble, which is idle
+The terms T_k come from the analytical model applied to the plan (`predictor.costs.parallel`,
+`predictor.costs.comm`, `AnalyticalPredictor`), with the compute (and the bubble, which is idle
 compute) rescaled by the layer-wise regressors' view of the layers (Eqs. 6-7). The factors
 f_k = Ω(G, Z) come from `CorrectionGNN` (Eqs. 11-14): f_compute is the paper's α, f_dp_comm
 its β; the others cover the tensor/pipeline parallel plans the paper did not model. Training
@@ -36,7 +36,9 @@ import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
-from predictor.layer_graph import LayerGraph
+from predictor.costs.prediction import Prediction
+from predictor.costs.prediction_table import PredictionTable
+from predictor.graph.layer_graph import LayerGraph
 from predictor.models import checkpoint
 from predictor.models.analytical import AnalyticalPredictor, kernel_model_config
 from predictor.models.base import Predictor
@@ -48,14 +50,12 @@ from predictor.models.gnn import CorrectionEnsemble, graph_data
 from predictor.models.gnn_training import Problem, Rows, train, training_rows
 from predictor.models.host_cost import layer_host_op_s
 from predictor.models.layerwise import LayerwiseModel, analytical_layer_time
-from predictor.models.records import LayerKey
 from predictor.models.memory_residual import MemoryResidual, fit_memory_residual, memory_features
+from predictor.models.records import LayerKey
 from predictor.models.roofline import AnalyticalConfig
 from predictor.plan import Plan
-from predictor.prediction import Prediction
-from predictor.prediction_table import PredictionTable
-from predictor.resolver import Resolved, resolve
-from predictor.workload import WorkloadSpec
+from predictor.spec.resolver import Resolved, resolve
+from predictor.spec.workload import WorkloadSpec
 
 # Correction networks averaged (`CorrectionEnsemble`). Three: in the CPU dataset's in-domain CV they
 # are better than one (8.48 vs 9.16 % over model seeds 0-2, lower in each); out of domain they are worse
@@ -70,7 +70,7 @@ UNSEEN = {"op_costs": True, "ensemble": 1}
 
 # Analytical constants a mechanism replaced: a checkpoint saved with them loads without them (the overlap of
 # communication is its framework's schedule, `predictor.models.overlap`; a measured CPU overlapped nothing either way;
-# the all-to-all's small messages are its collective curve's, `predictor.collective_curve`).
+# the all-to-all's small messages are its collective curve's, `predictor.costs.collective_curve`).
 RETIRED_CONSTANTS: frozenset[str] = frozenset({"overlap_eff", "overlap_slowdown", "a2a_eff"})
 
 

@@ -12,27 +12,27 @@ from dataclasses import replace
 
 import numpy as np
 
-from predictor import comm
-from predictor.hardware import Device
-from predictor.layer_graph import LayerGraph
+from predictor.costs import comm
+from predictor.costs.bf16_layers import bf16_blocks_per_rank, per_layer_occurrences
+from predictor.frameworks import Framework
+from predictor.frameworks.kernels import Kernels
+from predictor.graph.layer_graph import LayerGraph
 from predictor.memory import optimizer_bytes_per_param
-from predictor.bf16_layers import bf16_blocks_per_rank, per_layer_occurrences
 from predictor.models.cuda_graphs import host_ops as graphed_host_ops
 from predictor.models.lowprec import weight_quantisation_s
 from predictor.models.moe_kernels import moe_kernel_costs
-from predictor.frameworks import Framework
-from predictor.frameworks.kernels import Kernels
+from predictor.spec.hardware import Device
 from predictor.models.roofline import (HOST_OPS, AnalyticalConfig, call_costs, gemm_efficiency, layer_times,
                                       softmax_fallbacks)
+from predictor.costs.lora import adapted, frozen_backward
+from predictor.costs.moe_dispatch import exchange_seconds
+from predictor.costs.muon import NS_STEPS, newton_schulz_flops, newton_schulz_shapes
+from predictor.costs.parallel import Layout, ShardedNodes
 from predictor.memory.levers import op_sac_recomputed, recomputed_nodes
-from predictor.lora import adapted, frozen_backward
-from predictor.moe_dispatch import exchange_seconds
-from predictor.muon import NS_STEPS, newton_schulz_flops, newton_schulz_shapes
-from predictor.parallel import Layout, ShardedNodes
 from predictor.plan import Plan, recompute_modules
 from predictor.plan.axes import axis_function
-from predictor.resolver import Resolved
-from predictor.workload import WorkloadSpec
+from predictor.spec.resolver import Resolved
+from predictor.spec.workload import WorkloadSpec
 
 # PyTorch DDP's gradient bucket (bucket_cap_mb=25): one all-reduce per bucket. Megatron's buckets are of the
 # same order (tens of MB); on fast links the count hardly matters, on a CPU's gloo each call costs ~1 ms.
@@ -60,7 +60,7 @@ def compute_parts(resolved: Resolved, graph: LayerGraph, lay: Layout, config: An
     again = recomputed_forward(graph, lay, op_sac(plan, resolved.framework))  # forwards backward repeats
     kept_f, kept_b = _bf16_layers_extra(resolved, graph, lay, config, fwd, bwd, again)
     rank = resolved.spec.training.lora_rank
-    if rank:  # the base frozen, the adapters' GEMMs beside each block linear (predictor.lora)
+    if rank:  # the base frozen, the adapters' GEMMs beside each block linear (predictor.costs.lora)
         lora_f, lora_b = adapter_times(nodes, plan.mbs, rank, device, cfg)
         fwd, bwd = fwd + lora_f, frozen_backward(nodes, fwd, bwd) + lora_b
     moe_s, moe_ops = moe_kernel_costs(nodes, plan.mbs, resolved.spec.model.top_k or 1, kernels, plan.dispatcher,
@@ -88,7 +88,7 @@ def compute_parts(resolved: Resolved, graph: LayerGraph, lay: Layout, config: An
 
 def adapter_times(nodes: ShardedNodes, mbs: int, rank: int, device: Device, cfg: AnalyticalConfig
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) seconds per node of LoRA's adapters (`predictor.lora`): x·A (m x k · k x r) and (x·A)·B
+    """(forward, backward) seconds per node of LoRA's adapters (`predictor.costs.lora`): x·A (m x k · k x r) and (x·A)·B
     (m x r · r x n), at BF16 peak and the roofline's efficiency for those skinny shapes, plus a launch each;
     backward runs each GEMM twice (dgrad and wgrad)."""
     m, k, n = nodes.gemm_m * mbs, nodes.gemm_k, nodes.gemm_n
@@ -116,7 +116,7 @@ def kept_layers(resolved: Resolved) -> tuple[int, int]:
 def _bf16_layers_extra(resolved: Resolved, graph: LayerGraph, lay: Layout, config: AnalyticalConfig, fwd: np.ndarray,
                        bwd: np.ndarray, again: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds per pipeline rank that the layers kept in BF16 add to an FP8/FP4 run
-    (`predictor.bf16_layers`): their nodes at BF16's cost instead of the recipe's, recomputed forwards too."""
+    (`predictor.costs.bf16_layers`): their nodes at BF16's cost instead of the recipe's, recomputed forwards too."""
     first, last = kept_layers(resolved)
     if not (first or last):
         return np.zeros(lay.plan.pp), np.zeros(lay.plan.pp)
@@ -220,7 +220,7 @@ def ep_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.
     (their gradients) in backward: 2 dispatch-combine exchanges over the ep group, 3 when backward recomputes them
     (full recomputation, the moe module; torchtitan's per-op policy saves their outputs: `all_to_all_single` is on
     the save list of its MoE models, pytorch/torchtitan torchtitan/models/deepseek_v3/infra/parallelize.py), each
-    priced by the plan's dispatcher's own kernels and links (`predictor.moe_dispatch`)."""
+    priced by the plan's dispatcher's own kernels and links (`predictor.costs.moe_dispatch`)."""
     plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
     exchanges = 3 if plan.recompute == "full" or "moe" in recompute_modules(plan.recompute) else 2
     size = nodes.dispatch * plan.mbs * lay.act_bytes * cfg.moe_imbalance
@@ -301,7 +301,7 @@ def grad_sync_time(lay: Layout, psi: np.ndarray, microbatches: int, call_s: floa
     the link latency and `call_s` (a measured device's in-step cost, or the framework's per-call cost).
 
     ZeRO-0/1: DDP buckets (DDP_BUCKET_BYTES) all-reduced, or reduce-scattered and the updated
-    weights all-gathered; `whole_grads` (Muon's layer-wise distributed optimizer, `predictor.muon`) all-reduces them
+    weights all-gathered; `whole_grads` (Muon's layer-wise distributed optimizer, `predictor.costs.muon`) all-reduces them
     and all-gathers the updated weights. ZeRO-2/3: one FSDP unit per block plus one for the rest of the stage, each
     reduce-scattering its gradients; ZeRO-2 gathers its weights once per step, ZeRO-3 again in every
     micro-batch's forward and backward (the only use of `microbatches`).
@@ -361,7 +361,7 @@ def optimizer_time(resolved: Resolved, lay: Layout, psi: np.ndarray, psi_exp: np
 
 
 def newton_schulz_s(lay: Layout, device: Device, cfg: AnalyticalConfig) -> float:
-    """Seconds of Muon's Newton-Schulz iterations on the fullest rank (`predictor.muon`): BF16 GEMMs of each local
+    """Seconds of Muon's Newton-Schulz iterations on the fullest rank (`predictor.costs.muon`): BF16 GEMMs of each local
     matrix's shapes through the roofline's GEMM efficiency, and a launch per GEMM. Under dist_muon (zero=1) each
     data-parallel rank orthogonalises the layers it owns: 1/dp of the dense matrices, 1/expert-dp of the experts'."""
     nodes, plan = lay.nodes, lay.plan

@@ -2,7 +2,7 @@
 
 An `Axis` declares everything the rest of ScaleDL asks of a parallel dimension:
 - where it sits: whether its degree multiplies into the GPU count, its place in the default rank order, the rank
-  group its collectives run over (a `predictor.parallel.PlanGroups` name);
+  group its collectives run over (a `predictor.costs.parallel.PlanGroups` name);
 - what it costs: the time parts it adds to a prediction (each with the correction term the learned predictor
   scales it by, and whether it is communication), the kinds of hidden communication it reports, the `overlap`
   kinds that hide it, whether a per-stage cost function prices it and the plan fields that cost reads (the pricing
@@ -207,7 +207,7 @@ AXES: tuple[Axis, ...] = (
          stage_cost=True, cost_fields=(*_WORK_FIELDS, "dispatcher"),
          multiplies_gpus=False, complement_group="edp", stage_fields=("dispatcher",), space_default=(1,),
          written_after="cp_comm",
-         # how it moves tokens to their experts and back (`predictor.moe_dispatch`): alltoall (NCCL all-to-all of each
+         # how it moves tokens to their experts and back (`predictor.costs.moe_dispatch`): alltoall (NCCL all-to-all of each
          # token-expert pair), allgather (every token gathered over the ep ranks, combined by reduce-scatter), deepep or
          # hybridep (DeepEP's and NVIDIA's Hybrid-EP kernels: each token sent once per rank holding one of its experts;
          # Megatron-Core's flex dispatcher)
@@ -235,7 +235,7 @@ AXIS_NAMES: tuple[str, ...] = tuple(a.name for a in AXES)
 # The order axes are priced, explained and listed in a breakdown: by rank order position, then registry order.
 PRICING_ORDER: tuple[Axis, ...] = tuple(sorted(AXES, key=lambda a: a.order))
 # The rank order a placement that names no axis gets (Megatron-Core's tp-cp-dp-pp). Only axes that multiply the
-# GPU count order ranks: ep regroups the ranks of a stage for its expert layers (`predictor.parallel.regrouped`).
+# GPU count order ranks: ep regroups the ranks of a stage for its expert layers (`predictor.costs.parallel.regrouped`).
 DEFAULT_ORDER: tuple[str, ...] = tuple(a.name for a in PRICING_ORDER if a.multiplies_gpus)
 RANK_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.multiplies_gpus)
 # The axes whose ranks make up one pipeline stage, in the default rank order: what an axis that does not multiply
@@ -256,7 +256,7 @@ SHARDING_FIELDS: tuple[str, ...] = (*(a.name for a in AXES if a.name != REPLICA_
 # The plan fields a stage's computation and memory read beyond them (`Axis.stage_fields`).
 STAGE_FIELDS: tuple[str, ...] = tuple(f for a in AXES for f in a.stage_fields)
 # Every communication group of a plan, by name: each axis's own and the complement of an axis that regroups a stage's
-# ranks (`predictor.parallel.PlanGroups`).
+# ranks (`predictor.costs.parallel.PlanGroups`).
 PLAN_GROUPS: tuple[str, ...] = tuple(g for a in AXES for g in (a.group, a.complement_group) if g)
 # The groups gradients sync over: the replicas' (Megatron-Core's data-parallel group) and the complement of the
 # axis that regroups a stage's ranks for the routed experts (their data-parallel group).

@@ -10,7 +10,7 @@ from predictor.plan.placement import nvlink_domain
 
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.plan.plan import Plan
-    from predictor.workload import WorkloadSpec
+    from predictor.spec.workload import WorkloadSpec
 
 
 @axis_function("tp", "facts")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from predictor.plan.axes import DEFAULT_ORDER, FIRST_AXES, RANK_AXES
 
 if TYPE_CHECKING:  # pragma: no cover
-    from predictor.workload import WorkloadSpec
+    from predictor.spec.workload import WorkloadSpec
 
 
 @lru_cache(maxsize=1024)

@@ -11,14 +11,14 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING, Callable
 
-from predictor.families import names as family_names
 from predictor.plan.axes import AXES, NVLINK_AXES, STAGE_RANK_AXES, axis_function
 from predictor.plan.placement import nvlink_domain
 from predictor.plan.plan import RECOMPUTE_MODULES, canonical_recompute, recompute_modules
+from predictor.spec.families import names as family_names
 
 if TYPE_CHECKING:  # pragma: no cover
     from predictor.plan.plan import Plan
-    from predictor.workload import WorkloadSpec
+    from predictor.spec.workload import WorkloadSpec
 
 
 
