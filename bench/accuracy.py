@@ -53,8 +53,8 @@ from bench import (accuracy_tables, common, interval_coverage, memory_eval, mode
 from bench.common import RESULTS, ROOT
 from predictor.data import evaluate as ev
 from predictor.data.evaluate import BRIDGE_DEVICES
-from predictor.data.machine import cpu_model_name
 from predictor.graph.cache import graph_for
+from predictor.measure.machine import cpu_model_name
 from predictor.models.registry import checkpoint_path, load_predictor
 from predictor.spec.hardware import GENERATIONS
 

@@ -4,7 +4,7 @@
 
 Pool: every measured configuration of one architecture (the full BERT grid, plus its D-optimal
 rows). A seeded 20 % of the pool is the fixed test set; from the rest, training sets of k
-configurations are chosen D-optimally (`predictor.data.design.choose`, Fedorov exchange per plan
+configurations are chosen D-optimally (`predictor.measure.design.choose`, Fedorov exchange per plan
 kind) or uniformly at random, and 'full' trains on the whole remaining pool. Every training set is
 fitted with each model seed (`--model-seeds`, default 0) and scored on their mean. The default
 ScaleDL already averages three correction networks, which removes most of the half point to a
@@ -26,7 +26,7 @@ import torch
 
 from bench import common
 from predictor.data import evaluate as ev
-from predictor.data.design import ProfileConfig, choose, strata_proportions
+from predictor.measure.design import ProfileConfig, choose, strata_proportions
 from predictor.models.scaledl import ScaleDLPredictor
 from predictor.spec.workload import ModelSpec
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from bench import common
 from predictor.data import dataset
 from predictor.data.collect import ProfileSettings, measure_config
-from predictor.data.design import ProfileConfig
 from predictor.data.noise import cv, floor_of, remeasured
+from predictor.measure.design import ProfileConfig
 from predictor.measure.iteration import WorkerPool
 from predictor.plan import Plan
 from predictor.spec.workload import ModelSpec

@@ -25,7 +25,7 @@ from orchestrator.validation.jobs import ValidationJob, ValidationResult
 from orchestrator.validation.rows import append_to_dataset
 from orchestrator.validation_report import short_plan
 from predictor.data.dataset import device_fingerprint
-from predictor.data.design import ProfileConfig
+from predictor.measure.design import ProfileConfig
 from predictor.plan import Plan
 from predictor.spec.workload import parse_spec
 

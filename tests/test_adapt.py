@@ -9,8 +9,8 @@ import pytest
 
 from orchestrator.cli import main
 from predictor.data import dataset
-from predictor.data.machine import hardware_slug
 from predictor.measure import device as measure_device
+from predictor.measure.machine import hardware_slug
 from predictor.models.domain import HARDWARE
 from predictor.models.registry import adapted_checkpoint_path
 from predictor.models.scaledl import ScaleDLPredictor

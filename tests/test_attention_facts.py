@@ -1,12 +1,12 @@
-"""Fused attention and memory-bound layers priced from the device facts (predictor.models.attention, roofline)."""
+"""Fused attention and memory-bound layers priced from the device facts (predictor.kernels.attention, roofline)."""
 
 import numpy as np
 import pytest
 
 from predictor.graph.cache import graph_for
+from predictor.kernels.attention import BWD_FLOPS, attention_curves
 from predictor.kernels.profile import shipped_profile
 from predictor.models.analytical import AnalyticalPredictor
-from predictor.models.attention import BWD_FLOPS, attention_curves
 from predictor.models.roofline import device_config, framework_config, fused_attention_curves, layer_times
 from predictor.spec.hardware import GB, TFLOPS, device_facts
 from predictor.spec.resolver import get_device

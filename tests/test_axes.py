@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 
 from predictor.costs.parallel import apply_plan, group_of
-from predictor.data.design import ProfileConfig
 from predictor.frameworks import FRAMEWORKS
+from predictor.measure.design import ProfileConfig
 from predictor.plan import AXES, AXIS_NAMES, complete_order, placements
 from predictor.plan import PLACEMENTS, Plan, PlanError, placement_warnings, plan_errors
 from predictor.spec.resolver import get_device, resolve

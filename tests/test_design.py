@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from predictor.data.design import (
+from predictor.measure.design import (
     STRATA_SHARE, DesignError, candidates, choose, fedorov, log_det, quadratic_features, random_design,
     strata_proportions,
 )

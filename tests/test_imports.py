@@ -17,6 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("predictor", "search_spaces", "orchestrator")
 # The packages above each one, which it never imports.
 ABOVE = {"predictor": ("search_spaces", "orchestrator"), "search_spaces": ("orchestrator",), "orchestrator": ()}
+# predictor's rooms, lowest first: each imports only rooms before it (docs/architecture.md).
+ROOMS = ("spec", "plan", "graph", "costs", "memory", "frameworks", "kernels", "measure", "models", "data")
+# The one module above its room: the resolver resolves a spec with the framework registry and the measured device.
+ABOVE_ITS_ROOM = {"predictor.spec.resolver"}
 
 
 def _module_files() -> dict[str, Path]:
@@ -164,6 +168,19 @@ def test_lower_packages_never_import_higher_ones_and_only_the_orchestrator_impor
                 wrong.append(f"{module} imports {name}")
     assert not wrong, "layering predictor <- search_spaces <- orchestrator (Ray in orchestrator only) broken:\n" + (
         "\n".join(wrong))
+
+
+def test_predictor_rooms_import_only_the_rooms_before_them():
+    wrong = []
+    for module in sorted(m for m in MODULES if m.count(".") >= 2 and m.split(".")[1] in ROOMS):
+        if module in ABOVE_ITS_ROOM:
+            continue
+        room = ROOMS.index(module.split(".")[1])
+        for target in sorted(_graph(NAMED)[module]):
+            parts = target.split(".")
+            if parts[0] == "predictor" and len(parts) > 1 and parts[1] in ROOMS and ROOMS.index(parts[1]) > room:
+                wrong.append(f"{module} imports {target}")
+    assert not wrong, f"predictor's rooms import downward ({' <- '.join(ROOMS)}):\n" + "\n".join(wrong)
 
 
 def test_project_modules_import_each_other_without_a_cycle():

@@ -9,8 +9,8 @@ import shutil
 import numpy as np
 import pytest
 
-from predictor.data.design import log_det, quadratic_features
 from predictor.measure import kernel_profile as kp
+from predictor.measure.design import log_det, quadratic_features
 from predictor.measure.kernel_shapes import GRIDS, d_optimal, gemm_candidates
 
 GEMM_SHAPES, GROUPED_SHAPES = 16, 6

@@ -6,9 +6,9 @@ import time
 import pytest
 import torch
 
-from predictor.data.design import ProfileConfig, _model
 from predictor.graph.layer_graph import LAYER_KINDS
 from predictor.graph.modelzoo import build_model
+from predictor.measure.design import ProfileConfig, _model
 from predictor.measure.iteration import WorkerPool, measure_iteration
 from predictor.measure.layers import layer_nodes, time_call, time_layers
 from predictor.plan import Plan

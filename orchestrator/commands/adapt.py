@@ -17,8 +17,8 @@ from pathlib import Path
 
 from orchestrator.cli import UsageError
 from orchestrator.commands.profile import run_with_progress
-from predictor.data.design import DesignError
-from predictor.data.machine import hardware_slug
+from predictor.measure.design import DesignError
+from predictor.measure.machine import hardware_slug
 from predictor.models.registry import adapted_checkpoint_path, checkpoint_path
 
 HELP = "fit the CPU checkpoint to this machine: measure short runs here, fine-tune, and let `auto` use the result"

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from orchestrator.cli import UsageError
-from predictor.data.design import GRIDS, STRATA_SHARE, DesignError
+from predictor.measure.design import GRIDS, STRATA_SHARE, DesignError
 from predictor.spec.families import PROFILED
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from orchestrator.validation.jobs import GIB, ValidationJob, ValidationResult
 from orchestrator.validation.measurable import plan_problem
 from orchestrator.validation.worker import RankWorker
-from predictor.data.design import ProfileConfig
+from predictor.measure.design import ProfileConfig
 from predictor.measure.iteration import summarise
 from predictor.plan import Plan
 from predictor.spec.workload import WorkloadSpec, parse_spec

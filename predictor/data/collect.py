@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from predictor.data import dataset
-from predictor.data.design import GRIDS, ProfileConfig, candidates, choose
+from predictor.measure.design import GRIDS, ProfileConfig, candidates, choose
 from predictor.measure.iteration import WorkerPool, measure_iteration
 from predictor.plan import Plan
 from predictor.spec.workload import ModelSpec, WorkloadSpec

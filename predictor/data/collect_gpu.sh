@@ -7,7 +7,7 @@
 # 2. A smoke test: one GPT-2 configuration; the script stops (exit 1) if it does not measure,
 #    so a broken set-up costs seconds, not the whole limit.
 # 3. D-optimal single-GPU configurations of the paper's five models at realistic sizes (the
-#    `gpu` grid of predictor/data/design.py, bf16): 12 per family first, so that every family is
+#    `gpu` grid of predictor/measure/design.py, bf16): 12 per family first, so that every family is
 #    covered if time runs short, then up to 40 per family, the time left shared out evenly.
 # Each configuration (whole iteration + per-layer timings) is appended atomically, so a run
 # stopped by the limit keeps everything it measured; running the script again resumes it.

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from predictor.data.machine import cpu_model_name
+from predictor.measure.machine import cpu_model_name
 
 TABLES = ("iterations", "layers", "noise")
 PROVENANCE = ("device", "torch_version", "threads", "measured_at")

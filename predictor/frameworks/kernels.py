@@ -41,7 +41,7 @@ def graph_scope_error(scope: str) -> str:
         return ""
     return (f"training.kernels.cuda_graph_scope={scope!r}: use layer, full_iteration, or parts of "
             f"{', '.join(GRAPH_SCOPES)} joined by '+'")
-# The device facts' kernel (`predictor.models.attention`) each fused backend runs.
+# The device facts' kernel (`predictor.kernels.attention`) each fused backend runs.
 ATTENTION_KERNELS: dict[str, str] = {"flash": "flash-attention-2", "cudnn": "cudnn"}
 
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
-from predictor.data.machine import cpu_model_name
 from predictor.measure.collectives import CollectivePoint, benchmark_collectives, bus_bandwidth, fit_link, fit_op_links
 from predictor.measure.contention import idle_seconds, measure_step_costs
+from predictor.measure.machine import cpu_model_name
 from predictor.spec.hardware import Device, Link
 from predictor.spec.workload import SpecError
 

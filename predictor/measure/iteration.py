@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from predictor.data.design import ProfileConfig
 from predictor.measure.collectives import free_port
+from predictor.measure.design import ProfileConfig
 
 
 @dataclass

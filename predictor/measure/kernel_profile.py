@@ -98,7 +98,7 @@ class NodeProfiler:
         """This node's hardware and software: what the profile's provenance records and `revalidate` compares."""
         import torch
 
-        from predictor.data.machine import cpu_model_name
+        from predictor.measure.machine import cpu_model_name
 
         ident = {"cpu": cpu_model_name(), "cores": os.cpu_count(), "torch": torch.__version__}
         if self.kind == "cuda":

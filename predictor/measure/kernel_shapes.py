@@ -3,7 +3,7 @@
 A GEMM's rate depends on (batch, m, n, k) and a grouped GEMM's on (groups, tokens per group, n, k) non-linearly
 (tile and wave quantisation, the launch floor, the sustained rate), so the shapes worth timing are those that
 best fix a quadratic model of the rate in the log dimensions: the candidates' log2 features, expanded to a full
-quadratic model (`predictor.data.design.quadratic_features`), picked by Fedorov exchange (`predictor.data.design.fedorov`),
+quadratic model (`predictor.measure.design.quadratic_features`), picked by Fedorov exchange (`predictor.measure.design.fedorov`),
 the method `scaledl profile` uses for model configurations. Attention (sequence length) and the memory-bound copy
 (bytes) have one variable each and are measured on a log grid.
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from predictor.data.design import DesignError, fedorov, quadratic_features
+from predictor.measure.design import DesignError, fedorov, quadratic_features
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ attention, bytes/s for the memory-bound copy, seconds for the launch and host co
 - grouped GEMM: `torch._grouped_mm` (the kernel torchtitan's MoE layers run) over `groups` experts of
   `tokens` tokens each, 2·groups·tokens·n·k FLOPs.
 - attention: `F.scaled_dot_product_attention`, FLOPs as FlashAttention's benchmarks count them
-  (4·b·h·s²·d forward, 2.5 times that backward; `predictor.models.attention.BWD_FLOPS`).
+  (4·b·h·s²·d forward, 2.5 times that backward; `predictor.kernels.attention.BWD_FLOPS`).
 - memory-bound: a device-to-device copy, read and write counted (the STREAM copy's convention).
 - launch: a tiny kernel's time, queued back to back (the GPU's per-kernel floor; on a CPU the dispatcher's);
   host operator: one eager operator that autograd records, on the host (`AnalyticalConfig.host_op_s`).
@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from predictor.models.attention import BWD_FLOPS
+from predictor.kernels.attention import BWD_FLOPS
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.float8_e4m3fn}
 # What a CUDA SDPA backend is called in a profile (torch.nn.attention.SDPBackend member -> name).

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from predictor.data.machine import hardware_slug
+from predictor.measure.machine import hardware_slug
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.base import Dominated, Predictor
 from predictor.models.intervals import lent

@@ -18,8 +18,8 @@ from predictor.costs.parallel import BYTES, shard_nodes
 from predictor.frameworks import Framework
 from predictor.frameworks.base import SoftmaxFallback
 from predictor.graph.layer_graph import LayerGraph
+from predictor.kernels.attention import BWD_FLOPS, AttentionCurves, attention_curves
 from predictor.kernels.gemm import measured_gemm
-from predictor.models.attention import BWD_FLOPS, AttentionCurves, attention_curves
 from predictor.models.lowprec import low_precision_gemms, quantisation_times
 from predictor.spec.hardware import DEVICES, GB, Device, GemmFact, device_facts, gemm_facts, generation
 from predictor.spec.resolver import Resolved

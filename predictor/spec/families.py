@@ -97,7 +97,7 @@ _ROUTED = frozenset({"experts", "top_k", "expert_ffn"})
 _MLA = frozenset({"q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"})
 
 FAMILIES: dict[str, Family] = {}
-# The families `scaledl profile` measures on the design grids (`predictor.data.design`), in its order: the ScaleDL paper's.
+# The families `scaledl profile` measures on the design grids (`predictor.measure.design`), in its order: the ScaleDL paper's.
 PROFILED: tuple[str, ...] = ("t5", "gpt2", "bert", "vit", "deit")
 
 
