@@ -24,6 +24,7 @@ def test_prediction_only_pickle_predicts_bitwise_the_same_and_is_smaller():
     assert loaded["a"] is loaded["b"]
     assert np.array_equal(loaded["a"].predict(x), forest.predict(x))
     assert len(lzma.compress(compact)) < 0.9 * len(lzma.compress(pickle.dumps(shared)))
+    assert dumps_for_prediction(shared) == compact  # the same bytes every time (no uninitialised padding)
 
 
 def test_only_the_pickled_form_loses_the_statistics():

@@ -13,6 +13,7 @@ import io
 import pickle
 from typing import Any
 
+import numpy as np
 from sklearn.tree._tree import Tree
 
 # Fields of sklearn's node array that prediction does not read.
@@ -26,10 +27,18 @@ class _PredictionOnlyPickler(pickle.Pickler):
         if not isinstance(obj, Tree):
             return NotImplemented
         cls, args, state = obj.__reduce__()
-        nodes = state["nodes"].copy()
-        for field in TRAINING_STATISTICS:
-            nodes[field] = 0
-        return cls, args, {**state, "nodes": nodes}
+        return cls, args, {**state, "nodes": _prediction_fields(state["nodes"])}
+
+
+def _prediction_fields(nodes: np.ndarray) -> np.ndarray:
+    """The node array with its training statistics zeroed, built on zeroed memory: the array's padding bytes (after
+    its one-byte field) are whatever memory held, so a copy would pickle different bytes each time, compress badly
+    and make a checkpoint's bytes differ from one save to the next."""
+    out = np.zeros(nodes.shape, dtype=nodes.dtype)
+    for field in nodes.dtype.names:
+        if field not in TRAINING_STATISTICS:
+            out[field] = nodes[field]
+    return out
 
 
 def dumps_for_prediction(obj: Any, protocol: int = pickle.DEFAULT_PROTOCOL) -> bytes:
