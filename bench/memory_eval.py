@@ -29,7 +29,7 @@ from predictor.frameworks import FRAMEWORKS
 from predictor.graph.cache import graph_for
 from predictor.memory.accounting import GIB_COLUMNS, RankMemory, rank_memory
 from predictor.memory.facts import GIB
-from predictor.memory.levers import Levers
+from predictor.memory.lever_settings import Levers
 from predictor.plan import Plan
 from predictor.spec.resolver import get_device
 from predictor.spec.workload import WorkloadSpec, parse_spec

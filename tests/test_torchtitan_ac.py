@@ -16,7 +16,7 @@ from predictor.frameworks.launch import launch_files, read_back, run_errors
 from predictor.frameworks.torchtitan import TOML_FILE
 from predictor.graph.cache import graph_for
 from predictor.memory.facts import GIB, HEADROOM
-from predictor.memory.levers import op_sac_recomputed
+from predictor.memory.lever_settings import op_sac_recomputed
 from predictor.memory.saved import Dims, layer_tensors, op_sac_tensors
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan

@@ -26,7 +26,7 @@ from predictor.costs.muon import muon_params
 from predictor.graph.layer_graph import LayerGraph
 from predictor.memory import in_flight, saved_per_sample, kv_share, stage_params, weight_copy_bytes
 from predictor.memory.facts import GIB, MemoryFacts
-from predictor.memory.levers import Levers
+from predictor.memory.lever_settings import Levers
 from predictor.memory.saved import (Dims, Saved, activation_element_bytes, backward_working, kept, layer_tensors,
                                     loss_tensors, loss_working, op_sac_tensors)
 from predictor.costs.moe_dispatch import buffer_bytes

@@ -26,7 +26,7 @@ from predictor.frameworks import Framework
 from predictor.graph.layer_graph import LayerGraph
 from predictor.memory import GIB, buffer_bytes, in_flight, kv_share, model_state_bytes, saved_per_sample, stage_params
 from predictor.memory.accounting import activity_bytes, offloaded_bytes, stage_memory_parts, state_bytes
-from predictor.memory.levers import Levers, levers_of
+from predictor.memory.lever_settings import Levers, levers_of
 from predictor.models import fsdp2, overlap
 from predictor.models.cuda_graphs import static_bytes
 from predictor.models.roofline import AnalyticalConfig, call_costs, routed

@@ -28,7 +28,7 @@ from predictor.costs.lora import adapted, frozen_backward
 from predictor.costs.moe_dispatch import exchange_seconds
 from predictor.costs.muon import NS_STEPS, newton_schulz_flops, newton_schulz_shapes
 from predictor.costs.parallel import Layout, ShardedNodes
-from predictor.memory.levers import op_sac_recomputed, recomputed_nodes
+from predictor.memory.lever_settings import op_sac_recomputed, recomputed_nodes
 from predictor.plan import Plan, recompute_modules
 from predictor.plan.axes import axis_function
 from predictor.spec.resolver import Resolved
@@ -174,8 +174,8 @@ def recomputed_forward(graph: LayerGraph, lay: Layout, per_op: bool = False) -> 
     """(pp, nodes): occurrences of each node whose forward each pipeline rank runs again in backward: every
     repeated block's nodes under full recomputation (the first `recompute_layers` blocks of each model chunk when
     set), under torchtitan's per-op selective checkpointing (`per_op`) what its policy does not save
-    (`predictor.memory.levers.op_sac_recomputed`), the nodes of the named modules otherwise
-    (`predictor.memory.levers.recomputed_nodes`)."""
+    (`predictor.memory.lever_settings.op_sac_recomputed`), the nodes of the named modules otherwise
+    (`predictor.memory.lever_settings.recomputed_nodes`)."""
     plan, counts = lay.plan, lay.stage_counts
     if plan.recompute == "full":
         return np.where(lay.nodes.repeated, counts, 0.0) * full_share(lay)[:, None]
