@@ -26,7 +26,7 @@ from bench.common import ROOT
 from orchestrator.cli import main as scaledl
 from orchestrator.validation.jobs import ValidationJob
 from orchestrator.validation.measurable import plan_problem
-from orchestrator.validation_report import short_plan
+from orchestrator.validation.report_section import short_plan
 
 LLAMA_CPU8 = {"model": {"family": "llama", "hidden": 128, "layers": 8, "heads": 8, "kv_heads": 4, "ffn_hidden": 256,
                         "seq_len": 128, "vocab": 1024},
@@ -52,7 +52,7 @@ def measurability(name: str, report: dict, k: int = 10) -> None:
 
 def run_llama(report: dict, runs: int, steps: int) -> None:
     from orchestrator.local_cluster import local_cluster
-    from orchestrator.validate import validate
+    from orchestrator.validation.trials import validate
 
     jobs = [ValidationJob(report["spec"], r["plan"], r["iter_time_s"], r["peak_memory_gib"], warmup=2, steps=steps)
             for r in report["ranked"][:runs]]

@@ -14,9 +14,9 @@ import time
 
 from bench import common
 from orchestrator.local_cluster import local_cluster
-from orchestrator.validate import validate
 from orchestrator.validation.jobs import jobs_for
-from orchestrator.validation_report import short_plan
+from orchestrator.validation.report_section import short_plan
+from orchestrator.validation.trials import validate
 from predictor.graph.cache import graph_for
 from predictor.models.registry import load_predictor
 from predictor.plan import Plan

@@ -68,7 +68,7 @@ class PlanRequest:
     resume: bool = False
     seed: int = 0
     show: bool = True  # progress bar and the ranked table on the terminal
-    validate: int = 0  # run the K best plans for real (orchestrator.validate)
+    validate: int = 0  # run the K best plans for real (orchestrator.validation.trials)
     dataset: str | None = None  # with validate: profile dataset the runs are appended to
     history: str | None = None  # sqlite:///PATH storing the top predictions for `scaledl revalidate`
     nodes: list[int] | None = None  # cluster sizes searched together (default: the spec's nodes)
@@ -405,7 +405,7 @@ def _report(req: PlanRequest, search: _Search, enumeration: Enumeration, result:
     req.timings["wider_s"] = time.perf_counter() - checked
     validation = None
     if req.validate and report.fits:
-        from orchestrator.validate import validate_top
+        from orchestrator.validation.trials import validate_top
 
         use.release_pool()
         validation = validate_top(report, req.validate, dataset_dir=req.dataset)
@@ -455,7 +455,7 @@ def run_plan(req: PlanRequest) -> "Report":
                             timings={k: round(v, 3) for k, v in req.timings.items()})
         report = _report(req, search, enumeration, result, infos, repredictor, use)
         if req.history:
-            from orchestrator.validate import record_top
+            from orchestrator.revalidation.record import record_top
 
             record_top(req.history, report, req.top_k)
         write_report(report, Path(req.out))

@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Iterator
 import psutil
 import pytest
 
-from orchestrator.history import History
+from orchestrator.revalidation.history import History
 from tests.stored_predictions import store
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -286,7 +286,7 @@ def test_validation_names_the_runs_outside_the_predictors_own_interval() -> None
     """Each measured time is judged by the interval the report quotes for the spec's (framework, device); a run on
     ranks sharing cores is compared with the prediction for the run as it ran (x ranks per core)."""
     from orchestrator.validation.jobs import ValidationResult
-    from orchestrator.validation_report import interval_note
+    from orchestrator.validation.report_section import interval_note
     from predictor.models.intervals import Interval
 
     interval = Interval(0.8, -0.126, 0.126, 406, "held-out configurations of predictor/data/cpu")
@@ -301,7 +301,7 @@ def test_validation_names_the_runs_outside_the_predictors_own_interval() -> None
 
 def test_the_measured_winner_differs_only_beyond_the_steps_noise() -> None:
     from orchestrator.validation.jobs import ValidationResult
-    from orchestrator.validation_report import winner_note
+    from orchestrator.validation.report_section import winner_note
 
     def run(plan: str, predicted: float, measured: float, spread: float) -> ValidationResult:
         return ValidationResult(plan, "ok", measured_time_s=measured, measured_time_min_s=measured - spread,

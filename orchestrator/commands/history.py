@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from orchestrator.history import History, HistoryError, history_path
+    from orchestrator.revalidation.history import History, HistoryError, history_path
 
     try:
         path = history_path(args.history)

@@ -42,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator.history import History, HistoryError
-    from orchestrator.revalidate import parse_every, print_round, retrain, run_round
+    from orchestrator.revalidation.history import History, HistoryError
+    from orchestrator.revalidation.retrain import retrain
+    from orchestrator.revalidation.rounds import parse_every, print_round, run_round
     from orchestrator.validation.placement import connect_ray, default_device
     from predictor.models.registry import checkpoint_path
 

@@ -3,7 +3,7 @@
 `build.build_report` makes one typed `model.Report` from a search; `render_md`, `render_html`, `render_json` and
 `render_console` read it (report.md and report.html share their sections: `document`). Ranking and costs are in
 `ranking`, the explanation in `explain`, the plotted points in `points`, and when nothing fits the plans closest
-to fitting with the changes that would make them fit in `levers`.
+to fitting with the changes that would make them fit in `close_plans`.
 
 `OUT/report.json` (schema `scaledl.report/1`):
     schema, created (UTC ISO time), spec_path, spec (the validated workload spec),
@@ -37,7 +37,7 @@ to fitting with the changes that would make them fit in `levers`.
     launch: {plan, framework, files: {name: text}, notes} for the winner (null if none fits; no files and a
         note when its framework refuses it, see predictor.frameworks.launch.launch_files),
     validation (only with --validate K): {k, steps, warmup, plans: [ValidationResult.to_dict()], note}
-        (see orchestrator.validate),
+        (see orchestrator.validation.trials),
     wider (only when a sample of the full space holds a plan that fits and beats the winner by more than 3 %, or
         fits where nothing does): {space, plan, iter_time_s, peak_memory_gib, sampled} (orchestrator.wider_space).
 `report.md` says the same for people; `report.html` loads nothing from the network (plotly inlined once: a sortable,

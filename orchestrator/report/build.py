@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.lever_search import Repredictor
-from orchestrator.report import levers
+from orchestrator.report import close_plans
 from orchestrator.report.explain import explain
 from orchestrator.report.model import (ClosePlan, DeviceInfo, FrontPlan, InfeasiblePlan, Launch, Ranking, RankedPlan,
                                        Report, Size, SpaceInfo, TrainingGoal)
@@ -77,10 +77,10 @@ def build_report(*, resolved: Resolved, spec_path: str, predictor: dict[str, Any
     by_gpus = {s.cluster.gpus: s for s in sizes}
     closest = []
     if not len(ranked):
-        closest = (levers.closest(result, sizes, repredictor) if repredictor is not None else
+        closest = (close_plans.closest(result, sizes, repredictor) if repredictor is not None else
                    [ClosePlan(result.plans[i], float(t[i]), float(result.table.peak_memory_gib[i]),
                                      float(result.table.peak_memory_gib[i] - limit_gib), [])
-                    for i in levers.least_overflow(result)])
+                    for i in close_plans.least_overflow(result)])
     winner = result.plans[int(ranked[0])] if len(ranked) else None
     return Report(
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

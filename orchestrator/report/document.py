@@ -138,7 +138,8 @@ def sections(report: Report, plan_rows: int | None = None) -> list[Section]:
         out.append(Section("Time against cost (Pareto front)",
                            [pareto_intro(report), Bullets([front_line(r) for r in report.pareto])], "front"))
     if report.validation:
-        from orchestrator.validation_report import VALIDATION_HEADER, validation_intro, validation_rows  # lazy: --validate
+        # lazy: --validate
+        from orchestrator.validation.report_section import VALIDATION_HEADER, validation_intro, validation_rows
 
         v = report.validation
         out.append(Section("Measured by real runs", [validation_intro(v), Table(VALIDATION_HEADER, validation_rows(v))]

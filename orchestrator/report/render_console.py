@@ -63,6 +63,6 @@ def print_report(report: Report, console: Any = None) -> None:
     if report.caution:
         console.print(report.caution, style="bold yellow", markup=False)
     if report.validation:
-        from orchestrator.validation_report import print_validation
+        from orchestrator.validation.report_section import print_validation
 
         print_validation(report.validation, console)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.history import History
-from orchestrator.revalidate import held_out_slice, retrain
+from orchestrator.revalidation.history import History
+from orchestrator.revalidation.retrain import held_out_slice, retrain
 from predictor.data import dataset
 from tests.stored_predictions import store
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.history import SCHEMA_VERSION, History, HistoryError, MeasurementRow, connect, history_path
+from orchestrator.revalidation.history import (SCHEMA_VERSION, History, HistoryError, MeasurementRow, connect,
+                                               history_path)
 
 SPEC = {"model": {"family": "gpt2", "hidden": 64, "layers": 2, "heads": 2, "seq_len": 32, "vocab": 128},
         "training": {"global_batch": 4}, "cluster": {"device": "cpu", "nodes": 1, "gpus_per_node": 2}}
@@ -112,7 +113,7 @@ def test_sigkill_mid_round_leaves_the_database_consistent(tmp_path: Path) -> Non
     path = tmp_path / "h.db"
     script = textwrap.dedent(f"""
         import sys, time
-        from orchestrator.history import History, MeasurementRow
+        from orchestrator.revalidation.history import History, MeasurementRow
         row = MeasurementRow(None, "dp=2", "gpt2", "dev-a", "v1", 1.0, 0.1, 1.0, 0.1)
         h = History({str(path)!r})
         h.record_round([row] * 4, "dev-a", "v1", 0.0)

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.validate import validate
 from orchestrator.validation.jobs import ValidationJob, ValidationResult
 from orchestrator.validation.measurable import plan_problem
 from orchestrator.validation.placement import placement_strategy, rank_bundles, unplaceable
+from orchestrator.validation.report_section import short_plan, winner_note
 from orchestrator.validation.rows import append_to_dataset
-from orchestrator.validation_report import short_plan, winner_note
+from orchestrator.validation.trials import validate
 from predictor.data import dataset
 from predictor.plan import Plan
 
@@ -181,7 +181,7 @@ def test_plan_validate_measures_the_best_plan_and_stores_the_top_predictions(two
     import yaml
 
     from orchestrator.cli import main
-    from orchestrator.history import History
+    from orchestrator.revalidation.history import History
 
     spec = {**tiny(2), "search": {"zero": [0], "recompute": ["none"], "sp": [False], "schedule": ["1f1b"]}}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))

@@ -1,4 +1,4 @@
-"""Validate predicted plans by real short training runs on Ray: the Ray Tune driver.
+"""Validate predicted plans by real short training runs on Ray: the Ray Tune driver, one trial per plan.
 
 A plan runs as one Ray actor per rank, gathered in a placement group shaped by the plan
 (`orchestrator.validation.placement`). The actors rendezvous on rank 0's address and run the composed
@@ -26,9 +26,9 @@ from orchestrator.validation.jobs import ValidationJob, ValidationResult
 from orchestrator.validation.measurable import plan_problem
 from orchestrator.validation.placement import (cluster_nodes, connect_ray, placement_strategy, rank_bundles,
                                                shared_cpus, unplaceable)
+from orchestrator.validation.report_section import interval_note, winner_note
 from orchestrator.validation.rows import append_to_dataset
 from orchestrator.validation.run import on_gpu, run_job, tail
-from orchestrator.validation_report import interval_note, winner_note
 from predictor.plan import Plan
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def _run_trials(jobs: Sequence[ValidationJob], factories: dict[int, tune.Placeme
 
 def validate_top(report: "Report", k: int, steps: int = 3, warmup: int = 2, timeout_s: float = 300.0,
                  dataset_dir: str | None = None) -> dict[str, Any]:
-    """Run the report's K best plans for real; the report's `validation` section (orchestrator.validation_report)."""
+    """Run the report's K best plans for real; the report's `validation` section (`report_section` renders it)."""
     # The ranking's head: the plans the predictor cannot tell from the winner (its interval) come first. Each
     # runs on its own cluster size (`scaledl plan --nodes`).
     spec = report.spec.model_dump(mode="json", exclude_none=True)
@@ -128,13 +128,3 @@ def validate_top(report: "Report", k: int, steps: int = 3, warmup: int = 2, time
     note = "; ".join(filter(None, (winner_note(results), interval_note(results, report.interval))))
     return {"k": k, "steps": steps, "warmup": warmup, "plans": plans, "note": note}
 
-
-def record_top(history_url: str, report: "Report", k: int) -> None:
-    """Store the report's K best predictions in the history database, for `scaledl revalidate` to re-measure."""
-    from orchestrator.history import History
-
-    name = str(report.predictor["name"])
-    spec = report.spec.model_dump(mode="json", exclude_none=True)
-    with History.open(history_url) as history:
-        history.record_predictions(spec, report.spec.cluster.device, name.split(" ")[0], name,
-                                   [(str(r.plan), r.iter_time_s, r.peak_memory_gib) for r in report.ranked[:k]])

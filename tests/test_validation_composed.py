@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.validate import validate
 from orchestrator.validation.jobs import ValidationResult, jobs_for
+from orchestrator.validation.trials import validate
 from predictor.graph.cache import graph_for
 from predictor.models.registry import load_predictor
 from predictor.plan import Plan
@@ -70,7 +70,7 @@ def test_dp_tp_pp_with_sp_interleaving_selective_recomputation_and_zero1_on_8_ra
 @pytest.mark.slow
 def test_revalidate_re_measures_a_composed_plan(two_nodes, tmp_path) -> None:
     from orchestrator.cli import main
-    from orchestrator.history import History
+    from orchestrator.revalidation.history import History
 
     spec, text = llama(4, 4), str(Plan.parse("dp=1,tp=2,pp=2,mbs=1,sp=true,schedule=interleaved,v=2,recompute=selective"))
     predictor, _ = load_predictor("analytical", "cpu")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.history import History
-from orchestrator.revalidate import RoundReport, drift_alerts, parse_every, print_round
+from orchestrator.revalidation.history import History
+from orchestrator.revalidation.rounds import RoundReport, drift_alerts, parse_every, print_round
 from predictor.plan import Plan
 from tests.stored_predictions import PLANS, store
 
