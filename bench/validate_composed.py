@@ -51,7 +51,7 @@ def measurability(name: str, report: dict, k: int = 10) -> None:
 
 
 def run_llama(report: dict, runs: int, steps: int) -> None:
-    from orchestrator.local_cluster import local_cluster
+    from orchestrator.ray_cluster.local import local_cluster
     from orchestrator.validation.trials import validate
 
     jobs = [ValidationJob(report["spec"], r["plan"], r["iter_time_s"], r["peak_memory_gib"], warmup=2, steps=steps)

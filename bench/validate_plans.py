@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from bench import common
-from orchestrator.local_cluster import local_cluster
+from orchestrator.ray_cluster.local import local_cluster
 from orchestrator.validation.jobs import jobs_for
 from orchestrator.validation.report_section import short_plan
 from orchestrator.validation.trials import validate

@@ -3,7 +3,7 @@
 Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`.
 Commands are discovered, so adding one never edits this file. User errors (bad spec, bad
 plan, missing file) print one clear message and exit with status 2, never a traceback; a Ray cluster
-that `--address` names but cannot be reached exits with status 3 (`cluster_address.EXIT_UNREACHABLE`).
+that `--address` names but cannot be reached exits with status 3 (`ray_cluster.address.EXIT_UNREACHABLE`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pkgutil
 import sys
 
 from orchestrator import commands
-from orchestrator.cluster_address import EXIT_UNREACHABLE, ClusterUnreachable
-from orchestrator.lifecycle import Terminated, terminating
+from orchestrator.ray_cluster.address import EXIT_UNREACHABLE, ClusterUnreachable
+from orchestrator.ray_cluster.lifecycle import Terminated, terminating
 from predictor.models.base import TrainingDataError
 from predictor.plan import PlanError
 from predictor.spec.workload import SpecError

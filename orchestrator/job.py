@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.set_defaults(address="auto")  # the cluster the job was submitted to
     args = parser.parse_args(argv)
     from orchestrator.cli import USER_ERRORS, UsageError
-    from orchestrator.cluster_address import EXIT_UNREACHABLE, ClusterUnreachable
+    from orchestrator.ray_cluster.address import EXIT_UNREACHABLE, ClusterUnreachable
 
     try:
         return plan_command.run(args)

@@ -16,7 +16,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from orchestrator.validation.placement import connect_ray
+from orchestrator.ray_cluster.connect import connect_ray
 from predictor.measure import kernel_profile as kp
 
 

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pydantic import ValidationError
 
-from orchestrator.cluster_address import check_reachable
-from orchestrator.lifecycle import init_ray, shutdown_ray_meanwhile
+from orchestrator.ray_cluster.address import check_reachable
+from orchestrator.ray_cluster.lifecycle import init_ray, shutdown_ray_meanwhile
 from orchestrator.replica import LocalPool, ReplicaLoadError
 from orchestrator.search import SearchError, check_resume, choose_searcher, run_search, uses_tune
 from orchestrator.search_types import SearchOptions

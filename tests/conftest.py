@@ -59,7 +59,7 @@ def two_nodes(cpus_per_node: int) -> Iterator[Any]:
     """Two raylets on this machine, this process connected: a `ray.cluster_utils.Cluster`, one per test module
     (a module's runs see the resources it declares, not those another module's runs left behind)."""
     pytest.importorskip("ray")
-    from orchestrator.local_cluster import local_cluster
+    from orchestrator.ray_cluster.local import local_cluster
 
     with local_cluster({"num_cpus": cpus_per_node}, {"num_cpus": cpus_per_node}) as cluster:
         yield cluster

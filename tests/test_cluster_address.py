@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cluster_address import EXIT_UNREACHABLE
+from orchestrator.ray_cluster.address import EXIT_UNREACHABLE
 from orchestrator.store import prepare_store
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -155,7 +155,7 @@ def test_ctrl_c_keeps_what_was_found_and_resume_completes(pool, tmp_path, runner
 
 def test_sigterm_during_a_direct_search_is_not_taken_for_ctrl_c(pool, tmp_path) -> None:
     """Under lifecycle.terminating a SIGTERM raises KeyboardInterrupt too; the search lets it end the command."""
-    from orchestrator.lifecycle import Terminated, terminating
+    from orchestrator.ray_cluster.lifecycle import Terminated, terminating
 
     def terminate(n: int, best: float) -> None:
         os.kill(os.getpid(), signal.SIGTERM)

@@ -8,7 +8,7 @@ pytest.importorskip("ray")
 # Three raylets and a node removed: slow. test_orchestrator checks a lost replica and the search's answer fast.
 pytestmark = pytest.mark.slow
 
-from orchestrator.local_cluster import local_cluster  # noqa: E402
+from orchestrator.ray_cluster.local import local_cluster  # noqa: E402
 from orchestrator.replicas import ReplicaPool  # noqa: E402
 from orchestrator.search import run_search  # noqa: E402
 from orchestrator.search_types import SearchOptions  # noqa: E402

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from orchestrator.revalidation.history import History, HistoryError
     from orchestrator.revalidation.retrain import retrain
     from orchestrator.revalidation.rounds import parse_every, print_round, run_round
-    from orchestrator.validation.placement import connect_ray, default_device
+    from orchestrator.ray_cluster.connect import connect_ray, default_device
     from predictor.models.registry import checkpoint_path
 
     if args.kernels:

@@ -5,9 +5,6 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-import ray
-
-from orchestrator.lifecycle import init_ray
 from predictor.plan import Plan
 
 
@@ -46,25 +43,6 @@ def placement_strategy(plan: Plan, bundle: dict[str, float], nodes: Sequence[dic
         return "SPREAD", ""
     return "PACK", ""
 
-
-def connect_ray(address: str | None = None) -> None:
-    """Join the Ray cluster at `address`, or start a local one; a no-op when already connected."""
-    if ray.is_initialized():
-        return
-    if address:
-        init_ray(address=address, configure_logging=False, log_to_driver=False)
-    else:
-        init_ray(include_dashboard=False, configure_logging=False, log_to_driver=False)
-
-
-def default_device() -> str | None:
-    """'cpu' on a cluster without GPUs; None when it has GPUs (their model must be named by the user)."""
-    return "cpu" if not any(n.get("GPU", 0) for n in cluster_nodes()) else None
-
-
-def cluster_nodes() -> list[dict[str, float]]:
-    """Total resources of each alive node of the connected Ray cluster."""
-    return [dict(n["Resources"]) for n in ray.nodes() if n["Alive"]]
 
 
 def unplaceable(bundles: list[dict[str, float]], nodes: Sequence[dict[str, float]]) -> str:

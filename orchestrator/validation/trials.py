@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 import ray
 from ray import tune
 
+from orchestrator.ray_cluster.connect import cluster_nodes, connect_ray
 from orchestrator.validation.jobs import ValidationJob, ValidationResult
 from orchestrator.validation.measurable import plan_problem
-from orchestrator.validation.placement import (cluster_nodes, connect_ray, placement_strategy, rank_bundles,
-                                               shared_cpus, unplaceable)
+from orchestrator.validation.placement import placement_strategy, rank_bundles, shared_cpus, unplaceable
 from orchestrator.validation.report_section import interval_note, winner_note
 from orchestrator.validation.rows import append_to_dataset
 from orchestrator.validation.run import on_gpu, run_job, tail

@@ -32,7 +32,7 @@ from typing import Any, Iterator
 
 import psutil
 
-from orchestrator.cluster_address import join
+from orchestrator.ray_cluster.address import join
 
 POLL_S = 0.2  # how often the reaper looks at the driver's tree
 TOKEN = "SCALEDL_REAPER_TOKEN"  # the environment variable marking what the driver started
@@ -79,7 +79,7 @@ def init_ray(**init_kwargs: Any) -> None:
     """`ray.init(**init_kwargs)`, keeping the caller's SIGTERM handler if it has one, with a reaper
     watching when it may start a local Ray (no address, or "local"; should RAY_ADDRESS make it join
     a running cluster instead, the reaper leaves that be). A named address is joined through
-    `orchestrator.cluster_address.join`: reached within seconds, or `ClusterUnreachable`.
+    `orchestrator.ray_cluster.address.join`: reached within seconds, or `ClusterUnreachable`.
 
     A Ray it starts keeps the token authentication `ray.init` turns on for a new cluster when RAY_AUTH_MODE is
     unset, without the warning Ray prints each time that it did (its errors still show). Naming the mode instead
