@@ -155,7 +155,7 @@ def _import_report() -> None:
     """Import the report modules (matplotlib, plotly: a second and more) while Ray starts."""
     import plotly.graph_objects  # noqa: F401
     import orchestrator.report  # noqa: F401
-    from orchestrator.plots import pyplot
+    from orchestrator.report.plots import pyplot
 
     pyplot()
 

@@ -13,9 +13,9 @@ import pytest
 
 from orchestrator.lever_search import Repredictor
 from orchestrator.planning import sized_spec
-from orchestrator.plots import pareto_front
 from orchestrator.report import build_report, write_report
 from orchestrator.report.explain import explain
+from orchestrator.report.plots import pareto_front
 from orchestrator.report.ranking import front, rank
 from orchestrator.report.render_json import to_json
 from orchestrator.search_types import Evaluated, SearchResult, infeasibility

@@ -2,8 +2,8 @@
 
 `build.build_report` makes one typed `model.Report` from a search; `render_md`, `render_html`, `render_json` and
 `render_console` read it (report.md and report.html share their sections: `document`). Ranking and costs are in
-`ranking`, the explanation in `explain`, the plotted points in `points`, and when nothing fits the plans closest
-to fitting with the changes that would make them fit in `close_plans`.
+`ranking`, the explanation in `explain`, the plotted points in `points` and the figures in `plots`, and when nothing
+fits the plans closest to fitting with the changes that would make them fit in `close_plans`.
 
 `OUT/report.json` (schema `scaledl.report/1`):
     schema, created (UTC ISO time), spec_path, spec (the validated workload spec),

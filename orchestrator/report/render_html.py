@@ -8,7 +8,7 @@ import base64
 import html
 import re
 
-from orchestrator import plots
+from orchestrator.report import plots
 from orchestrator.report.document import Bullets, Code, Section, Table, sections
 from orchestrator.report.model import Report
 from orchestrator.report.points import cost_axes, point_text
