@@ -61,7 +61,7 @@ def row_parts(spec, graph, plan, measured_s: float, label: dict[str, str]) -> Ro
     lay = apply_plan(spec, graph, plan, device)
     t_f, t_b, host_f, host_b, sync_f, sync_b, *_ = compute_parts(resolved, graph, lay, cfg)
     slowest = int(np.argmax(t_f + t_b + sync_f + sync_b))
-    fwd, bwd = layer_times(resolved, graph, plan.tp, plan.sp, plan.mbs, cfg, cp=plan.cp, ep=plan.ep, etp=plan.etp)
+    fwd, bwd = layer_times(resolved, graph, lay.share, plan.mbs, cfg)
     nodes, counts = lay.nodes, lay.stage_counts[slowest]
     kind = np.asarray(nodes.kind)
     masks = {"experts": nodes.experts, "attention": nodes.attention, "router": kind == "router",

@@ -6,6 +6,7 @@ from predictor.costs.prediction import MEMORY_PARTS, TIME_PARTS
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.roofline import AnalyticalConfig, gemm_efficiency, layer_times
 from predictor.plan import Plan, plan_errors
+from predictor.plan.share import RankShare
 from predictor.spec.resolver import get_device
 from predictor.spec.resolver import resolve
 from predictor.spec.workload import parse_spec
@@ -167,10 +168,10 @@ def test_gemm_efficiency_curve():
 
 
 def test_layer_times_exposed_and_cached():
-    fwd, bwd = layer_times(resolve(SPEC, A100), GRAPH, 8, True, 1)
+    fwd, bwd = layer_times(resolve(SPEC, A100), GRAPH, RankShare.split({"tp": 8}, True), 1)
     assert fwd.shape == (len(GRAPH.nodes),) and (fwd > 0).all() and (bwd > fwd).all()
-    assert layer_times(resolve(SPEC, A100), GRAPH, 8, True, 1)[0] is fwd
-    fwd2, _ = layer_times(resolve(SPEC, A100), GRAPH, 8, True, 2)
+    assert layer_times(resolve(SPEC, A100), GRAPH, RankShare.split({"tp": 8}, True), 1)[0] is fwd
+    fwd2, _ = layer_times(resolve(SPEC, A100), GRAPH, RankShare.split({"tp": 8}, True), 2)
     assert (fwd2 > fwd).all()
     names = [n.name for n in GRAPH.nodes]
     # a large GEMM is compute bound: its time is FLOPs / (peak · efficiency)
@@ -185,14 +186,14 @@ def test_a_16_bit_runs_linears_take_bf16_gemm_eff_max():
     own = AnalyticalConfig(bf16_gemm_eff_max=0.4)
     fc1 = [n.name for n in GRAPH.nodes].index("fc1")
     attention = [n.kind for n in GRAPH.nodes].index("attention")
-    base, _ = layer_times(resolve(SPEC, A100), GRAPH, 8, True, 1, AnalyticalConfig())
-    slow, _ = layer_times(resolve(SPEC, A100), GRAPH, 8, True, 1, own)
+    base, _ = layer_times(resolve(SPEC, A100), GRAPH, RankShare.split({"tp": 8}, True), 1, AnalyticalConfig())
+    slow, _ = layer_times(resolve(SPEC, A100), GRAPH, RankShare.split({"tp": 8}, True), 1, own)
     assert slow[fc1] - 3e-6 == pytest.approx((base[fc1] - 3e-6) * AnalyticalConfig().gemm_eff_max / 0.4)
     assert slow[attention] == base[attention]
     fp8 = parse_spec({"model": {"preset": "gpt3-175b"}, "training": {"global_batch": 1536, "precision": "fp8"},
                       "cluster": {"device": "h100", "nodes": 128, "gpus_per_node": 8}})
     h100 = get_device("h100")
-    assert (layer_times(resolve(fp8, h100), GRAPH, 8, True, 1, own)[0] == layer_times(resolve(fp8, h100), GRAPH, 8, True, 1)[0]).all()
+    assert (layer_times(resolve(fp8, h100), GRAPH, RankShare.split({"tp": 8}, True), 1, own)[0] == layer_times(resolve(fp8, h100), GRAPH, RankShare.split({"tp": 8}, True), 1)[0]).all()
 
 
 def test_a_measured_device_prices_each_collective_on_its_own_link():

@@ -8,6 +8,7 @@ from predictor.kernels.attention import BWD_FLOPS, attention_curves
 from predictor.kernels.profile import shipped_profile
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.models.roofline import device_config, framework_config, fused_attention_curves, layer_times
+from predictor.plan.share import RankShare
 from predictor.spec.hardware import GB, TFLOPS, device_facts
 from predictor.spec.resolver import get_device
 
@@ -73,7 +74,7 @@ def test_fused_attention_prices_from_the_kernels_figures():
     curves = fused_attention_curves(resolve(spec, device))
     assert curves.kernel == "flash-attention-2" and curves.generation == "hopper"
     cfg = framework_config(resolve(spec, device).framework, generation(device), device.name)
-    fwd, bwd = layer_times(resolve(spec, device), graph, 1, False, 1, cfg)
+    fwd, bwd = layer_times(resolve(spec, device), graph, RankShare(), 1, cfg)
     i = next(k for k, n in enumerate(graph.nodes) if n.kind == "attention")
     node = graph.nodes[i]
     a = node.attrs
@@ -113,7 +114,7 @@ def test_memory_bound_layers_run_at_the_generations_measured_bandwidth():
     spec = _spec("torchtitan", "b200")
     device, graph = get_device("b200"), graph_for(spec.model)
     cfg = framework_config(resolve(spec, device).framework, "blackwell", "b200")
-    fwd, _ = layer_times(resolve(spec, device), graph, 1, False, 1, cfg)
+    fwd, _ = layer_times(resolve(spec, device), graph, RankShare(), 1, cfg)
     i = next(k for k, n in enumerate(graph.nodes) if n.kind == "rmsnorm")
     node = graph.nodes[i]
     elems = float(np.prod(node.in_shape)) + node.out_elems

@@ -172,19 +172,19 @@ def test_each_axis_function_is_registered_onto_its_axis_by_reference():
     assert AXIS["tp"].function("rules") is rules.tp_rules
 
 
-def test_the_search_and_the_plan_ask_for_an_axis_by_role_not_by_name():
-    """plan/plan.py and search_spaces' enumeration read axes from the registry (its roles: `REPLICA_AXIS`,
-    `PIPELINE_AXIS`, `SEQUENCE_SPLIT_AXIS`) and name none in code (messages and docstrings may): an axis added to the
-    registry needs no edit there."""
+def test_the_search_the_plan_and_the_pricing_core_ask_for_an_axis_by_role_not_by_name():
+    """plan/plan.py, search_spaces' enumeration and the pricing core read axes from the registry (its roles:
+    `REPLICA_AXIS`, `PIPELINE_AXIS`, `SEQUENCE_SPLIT_AXIS`; the dimensions each axis splits, `RankShare`) and name
+    none in code (messages and docstrings may): an axis added to the registry needs no edit there."""
     import io
     import re
     import tokenize
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    named = re.compile(r"(tp|cp|dp|pp|ep|edp)(_\w*)?")
+    named = re.compile(r"(tp|cp|dp|pp|ep|edp|etp|vpp)(_\w*)?")
     for path in ("predictor/plan/plan.py", "search_spaces/enumerate.py", "search_spaces/tune_space.py",
-                 "search_spaces/plan_list.py"):
+                 "search_spaces/plan_list.py", "predictor/costs/parallel.py", "predictor/plan/share.py"):
         source = (root / path).read_text()
         names = [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline)
                  if t.type == tokenize.NAME and named.fullmatch(t.string)]

@@ -14,6 +14,7 @@ from predictor.frameworks.launch import launch_files, read_back
 from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan, plan_errors
+from predictor.plan.share import RankShare
 from predictor.spec.resolver import get_device, resolve
 from predictor.spec.workload import parse_spec
 
@@ -31,7 +32,7 @@ def _layout(spec, plan: Plan):
 def test_each_rank_holds_a_share_of_every_local_expert_over_the_gathered_tokens():
     spec = _spec()
     graph = graph_for(spec.model)
-    one, two = shard_nodes(graph, 1, False, ep=8), shard_nodes(graph, 1, False, ep=8, etp=2)
+    one, two = shard_nodes(graph, RankShare.split({"ep": 8})), shard_nodes(graph, RankShare.split({"ep": 8, "etp": 2}))
     experts = one.experts
     assert np.allclose(two.params[experts], one.params[experts] / 2)
     assert np.allclose(two.gemm_m[experts], 2 * one.gemm_m[experts])  # the etp ranks' tokens

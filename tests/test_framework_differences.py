@@ -16,6 +16,7 @@ from predictor.models.plan_batch import FRAMEWORK_PARTS
 from predictor.models.roofline import AnalyticalConfig, layer_times, softmax_fallbacks
 from predictor.models.stage_costs import compute_parts
 from predictor.plan import Plan, plan_errors
+from predictor.plan.share import RankShare
 from predictor.spec.resolver import get_device
 from predictor.spec.resolver import resolve
 from predictor.spec.workload import WorkloadSpec, parse_spec
@@ -80,15 +81,15 @@ def test_megatron_deepspeed_softmax_falls_back_where_its_fused_kernel_does_not_a
                                "attention heads": 16, "sequence length": 1024, "global batch": 16,
                                "data parallelism": 1, "pipeline parallelism": 1, "micro batch": 1})
     graph, device = graph_for(spec.model), get_device("a100-80gb")
-    attention = shard_nodes(graph, 8, False, 16).attention
+    attention = shard_nodes(graph, RankShare.split({"tp": 8}), 16).attention
 
     def forward(tp: int, mbs: int) -> float:
-        return float(layer_times(resolve(spec, device), graph, tp, False, mbs)[0][attention].sum())
+        return float(layer_times(resolve(spec, device), graph, RankShare.split({"tp": tp}), mbs)[0][attention].sum())
 
     assert forward(8, 1) > forward(4, 1)  # half the scores, yet slower
     assert forward(8, 2) < forward(4, 2)
-    eager = softmax_fallbacks(shard_nodes(graph, 8, False, 16), 1, False, fallback)
-    assert eager.any() and not softmax_fallbacks(shard_nodes(graph, 8, False, 16), 2, False, fallback).any()
+    eager = softmax_fallbacks(shard_nodes(graph, RankShare.split({"tp": 8}), 16), 1, False, fallback)
+    assert eager.any() and not softmax_fallbacks(shard_nodes(graph, RankShare.split({"tp": 8}), 16), 2, False, fallback).any()
     layouts = {mbs: apply_plan(spec, graph, Plan(tp=8, mbs=mbs, recompute="full"), device) for mbs in (1, 2)}
     host = {mbs: compute_parts(resolve(spec, device), graph, lay, AnalyticalConfig())[2] for mbs, lay in layouts.items()}
     layers = layouts[1].stage_counts @ eager  # the forward host time of each attention layer gains the operators

@@ -12,6 +12,7 @@ from predictor.graph.cache import graph_for
 from predictor.kernels.gemm import GemmGrid, gemm_grid, measured_gemm
 from predictor.kernels.profile import shipped_profile
 from predictor.models.roofline import AnalyticalConfig, gemm_efficiency, layer_times
+from predictor.plan.share import RankShare
 from predictor.spec.resolver import get_device, resolve
 from predictor.spec.workload import parse_spec
 
@@ -74,11 +75,11 @@ def test_a_linear_is_priced_at_the_grid_rate_unless_the_framework_fitted_its_own
     titan = spec("torchtitan")
     graph = graph_for(titan.model)
     cfg = AnalyticalConfig()
-    fwd, _ = layer_times(resolve(titan, h100), graph, 1, False, 1, cfg)
-    nodes = shard_nodes(graph, 1, False, titan.model.heads)
+    fwd, _ = layer_times(resolve(titan, h100), graph, RankShare(), 1, cfg)
+    nodes = shard_nodes(graph, RankShare(), titan.model.heads)
     i = int(np.flatnonzero((nodes.kind == "linear") & nodes.repeated)[0])
     rate = H100.rate(nodes.gemm_m[i], nodes.gemm_n[i], nodes.gemm_k[i], nodes.gemm_batch[i])
     assert fwd[i] == pytest.approx(nodes.fwd_flops[i] / rate + cfg.launch_s, rel=1e-6)
-    megatron, _ = layer_times(resolve(spec("megatron"), h100), graph, 1, False, 1, cfg)
+    megatron, _ = layer_times(resolve(spec("megatron"), h100), graph, RankShare(), 1, cfg)
     curve = h100.flops("bf16") * gemm_efficiency(nodes.gemm_m[i], nodes.gemm_n[i], nodes.gemm_k[i], 1, cfg, 132)
     assert megatron[i] == pytest.approx(nodes.fwd_flops[i] / curve + cfg.launch_s, rel=1e-6)

@@ -15,6 +15,7 @@ from predictor.graph.cache import graph_for
 from predictor.graph.modelzoo import build_model
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
+from predictor.plan.share import RankShare
 from predictor.spec.resolver import resolve
 from predictor.spec.workload import SpecError, parse_spec
 
@@ -30,7 +31,7 @@ def _spec(rank: int | None = RANK, framework: str = "megatron"):
 def test_adapters_are_rank_times_the_block_linears_widths() -> None:
     spec = _spec()
     graph = graph_for(spec.model)
-    nodes = shard_nodes(graph, tp=1, sp=False)
+    nodes = shard_nodes(graph, RankShare())
     counts = [n.count for n in graph.nodes]
     traced = sum(c * p for c, p in zip(counts, adapter_params(nodes, RANK)))
     model = build_model(spec.model)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from predictor.plan.share import RankShare
 from predictor.frameworks.megatron import megatron_args
 from predictor.graph.cache import graph_for
 from predictor.spec.hardware import DEVICES, RECIPES, device_facts
@@ -38,18 +39,18 @@ def _node(graph, leaf: str) -> int:
 def test_the_blocks_linears_run_in_low_precision_attention_router_and_output_layer_in_bf16():
     spec = _spec("b200", "fp4")
     graph = graph_for(spec.model)
-    nodes = shard_nodes(graph, 1, False, spec.model.heads)
+    nodes = shard_nodes(graph, RankShare(), spec.model.heads)
     low = low_precision_gemms(nodes)
     names = {nd.name.rpartition(".")[2] for nd, is_low in zip(graph.nodes, low) if is_low}
     assert names == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     # the output layer's time is its BF16 time: nothing of it runs in FP4 or is quantised
     head = _node(graph, "lm_head")
-    fp4, bf16 = layer_times(resolve(spec, B200), graph, 1, False, 2, CFG), layer_times(resolve(_spec("b200", "bf16"), B200), graph, 1, False,
-                                                                               2, CFG)
+    fp4 = layer_times(resolve(spec, B200), graph, RankShare(), 2, CFG)
+    bf16 = layer_times(resolve(_spec("b200", "bf16"), B200), graph, RankShare(), 2, CFG)
     assert fp4[0][head] == bf16[0][head] and fp4[1][head] == bf16[1][head]
     moe = parse_spec({"model": {"preset": "qwen3-30b-a3b", "seq_len": 4096}, "training": {"global_batch": 64,
                       "precision": "fp8", "framework": "megatron"}, "cluster": {"device": "b200"}})
-    moe_nodes = shard_nodes(graph_for(moe.model), 1, False, moe.model.heads, 1, 8)
+    moe_nodes = shard_nodes(graph_for(moe.model), RankShare.split({"ep": 8}), moe.model.heads)
     kinds = set(moe_nodes.kind[low_precision_gemms(moe_nodes)])
     assert kinds == {"linear", "experts"}  # the router ("router") and attention stay out
 
@@ -59,9 +60,9 @@ def test_nvfp4_layer_time_is_the_fp4_gemm_plus_the_quantisation_traffic():
     # FP4 rate and, apart, the quantisation of its input (forward) and output gradient (backward)
     spec = _spec("b200", "fp4")
     graph = graph_for(spec.model)
-    nodes = shard_nodes(graph, 1, False, spec.model.heads)
+    nodes = shard_nodes(graph, RankShare(), spec.model.heads)
     mbs, fc1 = 2, _node(graph, "gate_proj")
-    fwd, bwd = layer_times(resolve(spec, B200), graph, 1, False, mbs, CFG)
+    fwd, bwd = layer_times(resolve(spec, B200), graph, RankShare(), mbs, CFG)
     q_f, q_b = quantisation_times(graph, nodes, mbs, RECIPES["nvfp4"], B200, BW, CFG.launch_s)
     rate = B200.flops("fp4") * CFG.fp4_gemm_eff * gemm_efficiency(
         nodes.gemm_m[fc1] * mbs, nodes.gemm_n[fc1], nodes.gemm_k[fc1], 1, CFG, B200.extra["sms"])
@@ -78,7 +79,7 @@ def test_nvfp4_layer_time_is_the_fp4_gemm_plus_the_quantisation_traffic():
 def test_quantisation_time_scales_with_the_tensors_bytes():
     spec = _spec("b200", "fp8", "mxfp8")
     graph = graph_for(spec.model)
-    nodes = shard_nodes(graph, 1, False, spec.model.heads)
+    nodes = shard_nodes(graph, RankShare(), spec.model.heads)
     recipe = resolve(spec, B200).recipe
     one = quantisation_times(graph, nodes, 1, recipe, B200, BW, 0.0)
     four = quantisation_times(graph, nodes, 4, recipe, B200, BW, 0.0)

@@ -18,6 +18,7 @@ from predictor.frameworks.launch import launch_files, read_back, run_errors
 from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
+from predictor.plan.share import RankShare
 from predictor.spec.resolver import resolve
 from predictor.spec.workload import SpecError, parse_spec
 
@@ -39,7 +40,7 @@ def _newton_schulz(x: torch.Tensor) -> torch.Tensor:
 
 def test_newton_schulz_flops_are_the_iterations() -> None:
     spec = _spec("muon")
-    nodes = shard_nodes(graph_for(spec.model), tp=4, sp=True)
+    nodes = shard_nodes(graph_for(spec.model), RankShare.split({"tp": 4}, True))
     flops = newton_schulz_flops(nodes)
     i = int(np.flatnonzero(muon_nodes(nodes) & ~nodes.experts & (nodes.gemm_k != nodes.gemm_n))[0])
     k, n = int(nodes.gemm_k[i]), int(nodes.gemm_n[i])

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from predictor.costs.parallel import apply_plan, group_of, shard_nodes, stage_counts
+from predictor.models.stage_costs import tp_node_collectives
 from predictor.plan import Plan, PlanError, plan_errors
+from predictor.plan.share import RankShare
 from predictor.spec.resolver import get_device
 from predictor.spec.workload import parse_spec
 from tests.gpt_graph import gpt_graph
@@ -101,20 +103,21 @@ def test_interleaved_chunks_round_robin():
 
 def test_tensor_parallel_sharding():
     g = gpt_graph(1024, 16, 512, 4, 50304)
-    whole, half = shard_nodes(g, 1, False), shard_nodes(g, 2, False)
+    whole, half = shard_nodes(g, RankShare()), shard_nodes(g, RankShare.split({"tp": 2}))
     names = [n.name for n in g.nodes]
     i = {n: names.index(n) for n in ("qkv", "fc2", "ln1", "attn", "logits")}
     for n in ("qkv", "fc2", "attn", "logits"):
         assert half.fwd_flops[i[n]] == pytest.approx(whole.fwd_flops[i[n]] / 2)
     assert half.params[i["qkv"]] == pytest.approx(whole.params[i["qkv"]] / 2)
     assert half.fwd_flops[i["ln1"]] == whole.fwd_flops[i["ln1"]]  # replicated without sp
-    seq = shard_nodes(g, 2, True)
+    seq = shard_nodes(g, RankShare.split({"tp": 2}, True))
     assert seq.fwd_flops[i["ln1"]] == pytest.approx(whole.fwd_flops[i["ln1"]] / 2)
     assert half.gemm_n[i["qkv"]] == 1536 and half.gemm_k[i["fc2"]] == 2048
     # Megatron: 2 all-reduces forward and 2 backward per block; +1 forward (embedding) and +1 backward (logits).
-    assert half.tp_fwd_ar[[names.index(n) for n in names if n != "embed"]].sum() == 2
-    assert half.tp_fwd_ar.sum() == 3 and half.tp_bwd_ar.sum() == 3
-    assert whole.tp_fwd_ar.sum() == 0
+    (fwd, bwd, _), (none, _, _) = tp_node_collectives(half, 2), tp_node_collectives(whole, 1)
+    assert fwd[[names.index(n) for n in names if n != "embed"]].sum() == 2
+    assert fwd.sum() == 3 and bwd.sum() == 3
+    assert none.sum() == 0
 
 
 def test_apply_plan_layout():

@@ -1,20 +1,21 @@
 """Applying a parallel plan to a layer graph: what each pipeline stage holds, computes and sends.
 
 Every predictor needs the same facts about (spec, graph, plan): the layers of each stage, each
-layer's FLOPs and elements on one tensor-parallel rank, the collectives of one micro-batch and
-the links each group crosses. They are computed here once, vectorised over nodes with numpy and
-cached per (graph, tp, sp) and (graph, pp, v), because a search predicts thousands of plans of
-one graph.
+layer's FLOPs and elements on one rank, the groups of its collectives and the links each group crosses. They are
+computed here once, vectorised over nodes with numpy and cached per (graph, rank share) and (graph, stages, v),
+because a search predicts thousands of plans of one graph.
 
-Tensor-parallel sharding follows Megatron-LM (Shoeybi et al. 2019; Korthikanti et al. 2023):
-column / row / heads / vocab nodes split their FLOPs and parameters by tp; replicated nodes
-(norms, dropout, residual adds) are computed whole on every rank unless sequence parallelism
-splits them along the sequence. A MoE router and the routed experts work on their rank's share of the tokens
-(tokens split over tp by sequence parallelism, over cp by context parallelism); each rank holds E/ep experts, and
-its experts' grouped GEMMs run on the tokens the ep ranks dispatch to them (`predictor.costs.moe`). Context parallelism splits every node's tokens over cp ranks
-(causal load balancing gives each rank 1/cp of the attention work too); parameters are whole. A column linear (and the vocab-parallel output layer) saves its
-full input for backward (replicated, or 1/tp with sequence parallelism); nodes downstream of it
-(row linears, the attention core, the activation between FC1 and FC2) save sharded tensors.
+A rank's share of the layers is read by dimension (`predictor.plan.share.RankShare`; which axis splits each is the
+registry's word, `Axis.splits`). Splitting the width follows Megatron-LM's tensor parallelism (Shoeybi et al. 2019;
+Korthikanti et al. 2023): column / row / heads / vocab nodes split their FLOPs and parameters; replicated nodes
+(norms, dropout, residual adds) are computed whole on every rank unless sequence parallelism splits them along the
+sequence (`RankShare.seq_shard`). A MoE router and the routed experts work on their rank's share of the tokens
+(`tokens` and `sequence`); each rank holds 1/`experts` of the experts, and its experts' grouped GEMMs run on the
+tokens the expert ranks dispatch to them (`predictor.costs.moe`), each expert's FFN split by `expert_width`. Splitting
+the sequence divides every node's tokens (causal load balancing gives each rank its share of the attention work
+too); parameters are whole. A column linear (and the vocab-parallel output layer) saves its full input for backward
+(whole, or its sequence shard with sequence parallelism); nodes downstream of it (row linears, the attention core,
+the activation between FC1 and FC2) save sharded tensors.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from predictor.costs.comm import Group
 from predictor.graph.layer_graph import LayerGraph
 from predictor.plan import AXES, Plan, nvlink_domain
 from predictor.plan.axes import PIPELINE_AXIS, PRICING_ORDER, STAGE_RANK_AXES, SYNC_GROUPS
+from predictor.plan.share import SPLIT_GROUPS, RankShare
 from predictor.spec.hardware import Device
 from predictor.spec.workload import WorkloadSpec
 
@@ -41,7 +43,7 @@ from predictor.spec.workload import WorkloadSpec
 BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 2, "fp4": 2}
 REPEATED_GROUPS = ("block", "enc", "dec")
 _SHARDED_ROLES = ("column", "row", "heads", "vocab")
-_TOKEN_ROLES = ("tokens", "experts")  # split over tp by their tokens (MoE runs sequence parallel), weights not
+_TOKEN_ROLES = ("tokens", "experts")  # split by their tokens (`RankShare.tokens`: MoE runs sequence parallel), weights not
 SEQUENCE_SPLIT_KINDS = ("layernorm", "rmsnorm", "dropout", "elementwise")
 # The groups gradients sync over: the replicas' and the experts' (the complement of the axis that regroups a stage's
 # ranks for them).
@@ -52,28 +54,26 @@ REGROUPING_AXES: tuple[str, ...] = tuple(a.name for a in PRICING_ORDER if not a.
 
 @dataclass
 class ShardedNodes:
-    """Per-node arrays for one tp rank, per sample (multiply by the micro-batch size)."""
+    """Per-node arrays for one rank (`RankShare`), per sample (multiply by the micro-batch size)."""
 
     kind: np.ndarray
     group: np.ndarray
+    role: np.ndarray  # how a width split shards it (`LayerNode.role`)
     fwd_flops: np.ndarray
     bwd_flops: np.ndarray
-    params: np.ndarray  # parameters of one occurrence held by one tp rank (one ep rank's experts)
+    params: np.ndarray  # parameters of one occurrence held by one rank (its share of the experts)
     act_elems: np.ndarray  # elements saved for backward by one occurrence
     io_elems: np.ndarray  # elements read + written by the forward of one occurrence (for the memory roofline)
-    out_full: np.ndarray  # unsharded output elements (the tp all-reduce payload of row nodes)
+    in_full: np.ndarray  # input elements of the rank's sequence share, unsharded (a width split's collective payload)
+    out_full: np.ndarray  # output elements of the rank's sequence share, unsharded
     gemm_m: np.ndarray  # GEMM dims on one rank at micro-batch 1 (0 where the node is not a GEMM)
     gemm_n: np.ndarray
     gemm_k: np.ndarray
     gemm_batch: np.ndarray  # independent GEMMs per sample (attention: heads on this rank)
-    tp_linear: np.ndarray  # bool: a linear the runtime shards by column or row (a DTensor module on CPU)
-    tp_fwd_ar: np.ndarray  # tp all-reduces (or RS+AG pairs with sp) after this node in forward
-    tp_bwd_ar: np.ndarray  # ... in backward
-    tp_payload: np.ndarray  # elements per sample of each of those collectives (the full, unsharded tensor)
     attention: np.ndarray  # bool: attention core (what selective recomputation recomputes)
     repeated: np.ndarray  # bool: node belongs to a repeated block (block / enc / dec)
     block_input: float  # elements of one block's input per sample on one rank (all that full recompute keeps)
-    experts: np.ndarray  # bool: routed experts (weights sharded over ep, synchronised over the expert-dp group)
+    experts: np.ndarray  # bool: routed experts (weights split by `experts`, synchronised over the expert-dp group)
     dispatch: np.ndarray  # token-expert pair elements per sample the node sends to its experts (top_k·tokens·hidden)
 
 
@@ -82,15 +82,15 @@ class Layout:
     """One plan applied to one graph."""
 
     plan: Plan
+    share: RankShare  # what one rank holds of each dimension of the layers
     nodes: ShardedNodes
     stage_counts: np.ndarray  # (stages, n_nodes): occurrences of each node on each pipeline rank
     blocks_per_stage: np.ndarray  # (stages,) repeated blocks held by each pipeline rank (all its chunks)
     microbatches: int
     tokens: int  # sequence positions per sample
-    rank_tokens: float  # the sequence positions of a sample one rank holds (tokens over the cp ranks)
+    rank_tokens: float  # the sequence positions of a sample one rank holds (its `sequence` share)
     # Every communication group a rank joins, by `PLAN_GROUPS` name (a group of one rank communicates with nobody):
-    # tp, cp, dp (the gradient-sync group: dp·cp ranks), ep (the ranks that exchange tokens) and edp (the
-    # expert-data-parallel group that synchronises expert gradients: dp·tp·cp/ep ranks).
+    # each axis's own and the complement of an axis that regroups a stage's ranks.
     groups: Mapping[str, Group]
     stage_link_inter: bool  # whether neighbouring pipeline stages sit in different NVLink domains
     p2p_elems: float  # elements sent per micro-batch boundary (one direction)
@@ -113,6 +113,11 @@ class Layout:
         """The group a regrouping axis's parameters (the routed experts) sync their gradients over."""
         return self.groups[_EXPERT_SYNC]
 
+    def split_group(self, dimension: str) -> Group:
+        """The group of the axis that splits `dimension` (`RankShare`; e.g. `experts`: the ranks that exchange the
+        routed experts' tokens)."""
+        return self.groups[SPLIT_GROUPS[dimension]]
+
 
 _SHARD_CACHE: dict[tuple, tuple[weakref.ref, ShardedNodes]] = {}
 _STAGE_CACHE: dict[tuple, tuple[weakref.ref, tuple[np.ndarray, np.ndarray]]] = {}
@@ -132,84 +137,74 @@ def _prod(shape: tuple[int, ...]) -> float:
     return float(np.prod(shape)) if shape else 1.0
 
 
-def shard_nodes(graph: LayerGraph, tp: int, sp: bool, heads: int | None = None, cp: int = 1, ep: int = 1,
-                etp: int = 1) -> ShardedNodes:
-    """Per-rank node arrays under tensor, context and expert parallelism `tp`, `cp`, `ep` (cached)."""
-    return _cached(_SHARD_CACHE, graph, (tp, sp, heads, cp, ep, etp), lambda: _shard(graph, tp, sp, heads, cp, ep, etp))
+def shard_nodes(graph: LayerGraph, share: RankShare, heads: int | None = None) -> ShardedNodes:
+    """Per-rank node arrays under `share` (cached)."""
+    return _cached(_SHARD_CACHE, graph, (share, heads), lambda: _shard(graph, share, heads))
 
 
-def _shard(graph: LayerGraph, tp: int, sp: bool, heads: int | None, cp: int, ep: int = 1, etp: int = 1) -> ShardedNodes:
+def _shard(graph: LayerGraph, share: RankShare, heads: int | None) -> ShardedNodes:
     nodes = graph.nodes
     n = len(nodes)
-    role = np.array([nd.tp for nd in nodes])
+    width, tokens, seq, seq_shard = share.width, share.tokens, share.sequence, share.seq_shard
+    role = np.array([nd.role for nd in nodes])
     kind = np.array([nd.kind for nd in nodes])
     group = np.array([nd.group for nd in nodes])
     sharded = np.isin(role, _SHARDED_ROLES)
-    seq_split = (sp & (role == "replicated") & np.isin(kind, SEQUENCE_SPLIT_KINDS)) | np.isin(role, _TOKEN_ROLES)
-    flop_div = np.where(sharded | seq_split, tp, 1)
+    by_tokens = np.isin(role, _TOKEN_ROLES)
+    seq_split = (role == "replicated") & np.isin(kind, SEQUENCE_SPLIT_KINDS)
+    flop_div = np.where(sharded, width, np.where(by_tokens, tokens, np.where(seq_split, seq_shard, 1)))
     experts = kind == "experts"
-    # Saved input: full for column/vocab linears and replicated nodes (1/tp with sp), sharded otherwise.
+    # Saved input: full for column/vocab linears and replicated nodes (its sequence shard with sp), sharded otherwise.
     full_input = ((role == "column") & (kind == "linear")) | ((role == "vocab") & (kind != "loss")) | (role == "replicated")
-    act_div = np.where(full_input, tp if sp else 1, tp)
-    in_elems = np.array([_prod(nd.in_shape) for nd in nodes]) / cp
-    out_elems = np.array([float(nd.out_elems) for nd in nodes]) / cp
-    io_div = np.where(sharded | seq_split, tp, 1)
+    act_div = np.where(full_input, seq_shard, np.where(by_tokens, tokens, width))
+    in_elems = np.array([_prod(nd.in_shape) for nd in nodes]) / seq
+    out_elems = np.array([float(nd.out_elems) for nd in nodes]) / seq
 
     gm, gn, gk, gb = (np.zeros(n) for _ in range(4))
     attention = kind == "attention"
     for i, nd in enumerate(nodes):
         if nd.kind == "linear" and len(nd.in_shape) >= 1 and len(nd.out_shape) >= 1:
-            m, k, nn = _prod(nd.in_shape[:-1]) / cp, nd.in_shape[-1], nd.out_shape[-1]
-            if nd.tp in ("column", "vocab"):
-                nn = nn / tp
-            elif nd.tp == "row":
-                k = k / tp
+            m, k, nn = _prod(nd.in_shape[:-1]) / seq, nd.in_shape[-1], nd.out_shape[-1]
+            if nd.role in ("column", "vocab"):
+                nn = nn / width
+            elif nd.role == "row":
+                k = k / width
             gm[i], gn[i], gk[i], gb[i] = m, nn, k, 1
-        elif nd.kind == "experts":  # E/ep grouped GEMMs, each on the ep ranks' tokens·top_k/E rows
+        elif nd.kind == "experts":  # the rank's share of the experts as grouped GEMMs, each on its ranks' tokens·top_k/E
             e, d_in, d_ffn = nd.attrs["experts"], nd.attrs["d_in"], nd.attrs["d_ffn"]
             rows = nd.fwd_flops / (2 * 3 * d_in * d_ffn) / e  # per expert and sample (gate, up and down GEMMs)
-            # expert tensor parallelism: the etp ranks' tokens gathered, 1/etp of each expert's FFN
-            gm[i], gn[i], gk[i], gb[i] = rows * ep * etp / (tp * cp), 3 * d_ffn / etp, d_in, e / ep
+            # a split expert width: its ranks' tokens gathered, its share of each expert's FFN
+            gm[i], gn[i], gk[i], gb[i] = (rows * share.experts * share.expert_width / (tokens * seq),
+                                          3 * d_ffn / share.expert_width, d_in, e / share.experts)
         elif nd.kind == "router":
-            gm[i], gn[i], gk[i], gb[i] = _prod(nd.in_shape[:-1]) / (tp * cp), nd.params / nd.in_shape[-1], nd.in_shape[-1], 1
+            gm[i], gn[i], gk[i], gb[i] = (_prod(nd.in_shape[:-1]) / (tokens * seq), nd.params / nd.in_shape[-1],
+                                          nd.in_shape[-1], 1)
         elif nd.kind == "ssm":  # the chunked scan as batched GEMMs per head: tokens x state, inner head_dim
             a = nd.attrs
-            gm[i], gn[i], gk[i], gb[i] = a.get("seq", graph.tokens) / cp, a["state"] + a["chunk"], a["head_dim"], \
-                max(a["heads"] / tp, 1)
+            gm[i], gn[i], gk[i], gb[i] = a.get("seq", graph.tokens) / seq, a["state"] + a["chunk"], a["head_dim"], \
+                max(a["heads"] / width, 1)
         elif nd.kind == "attention":
             h = nd.attrs.get("heads", heads or 1)
-            seq = nd.attrs.get("seq", nd.in_shape[-2] if len(nd.in_shape) >= 2 else graph.tokens)
+            seq_len = nd.attrs.get("seq", nd.in_shape[-2] if len(nd.in_shape) >= 2 else graph.tokens)
             hd = nd.attrs.get("head_dim", (nd.out_shape[-1] // h) if nd.out_shape else 64)
-            gm[i], gn[i], gk[i], gb[i] = seq / cp, seq, hd, max(h / tp, 1)
+            gm[i], gn[i], gk[i], gb[i] = seq_len / seq, seq_len, hd, max(h / width, 1)
 
-    tp_fwd = np.zeros(n)
-    tp_bwd = np.zeros(n)
-    if tp > 1:
-        # Row linears all-reduce their output in forward; the matching column-parallel "f" before them
-        # all-reduces the input gradient in backward. The vocab-parallel embedding all-reduces its
-        # output in forward; the vocab-parallel output layer all-reduces its input gradient.
-        tp_fwd[role == "row"] = 1
-        tp_bwd[role == "row"] = 1
-        tp_fwd[(role == "vocab") & (kind == "embedding")] = 1
-        tp_bwd[(role == "vocab") & (kind == "linear")] = 1
-    payload = np.where((role == "vocab") & (kind == "linear"), in_elems, out_elems)
-    rep = np.isin(group, REPEATED_GROUPS)
+    repeated = np.isin(group, REPEATED_GROUPS)
     first_block = next((nd for nd in nodes if nd.group in REPEATED_GROUPS), None)
-    block_in = (_prod(first_block.in_shape) / (tp if sp else 1) / cp) if first_block else 0.0
+    block_in = (_prod(first_block.in_shape) / seq_shard / seq) if first_block else 0.0
     return ShardedNodes(
-        kind=kind, group=group,
-        fwd_flops=np.array([nd.fwd_flops for nd in nodes]) / flop_div / cp,
-        bwd_flops=np.array([nd.bwd_flops for nd in nodes]) / flop_div / cp,
-        params=np.array([float(nd.params) for nd in nodes]) / np.where(sharded, tp, np.where(experts, ep * etp, 1)),
-        act_elems=np.array([float(nd.act_elems) for nd in nodes]) / act_div / cp,
-        io_elems=(in_elems + out_elems) / io_div,
-        out_full=out_elems, gemm_m=gm, gemm_n=gn, gemm_k=gk, gemm_batch=gb,
-        tp_linear=(kind == "linear") & np.isin(role, ("column", "row")) if tp > 1 else np.zeros(n, dtype=bool),
-        tp_fwd_ar=tp_fwd, tp_bwd_ar=tp_bwd, tp_payload=payload, attention=attention,
-        repeated=rep, block_input=block_in, experts=experts,
+        kind=kind, group=group, role=role,
+        fwd_flops=np.array([nd.fwd_flops for nd in nodes]) / flop_div / seq,
+        bwd_flops=np.array([nd.bwd_flops for nd in nodes]) / flop_div / seq,
+        params=np.array([float(nd.params) for nd in nodes])
+        / np.where(sharded, width, np.where(experts, share.experts * share.expert_width, 1)),
+        act_elems=np.array([float(nd.act_elems) for nd in nodes]) / act_div / seq,
+        io_elems=(in_elems + out_elems) / flop_div,
+        in_full=in_elems, out_full=out_elems, gemm_m=gm, gemm_n=gn, gemm_k=gk, gemm_batch=gb, attention=attention,
+        repeated=repeated, block_input=block_in, experts=experts,
         # tokens·top_k pairs of `hidden` elements: the forward FLOPs are 2·pairs·hidden·3·d_ffn
         dispatch=np.array([nd.fwd_flops / (6 * nd.attrs["d_ffn"]) if nd.kind == "experts" else 0.0 for nd in nodes])
-        / (tp * cp),
+        / (tokens * seq),
     )
 
 
@@ -340,16 +335,17 @@ def plan_groups(plan: Plan, domain: int, device: Device) -> PlanGroups:
 def apply_plan(spec: WorkloadSpec, graph: LayerGraph, plan: Plan, device: Device) -> Layout:
     """Everything a predictor needs about `plan` on `graph` (assumes plan_errors(plan, spec) is empty)."""
     m = spec.model
-    nodes = shard_nodes(graph, plan.tp, plan.sp, m.heads, plan.cp, plan.ep, plan.etp)
-    counts, blocks = stage_counts(graph, getattr(plan, PIPELINE_AXIS), plan.v)
+    share = RankShare.of(plan)
+    nodes = shard_nodes(graph, share, m.heads)
+    counts, blocks = stage_counts(graph, share.layers, plan.v)
     prec = spec.training.precision
     hidden = m.hidden or 0
-    p2p = graph.tokens * hidden * plan.mbs / (plan.tp if plan.sp else 1) / plan.cp
+    p2p = graph.tokens * hidden * plan.mbs / share.seq_shard / share.sequence
     groups = plan_groups(plan, nvlink_domain(spec), device)
     return Layout(
-        plan=plan, nodes=nodes, stage_counts=counts, blocks_per_stage=blocks,
+        plan=plan, share=share, nodes=nodes, stage_counts=counts, blocks_per_stage=blocks,
         microbatches=plan.microbatches(spec.training.global_batch), tokens=graph.tokens,
-        rank_tokens=graph.tokens / plan.cp, groups=groups.groups, stage_link_inter=groups.stage_link_inter,
+        rank_tokens=graph.tokens / share.sequence, groups=groups.groups, stage_link_inter=groups.stage_link_inter,
         p2p_elems=p2p,
         act_bytes=BYTES[prec], param_bytes=BYTES[prec], grad_bytes=BYTES[prec],
     )

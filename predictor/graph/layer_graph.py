@@ -50,6 +50,11 @@ class LayerNode:
     # BERT's one); `predictor.models.op_costs` prices them.
     ops: dict[str, tuple[int, float]] = field(default_factory=dict)
 
+    @property
+    def role(self) -> TPRole:
+        """How a split of a layer's width shards it (the field keeps its first name, `tp`, so stored graphs load)."""
+        return self.tp
+
 
 @dataclass
 class LayerGraph:

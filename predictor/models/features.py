@@ -132,7 +132,7 @@ def layer_matrix(graph: LayerGraph, key: LayerKey, device: Device, attr_keys: Se
 
     Sharding comes from `predictor.costs.parallel.shard_nodes` (the same the analytical model uses).
     """
-    sh = shard_nodes(graph, key.tp, key.sp, key.heads)
+    sh = shard_nodes(graph, key.share, key.heads)
     idx = np.asarray(index, dtype=int)
     b, mb = BYTES[key.precision], key.mbs
     n = len(idx)

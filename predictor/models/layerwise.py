@@ -34,7 +34,7 @@ def analytical_layer_time(resolved: Resolved, graph: LayerGraph, key: LayerKey,
                           config: AnalyticalConfig | None = None) -> np.ndarray:
     """The analytical model's per-layer time under `config` (first principles without one): the base the regressors
     correct, and the fallback."""
-    fwd, bwd = layer_times(resolved, graph, key.tp, key.sp, key.mbs, config)
+    fwd, bwd = layer_times(resolved, graph, key.share, key.mbs, config)
     return np.stack([fwd, bwd], axis=1)
 
 

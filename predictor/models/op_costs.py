@@ -21,6 +21,7 @@ from scipy.optimize import nnls
 
 from predictor.costs.parallel import shard_nodes
 from predictor.graph.layer_graph import LayerGraph, LayerNode
+from predictor.plan.share import RankShare
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,8 @@ class OpCosts:
     def apply(self, graph: LayerGraph, tp: int, sp: bool, heads: int | None, mbs: int, base: np.ndarray) -> np.ndarray:
         """`base` (n, 2) with each non-GEMM node priced by its operators seen in training.
         Under tensor parallelism a node's elements shrink as its inputs and outputs do on one rank."""
-        sharded, whole = shard_nodes(graph, tp, sp, heads), shard_nodes(graph, 1, False, heads)
+        sharded = shard_nodes(graph, RankShare.split({"tp": tp}, sp), heads)
+        whole = shard_nodes(graph, RankShare(), heads)
         out = base.copy()
         for i, node in enumerate(graph.nodes):
             if sharded.gemm_m[i] > 0 or not node.ops:
@@ -77,7 +79,7 @@ class OpCosts:
 
 def is_gemm(graph: LayerGraph, index: int, heads: int | None) -> bool:
     """Whether node `index` is a matrix product (priced by the roofline, not by its operators)."""
-    return bool(shard_nodes(graph, 1, False, heads).gemm_m[index] > 0)
+    return bool(shard_nodes(graph, RankShare(), heads).gemm_m[index] > 0)
 
 
 def _vector(node_ops: dict[str, tuple[int, float]], ops: list[str], elems_scale: float) -> np.ndarray:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from predictor.graph.layer_graph import LayerGraph
 from predictor.plan import Plan
+from predictor.plan.share import RankShare
 from predictor.spec.workload import WorkloadSpec
 
 
@@ -21,6 +22,11 @@ class LayerKey:
     precision: str
     device: str
     heads: int | None = None  # the model's heads (how the attention core shards)
+
+    @property
+    def share(self) -> RankShare:
+        """What one rank holds of the layers: the width split by tp, the sequence of whole nodes with sp."""
+        return RankShare.split({"tp": self.tp}, self.sp)
 
 
 def layer_key(spec: WorkloadSpec, plan: Plan) -> LayerKey:

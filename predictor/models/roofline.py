@@ -21,6 +21,7 @@ from predictor.graph.layer_graph import LayerGraph
 from predictor.kernels.attention import BWD_FLOPS, AttentionCurves, attention_curves
 from predictor.kernels.gemm import measured_gemm
 from predictor.models.lowprec import low_precision_gemms, quantisation_times
+from predictor.plan.share import RankShare
 from predictor.spec.hardware import DEVICES, GB, Device, GemmFact, device_facts, gemm_facts, generation
 from predictor.spec.resolver import Resolved
 from predictor.spec.workload import ModelSpec, WorkloadSpec
@@ -278,11 +279,11 @@ def sliding_window_work(model: ModelSpec, document: int | None = None) -> float:
     return ((model.layers - local) * d / s + local * band) / model.layers
 
 
-def layer_times(resolved: Resolved, graph: LayerGraph, tp: int, sp: bool, mbs: int, cfg: AnalyticalConfig | None = None,
-                **degrees: int) -> tuple[np.ndarray, np.ndarray]:
+def layer_times(resolved: Resolved, graph: LayerGraph, share: RankShare, mbs: int,
+                cfg: AnalyticalConfig | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds of one occurrence of each graph node on one rank at micro-batch `mbs`, the
-    nodes sharded by `tp`, `sp` and the other axes' `degrees` (`predictor.costs.parallel.shard_nodes`), on the resolved
-    spec's device under its framework and recipe.
+    nodes sharded as `share` says (`predictor.costs.parallel.shard_nodes`), on the resolved spec's device under its
+    framework and recipe.
 
     The learned predictor falls back to this for layers it has no timings for.
     """
@@ -293,13 +294,13 @@ def layer_times(resolved: Resolved, graph: LayerGraph, tp: int, sp: bool, mbs: i
     curves = fused_attention_curves(resolved)
     # a framework whose gemm_eff_max was fitted on the generation keeps the curve it was fitted with
     grid = not framework.fitted_on(resolved.generation, device.name)
-    key = (id(graph), tp, sp, mbs, tuple(sorted(degrees.items())), device.name, device.flops(prec),
+    key = (id(graph), share, mbs, device.name, device.flops(prec),
            device.mem_bandwidth, prec, recipe, cfg, fused, fallback, curves and curves.how, grid,
            spec.training.document_tokens)
     hit = _TIME_CACHE.get(key)
     if hit is not None and hit[0]() is graph:
         return hit[1]
-    value = _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, fallback, degrees, recipe, curves, grid)
+    value = _layer_times(spec, graph, share, mbs, device, cfg, fused, fallback, recipe, curves, grid)
     _TIME_CACHE[key] = (weakref.ref(graph, lambda _r, k=key: _TIME_CACHE.pop(k, None)), value)
     return value
 
@@ -349,8 +350,8 @@ def measured_gemm_rates(nodes, m, batch, prec: str, recipe, device: Device, cfg:
     return rate * np.where(nodes.experts, cfg.grouped_gemm_eff, 1.0)
 
 
-def _layer_times(spec, graph, tp, sp, mbs, device, cfg, fused, fallback, degrees, recipe, curves, grid):
-    nodes = shard_nodes(graph, tp, sp, spec.model.heads, **degrees)
+def _layer_times(spec, graph, share, mbs, device, cfg, fused, fallback, recipe, curves, grid):
+    nodes = shard_nodes(graph, share, spec.model.heads)
     prec = spec.training.precision
     eb = BYTES[prec]
     peak = np.full(len(nodes.kind), device.flops(prec))

@@ -53,7 +53,7 @@ def compute_parts(resolved: Resolved, graph: LayerGraph, lay: Layout, config: An
     per pass (forward, backward, a recomputed forward), which then launches its local experts' kernels:
     expert_host_s per local expert (gemm_batch = E/ep)."""
     plan, nodes, counts, device = lay.plan, lay.nodes, lay.stage_counts, resolved.device
-    fwd, bwd = layer_times(resolved, graph, plan.tp, plan.sp, plan.mbs, config, cp=plan.cp, ep=plan.ep, etp=plan.etp)
+    fwd, bwd = layer_times(resolved, graph, lay.share, plan.mbs, config)
     cfg = config.for_device(device)
     kernels = resolved.kernels
     unfused_f, unfused_b = unfused_passes(nodes, plan.mbs, kernels, lay.act_bytes, device.mem_bandwidth * cfg.bw_eff)
@@ -121,8 +121,7 @@ def _bf16_layers_extra(resolved: Resolved, graph: LayerGraph, lay: Layout, confi
     if not (first or last):
         return np.zeros(lay.plan.pp), np.zeros(lay.plan.pp)
     plan = lay.plan
-    hp_f, hp_b = layer_times(bf16_twin(resolved), graph, plan.tp, plan.sp, plan.mbs, config, cp=plan.cp, ep=plan.ep,
-                             etp=plan.etp)
+    hp_f, hp_b = layer_times(bf16_twin(resolved), graph, lay.share, plan.mbs, config)
     per_layer = per_layer_occurrences(lay)
     kept = bf16_blocks_per_rank(lay, first, last)
     d_f, d_b = per_layer @ (hp_f - fwd), per_layer @ (hp_b - bwd)
@@ -254,19 +253,37 @@ def _tp_time(layout: Layout, calls: np.ndarray, elems: np.ndarray, call_s: float
     return calls * (comm.allreduce(size, g) + call_s)
 
 
+def tp_node_collectives(nodes: ShardedNodes, tp: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per node: the tp all-reduces (RS+AG pairs with sp) after it in forward and in backward, and the elements per
+    sample of each (the full, unsharded tensor of the rank's sequence share); none at tp 1.
+
+    Megatron-LM's tensor parallelism (Shoeybi et al. 2019): row linears all-reduce their output in forward; the
+    matching column-parallel "f" before them all-reduces the input gradient in backward. The vocab-parallel
+    embedding all-reduces its output in forward; the vocab-parallel output layer all-reduces its input gradient."""
+    role, kind = nodes.role, nodes.kind
+    fwd, bwd = np.zeros(len(kind)), np.zeros(len(kind))
+    if tp > 1:
+        fwd[role == "row"] = 1
+        bwd[role == "row"] = 1
+        fwd[(role == "vocab") & (kind == "embedding")] = 1
+        bwd[(role == "vocab") & (kind == "linear")] = 1
+    return fwd, bwd, np.where((role == "vocab") & (kind == "linear"), nodes.in_full, nodes.out_full)
+
+
 def _tp_collectives(lay: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per pipeline rank and micro-batch: the forward and backward tp all-reduces (RS+AG pairs with sp) and the
     elements they move; the recomputed forward repeats the blocks' forward all-reduces."""
     plan, nodes, counts = lay.plan, lay.nodes, lay.stage_counts
+    fwd_ar, bwd_ar, payload = tp_node_collectives(nodes, plan.tp)
     rep = nodes.repeated
-    fwd_calls = counts @ nodes.tp_fwd_ar
-    bwd_calls = counts @ nodes.tp_bwd_ar
-    fwd_elems = counts @ (nodes.tp_fwd_ar * nodes.tp_payload) * plan.mbs
-    bwd_elems = counts @ (nodes.tp_bwd_ar * nodes.tp_payload) * plan.mbs
+    fwd_calls = counts @ fwd_ar
+    bwd_calls = counts @ bwd_ar
+    fwd_elems = counts @ (fwd_ar * payload) * plan.mbs
+    bwd_elems = counts @ (bwd_ar * payload) * plan.mbs
     if plan.recompute == "full":
         share = full_share(lay)
-        fwd_calls = fwd_calls + share * (counts[:, rep] @ nodes.tp_fwd_ar[rep])
-        fwd_elems = fwd_elems + share * (counts[:, rep] @ (nodes.tp_fwd_ar * nodes.tp_payload)[rep]) * plan.mbs
+        fwd_calls = fwd_calls + share * (counts[:, rep] @ fwd_ar[rep])
+        fwd_elems = fwd_elems + share * (counts[:, rep] @ (fwd_ar * payload)[rep]) * plan.mbs
     return fwd_calls, bwd_calls, fwd_elems, bwd_elems
 
 
@@ -282,7 +299,11 @@ def tp_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.
     """Tensor-parallel seconds per pipeline rank for one micro-batch: the collectives, and on a
     measured device the runtime's own cost per sharded linear (`tp_linear_s`, DTensor on CPU)."""
     device = resolved.device
-    framework = lay.stage_counts @ lay.nodes.tp_linear * device.extra.get("tp_linear_s", 0.0)
+    nodes = lay.nodes
+    # the linears the runtime shards by column or row (a DTensor module each on CPU)
+    tp_linear = (nodes.kind == "linear") & np.isin(nodes.role, ("column", "row")) if lay.plan.tp > 1 else \
+        np.zeros(len(nodes.kind), dtype=bool)
+    framework = lay.stage_counts @ tp_linear * device.extra.get("tp_linear_s", 0.0)
     call_s = call_costs(cfg, device)[0]
     fwd_calls, bwd_calls, fwd_elems, bwd_elems = _tp_collectives(lay)
     collectives = _tp_time(lay, fwd_calls, fwd_elems, call_s) + _tp_time(lay, bwd_calls, bwd_elems, call_s)

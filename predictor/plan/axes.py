@@ -94,6 +94,12 @@ class Axis:
     # plans and datasets stay as written, and searched placements permute these axes.
     first_format: bool = False
     space_default: str | tuple[int, ...] = "auto"  # a search space's values when it names none ('auto': divisors)
+    # The dimensions of a stage's layers it splits over its ranks (`DIMENSIONS`): what one rank holds of them is the
+    # whole divided by the degrees of the axes that split it (`predictor.plan.share.RankShare`).
+    splits: tuple[str, ...] = ()
+    # Whether a search space may open every degree of it for long sequences: the space's `<name>_from_tokens` field
+    # gives the sequence length from which `auto` replaces the space's list (`search_spaces.space.for_workload`).
+    from_tokens: bool = False
     # Whether its per-layer collectives sit between dependent GEMMs, so that a group leaving NVLink costs every
     # layer: a plan keeps it inside an NVLink domain unless it allows cross-node tp (context parallelism's ring
     # runs beside attention instead, and crosses nodes in the frameworks' own recipes: Llama 3.1 405B's tp=8
@@ -144,6 +150,23 @@ def axis_function(axis: str, kind: str) -> Callable[[_F], _F]:
     return register
 
 
+# The dimensions an axis may split (`Axis.splits`), each with what it is. One rank's share of a stage's layers is each
+# divided by the degrees of the axes that split it (`predictor.plan.share.RankShare`), and the pricing core reads the
+# share, never an axis: an axis that splits a dimension already here needs no edit there.
+DIMENSIONS: dict[str, str] = {
+    "width": "a sharded node's features: attention heads, MLP columns, the vocabulary (column, row, heads and vocab "
+             "roles of `predictor.graph.layer_graph.TPRole`)",
+    "tokens": "the tokens of the MoE layers (router and routed experts): they run sequence parallel",
+    "sequence": "every node's sequence (attention's queries and keys in load-balanced chunks)",
+    "experts": "the routed experts of each MoE layer (each rank holds experts / this; each of them computes the tokens "
+               "of that many ranks)",
+    "expert_width": "each routed expert's FFN width (FC1 columns, FC2 rows; its ranks' tokens gathered before it)",
+    "layers": "the layers, into pipeline stages",
+}
+# The divisor of the sequence of the nodes a width split leaves whole (norms, dropout, residual adds): the degree of
+# `SEQUENCE_SPLIT_AXIS` when a plan's sequence parallelism (`Plan.sp`) is on.
+SEQUENCE_SHARD = "seq_shard"
+
 # What a stage's per-layer computation reads beyond how its layers are sharded, under any axis's cost.
 _WORK_FIELDS: tuple[str, ...] = ("mbs", "recompute", "recompute_layers")
 
@@ -167,7 +190,8 @@ AXES: tuple[Axis, ...] = (
          "all-reduce (reduce-scatter + all-gather with sp) per layer, forward and backward",
          "weights, gradients, optimizer state and most activations divided by tp", order=0,
          explain="tp={degree} keeps its all-reduces {where} ({share:.0f} % of the time)",
-         group="tp", nvlink=True, parts=(TimePart("tp_comm", "tensor-parallel communication", "tp_comm"),),
+         group="tp", nvlink=True, splits=("width", "tokens"),
+         parts=(TimePart("tp_comm", "tensor-parallel communication", "tp_comm"),),
          hidden={"tp_comm": "tensor-parallel"}, overlap=("tp",), window="gemms", host_runs_ahead=True,
          stage_cost=True, cost_fields=_WORK_FIELDS, written_after="dp", first_format=True),
     Axis("cp", "context parallel", "the sequence of every layer (2·cp load-balanced chunks)",
@@ -175,7 +199,8 @@ AXES: tuple[Axis, ...] = (
          "activations divided by cp", order=1,
          explain="cp={degree} splits every sequence over {degree} ranks (the sequence of every layer in 2·cp "
                  "load-balanced chunks); its K/V exchange ({cp_comm}) costs {share:.0f} % of the time",
-         group="cp", parts=(TimePart("cp_comm", "context-parallel K/V exchange", "tp_comm"),),
+         group="cp", splits=("sequence",), from_tokens=True,
+         parts=(TimePart("cp_comm", "context-parallel K/V exchange", "tp_comm"),),
          hidden={"cp_comm": "context-parallel"},
          stage_cost=True, cost_fields=("mbs", "cp_comm"), window="attention",
          overlapped_when="cp_comm=ring", space_default=(1,), written_after="placement",
@@ -194,13 +219,14 @@ AXES: tuple[Axis, ...] = (
                  "({share:.0f} % of the time)",
          parts=(TimePart("pp_bubble", "pipeline bubble", "pp", comm=False),
                 TimePart("pp_p2p", "pipeline send/recv", "pp")), hidden={"pp_p2p": "pipeline send/recv"},
-         overlap=("pp",), written_after="tp", first_format=True),
+         overlap=("pp",), written_after="tp", first_format=True, splits=("layers",)),
     Axis("ep", "expert parallel", "the routed experts of each MoE layer (E/ep per rank)",
          "token dispatch and combine all-to-all per MoE layer, forward and backward; expert gradients over dp·tp·cp/ep",
          "expert weights, gradients and optimizer state divided by ep", order=1,
          explain="ep={degree} holds {experts_per_rank} of the {experts} experts of each MoE layer per rank; its "
                  "token all-to-all costs {share:.0f} % of the time exposed",
-         group="ep", parts=(TimePart("ep_comm", "expert-parallel token all-to-all", "tp_comm"),),
+         group="ep", splits=("experts",),
+         parts=(TimePart("ep_comm", "expert-parallel token all-to-all", "tp_comm"),),
          # "wgrad": Megatron-Core's delay_wgrad_compute, the experts' weight-gradient GEMMs moved beside the dispatch's
          # backward all-to-all (`predictor.models.overlap.combined_1f1b_exposed`)
          hidden={"ep_comm": "expert all-to-all"}, overlap=("ep", "wgrad"), window="phases",
@@ -225,12 +251,18 @@ AXES: tuple[Axis, ...] = (
          explain="etp={degree} splits each routed expert over {degree} ranks (their states synchronised over "
                  "{expert_dp} expert-data-parallel ranks); its token all-gathers and reduce-scatters cost "
                  "{share:.0f} % of the time exposed",
-         group="etp", parts=(TimePart("etp_comm", "expert tensor-parallel all-gather and reduce-scatter", "tp_comm"),),
+         group="etp", splits=("expert_width",),
+         parts=(TimePart("etp_comm", "expert tensor-parallel all-gather and reduce-scatter", "tp_comm"),),
          hidden={"etp_comm": "expert tensor-parallel"}, overlap=("ep",), window="phases",
          stage_cost=True, cost_fields=_WORK_FIELDS, multiplies_gpus=False, space_default=(1,), written_after="ep"),
     *_plugin_axes(),
 )
 AXIS: dict[str, Axis] = {a.name: a for a in AXES}
+for _axis in AXES:
+    if set(_axis.splits) - set(DIMENSIONS):
+        raise ValueError(f"axis {_axis.name!r} splits {sorted(set(_axis.splits) - set(DIMENSIONS))}, not a dimension "
+                         f"(predictor.plan.axes.DIMENSIONS: {', '.join(DIMENSIONS)}); add the dimension there and to "
+                         f"predictor.plan.share.RankShare, which the pricing reads")
 AXIS_NAMES: tuple[str, ...] = tuple(a.name for a in AXES)
 # The order axes are priced, explained and listed in a breakdown: by rank order position, then registry order.
 PRICING_ORDER: tuple[Axis, ...] = tuple(sorted(AXES, key=lambda a: a.order))
