@@ -184,7 +184,8 @@ def test_the_search_the_plan_and_the_pricing_core_ask_for_an_axis_by_role_not_by
     root = Path(__file__).resolve().parents[1]
     named = re.compile(r"(tp|cp|dp|pp|ep|edp|etp|vpp)(_\w*)?")
     for path in ("predictor/plan/plan.py", "search_spaces/enumerate.py", "search_spaces/tune_space.py",
-                 "search_spaces/plan_list.py", "predictor/costs/parallel.py", "predictor/plan/share.py"):
+                 "search_spaces/plan_list.py", "predictor/costs/parallel.py", "predictor/plan/share.py",
+                 *(str(p.relative_to(root)) for p in sorted((root / "predictor/memory").glob("*.py")))):
         source = (root / path).read_text()
         names = [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline)
                  if t.type == tokenize.NAME and named.fullmatch(t.string)]

@@ -115,7 +115,7 @@ def test_fc1_keeps_the_gathered_tokens():
     from predictor.memory.saved import Dims, moe_mlp_tensors
 
     spec = _spec()
-    saved = [{s.name: s.per_token for s in moe_mlp_tensors(Dims.of(spec.model, 1, False, "bf16", etp=etp))}
+    saved = [{s.name: s.per_token for s in moe_mlp_tensors(Dims.of(spec.model, RankShare.split({"etp": etp}), "bf16"))}
              for etp in (1, 2)]
     assert saved[1]["expert fc1 input (permuted tokens)"] == 2 * saved[0]["expert fc1 input (permuted tokens)"]
     assert saved[1]["expert activation input"] == saved[0]["expert activation input"]

@@ -6,6 +6,7 @@ import pytest
 from predictor.costs.parallel import apply_plan
 from predictor.memory import activation_bytes, in_flight, model_state_bytes
 from predictor.plan import Plan
+from predictor.plan.share import RankShare
 from predictor.spec.resolver import get_device
 from predictor.spec.workload import parse_spec
 from tests.gpt_graph import gpt_graph
@@ -111,7 +112,7 @@ def test_a_layers_saved_tensors_take_the_runs_activation_bytes():
     from predictor.memory.saved import Dims, layer_tensors
 
     model, facts = _spec(4).model, FRAMEWORKS["megatron"].memory
-    per_token = {p: sum(s.per_token for s in layer_tensors(Dims.of(model, 1, False, p), facts, False)
+    per_token = {p: sum(s.per_token for s in layer_tensors(Dims.of(model, RankShare(), p), facts, False)
                         if "(fp32)" not in s.name) for p in ("fp32", "bf16", "fp8")}  # fp32 statistics stay 4 bytes
     assert per_token["fp32"] == pytest.approx(2 * per_token["bf16"])
     assert per_token["fp8"] < per_token["bf16"]

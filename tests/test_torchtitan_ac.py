@@ -20,6 +20,7 @@ from predictor.memory.lever_settings import op_sac_recomputed
 from predictor.memory.saved import Dims, layer_tensors, op_sac_tensors
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan
+from predictor.plan.share import RankShare
 from predictor.spec.resolver import get_device, resolve
 from predictor.spec.workload import WorkloadSpec, parse_spec
 
@@ -67,7 +68,7 @@ def test_the_policy_saves_every_odd_mm_and_the_attention_kernel_and_recomputes_t
 
 
 def test_compiled_blocks_keep_only_what_backward_reads() -> None:
-    d = Dims.of(_spec().model, tp=8, sp=True, precision="bf16")
+    d = Dims.of(_spec().model, RankShare.split({"tp": 8}, True), precision="bf16")
     eager, compiled = op_sac_tensors(d, False), op_sac_tensors(d, False, compiled=True)
     dropped = {s.name for s in eager} - {s.name for s in compiled}
     assert dropped == {"w2 output (unreduced)", "attention reduce-scatter output",
@@ -165,12 +166,12 @@ def test_a_recipe_torchao_does_not_run_is_refused() -> None:
 def test_expert_parallel_all_to_all_outputs_are_kept_and_not_sent_again() -> None:
     spec = parse_spec({"model": {"preset": "qwen3-30b-a3b", "seq_len": 4096},
                        "training": {"global_batch": 8, "framework": "torchtitan"}, "cluster": {"device": "h100"}})
-    d = Dims.of(spec.model, tp=1, sp=False, precision="bf16", ep=8)
+    d = Dims.of(spec.model, RankShare.split({"ep": 8}), precision="bf16")
     kept = {s.name: s.per_token for s in op_sac_tensors(d, True)}
     assert kept["dispatched tokens (all-to-all output)"] == kept["combined tokens (all-to-all output)"] \
         == spec.model.top_k * spec.model.hidden * 2
     assert "dispatched tokens (all-to-all output)" not in {s.name for s in op_sac_tensors(Dims.of(
-        spec.model, tp=1, sp=False, precision="bf16"), True)}
+        spec.model, RankShare(), precision="bf16"), True)}
     graph, plan = graph_for(spec.model), Plan(dp=8, ep=8, mbs=1, zero=3)
     runs = {mode: AnalyticalPredictor().predict(spec, graph, [plan.with_(recompute=mode)])[0]
             for mode in ("none", "selective", "full")}

@@ -103,7 +103,7 @@ def saved_per_sample(layout: Layout, recompute: str | None = None, fused_attenti
     # Bytes per saved element: the activation precision, except the logits the loss keeps in fp32
     # (Megatron casts them to float for the cross-entropy: 4·s·b·V/t bytes, Korthikanti §4.3).
     act = nodes.act_elems * np.where(nodes.kind == "loss", 4, layout.act_bytes)
-    sharded_out = nodes.out_full / plan.tp * layout.act_bytes
+    sharded_out = nodes.out_full / layout.share.width * layout.act_bytes
     if recompute == "selective":
         # The attention core is recomputed: keep its Q, K, V inputs (3 × output size), drop the s² scores.
         act = np.where(nodes.attention, np.minimum(act, 3 * sharded_out), act)
@@ -157,11 +157,11 @@ def buffer_bytes(layout: Layout, psi: np.ndarray, imbalance: float = 1.0) -> np.
     """Communication buffers per pipeline rank (`psi`: its parameters), with the MoE dispatch buffers."""
     plan = layout.plan
     dispatch = 2 * float(layout.nodes.dispatch.max(initial=0.0)) * plan.mbs * layout.act_bytes * imbalance
-    return _buffers(layout, psi) + (dispatch if layout.groups["ep"].size > 1 else 0.0)
+    return _buffers(layout, psi) + (dispatch if layout.split_group("experts").size > 1 else 0.0)
 
 
 def _buffers(layout: Layout, psi: np.ndarray) -> np.ndarray:
-    """Communication buffers: the gradient buckets, tp collective output, pipeline send/recv tensors."""
+    """Communication buffers: the gradient buckets, a width split's collective output, pipeline send/recv tensors."""
     plan = layout.plan
     eb = layout.grad_bytes
     if layout.sync_group.size == 1:
@@ -173,7 +173,8 @@ def _buffers(layout: Layout, psi: np.ndarray) -> np.ndarray:
         if plan.zero >= 3:  # gathered weights of the layer in use and the prefetched next one
             largest = float(layout.nodes.params.max()) if layout.nodes.params.size else 0.0
             bucket = bucket + 2 * largest * layout.param_bytes
-    full_act = layout.p2p_elems * (plan.tp if plan.sp else 1) * layout.act_bytes
-    tp_buf = 2 * full_act if plan.tp > 1 else 0.0
+    # a width split's all-reduces (or all-gathers of the sequence shards) write the whole activation, twice in flight
+    full_act = layout.p2p_elems * layout.share.seq_shard * layout.act_bytes
+    gathered = 2 * full_act if layout.share.width > 1 else 0.0
     p2p_buf = 2 * layout.p2p_elems * layout.act_bytes if layout.stages > 1 else 0.0
-    return bucket + tp_buf + p2p_buf
+    return bucket + gathered + p2p_buf

@@ -160,7 +160,7 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
     micro-batch offloads to the host) per pipeline stage. Numpy over the stages, each stage's arithmetic in the order
     one stage's would be done alone: its dense layers, then its MoE layers, then the loss on the last."""
     plan = layout.plan
-    tokens = layout.rank_tokens * plan.mbs  # tokens of one micro-batch on one rank (before tp's sequence split)
+    tokens = layout.rank_tokens * plan.mbs  # tokens of one micro-batch on one rank (before sp's sequence split)
     flight = in_flight(layout)
     # eager modules, and a `module:` model, which has no dims to build a framework's tensors from: the layer graph's
     # per-node saved elements
@@ -170,9 +170,8 @@ def _activations(spec: WorkloadSpec, graph: LayerGraph, layout: Layout, facts: M
                                            else "none"), not unfused, kv_share(spec))
         acts = keep * plan.mbs * flight
         return acts, np.full_like(acts, one_block * plan.mbs), [{} for _ in acts], np.zeros_like(acts)
-    d = Dims.of(spec.model, plan.tp, plan.sp, spec.training.precision, levers.fp8_format,
-                scores_keys=layout.tokens if levers.unfused_attention else 0, ep=plan.ep, imbalance=imbalance,
-                etp=plan.etp)
+    d = Dims.of(spec.model, layout.share, spec.training.precision, levers.fp8_format,
+                scores_keys=layout.tokens if levers.unfused_attention else 0, imbalance=imbalance)
     dense, moe = _layers_per_stage(graph, layout, spec.model.is_moe)
     acts, working, to_host = np.zeros(layout.stages), np.zeros(layout.stages), np.zeros(layout.stages)
     chunks = plan.v  # Megatron counts recompute_layers per model chunk
@@ -297,11 +296,12 @@ def _buffers(spec: WorkloadSpec, layout: Layout, facts: MemoryFacts, imbalance: 
     """Pipeline send/recv, the MoE dispatcher's buffers (its send and receive buffers sized, dropless, to the tokens
     the busiest rank receives: `imbalance` times the balanced share, and its kernels' own: `predictor.costs.moe_dispatch`),
     a gradient bucket and the GEMM workspaces."""
-    plan = layout.plan
+    plan, share = layout.plan, layout.share
     tokens = layout.rank_tokens * plan.mbs
     h, act = spec.model.hidden or 0, activation_element_bytes(spec.training.precision)
-    p2p = 2 * tokens * h / (plan.tp if plan.sp else 1) * act if layout.stages > 1 else 0.0
-    dispatch = buffer_bytes(plan.dispatcher, tokens, spec.model, plan.tp, act, layout.groups["ep"], imbalance)
+    p2p = 2 * tokens * h / share.seq_shard * act if layout.stages > 1 else 0.0
+    dispatch = buffer_bytes(plan.dispatcher, tokens, spec.model, share.tokens, act, layout.split_group("experts"),
+                            imbalance)
     bucket = facts.grad_bucket_bytes if layout.sync_group.size > 1 else 0.0
     return np.full(layout.stages, p2p + dispatch + bucket + facts.workspace_bytes)
 

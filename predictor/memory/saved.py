@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from predictor.memory import low_precision_element_bytes
 from predictor.memory.facts import MemoryFacts
+from predictor.plan.share import RankShare
 from predictor.spec.workload import ModelSpec
 
 
@@ -38,7 +39,7 @@ class Saved:
 
 @dataclass(frozen=True)
 class Dims:
-    """One rank's view of a layer: the model's dimensions and how tp, sequence parallelism and precision split them."""
+    """One rank's view of a layer: the model's dimensions, the rank's share of them (`RankShare`), the precision."""
 
     hidden: int
     ffn: int
@@ -51,19 +52,20 @@ class Dims:
     expert_ffn: int
     shared_ffn: int
     mla: tuple[int, int, int, int, int] | None  # q_lora, kv_lora, rope, nope, v head dims
-    tp: int
-    seq_shard: int  # tp with sequence parallelism, else 1
+    width: int  # the divisor of heads, MLP columns and the vocabulary (`RankShare.width`)
+    seq_shard: int  # of the sequence of what a width split leaves whole: norms' inputs (`RankShare.seq_shard`)
     linear_input_bytes: float  # bytes per element a linear keeps of its input (2 in BF16, 1 in FP8)
     fp8: bool
     scores_keys: int = 0  # keys per query whose scores an unfused attention keeps (0: fused)
-    ep: int = 1  # expert-parallel degree: above 1 a MoE layer's tokens cross all-to-alls
+    expert_ranks: int = 1  # the ranks the routed experts are spread over: above 1 a MoE layer's tokens cross all-to-alls
     act: float = 2.0  # bytes per activation element (`activation_element_bytes`)
     imbalance: float = 1.0  # the busiest expert rank's token-expert pairs over the balanced share (`moe_imbalance`)
-    etp: int = 1  # expert tensor-parallel degree: the experts' FC1 keeps the etp ranks' gathered tokens
+    expert_width: int = 1  # the divisor of each expert's FFN: its FC1 keeps that many ranks' gathered tokens
+    tokens: int = 1  # the divisor of a MoE layer's tokens (`RankShare.tokens`)
 
     @classmethod
-    def of(cls, model: ModelSpec, tp: int, sp: bool, precision: str, fp8_format: str = "cs",
-           scores_keys: int = 0, ep: int = 1, imbalance: float = 1.0, etp: int = 1) -> "Dims":
+    def of(cls, model: ModelSpec, share: RankShare, precision: str, fp8_format: str = "cs",
+           scores_keys: int = 0, imbalance: float = 1.0) -> "Dims":
         heads = model.heads or 1
         head_dim = model.head_dim or model.hidden // heads
         mla = None
@@ -76,8 +78,9 @@ class Dims:
         expert_ffn = model.expert_ffn or model.ffn_hidden or 4 * model.hidden
         return cls(model.hidden, model.ffn_hidden or 4 * model.hidden, heads, model.kv_heads or heads, head_dim,
                    model.vocab or 0, model.experts or 0, model.top_k or 0, expert_ffn,
-                   model.shared_experts * expert_ffn, mla, tp, tp if sp else 1, lin, precision in ("fp8", "fp4"),
-                   scores_keys, ep, act, imbalance, etp)
+                   model.shared_experts * expert_ffn, mla, share.width, share.seq_shard, lin,
+                   precision in ("fp8", "fp4"), scores_keys, share.experts, act, imbalance, share.expert_width,
+                   share.tokens)
 
 
 def activation_element_bytes(precision: str) -> float:
@@ -95,7 +98,7 @@ def unfused_score_bytes(d: Dims) -> float:
 
 def attention_tensors(d: Dims) -> list[Saved]:
     """The attention half of a layer: norm, QKV (or MLA's projections), the fused attention, the output projection."""
-    t, r, lin = d.tp, d.seq_shard, d.linear_input_bytes
+    t, r, lin = d.width, d.seq_shard, d.linear_input_bytes
     out: list[Saved] = [Saved("attn_norm input", d.hidden / r * d.act, offload="attn_norm"),
                         # TE keeps the norm output for the GEMM's weight gradient: a BF16 tensor the layernorm module
                         # drops, or in FP8 the linear's own copy, which stays
@@ -126,7 +129,7 @@ def attention_tensors(d: Dims) -> list[Saved]:
 
 
 def dense_mlp_tensors(d: Dims, facts: MemoryFacts) -> list[Saved]:
-    t, r, lin = d.tp, d.seq_shard, d.linear_input_bytes
+    t, r, lin = d.width, d.seq_shard, d.linear_input_bytes
     out = [Saved("mlp_norm input", d.hidden / r * d.act, offload="mlp_norm"),
            Saved("fc1 input (norm output)", d.hidden / r * lin, "mlp" if d.fp8 else "layernorm+mlp", "mlp_norm"),
            Saved("swiglu input", 2 * d.ffn / t * d.act, "mlp"),
@@ -138,21 +141,21 @@ def dense_mlp_tensors(d: Dims, facts: MemoryFacts) -> list[Saved]:
 
 def moe_mlp_tensors(d: Dims) -> list[Saved]:
     """A MoE layer's MLP half (dropless routing: each rank's experts receive top_k pairs per local token, the busiest
-    rank `imbalance` times that; with tp the layer runs sequence parallel, so tokens are split over tp)."""
-    t, r, lin, k = d.tp, d.seq_shard, d.linear_input_bytes, d.top_k * d.imbalance
+    rank `imbalance` times that; the layer runs sequence parallel, so its tokens are split by `Dims.tokens`)."""
+    t, r, lin, k = d.tokens, d.seq_shard, d.linear_input_bytes, d.top_k * d.imbalance
     out = [Saved("mlp_norm input", d.hidden / r * d.act, offload="mlp_norm"),
            Saved("router input (norm output)", d.hidden / r * d.act, "layernorm+moe", "mlp_norm"),
            Saved("router scores (fp32)", d.experts / t * 4.0, "moe"),
-           # under expert tensor parallelism FC1 reads the etp ranks' tokens all-gathered (token_dispatcher.py)
-           Saved("expert fc1 input (permuted tokens)", k * d.hidden / t * lin * d.etp, "moe", "expert_fc1"),
+           # with each expert's width split, FC1 reads its ranks' tokens all-gathered (token_dispatcher.py)
+           Saved("expert fc1 input (permuted tokens)", k * d.hidden / t * lin * d.expert_width, "moe", "expert_fc1"),
            Saved("expert activation input", k * 2 * d.expert_ffn / t * d.act, "moe", "moe_act"),
            Saved("expert fc2 input", k * d.expert_ffn / t * (lin if d.fp8 else d.act), "moe_act+moe", "moe_act"),
            Saved("unpermute input (expert output)", k * d.hidden / t * d.act, "moe")]
     if d.shared_ffn:
         if d.fp8:
             out.append(Saved("shared fc1 input (FP8 copy)", d.hidden / r * lin, "shared_experts+moe"))
-        out += [Saved("shared activation input", 2 * d.shared_ffn / t * d.act, "shared_experts+moe"),
-                Saved("shared fc2 input", d.shared_ffn / t * (lin if d.fp8 else d.act), "shared_experts+moe")]
+        out += [Saved("shared activation input", 2 * d.shared_ffn / d.width * d.act, "shared_experts+moe"),
+                Saved("shared fc2 input", d.shared_ffn / d.width * (lin if d.fp8 else d.act), "shared_experts+moe")]
     return out
 
 
@@ -163,10 +166,10 @@ def layer_tensors(d: Dims, facts: MemoryFacts, moe: bool) -> list[Saved]:
 
 def _block_mm_outputs(d: Dims, moe: bool) -> list[tuple[str, float]]:
     """The outputs of a transformer block's `aten.mm` calls in torchtitan's forward order, elements per token of the
-    rank's sequence share: wq, wk, wv (column-parallel: heads over tp), wo (row-parallel: the full sequence's partial
-    sums before the reduce-scatter), then the dense MLP's w1, w3, w2 or a MoE layer's router gate and shared expert
-    (its routed experts run `_grouped_mm`, no mm)."""
-    t = d.tp
+    rank's sequence share: wq, wk, wv (column-parallel: heads split by the width), wo (row-parallel: the full
+    sequence's partial sums before the reduce-scatter), then the dense MLP's w1, w3, w2 or a MoE layer's router gate
+    and shared expert (its routed experts run `_grouped_mm`, no mm)."""
+    t = d.width
     if d.mla is None:
         q, kv = d.heads * d.head_dim, d.kv_heads * d.head_dim
         out = [("wq output", q / t), ("wk output", kv / t), ("wv output", kv / t)]
@@ -178,7 +181,7 @@ def _block_mm_outputs(d: Dims, moe: bool) -> list[tuple[str, float]]:
     out.append(("wo output (unreduced)", d.hidden))
     if not moe:
         return out + [("w1 output", d.ffn / t), ("w3 output", d.ffn / t), ("w2 output (unreduced)", d.hidden)]
-    out.append(("router scores", d.experts / t))
+    out.append(("router scores", d.experts / d.tokens))
     if d.shared_ffn:
         out += [("shared w1 output", d.shared_ffn / t), ("shared w3 output", d.shared_ffn / t),
                 ("shared w2 output (unreduced)", d.hidden)]
@@ -212,12 +215,12 @@ def op_sac_tensors(d: Dims, moe: bool, compiled: bool = False) -> list[Saved]:
     out += [Saved(name, per_token * d.act) for i, (name, per_token) in enumerate(mms, 1)
             if op_sac_saves_mm(i) and not (compiled and name.endswith("(unreduced)"))]
     o = d.heads * (d.mla[4] if d.mla else d.head_dim)
-    out += [Saved("attention output (SDPA)", o / d.tp * d.act),
-            Saved("softmax log-sum-exp (fp32)", d.heads / d.tp * 4.0)]
-    if d.tp > 1 and not compiled:
+    out += [Saved("attention output (SDPA)", o / d.width * d.act),
+            Saved("softmax log-sum-exp (fp32)", d.heads / d.width * 4.0)]
+    if d.width > 1 and not compiled:
         out += [Saved(f"{half} reduce-scatter output", d.hidden / r * d.act) for half in ("attention", "mlp")]
-    if moe and d.ep > 1:
-        out += [Saved(f"{which} tokens (all-to-all output)", d.top_k * d.hidden / d.tp * d.act)
+    if moe and d.expert_ranks > 1:
+        out += [Saved(f"{which} tokens (all-to-all output)", d.top_k * d.hidden / d.tokens * d.act)
                 for which in ("dispatched", "combined")]
     return out
 
@@ -233,8 +236,8 @@ def backward_working(d: Dims, moe: bool) -> float:
     parallelism the all-gathered norm output and the unreduced input gradient (full sequence, BF16)."""
     gathered = 2 * d.hidden * d.act if d.seq_shard > 1 else 0.0
     if moe:
-        return d.top_k * (3 * d.expert_ffn + 2 * d.hidden) / d.tp * d.act + gathered
-    return 3 * d.ffn / d.tp * d.act + gathered
+        return d.top_k * (3 * d.expert_ffn + 2 * d.hidden) / d.tokens * d.act + gathered
+    return 3 * d.ffn / d.width * d.act + gathered
 
 
 # Transformer Engine's fused cross-entropy keeps the BF16 logits, overwritten by their gradient in forward.
@@ -250,7 +253,7 @@ def loss_tensors(d: Dims, facts: MemoryFacts, te_cross_entropy: bool = False, co
     per_logit = TE_LOSS_BYTES if te_cross_entropy else COMPILED_LOSS_BYTES[0] if compiled else facts.loss_saved_bytes
     return [Saved("final norm input", d.hidden / d.seq_shard * d.act),
             Saved("output layer input", d.hidden / d.seq_shard * d.act),
-            Saved("logits (loss)", d.vocab / d.tp * per_logit)]
+            Saved("logits (loss)", d.vocab / d.width * per_logit)]
 
 
 def loss_working(d: Dims, facts: MemoryFacts, te_cross_entropy: bool = False, compiled: bool = False) -> float:
@@ -263,4 +266,4 @@ def loss_working(d: Dims, facts: MemoryFacts, te_cross_entropy: bool = False, co
         extra = COMPILED_LOSS_BYTES[1] - COMPILED_LOSS_BYTES[0]
     else:
         extra = facts.loss_peak_bytes - facts.loss_saved_bytes
-    return d.vocab / d.tp * extra + gathered
+    return d.vocab / d.width * extra + gathered
