@@ -14,8 +14,9 @@ upper bound on what a search may try:
       recompute_layers: [0, 1]       # full recomputation of every layer, or of one layer per model chunk
 
 The default space is the spec's framework's own (`Framework.space`, declared in its module: what it runs, expert
-parallelism for a mixture of experts); a space's `cp_from_tokens` adds every context-parallel degree for
-sequences at least that long, so a space is read for a workload (`for_workload`) before it is narrowed.
+parallelism for a mixture of experts); a space's `<axis>_from_tokens` (`cp_from_tokens`: an axis opened for long
+sequences, `Axis.from_tokens`) adds every degree of it for sequences at least that long, so a space is read for a
+workload (`for_workload`) before it is narrowed.
 """
 
 from __future__ import annotations
@@ -86,9 +87,15 @@ class _Axes(BaseModel):
         return value
 
 
+def from_tokens(axis: str) -> str:
+    """The space field that gives the sequence length from which `axis` (`Axis.from_tokens`) tries every degree."""
+    return f"{axis}_from_tokens"
+
+
 def _axis_fields(optional: bool) -> dict[str, Any]:
-    """Each registered axis's value list and cap (a space's default is the axis's `space_default`), and each of its
-    options' value list."""
+    """Each registered axis's value list and cap (a space's default is the axis's `space_default`), a space's
+    sequence length from which an axis opened for long sequences tries every degree (`Axis.from_tokens`), and each
+    axis option's value list."""
     out: dict[str, Any] = {}
     for axis in AXES:
         if optional:
@@ -99,6 +106,8 @@ def _axis_fields(optional: bool) -> dict[str, Any]:
             values = list(axis.space_default)
             out[axis.name] = (Auto | list[PositiveInt], Field(default_factory=lambda values=values: list(values)))
         out[f"max_{axis.name}"] = (PositiveInt | None, None)
+        if axis.from_tokens and not optional:
+            out[from_tokens(axis.name)] = (PositiveInt | None, None)
     for option, values in OPTIONS.items():  # each axis option's value list: a space's default is its default
         choices = list[Literal[values]]  # type: ignore[valid-type]
         out[option] = (choices | None, None) if optional else (choices, Field(default_factory=lambda v=values: [v[0]]))
@@ -123,9 +132,6 @@ class _SpaceOptions(_Axes):
     max_mbs: PositiveInt | None = 64
     max_v: PositiveInt | None = 8
     max_recompute_layers: PositiveInt | None = None
-    # Sequences of at least this many tokens also try every context-parallel degree (cp: auto): below it the
-    # activations cp splits rarely decide whether a plan fits, and cp multiplies the plans to search.
-    cp_from_tokens: PositiveInt | None = None
 
 
 class _NarrowingOptions(_Axes):
@@ -244,10 +250,12 @@ def default_space_name(spec: WorkloadSpec) -> str:
 
 
 def for_workload(space: SpaceConfig, spec: WorkloadSpec) -> SpaceConfig:
-    """`space` as it reads for `spec`: every context-parallel degree when its sequences reach `cp_from_tokens`."""
-    if space.cp_from_tokens is not None and space.cp != "auto" and spec.model.tokens >= space.cp_from_tokens:
-        return space.model_copy(update={"cp": "auto"})
-    return space
+    """`space` as it reads for `spec`: every degree of an axis opened for long sequences (`Axis.from_tokens`) when its
+    sequences reach the space's `<axis>_from_tokens`."""
+    opened = {a.name: "auto" for a in AXES if a.from_tokens and getattr(space, a.name) != "auto"
+              and getattr(space, from_tokens(a.name)) is not None
+              and spec.model.tokens >= getattr(space, from_tokens(a.name))}
+    return space.model_copy(update=opened) if opened else space
 
 
 def resolve_space(spec: WorkloadSpec, cli_space: str | None = None) -> tuple[str, SpaceConfig]:

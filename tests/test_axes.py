@@ -173,9 +173,10 @@ def test_each_axis_function_is_registered_onto_its_axis_by_reference():
 
 
 def test_the_search_the_plan_and_the_pricing_core_ask_for_an_axis_by_role_not_by_name():
-    """plan/plan.py, search_spaces' enumeration and the pricing core read axes from the registry (its roles:
-    `REPLICA_AXIS`, `PIPELINE_AXIS`, `SEQUENCE_SPLIT_AXIS`; the dimensions each axis splits, `RankShare`) and name
-    none in code (messages and docstrings may): an axis added to the registry needs no edit there."""
+    """plan/plan.py, search_spaces and the pricing core (parallel.py, plan_batch.py, memory/) read axes from the
+    registry (its roles: `REPLICA_AXIS`, `PIPELINE_AXIS`, `SEQUENCE_SPLIT_AXIS`; the dimensions each axis splits,
+    `RankShare`) and name none in code (messages and docstrings may): an axis added to the registry needs no edit
+    there."""
     import io
     import re
     import tokenize
@@ -183,10 +184,24 @@ def test_the_search_the_plan_and_the_pricing_core_ask_for_an_axis_by_role_not_by
 
     root = Path(__file__).resolve().parents[1]
     named = re.compile(r"(tp|cp|dp|pp|ep|edp|etp|vpp)(_\w*)?")
-    for path in ("predictor/plan/plan.py", "search_spaces/enumerate.py", "search_spaces/tune_space.py",
-                 "search_spaces/plan_list.py", "predictor/costs/parallel.py", "predictor/plan/share.py",
-                 *(str(p.relative_to(root)) for p in sorted((root / "predictor/memory").glob("*.py")))):
+    packages = [*sorted((root / "search_spaces").glob("*.py")), *sorted((root / "predictor/memory").glob("*.py"))]
+    for path in ("predictor/plan/plan.py", "predictor/plan/share.py", "predictor/costs/parallel.py",
+                 "predictor/models/plan_batch.py", *(str(p.relative_to(root)) for p in packages)):
         source = (root / path).read_text()
         names = [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline)
                  if t.type == tokenize.NAME and named.fullmatch(t.string)]
         assert names == [], f"{path} names {names}"
+
+
+def test_a_rank_share_divides_each_dimension_by_the_degrees_of_the_axes_that_split_it():
+    from predictor.plan.axes import DIMENSIONS
+    from predictor.plan.share import RankShare
+
+    plan = Plan(dp=2, tp=4, sp=True, cp=2, pp=2, ep=2, etp=2)
+    assert RankShare.of(plan) == RankShare(width=4, tokens=4, sequence=2, experts=2, expert_width=2, layers=2,
+                                           seq_shard=4)
+    assert RankShare.of(plan.with_(sp=False)).seq_shard == 1  # what a width split leaves whole stays whole
+    assert RankShare.split({}) == RankShare()
+    assert {d for a in AXES for d in a.splits} == set(DIMENSIONS)  # every dimension is some axis's
+    with pytest.raises(ValueError, match="unknown axes"):
+        RankShare.split({"xp": 2})

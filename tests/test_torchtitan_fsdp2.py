@@ -111,7 +111,7 @@ def test_the_reshard_policy_is_written_and_read_back(plan: Plan, policy: str) ->
 def test_async_tp_leaves_the_unfused_reduce_scatters_exposed(recompute: str, share: float) -> None:
     spec = _spec("fp8", nodes=8, batch=96)
     plan = as_run(Plan(dp=8, tp=8, sp=True, mbs=12, zero=3, recompute=recompute, overlap="dp+param+tp"), TITAN, spec)
-    assert TITAN.tp_exposed(plan) == pytest.approx(share)
+    assert TITAN.exposed_shares["tp_comm"](plan) == pytest.approx(share)
     graph = graph_for(spec.model)
     hidden = AnalyticalPredictor().predict(spec, graph, [plan])[0]
     exposed = AnalyticalPredictor().predict(spec, graph, [plan.with_(overlap="dp+param")])[0]

@@ -1,6 +1,7 @@
 """An axis added in one place: its registry entry and its cost function and rules (registered onto it), in a module
 outside ScaleDL named by SCALEDL_AXES, and a framework that declares it with its launch flag (a framework that does not declare it refuses it),
-run in a fresh interpreter so that no other test sees them."""
+run in a fresh interpreter so that no other test sees them; beside it, an axis that splits a dimension the pricing
+already knows (`Axis.splits`), which needs its registry entry alone."""
 
 from __future__ import annotations
 
@@ -31,6 +32,12 @@ AXIS = Axis("xp", "toy parallel", "nothing", "one exchange per layer", "nothing"
             explain="xp={degree} spends {share:.0f} % of the time in its toy exchange",
             parts=(TimePart("xp_comm", "toy exchange", "tp_comm"),), hidden={"xp_comm": "toy exchange"},
             overlap=("xp",), stage_cost=True, space_default=(2,), options={"xp_route": ("direct", "relay")})
+
+# A toy axis that splits a dimension the pricing already knows (the sequence, as context parallelism does) and has
+# no mechanism of its own: the pricing core shards by what is split, so the registry entry is all it takes.
+SEQUENCE = Axis("sq", "toy sequence parallel", "the sequence", "none", "activations divided by sq", order=2,
+                multiplies_gpus=False, explain="sq={degree} ({share:.0f} % of the time)", splits=("sequence",),
+                space_default=(1,))
 '''
 
 # A framework running the toy axis: Megatron-Core's, declaring xp with its flag, and its registry line.
@@ -54,6 +61,7 @@ from predictor.frameworks.base import degree_args
 from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import HIDDEN_KINDS, OVERLAP_KINDS, TIME_PARTS, Plan, plan_errors
+from predictor.plan.share import RankShare
 from predictor.spec.resolver import resolve
 from predictor.spec.workload import parse_spec
 from search_spaces import enumerate_plans, resolve_space
@@ -62,8 +70,8 @@ spec = parse_spec({"model": {"family": "gpt", "hidden": 1024, "layers": 8, "head
                              "vocab": 32000},
                    "training": {"global_batch": 32, "precision": "bf16", "framework": "toyframe"},
                    "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8}})
-toy, plain = Plan.parse("dp=8,xp=2"), Plan.parse("dp=8")
-table = AnalyticalPredictor().predict_table(spec, graph_for(spec.model), [toy, plain])
+toy, plain, split = Plan.parse("dp=8,xp=2"), Plan.parse("dp=8"), Plan.parse("dp=8,sq=2")
+table = AnalyticalPredictor().predict_table(spec, graph_for(spec.model), [toy, plain, split])
 _, space = resolve_space(spec)
 plans = enumerate_plans(spec, space).plans
 found = SearchResult(plans, AnalyticalPredictor().predict_table(spec, graph_for(spec.model), plans), 80.0, 80.0)
@@ -79,6 +87,9 @@ print(json.dumps({
     "priced": [table.row(i).breakdown["xp_comm"] for i in (0, 1)],
     "times": [table.row(i).iter_time_s for i in (0, 1)],
     "args": degree_args(toy, toy_framework.TOY.axes),
+    "sequence": RankShare.of(split).sequence,
+    "split": [[float(table.extra["kernel_compute_s"][i]), table.row(i).memory_breakdown["activations"]]
+              for i in (1, 2)],
 }))
 '''
 
@@ -87,7 +98,7 @@ def test_toy_axis_is_enumerated_priced_explained_and_written(tmp_path: Path) -> 
     (tmp_path / "toy_axis.py").write_text(textwrap.dedent(TOY))
     (tmp_path / "toy_framework.py").write_text(textwrap.dedent(TOY_FRAMEWORK))
     root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "SCALEDL_AXES": "toy_axis:AXIS",
+    env = {**os.environ, "SCALEDL_AXES": "toy_axis:AXIS,toy_axis:SEQUENCE",
            "PYTHONPATH": os.pathsep.join([str(root), str(tmp_path)])}
     out = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, cwd=root,
                          timeout=120)
@@ -108,3 +119,8 @@ def test_toy_axis_is_enumerated_priced_explained_and_written(tmp_path: Path) -> 
     assert toy_s > 0 and plain_s == 0.0  # its cost function priced it, exposed (the framework overlaps no xp)
     assert got["times"][0] > got["times"][1]
     assert got["args"][-2:] == ["--toy-parallel-size", "2"]
+    # the axis that splits the sequence: a rank holds half of it, its kernels compute and it keeps about half
+    assert got["sequence"] == 2
+    (plain_compute, plain_acts), (split_compute, split_acts) = got["split"]
+    # (its GEMMs, on half the rows, run at a lower rate)
+    assert 0.5 <= split_compute / plain_compute < 0.9 and 0.4 < split_acts / plain_acts < 0.6

@@ -43,7 +43,7 @@ from predictor.spec.workload import WorkloadSpec
 BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 2, "fp4": 2}
 REPEATED_GROUPS = ("block", "enc", "dec")
 _SHARDED_ROLES = ("column", "row", "heads", "vocab")
-_TOKEN_ROLES = ("tokens", "experts")  # split by their tokens (`RankShare.tokens`: MoE runs sequence parallel), weights not
+_TOKEN_ROLES = ("tokens", "experts")  # split by their tokens (`RankShare.tokens`), their weights not
 SEQUENCE_SPLIT_KINDS = ("layernorm", "rmsnorm", "dropout", "elementwise")
 # The groups gradients sync over: the replicas' and the experts' (the complement of the axis that regroups a stage's
 # ranks for them).
@@ -170,7 +170,7 @@ def _shard(graph: LayerGraph, share: RankShare, heads: int | None) -> ShardedNod
             elif nd.role == "row":
                 k = k / width
             gm[i], gn[i], gk[i], gb[i] = m, nn, k, 1
-        elif nd.kind == "experts":  # the rank's share of the experts as grouped GEMMs, each on its ranks' tokens·top_k/E
+        elif nd.kind == "experts":  # the rank's experts as grouped GEMMs, each on its ranks' tokens·top_k/E rows
             e, d_in, d_ffn = nd.attrs["experts"], nd.attrs["d_in"], nd.attrs["d_ffn"]
             rows = nd.fwd_flops / (2 * 3 * d_in * d_ffn) / e  # per expert and sample (gate, up and down GEMMs)
             # a split expert width: its ranks' tokens gathered, its share of each expert's FFN

@@ -195,9 +195,10 @@ class Framework:
     optimizers: tuple[str, ...] = ("adam", "sgd")
     # Whether ScaleDL prices LoRA fine-tuning (`training.lora_rank`, `predictor.costs.lora`) as it runs it.
     lora: bool = False
-    # The share of a plan's overlapped tensor-parallel traffic that nothing hides, where its own overlap decides it
-    # (None: Transformer Engine's pipelined reduce-scatter, `predictor.models.overlap.EDGE_SHARE`).
-    tp_exposed: Callable[[Plan], float] | None = None
+    # Per kind of hidden communication (`HIDDEN_KINDS`), the share of a plan's overlapped traffic that nothing hides,
+    # where its own overlap decides it (a kind not here: `predictor.models.overlap.EDGE_SHARE`, e.g. Transformer
+    # Engine's pipelined reduce-scatter for tensor parallelism's).
+    exposed_shares: Mapping[str, Callable[[Plan], float]] = field(default_factory=dict)
 
     @property
     def version(self) -> str:

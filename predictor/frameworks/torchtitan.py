@@ -447,4 +447,4 @@ TORCHTITAN = Framework(NAME, "torchtitan", _rules, _default_overlap, frozenset(O
                                                 "(parallelism.expert_parallel_comm_backend standard or deepep)"},
                        kernels=KERNELS,
                        versions=VERSIONS, compiles_by_default=_compiles, recomputes_some_layers=True,
-                       tp_exposed=_async_tp_exposed)
+                       exposed_shares={"tp_comm": _async_tp_exposed})

@@ -57,7 +57,7 @@ class Dims:
     linear_input_bytes: float  # bytes per element a linear keeps of its input (2 in BF16, 1 in FP8)
     fp8: bool
     scores_keys: int = 0  # keys per query whose scores an unfused attention keeps (0: fused)
-    expert_ranks: int = 1  # the ranks the routed experts are spread over: above 1 a MoE layer's tokens cross all-to-alls
+    expert_ranks: int = 1  # the ranks the routed experts are spread over: above 1 MoE tokens cross all-to-alls
     act: float = 2.0  # bytes per activation element (`activation_element_bytes`)
     imbalance: float = 1.0  # the busiest expert rank's token-expert pairs over the balanced share (`moe_imbalance`)
     expert_width: int = 1  # the divisor of each expert's FFN: its FC1 keeps that many ranks' gathered tokens

@@ -31,7 +31,7 @@ from predictor.models import fsdp2, overlap
 from predictor.models.cuda_graphs import static_bytes
 from predictor.models.roofline import AnalyticalConfig, call_costs, routed
 from predictor.models.stage_costs import compute_parts, grad_sync_time, offload_waits, optimizer_time, p2p_time
-from predictor.plan import AXIS_NAMES, HIDDEN_KINDS, OVERLAP_KINDS, STAGE_AXES, Axis, Plan, nvlink_domain
+from predictor.plan import AXIS, AXIS_NAMES, HIDDEN_KINDS, OVERLAP_KINDS, STAGE_AXES, Axis, Plan, nvlink_domain
 from predictor.plan.axes import PIPELINE_AXIS, REPLICA_AXIS, SHARDING_FIELDS, STAGE_FIELDS, SYNC_GROUPS
 from predictor.spec.hardware import Device
 from predictor.spec.resolver import Resolved
@@ -52,6 +52,15 @@ _STAGE_AT = tuple(AXIS_NAMES.index(a.name) for a in STAGE_AXES)
 # device differ in time by these and by what each overlaps.
 FRAMEWORK_PARTS: tuple[str, ...] = ("attention", "host", "calls")
 _ALWAYS_HIDDEN = tuple(tuple(a.overlapped_when.split("=")) if a.overlapped_when else None for a in STAGE_AXES)
+# Each stage axis's one kind of hidden communication (`Axis.hidden`).
+_STAGE_KINDS = tuple(kind for a in STAGE_AXES for kind in a.hidden)
+# What the replicas' axis adds (its registry entry's order): one time part, the gradient sync and the parameter
+# all-gather; the kinds of hidden communication and the overlap kinds of each of those two.
+(_SYNC_PART,), (_GRAD_KIND, _GATHER_KIND), (_GRAD_OVERLAP, _GATHER_OVERLAP) = (
+    tuple(p.name for p in AXIS[REPLICA_AXIS].parts), tuple(AXIS[REPLICA_AXIS].hidden), AXIS[REPLICA_AXIS].overlap)
+# What the pipeline's axis adds: the bubble and the send/recv time parts; the send/recv's hidden and overlap kinds.
+(_BUBBLE_PART, _SEND_PART), (_SEND_KIND,), (_SEND_OVERLAP,) = (
+    tuple(p.name for p in AXIS[PIPELINE_AXIS].parts), tuple(AXIS[PIPELINE_AXIS].hidden), AXIS[PIPELINE_AXIS].overlap)
 
 
 def stage_cost(axis: Axis) -> Callable[..., np.ndarray]:
@@ -147,7 +156,7 @@ class PlanPieces:
         self.sync = _Scalars(8)
         self.p2p = _Scalars(1)
         self.optimizer = _Scalars(1)
-        self.overlap = _Scalars(len(OVERLAP_KINDS) + 1)  # and the tp traffic's exposed share
+        self.overlap = _Scalars(len(OVERLAP_KINDS) + len(STAGE_AXES))  # and each stage axis's exposed share
         # a plan's four stage pieces' rows and its two memory rows, under one key each
         self.stage_rows: dict[tuple, tuple[int, ...]] = {}
         self.memory_rows: dict[tuple, tuple[int, ...]] = {}
@@ -216,13 +225,14 @@ class PlanPieces:
         return (p2p_time(lay, self.device, self.p2p_s),)
 
     def _overlap_row(self, plan: Plan) -> tuple[float, ...]:
-        """Whether each OVERLAP_KINDS kind hides, and the share of the tp traffic that stays exposed when it does."""
+        """Whether each OVERLAP_KINDS kind hides, and per stage axis the share of its traffic that stays exposed when
+        it does (the framework's own where its overlap decides it, `Framework.exposed_shares`)."""
         kinds = self.framework.overlap(plan)
         if not self.kernels.transformer_engine:
             kinds = kinds - self.framework.kernels.te_overlap
-        own = self.framework.tp_exposed
-        exposed = overlap.EDGE_SHARE["tp_comm"] if own is None else own(plan)
-        return (*(float(k in kinds) for k in OVERLAP_KINDS), exposed)
+        own = self.framework.exposed_shares
+        shares = (own[kind](plan) if kind in own else overlap.EDGE_SHARE.get(kind, 0.0) for kind in _STAGE_KINDS)
+        return (*(float(k in kinds) for k in OVERLAP_KINDS), *shares)
 
     def _levers(self, plan: Plan) -> Levers:
         recipe = self.resolved.recipe  # a block-scaled recipe keeps row- and columnwise weight copies
@@ -367,21 +377,22 @@ class PlanPieces:
         p2p = sends * one_send
         # What the framework's own kernels and costs add to the iteration before overlap: the slowest stage's
         # micro-batches plus the other stages' fill and drain (as compute and pp_bubble count them)
-        attention, host, tp_calls = (m * at + other / v for at, other in zip(path[::2], path[1::2]))
-        framework = np.stack([attention, host, tp_calls + sync_calls + sends * self.p2p_s], axis=1)
+        attention, host, layer_calls = (m * at + other / v for at, other in zip(path[::2], path[1::2]))
+        framework = np.stack([attention, host, layer_calls + sync_calls + sends * self.p2p_s], axis=1)
         optimizer = self.optimizer.array()[index[optimizer_row], 0]
-        *kinds, tp_exposed = self.overlap.array()[index[overlap_row]].T
+        overlapped = self.overlap.array()[index[overlap_row]].T
+        kinds, shares = overlapped[:len(OVERLAP_KINDS)], overlapped[len(OVERLAP_KINDS):]
         on = dict(zip(OVERLAP_KINDS, (k.astype(bool) for k in kinds)))
         hide = self._hidden(on, always, comm_s, m, f_s, b_s, att_s, kern_s, experts, (grad_sync, grad_calls, grad_edge),
-                            (param_gather, gather_calls, gather_edge), zero3.astype(bool), p2p, one_send, tp_exposed)
+                            (param_gather, gather_calls, gather_edge), zero3.astype(bool), p2p, one_send, shares)
         parts: dict[str, np.ndarray] = {}
         for k, axis in enumerate(STAGE_AXES):
             (kind,), (part,) = axis.hidden, axis.parts
             parts[part.name] = m * comm_s[k] - hide[kind]
         slowed = sum((hide[kind] for kind in HIDDEN_KINDS), np.zeros_like(compute))
-        parts.update(compute=compute + overlap.slowdown(self.device) * slowed + copies,
-                     dp_comm=grad_sync + param_gather - hide["dp_grad"] - hide["dp_param"], pp_bubble=bubble,
-                     pp_p2p=p2p - hide["pp_p2p"], optimizer=optimizer)
+        parts.update({"compute": compute + overlap.slowdown(self.device) * slowed + copies,
+                      _SYNC_PART: grad_sync + param_gather - hide[_GRAD_KIND] - hide[_GATHER_KIND],
+                      _BUBBLE_PART: bubble, _SEND_PART: p2p - hide[_SEND_KIND], "optimizer": optimizer})
         breakdown = np.stack([parts[k] for k in TIME_PARTS], axis=1)
         iter_time = row_sums(breakdown)
         model_flops = (graph.fwd_flops + graph.bwd_flops) * spec.training.global_batch
@@ -399,11 +410,11 @@ class PlanPieces:
     def _hidden(on: dict[str, np.ndarray], always: np.ndarray, comm_s: np.ndarray, m: np.ndarray, f_s: np.ndarray,
                 b_s: np.ndarray, att_s: np.ndarray, kern_s: np.ndarray, experts: np.ndarray,
                 grads: tuple[np.ndarray, ...], gathers: tuple[np.ndarray, ...], zero3: np.ndarray, p2p: np.ndarray,
-                one_send: np.ndarray, tp_exposed: np.ndarray) -> dict[str, np.ndarray]:
+                one_send: np.ndarray, shares: np.ndarray) -> dict[str, np.ndarray]:
         """Seconds of each HIDDEN_KINDS communication hidden, over plans (`predictor.models.overlap`): each kind the
         plan overlaps beside the window its framework's schedule gives it, all of them beside the stage's
-        computation. `grads` and `gathers`: the data-parallel seconds, calls, and the call nothing hides; `tp_exposed`:
-        the share of the tp traffic nothing hides (the framework's, `_overlap_row`)."""
+        computation. `grads` and `gathers`: the gradient sync's and the parameter all-gather's seconds, calls, and the
+        call nothing hides; `shares`: per stage axis, the share of its traffic nothing hides (`_overlap_row`)."""
         grad_sync, grad_calls, grad_edge = grads
         param_gather, gather_calls, gather_edge = gathers
         compute = m * (f_s + b_s)
@@ -418,8 +429,7 @@ class PlanPieces:
         for k, axis in enumerate(STAGE_AXES):
             (kind,) = axis.hidden
             total = m * comm_s[k]
-            share = tp_exposed if kind == "tp_comm" else overlap.EDGE_SHARE.get(kind, 0.0)
-            edge = total * share + comm_s[k] * overlap.EDGE_MICROBATCHES.get(kind, 0.0)
+            edge = total * shares[k] + comm_s[k] * overlap.EDGE_MICROBATCHES.get(kind, 0.0)
             if axis.window == "phases":  # half beside the other micro-batch's attention, half beside the rest
                 share = np.where(together > 0, comm_s[k] / np.maximum(together, 1e-300), 0.0)
                 own = np.minimum(total / 2, windows["attention"]) + np.minimum(total / 2, windows["gemms"])
@@ -432,11 +442,12 @@ class PlanPieces:
         gather_f = overlap.pipelined(param_gather / passes, gather_calls / passes, f_s, gather_edge)
         gather_b = np.where(zero3, overlap.pipelined(param_gather / passes, gather_calls / passes, b_s, gather_edge),
                             0.0)
-        hide["dp_param"] = np.where(on["param"], np.where(zero3, m * (gather_f + gather_b), gather_f), 0.0)
+        hide[_GATHER_KIND] = np.where(on[_GATHER_OVERLAP], np.where(zero3, m * (gather_f + gather_b), gather_f), 0.0)
         # the gradient buckets beside the last backward, after what that backward's gathers hide on the communicator
-        grad_window = b_s - np.where(on["param"], gather_b, 0.0)
-        hide["dp_grad"] = np.where(on["dp"], overlap.pipelined(grad_sync, grad_calls, grad_window, grad_edge), 0.0)
-        hide["pp_p2p"] = np.where(on["pp"], np.clip(p2p - 2 * one_send, 0.0, compute), 0.0)
+        grad_window = b_s - np.where(on[_GATHER_OVERLAP], gather_b, 0.0)
+        hide[_GRAD_KIND] = np.where(on[_GRAD_OVERLAP], overlap.pipelined(grad_sync, grad_calls, grad_window, grad_edge),
+                                    0.0)
+        hide[_SEND_KIND] = np.where(on[_SEND_OVERLAP], np.clip(p2p - 2 * one_send, 0.0, compute), 0.0)
         return overlap.share_window(hide, compute)
 
     def _slowest_stage(self, index: np.ndarray, depth: int) -> np.ndarray:

@@ -98,7 +98,8 @@ class Axis:
     # whole divided by the degrees of the axes that split it (`predictor.plan.share.RankShare`).
     splits: tuple[str, ...] = ()
     # Whether a search space may open every degree of it for long sequences: the space's `<name>_from_tokens` field
-    # gives the sequence length from which `auto` replaces the space's list (`search_spaces.space.for_workload`).
+    # gives the sequence length from which `auto` replaces the space's list (`search_spaces.space.for_workload`;
+    # cp: below it the activations cp splits rarely decide whether a plan fits, and cp multiplies the plans).
     from_tokens: bool = False
     # Whether its per-layer collectives sit between dependent GEMMs, so that a group leaving NVLink costs every
     # layer: a plan keeps it inside an NVLink domain unless it allows cross-node tp (context parallelism's ring
@@ -206,6 +207,9 @@ AXES: tuple[Axis, ...] = (
          overlapped_when="cp_comm=ring", space_default=(1,), written_after="placement",
          # how it exchanges K/V: ring (send/recv overlapped with attention) or allgather (gathered before attention)
          options={"cp_comm": ("ring", "allgather")}, options_after="overlap"),
+    # The replicas' and the pipeline's parts, hidden and overlap kinds are read by role in their order
+    # (`predictor.models.plan_batch`): dp's gradient reduction before its parameter all-gather, pp's bubble before
+    # its send/recv.
     Axis("dp", "data parallel", "the global batch",
          "gradient all-reduce or reduce-scatter (over dp·cp ranks), weight all-gather with ZeRO/FSDP",
          "optimizer state, gradients and weights divided by dp·cp with ZeRO 1/2/3", order=2,

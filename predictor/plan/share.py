@@ -1,9 +1,9 @@
 """What one rank holds of a pipeline stage's layers: each dimension of them (`predictor.plan.axes.DIMENSIONS`)
 divided by the degrees of the axes that split it.
 
-The pricing core (`predictor.costs.parallel`, `predictor.memory`) reads a `RankShare`, never an axis: which axis splits a
-dimension is the registry's word alone (`Axis.splits`), so an axis that splits a dimension already priced needs no
-edit there.
+The pricing core (`predictor.costs.parallel`, `predictor.memory`) reads a `RankShare`, never an axis: which axis
+splits a dimension is the registry's word alone (`Axis.splits`), so an axis that splits a dimension already priced
+needs no edit there.
 """
 
 from __future__ import annotations
