@@ -189,11 +189,13 @@ def test_the_search_the_plan_and_the_pricing_core_ask_for_an_axis_by_role_not_by
                  "predictor/models/plan_batch.py", *(str(p.relative_to(root)) for p in packages)):
         source = (root / path).read_text()
         names = [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline)
-                 if t.type == tokenize.NAME and named.fullmatch(t.string)]
+                 if t.type == tokenize.NAME and named.fullmatch(t.string)
+                 or t.type == tokenize.STRING and named.fullmatch(t.string.strip("'\""))]
         assert names == [], f"{path} names {names}"
 
 
 def test_a_rank_share_divides_each_dimension_by_the_degrees_of_the_axes_that_split_it():
+    from predictor.graph.cache import graph_for
     from predictor.plan.axes import DIMENSIONS
     from predictor.plan.share import RankShare
 
@@ -205,3 +207,10 @@ def test_a_rank_share_divides_each_dimension_by_the_degrees_of_the_axes_that_spl
     assert {d for a in AXES for d in a.splits} == set(DIMENSIONS)  # every dimension is some axis's
     with pytest.raises(ValueError, match="unknown axes"):
         RankShare.split({"xp": 2})
+    spec = parse_spec({"model": {"family": "llama", "hidden": 512, "layers": 4, "heads": 8, "kv_heads": 4,
+                                 "seq_len": 256, "vocab": 1000, "experts": 8, "top_k": 2},
+                       "training": {"global_batch": 16}, "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8}})
+    lay = apply_plan(spec, graph_for(spec.model), Plan(dp=8, ep=4), get_device("h100"))
+    assert lay.split_group("experts").size == 4  # the ranks that exchange the experts' tokens: ep's group
+    with pytest.raises(ValueError, match="no one axis with a group splits 'layers'"):
+        lay.split_group("layers")

@@ -116,6 +116,9 @@ class Layout:
     def split_group(self, dimension: str) -> Group:
         """The group of the axis that splits `dimension` (`RankShare`; e.g. `experts`: the ranks that exchange the
         routed experts' tokens)."""
+        if dimension not in SPLIT_GROUPS:
+            raise ValueError(f"no one axis with a group splits {dimension!r} (predictor.plan.axes: Axis.splits); "
+                             f"dimensions with one: {', '.join(SPLIT_GROUPS)}")
         return self.groups[SPLIT_GROUPS[dimension]]
 
 

@@ -50,5 +50,7 @@ class RankShare:
 if {f.name for f in fields(RankShare)} != {*DIMENSIONS, SEQUENCE_SHARD}:  # pragma: no cover (a registry edit)
     raise ValueError(f"RankShare's fields must be the registry's dimensions {[*DIMENSIONS, SEQUENCE_SHARD]}")
 
-# The communication group of the axis that splits each dimension (`Axis.group`), where one does.
-SPLIT_GROUPS: dict[str, str] = {d: a.group for a in AXES if a.group for d in a.splits}
+# The communication group of the axis that splits each dimension (`Axis.group`), where one axis with a group does
+# (two would leave the dimension's group ambiguous: it is then not here).
+_GROUPED: tuple[tuple[str, str], ...] = tuple((d, a.group) for a in AXES if a.group for d in a.splits)
+SPLIT_GROUPS: dict[str, str] = {d: g for d, g in _GROUPED if [x for x, _ in _GROUPED].count(d) == 1}
