@@ -69,14 +69,14 @@ def run_once(spec: str, space: str | None, nodes: str | None, predictor: str, ou
 def exhaustive_best(spec_path: str, space_name: str | None, nodes: str | None, predictor: str,
                     limit_gib: float) -> tuple[str, int, float]:
     """(best plan, plans, seconds) predicting every valid plan of every cluster size here, one table per size,
-    without Ray or Tune, with the memory-lever variants `scaledl plan` adds (`orchestrator.lever_search`)."""
+    without Ray or Tune, with the memory-lever variants `scaledl plan` adds (`orchestrator.search.levers`)."""
     import numpy as np
 
     from orchestrator.commands.plan import parse_nodes
-    from orchestrator.lever_search import Repredictor, explore_levers
     from orchestrator.planning import sized_spec
-    from orchestrator.replica import join_tables
-    from orchestrator.search import SearchResult
+    from orchestrator.search.levers import Repredictor, explore_levers
+    from orchestrator.search.replica import join_tables
+    from orchestrator.search.types import SearchResult
     from predictor.graph.cache import graph_for
     from predictor.models.registry import load_predictor
     from predictor.spec.workload import load_spec

@@ -52,7 +52,7 @@ def rate(call: Callable[[Sequence[Plan]], object], plans: list[Plan], n: int) ->
     return len(plans) / (time.perf_counter() - t0), len(plans) / (time.process_time() - c0)
 
 
-CHUNK = 8192  # plans per call, as a search's replica receives them (orchestrator.replica.MAX_CHUNK)
+CHUNK = 8192  # plans per call, as a search's replica receives them (orchestrator.search.replica.MAX_CHUNK)
 
 
 def _node_counts(nodes: int) -> list[int]:

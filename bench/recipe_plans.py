@@ -5,7 +5,7 @@ recipe sets that a plan can say (recomputed modules, full recomputation of N lay
 gradients; `memory_eval.RECIPE_LEVERS`), predicted by the analytical model: does it fit its GPU (reserved + runtime within
 the capacity less the search's headroom)? Then the search a user would run with the recipe's parallel degrees fixed
 (`--space full` narrowed to the row's tp, pp, cp, ep, v and micro-batch; ZeRO stage, recomputation, schedule,
-placement and overlap free) followed by the lever pass (`orchestrator.lever_search.explore_levers`): is its winner
+placement and overlap free) followed by the lever pass (`orchestrator.search.levers.explore_levers`): is its winner
 predicted no slower than the recipe's plan? No Ray: the search's plans are predicted in this process, as its
 replicas would.
 
@@ -22,9 +22,9 @@ import pandas as pd
 
 from bench import common
 from bench.memory_eval import BRIDGE, recipe_workload
-from orchestrator.lever_search import Repredictor, explore_levers
 from orchestrator.planning import sized_spec
-from orchestrator.search_types import SearchResult
+from orchestrator.search.levers import Repredictor, explore_levers
+from orchestrator.search.types import SearchResult
 from predictor.graph.cache import graph_for
 from predictor.memory.facts import HEADROOM
 from predictor.models.analytical import AnalyticalPredictor

@@ -29,9 +29,9 @@ from pydantic import ValidationError
 
 from orchestrator.ray_cluster.address import check_reachable
 from orchestrator.ray_cluster.lifecycle import init_ray, shutdown_ray_meanwhile
-from orchestrator.replica import LocalPool, ReplicaLoadError
-from orchestrator.search import SearchError, check_resume, choose_searcher, run_search, uses_tune
-from orchestrator.search_types import SearchOptions
+from orchestrator.search.replica import LocalPool, ReplicaLoadError
+from orchestrator.search.run import SearchError, check_resume, choose_searcher, run_search, uses_tune
+from orchestrator.search.types import SearchOptions
 from predictor.memory.facts import HEADROOM
 from predictor.models.base import Dominated
 from predictor.models.registry import check_predictor_name, dominated_values
@@ -147,7 +147,7 @@ def _enumerate(specs: list[WorkloadSpec], space: SpaceConfig, options: SearchOpt
     enumeration = enumerate_sizes(specs, space, dominated)
     n = len(enumeration.plans)
     if n and uses_tune(choose_searcher(options.searcher, n, options.exhaustive_limit), n, options):
-        import orchestrator.tune_search  # noqa: F401
+        import orchestrator.search.tune  # noqa: F401
     return enumeration
 
 
@@ -373,10 +373,10 @@ def _search(req: PlanRequest, search: _Search, enumeration: Enumeration, graph: 
 
 
 def _ray_pool(req: PlanRequest, search: _Search, enumeration: Enumeration, graph: Any) -> Any:
-    """The replicas as Ray actors (`orchestrator.replicas.ReplicaPool`), loading while the search starts."""
+    """The replicas as Ray actors (`orchestrator.search.ray_replicas.ReplicaPool`), loading while the search starts."""
     import ray
 
-    from orchestrator.replicas import ReplicaPool
+    from orchestrator.search.ray_replicas import ReplicaPool
 
     # One replica per ~2,000 plans, at most one per CPU: a replica's first plans are its slowest (each new
     # stage shape is priced once, then memoised), so two split even a few thousand plans' cold start.
@@ -392,7 +392,7 @@ def _report(req: PlanRequest, search: _Search, enumeration: Enumeration, result:
     from dataclasses import replace
 
     from orchestrator.report import TrainingGoal, build_report
-    from orchestrator.wider_space import best_of_sample
+    from orchestrator.search.wider_space import best_of_sample
 
     report = build_report(resolved=search.resolved, spec_path=req.spec,
                           predictor={"name": infos[0]["predictor"], "accuracy": infos[0].get("accuracy")},
@@ -431,7 +431,7 @@ def run_plan(req: PlanRequest) -> "Report":
     search = _prepare(req)
     lap = _Laps(req.timings, t0)
     use, enumeration, graph = (_start_here if search.here else _start)(req, search, lap)
-    from orchestrator.lever_search import Repredictor, explore_levers
+    from orchestrator.search.levers import Repredictor, explore_levers
     from orchestrator.report import print_report, write_report
 
     console = Console(quiet=not req.show)

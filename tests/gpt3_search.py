@@ -7,7 +7,7 @@ from functools import cache
 
 from orchestrator.planning import enumerate_sizes, sized_spec
 from orchestrator.report import Report, build_report
-from orchestrator.search_types import Evaluated, SearchResult, infeasibility
+from orchestrator.search.types import Evaluated, SearchResult, infeasibility
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.spec.hardware import GIB
 from predictor.spec.resolver import get_device, resolve

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.ray_cluster.address import EXIT_UNREACHABLE
-from orchestrator.store import prepare_store
+from orchestrator.search.store import prepare_store
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = str(ROOT / "examples" / "gpt3-175b-a100x1024.yaml")

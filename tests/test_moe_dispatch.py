@@ -127,7 +127,7 @@ def test_routing_imbalance_is_a_workload_setting() -> None:
 
 
 def test_why_it_does_not_fit_names_the_dispatchers_buffers() -> None:
-    from orchestrator.lever_search import fixes
+    from orchestrator.search.levers import fixes
     spec = _spec()
     plan = Plan(dp=16, ep=16, zero=1, dispatcher="hybridep")
     named = dict(fixes(plan, spec))

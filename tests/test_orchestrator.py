@@ -13,9 +13,9 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from orchestrator.replicas import ReplicaPool  # noqa: E402
-from orchestrator.search import run_search  # noqa: E402
-from orchestrator.search_types import SearchOptions  # noqa: E402
+from orchestrator.search.ray_replicas import ReplicaPool  # noqa: E402
+from orchestrator.search.run import run_search  # noqa: E402
+from orchestrator.search.types import SearchOptions  # noqa: E402
 from predictor.models.analytical import AnalyticalPredictor  # noqa: E402
 from search_spaces import enumerate_plans, load_space  # noqa: E402
 from tests.gpt3_search import CAPACITY, GRAPH, PLANS, SPEC, best_direct, best_found  # noqa: E402
@@ -52,8 +52,8 @@ def test_exhaustive_search_finds_the_direct_answer(pool, tmp_path, runner) -> No
 
 
 def test_an_exhaustive_search_of_any_size_runs_without_tune() -> None:
-    from orchestrator.search import uses_tune
-    from orchestrator.search_types import EXHAUSTIVE_LIMIT
+    from orchestrator.search.run import uses_tune
+    from orchestrator.search.types import EXHAUSTIVE_LIMIT
 
     assert not uses_tune("exhaustive", EXHAUSTIVE_LIMIT, SearchOptions())  # a million plans too: its batches are fixed
     assert uses_tune("optuna", 10, SearchOptions()) and uses_tune("random", 10, SearchOptions())
@@ -165,7 +165,7 @@ def test_sigterm_during_a_direct_search_is_not_taken_for_ctrl_c(pool, tmp_path) 
 
 
 def test_resume_refuses_another_search(pool, tmp_path) -> None:
-    from orchestrator.search import SearchError
+    from orchestrator.search.run import SearchError
 
     run_search(PLANS, pool, tmp_path, CAPACITY, SearchOptions(batch_size=700), key="one")
     with pytest.raises(SearchError, match="another spec"):
@@ -173,7 +173,7 @@ def test_resume_refuses_another_search(pool, tmp_path) -> None:
 
 
 def test_nothing_to_resume_is_a_clear_error(pool, tmp_path) -> None:
-    from orchestrator.search import SearchError
+    from orchestrator.search.run import SearchError
 
     with pytest.raises(SearchError, match="nothing to resume"):
         run_search(PLANS, pool, Path(tmp_path) / "empty", CAPACITY, SearchOptions(resume=True), key="x")
@@ -192,8 +192,8 @@ def test_a_failing_plan_costs_only_its_own_answer_and_answers_stay_in_order() ->
     """No Ray: a replica's answer is a table of the plans predicted plus an error for each other, in batch order,
     across cluster sizes; the search result keeps the first answer of each plan."""
     from orchestrator.planning import sized_spec
-    from orchestrator.replica import Answers, Replica
-    from orchestrator.search import _collect
+    from orchestrator.search.replica import Answers, Replica
+    from orchestrator.search.run import _collect
 
     big = sized_spec(SPEC, 4)
     plans = [p for pair in zip(PLANS[:40], enumerate_plans(big, load_space("megatron-3d")).plans[:40]) for p in pair]

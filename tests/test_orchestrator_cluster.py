@@ -9,9 +9,9 @@ pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
 from orchestrator.ray_cluster.local import local_cluster  # noqa: E402
-from orchestrator.replicas import ReplicaPool  # noqa: E402
-from orchestrator.search import run_search  # noqa: E402
-from orchestrator.search_types import SearchOptions  # noqa: E402
+from orchestrator.search.ray_replicas import ReplicaPool  # noqa: E402
+from orchestrator.search.run import run_search  # noqa: E402
+from orchestrator.search.types import SearchOptions  # noqa: E402
 from tests.gpt3_search import CAPACITY, GRAPH, PLANS, SPEC, best_direct, best_found  # noqa: E402
 
 

@@ -11,14 +11,14 @@ import re
 import numpy as np
 import pytest
 
-from orchestrator.lever_search import Repredictor
 from orchestrator.planning import sized_spec
 from orchestrator.report import build_report, write_report
 from orchestrator.report.explain import explain
 from orchestrator.report.plots import pareto_front
 from orchestrator.report.ranking import front, rank
 from orchestrator.report.render_json import to_json
-from orchestrator.search_types import Evaluated, SearchResult, infeasibility
+from orchestrator.search.levers import Repredictor
+from orchestrator.search.types import Evaluated, SearchResult, infeasibility
 from predictor.frameworks.launch import launch_settings
 from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor

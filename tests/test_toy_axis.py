@@ -55,7 +55,7 @@ CHECK = '''
 import json
 import toy_framework
 from orchestrator.report.explain import explain
-from orchestrator.search_types import SearchResult
+from orchestrator.search.types import SearchResult
 from predictor.frameworks import FRAMEWORKS
 from predictor.frameworks.base import degree_args
 from predictor.graph.cache import graph_for

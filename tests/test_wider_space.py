@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from orchestrator.lever_search import Repredictor
 from orchestrator.planning import sized_spec
 from orchestrator.report import build_report
 from orchestrator.report.document import sections
 from orchestrator.report.render_json import to_json
-from orchestrator.search_types import Evaluated, SearchResult, infeasibility
-from orchestrator.wider_space import GAIN, SAMPLE, best_of_sample
+from orchestrator.search.levers import Repredictor
+from orchestrator.search.types import Evaluated, SearchResult, infeasibility
+from orchestrator.search.wider_space import GAIN, SAMPLE, best_of_sample
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.spec.hardware import GIB
 from predictor.spec.resolver import get_device, resolve

@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--headroom must be in [0, 1), got {args.headroom}")
     if args.budget_s is not None and args.budget_s <= 0:
         raise UsageError(f"--budget-s must be positive, got {args.budget_s}")
-    from orchestrator.store import SearchError
+    from orchestrator.search.store import SearchError
 
     try:
         report = run_plan(PlanRequest(

@@ -39,7 +39,8 @@ fits the plans closest to fitting with the changes that would make them fit in `
     validation (only with --validate K): {k, steps, warmup, plans: [ValidationResult.to_dict()], note}
         (see orchestrator.validation.trials),
     wider (only when a sample of the full space holds a plan that fits and beats the winner by more than 3 %, or
-        fits where nothing does): {space, plan, iter_time_s, peak_memory_gib, sampled} (orchestrator.wider_space).
+        fits where nothing does): {space, plan, iter_time_s, peak_memory_gib, sampled}
+        (orchestrator.search.wider_space).
 `report.md` says the same for people; `report.html` loads nothing from the network (plotly inlined once: a sortable,
 filterable plan table, time-memory and time-cost plots with hover labels; the breakdowns as base64 PNGs);
 `launch/` holds the winner's launch file for the spec's framework: `megatron_args.txt` (and `torchrun.sh`),

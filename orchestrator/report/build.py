@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.lever_search import Repredictor
 from orchestrator.report import close_plans
 from orchestrator.report.explain import explain
 from orchestrator.report.model import (ClosePlan, DeviceInfo, FrontPlan, InfeasiblePlan, Launch, Ranking, RankedPlan,
@@ -16,7 +15,8 @@ from orchestrator.report.model import (ClosePlan, DeviceInfo, FrontPlan, Infeasi
 from orchestrator.report.points import points
 from orchestrator.report.ranking import costs, front, intervals, measure, rank, within_goal
 from orchestrator.report.text import caution, interval_text
-from orchestrator.search_types import SearchResult
+from orchestrator.search.levers import Repredictor
+from orchestrator.search.types import SearchResult
 from predictor.frameworks.launch import launch_settings
 from predictor.models.intervals import Interval
 from predictor.plan import Plan

@@ -3,7 +3,7 @@ would make it fit, each re-predicted by the search's predictor so the time it co
 
 A lever is one change to the plan: stronger recomputation, a higher ZeRO stage, twice the pipeline or tensor
 degree (half the data-parallel one), more nodes (the data-parallel degree grows with them, sharding the
-model states: ZeRO 1 at least), or a memory lever of `orchestrator.lever_search.memory_levers` (recomputed
+model states: ZeRO 1 at least), or a memory lever of `orchestrator.search.levers.memory_levers` (recomputed
 modules, offloaded activations or optimizer, BF16 moments) where the framework has it.
 """
 
@@ -13,9 +13,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from orchestrator.lever_search import Repredictor, memory_levers, runs
 from orchestrator.report.model import ClosePlan, Lever
-from orchestrator.search_types import SearchResult
+from orchestrator.search.levers import Repredictor, memory_levers, runs
+from orchestrator.search.types import SearchResult
 from predictor.plan import Plan
 from predictor.spec.workload import WorkloadSpec
 

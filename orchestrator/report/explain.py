@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from orchestrator.search_types import SearchResult
+from orchestrator.search.types import SearchResult
 from predictor.costs.prediction import TIME_PARTS, Prediction
 from predictor.plan import HIDDEN_WORDS, PART_WORDS, PRICING_ORDER, Plan
 from predictor.spec.resolver import Resolved

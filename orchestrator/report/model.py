@@ -147,7 +147,7 @@ class ClosePlan:
 @dataclass(frozen=True)
 class WiderPlan:
     """The best plan that fits in a sample of a wider space's plans, where it beats the searched space's winner
-    (`orchestrator.wider_space`)."""
+    (`orchestrator.search.wider_space`)."""
 
     space: str
     plan: Plan

@@ -11,7 +11,7 @@ import numpy as np
 from orchestrator.report.model import TrainingGoal
 from orchestrator.report.ranking import costs, days_and_cost, front
 from orchestrator.report.text import train_text
-from orchestrator.search_types import SearchResult
+from orchestrator.search.types import SearchResult
 from predictor.spec.workload import WorkloadSpec
 
 

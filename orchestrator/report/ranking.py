@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.report.model import Costs, TrainingGoal
-from orchestrator.search_types import SearchResult
+from orchestrator.search.types import SearchResult
 from predictor.models.intervals import Interval
 from predictor.spec.workload import WorkloadSpec
 

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import ray
 from ray.exceptions import RayActorError
 
-from orchestrator.replica import MAX_CHUNK, Answers, Replica, ReplicaLoadError, Sent, chunked
+from orchestrator.search.replica import MAX_CHUNK, Answers, Replica, ReplicaLoadError, Sent, chunked
 from predictor.graph.layer_graph import LayerGraph
 from predictor.models.base import Predictor
 from predictor.plan import Plan

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from orchestrator.lever_search import Repredictor, explore_levers, memory_levers, runs
 from orchestrator.planning import sized_spec
-from orchestrator.search_types import SearchResult
+from orchestrator.search.levers import Repredictor, explore_levers, memory_levers, runs
+from orchestrator.search.types import SearchResult
 from predictor.graph.cache import graph_for
 from predictor.models.analytical import AnalyticalPredictor
 from predictor.plan import Plan

@@ -1,10 +1,10 @@
 """A predictor replica without Ray: one loaded predictor and one workload (spec + graph, at one or several cluster
 sizes) answering batches of plans, and the answers' columnar form.
 
-`orchestrator.replicas` runs replicas as Ray actors (`PredictorReplica`); `LocalPool` runs one here, in the driver,
-for a search too small to repay starting Ray (a plan search whose candidates a core prices in about the time Ray
-takes to start). Both pools answer `submit` / `arrive` / `gather` alike, so the search loop (`orchestrator.search`)
-does not know which it has.
+`orchestrator.search.ray_replicas` runs replicas as Ray actors (`PredictorReplica`); `LocalPool` runs one here, in
+the driver, for a search too small to repay starting Ray (a plan search whose candidates a core prices in about the
+time Ray takes to start). Both pools answer `submit` / `arrive` / `gather` alike, so the search loop
+(`orchestrator.search.run`) does not know which it has.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from predictor.spec.resolver import resolve
 from predictor.spec.workload import WorkloadSpec
 
 if TYPE_CHECKING:  # pragma: no cover (the search module imports Ray Tune: `scaledl predict` asks for fixes without it)
-    from orchestrator.search_types import SearchResult
+    from orchestrator.search.types import SearchResult
 
 # Overflowing plans whose levers are tried (the fastest first): a few seconds of predictions at most.
 LEVER_PLANS = 512

@@ -1,8 +1,8 @@
 """The search's data, without Ray: its options, an evaluated plan, the result a report reads, and why a plan does
 not fit in memory.
 
-`orchestrator.search` runs a search and `orchestrator.tune_search` runs one under Ray Tune; both read these types, as
-the reports and tests do, none of which needs Ray or Tune imported to read a result.
+`orchestrator.search.run` runs a search and `orchestrator.search.tune` runs one under Ray Tune; both read these
+types, as the reports and tests do, none of which needs Ray or Tune imported to read a result.
 """
 
 from __future__ import annotations

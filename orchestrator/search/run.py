@@ -8,7 +8,7 @@ or Ctrl-C stops it, what was evaluated is kept), and a failing batch costs only 
 recorded as errored). An exhaustive search's batches are fixed in advance, so nothing in it needs
 a searcher: they go to the replicas from the driver, which keeps the store, and Tune (a trial process booting Ray
 and importing Tune, seconds on two cores, and a result row per trial) is not imported. The sampling searchers run
-Tune (`orchestrator.tune_search`).
+Tune (`orchestrator.search.tune`).
 
 `--resume` continues from the stored batches, after Ctrl-C, a crash or a spent budget alike: a new
 run over what is left (exhaustive and random: the batches not stored yet; Optuna: the same
@@ -16,7 +16,7 @@ seeded TPE, whose trials on stored groups answer from the store at once, so it r
 and goes on). Not `Tuner.restore`: Tune counts a run stopped by its budget as finished, so restoring
 it continues nothing, and a restored run keeps the old budget.
 Plans predicted above the device memory, less a headroom, are kept as infeasible with the reason. The options and the
-result are plain data (`orchestrator.search_types`).
+result are plain data (`orchestrator.search.types`).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
 
 import numpy as np
 
-from orchestrator.replica import Answers, LocalPool, Sent, join_tables
-from orchestrator.search_types import SEARCHERS, SearchOptions, SearchResult
-from orchestrator.store import (RETRIES, Batch, Outcome, ResultStore, SearchError, check_resumable,
+from orchestrator.search.replica import Answers, LocalPool, Sent, join_tables
+from orchestrator.search.types import SEARCHERS, SearchOptions, SearchResult
+from orchestrator.search.store import (RETRIES, Batch, Outcome, ResultStore, SearchError, check_resumable,
                                prepare_store)
 from predictor.costs.prediction_table import PredictionTable
 from predictor.plan import Plan
@@ -44,7 +44,7 @@ from search_spaces import GROUP_AXES, TuneSpace
 from search_spaces.plan_list import PlanList
 
 if TYPE_CHECKING:
-    from orchestrator.replicas import ReplicaPool
+    from orchestrator.search.ray_replicas import ReplicaPool
 
 # The replicas a search sends its batches to: Ray actors, or one replica in this process (a small search).
 Pool = Union["ReplicaPool", LocalPool]
@@ -104,7 +104,7 @@ def run_search(plans: PlanList, pool: Pool, out_dir: Path, capacity_gib: float,
     tuned = uses_tune(searcher, len(plans), options)
     started = time.perf_counter()
     if tuned:
-        from orchestrator.tune_search import run_tune
+        from orchestrator.search.tune import run_tune
 
         run = run_tune(space, searcher, pool, out_dir, limit_gib, capacity_gib, options, done, on_batch)
     else:

@@ -22,12 +22,12 @@ import ray
 from ray import tune
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from orchestrator.replicas import ReplicaPool
-from orchestrator.store import RETRIES, Outcome, ResultStore
+from orchestrator.search.ray_replicas import ReplicaPool
+from orchestrator.search.store import RETRIES, Outcome, ResultStore
 from search_spaces import TuneSpace
 
 if TYPE_CHECKING:
-    from orchestrator.search_types import SearchOptions
+    from orchestrator.search.types import SearchOptions
 
 EXPERIMENT = "search"
 

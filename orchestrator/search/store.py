@@ -1,7 +1,7 @@
 """Where a search's answers go: one actor on the driver's node that keeps each trial's batch and writes it
 to `OUT/evaluated/` atomically, so the search is anytime and resumable.
 
-Kept apart from `orchestrator.search` and `orchestrator.tune_search` so the store's worker process imports
+Kept apart from `orchestrator.search.run` and `orchestrator.search.tune` so the store's worker process imports
 neither; a search without Tune keeps its store in the driver (the same class, not an actor).
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.replica import Answers
+from orchestrator.search.replica import Answers
 
 # A stored batch: the indices (into the search's valid plans) of the plans it holds, in batch order, and their answers.
 Batch = tuple[np.ndarray, Answers]

@@ -15,8 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
-from orchestrator.lever_search import Repredictor
 from orchestrator.report.model import Report, WiderPlan
+from orchestrator.search.levers import Repredictor
 from predictor.plan import Plan
 from predictor.spec.workload import WorkloadSpec
 from search_spaces import resolve_space, sample_plans
