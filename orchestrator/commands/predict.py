@@ -106,7 +106,7 @@ def overflow(pred: Prediction, limit: float) -> dict[str, Any]:
 
 def cheapest_fix(plan: Plan, pred: Prediction, spec: WorkloadSpec, predictor: Any, limit: float
                  ) -> dict[str, Any] | None:
-    """The single change (`lever_search.fixes`) that makes `plan` fit for the least predicted time, or None."""
+    """The single change (`search.levers.fixes`) that makes `plan` fit for the least predicted time, or None."""
     from orchestrator.search.levers import fixes  # lazy: only a plan that does not fit asks
     from predictor.graph.cache import graph_for
 
