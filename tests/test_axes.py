@@ -121,11 +121,35 @@ def test_the_lists_of_parts_and_kinds_are_the_registrys():
 
     assert TIME_PARTS == ("compute", *(p.name for a in PRICING_ORDER for p in a.parts), "optimizer")
     assert set(COMM_PARTS) == {p.name for a in AXES for p in a.parts if p.comm} and "ep_comm" in COMM_PARTS
-    assert HIDDEN_KINDS == tuple(k for a in PRICING_ORDER for k in a.hidden)
+    assert HIDDEN_KINDS == tuple(k.name for a in PRICING_ORDER for k in a.hidden)
     # axes may share a kind (etp's exchanges hide where ep's do): each kind once, in pricing order
     assert OVERLAP_KINDS == tuple(dict.fromkeys(k for a in PRICING_ORDER for k in a.overlap))
     assert set(TERM_OF_PART) == set(TIME_PARTS)
     assert {a.name for a in STAGE_AXES} == {"tp", "cp", "ep", "etp"}
+
+
+def test_the_pricing_core_finds_the_replicas_and_the_pipelines_parts_by_role_not_by_position():
+    """The gradient sync, the bubble and the send/recv (parts and hidden kinds) are found by their roles: reordering
+    the registry's entries finds the same ones, and a role no entry takes or two entries take is refused."""
+    from dataclasses import replace
+
+    from predictor.plan.axes import HIDDEN_ROLES, PART_ROLES, by_role, hidden_named, part_named
+
+    parts = tuple(p for a in AXES for p in a.parts)
+    kinds = tuple(k for a in AXES for k in a.hidden)
+    assert {r: p.name for r, p in by_role(parts[::-1], PART_ROLES, "part").items()} == {
+        "sync": "dp_comm", "bubble": "pp_bubble", "send": "pp_p2p"} == {r: part_named(r) for r in PART_ROLES}
+    assert {r: (k.name, k.overlap) for r, k in by_role(kinds[::-1], HIDDEN_ROLES, "kind").items()} == {
+        "grad_sync": ("dp_grad", "dp"), "param_gather": ("dp_param", "param"), "send": ("pp_p2p", "pp")} == {
+        r: (hidden_named(r).name, hidden_named(r).overlap) for r in HIDDEN_ROLES}
+    with pytest.raises(ValueError, match=r"no part takes the roles \['bubble'\]"):
+        by_role(tuple(p for p in parts if p.role != "bubble"), PART_ROLES, "part")
+    with pytest.raises(ValueError, match="'pp_p2p' and 'tp_comm' both take role 'send'"):
+        by_role((*parts, replace(parts[0], role="send")), PART_ROLES, "part")
+    with pytest.raises(ValueError, match="takes role 'sink'"):
+        by_role((replace(parts[0], role="sink"),), PART_ROLES, "part")
+    with pytest.raises(KeyError, match="unknown time part role 'gather'"):
+        part_named("gather")
 
 
 @pytest.mark.parametrize("text, part", [("dp=2,tp=8,sp=true", "tp_comm"), ("dp=8,cp=2,cp_comm=allgather", "cp_comm"),

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 TOY = '''
-from predictor.plan.axes import Axis, TimePart, axis_function
+from predictor.plan.axes import Axis, HiddenKind, TimePart, axis_function
 
 
 @axis_function("xp", "rules")
@@ -30,7 +30,7 @@ def xp_stage_time(resolved, lay, cfg):
 
 AXIS = Axis("xp", "toy parallel", "nothing", "one exchange per layer", "nothing", order=2, multiplies_gpus=False,
             explain="xp={degree} spends {share:.0f} % of the time in its toy exchange",
-            parts=(TimePart("xp_comm", "toy exchange", "tp_comm"),), hidden={"xp_comm": "toy exchange"},
+            parts=(TimePart("xp_comm", "toy exchange", "tp_comm"),), hidden=(HiddenKind("xp_comm", "toy exchange", "xp"),),
             overlap=("xp",), stage_cost=True, space_default=(2,), options={"xp_route": ("direct", "relay")})
 
 # A toy axis that splits a dimension the pricing already knows (the sequence, as context parallelism does) and has

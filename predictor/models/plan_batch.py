@@ -31,8 +31,9 @@ from predictor.models import fsdp2, overlap
 from predictor.models.cuda_graphs import static_bytes
 from predictor.models.roofline import AnalyticalConfig, call_costs, routed
 from predictor.models.stage_costs import compute_parts, grad_sync_time, offload_waits, optimizer_time, p2p_time
-from predictor.plan import AXIS, AXIS_NAMES, HIDDEN_KINDS, OVERLAP_KINDS, STAGE_AXES, Axis, Plan, nvlink_domain
-from predictor.plan.axes import PIPELINE_AXIS, REPLICA_AXIS, SHARDING_FIELDS, STAGE_FIELDS, SYNC_GROUPS
+from predictor.plan import AXIS_NAMES, HIDDEN_KINDS, OVERLAP_KINDS, STAGE_AXES, Axis, Plan, nvlink_domain
+from predictor.plan.axes import (PIPELINE_AXIS, REPLICA_AXIS, SHARDING_FIELDS, STAGE_FIELDS, SYNC_GROUPS, hidden_named,
+                                 part_named)
 from predictor.spec.hardware import Device
 from predictor.spec.resolver import Resolved
 from predictor.spec.workload import WorkloadSpec
@@ -52,15 +53,14 @@ _STAGE_AT = tuple(AXIS_NAMES.index(a.name) for a in STAGE_AXES)
 # device differ in time by these and by what each overlaps.
 FRAMEWORK_PARTS: tuple[str, ...] = ("attention", "host", "calls")
 _ALWAYS_HIDDEN = tuple(tuple(a.overlapped_when.split("=")) if a.overlapped_when else None for a in STAGE_AXES)
-# Each stage axis's one kind of hidden communication (`Axis.hidden`).
-_STAGE_KINDS = tuple(kind for a in STAGE_AXES for kind in a.hidden)
-# What the replicas' axis adds (its registry entry's order): one time part, the gradient sync and the parameter
-# all-gather; the kinds of hidden communication and the overlap kinds of each of those two.
-(_SYNC_PART,), (_GRAD_KIND, _GATHER_KIND), (_GRAD_OVERLAP, _GATHER_OVERLAP) = (
-    tuple(p.name for p in AXIS[REPLICA_AXIS].parts), tuple(AXIS[REPLICA_AXIS].hidden), AXIS[REPLICA_AXIS].overlap)
-# What the pipeline's axis adds: the bubble and the send/recv time parts; the send/recv's hidden and overlap kinds.
-(_BUBBLE_PART, _SEND_PART), (_SEND_KIND,), (_SEND_OVERLAP,) = (
-    tuple(p.name for p in AXIS[PIPELINE_AXIS].parts), tuple(AXIS[PIPELINE_AXIS].hidden), AXIS[PIPELINE_AXIS].overlap)
+# Each stage axis's one kind of hidden communication and one time part (`Axis.hidden`, `Axis.parts`).
+_STAGE_KINDS = tuple(kind for a in STAGE_AXES for (kind,) in [a.hidden])
+_STAGE_PARTS = tuple(part.name for a in STAGE_AXES for (part,) in [a.parts])
+# What the replicas and the pipeline add, by role (`predictor.plan.axes.PART_ROLES`, `HIDDEN_ROLES`): the gradient
+# sync's time part, the pipeline's bubble and send/recv; the gradient reduction, the parameter all-gather and the
+# send/recv hidden, each with the overlap kind that hides it.
+_SYNC_PART, _BUBBLE_PART, _SEND_PART = (part_named(role) for role in ("sync", "bubble", "send"))
+_GRAD, _GATHER, _SEND = (hidden_named(role) for role in ("grad_sync", "param_gather", "send"))
 
 
 def stage_cost(axis: Axis) -> Callable[..., np.ndarray]:
@@ -231,7 +231,7 @@ class PlanPieces:
         if not self.kernels.transformer_engine:
             kinds = kinds - self.framework.kernels.te_overlap
         own = self.framework.exposed_shares
-        shares = (own[kind](plan) if kind in own else overlap.EDGE_SHARE.get(kind, 0.0) for kind in _STAGE_KINDS)
+        shares = (own[k.name](plan) if k.name in own else overlap.EDGE_SHARE.get(k.name, 0.0) for k in _STAGE_KINDS)
         return (*(float(k in kinds) for k in OVERLAP_KINDS), *shares)
 
     def _levers(self, plan: Plan) -> Levers:
@@ -386,13 +386,12 @@ class PlanPieces:
         hide = self._hidden(on, always, comm_s, m, f_s, b_s, att_s, kern_s, experts, (grad_sync, grad_calls, grad_edge),
                             (param_gather, gather_calls, gather_edge), zero3.astype(bool), p2p, one_send, shares)
         parts: dict[str, np.ndarray] = {}
-        for k, axis in enumerate(STAGE_AXES):
-            (kind,), (part,) = axis.hidden, axis.parts
-            parts[part.name] = m * comm_s[k] - hide[kind]
+        for k, (kind, part) in enumerate(zip(_STAGE_KINDS, _STAGE_PARTS)):
+            parts[part] = m * comm_s[k] - hide[kind.name]
         slowed = sum((hide[kind] for kind in HIDDEN_KINDS), np.zeros_like(compute))
         parts.update({"compute": compute + overlap.slowdown(self.device) * slowed + copies,
-                      _SYNC_PART: grad_sync + param_gather - hide[_GRAD_KIND] - hide[_GATHER_KIND],
-                      _BUBBLE_PART: bubble, _SEND_PART: p2p - hide[_SEND_KIND], "optimizer": optimizer})
+                      _SYNC_PART: grad_sync + param_gather - hide[_GRAD.name] - hide[_GATHER.name],
+                      _BUBBLE_PART: bubble, _SEND_PART: p2p - hide[_SEND.name], "optimizer": optimizer})
         breakdown = np.stack([parts[k] for k in TIME_PARTS], axis=1)
         iter_time = row_sums(breakdown)
         model_flops = (graph.fwd_flops + graph.bwd_flops) * spec.training.global_batch
@@ -426,28 +425,27 @@ class PlanPieces:
         gained = m * np.where(on["wgrad"], overlap.combined_1f1b_exposed(together, f_s, b_s, *experts, False)
                               - overlap.combined_1f1b_exposed(together, f_s, b_s, *experts, True), 0.0)
         hide: dict[str, np.ndarray] = {}
-        for k, axis in enumerate(STAGE_AXES):
-            (kind,) = axis.hidden
+        for k, (axis, kind) in enumerate(zip(STAGE_AXES, _STAGE_KINDS)):
             total = m * comm_s[k]
-            edge = total * shares[k] + comm_s[k] * overlap.EDGE_MICROBATCHES.get(kind, 0.0)
+            edge = total * shares[k] + comm_s[k] * overlap.EDGE_MICROBATCHES.get(kind.name, 0.0)
             if axis.window == "phases":  # half beside the other micro-batch's attention, half beside the rest
                 share = np.where(together > 0, comm_s[k] / np.maximum(together, 1e-300), 0.0)
                 own = np.minimum(total / 2, windows["attention"]) + np.minimum(total / 2, windows["gemms"])
                 own = np.clip(np.minimum(own + gained * share, total - edge), 0.0, None)
             else:
                 own = np.clip(total - edge, 0.0, windows[axis.window])
-            hide[kind] = np.where(always[k] if axis.overlapped_when else on[axis.overlap[0]], own, 0.0)
+            hide[kind.name] = np.where(always[k] if axis.overlapped_when else on[kind.overlap], own, 0.0)
         # ZeRO-3 gathers each unit again in every forward and backward; otherwise once, before the first forward
         passes = np.where(zero3, 2 * m, 1.0)
         gather_f = overlap.pipelined(param_gather / passes, gather_calls / passes, f_s, gather_edge)
         gather_b = np.where(zero3, overlap.pipelined(param_gather / passes, gather_calls / passes, b_s, gather_edge),
                             0.0)
-        hide[_GATHER_KIND] = np.where(on[_GATHER_OVERLAP], np.where(zero3, m * (gather_f + gather_b), gather_f), 0.0)
+        hide[_GATHER.name] = np.where(on[_GATHER.overlap], np.where(zero3, m * (gather_f + gather_b), gather_f), 0.0)
         # the gradient buckets beside the last backward, after what that backward's gathers hide on the communicator
-        grad_window = b_s - np.where(on[_GATHER_OVERLAP], gather_b, 0.0)
-        hide[_GRAD_KIND] = np.where(on[_GRAD_OVERLAP], overlap.pipelined(grad_sync, grad_calls, grad_window, grad_edge),
+        grad_window = b_s - np.where(on[_GATHER.overlap], gather_b, 0.0)
+        hide[_GRAD.name] = np.where(on[_GRAD.overlap], overlap.pipelined(grad_sync, grad_calls, grad_window, grad_edge),
                                     0.0)
-        hide[_SEND_KIND] = np.where(on[_SEND_OVERLAP], np.clip(p2p - 2 * one_send, 0.0, compute), 0.0)
+        hide[_SEND.name] = np.where(on[_SEND.overlap], np.clip(p2p - 2 * one_send, 0.0, compute), 0.0)
         return overlap.share_window(hide, compute)
 
     def _slowest_stage(self, index: np.ndarray, depth: int) -> np.ndarray:

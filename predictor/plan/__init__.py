@@ -4,7 +4,8 @@ report facts) and `placement` (rank orders and NVLink domains). Importing the pa
 and facts (`axes.axis_function`)."""
 
 from predictor.plan.axes import (AXES, AXIS, AXIS_NAMES, COMM_PARTS, DEFAULT_ORDER, DISPATCHERS, HIDDEN_KINDS, HIDDEN_WORDS,
-                                 OVERLAP_KINDS, PART_WORDS, PRICING_ORDER, STAGE_AXES, TERM_OF_PART, TIME_PARTS, Axis, TimePart)
+                                 OVERLAP_KINDS, PART_WORDS, PRICING_ORDER, STAGE_AXES, TERM_OF_PART, TIME_PARTS, Axis, HiddenKind,
+                                 TimePart)
 from predictor.plan.placement import complete_order, nvlink_domain, placement_error, placements
 from predictor.plan.plan import (GPU_AXES, GRADS, MOMENTS, OFFLOAD_MODULES, PLACEMENTS, RECOMPUTE_MODES,
                                  RECOMPUTE_MODULES, SCHEDULES, Plan, PlanError, canonical_recompute, offloaded,
@@ -15,7 +16,7 @@ from predictor.plan.rules import (cross_domain_axes, embedding_and_loss_in_split
 
 __all__ = [
     "AXES", "AXIS", "AXIS_NAMES", "Axis", "COMM_PARTS",
-    "DEFAULT_ORDER", "DISPATCHERS", "GPU_AXES", "GRADS", "HIDDEN_KINDS", "HIDDEN_WORDS", "MOMENTS", "OFFLOAD_MODULES", "OVERLAP_KINDS",
+    "DEFAULT_ORDER", "DISPATCHERS", "GPU_AXES", "GRADS", "HIDDEN_KINDS", "HiddenKind", "HIDDEN_WORDS", "MOMENTS", "OFFLOAD_MODULES", "OVERLAP_KINDS",
     "PART_WORDS", "PLACEMENTS", "PRICING_ORDER", "Plan", "PlanError", "RECOMPUTE_MODES", "RECOMPUTE_MODULES",
     "SCHEDULES", "STAGE_AXES", "TERM_OF_PART", "TIME_PARTS", "TimePart", "canonical_recompute", "complete_order",
     "cross_domain_axes", "embedding_and_loss_in_split", "nvlink_domain", "offloaded", "overlap_kinds",

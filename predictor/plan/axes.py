@@ -22,9 +22,10 @@ runs, each with its flag or key); a framework refuses an axis it does not declar
 Every list of time parts, hidden kinds, overlap kinds and correction terms is generated here from `AXES` (in
 `PRICING_ORDER`), and so are `Plan`'s degree and option fields, the search spaces' fields and the pricing core's
 communication groups (`PLAN_GROUPS`) and memo keys; the pricing core and the search ask for the axes they price in
-their own way by role (`REPLICA_AXIS`, `PIPELINE_AXIS`, `SEQUENCE_SPLIT_AXIS`). So adding an axis is one entry
-here, its cost function (and its rules, if it has any) registered onto it, and its flag in each framework that runs
-it.
+their own way by role (`REPLICA_AXIS`, `PIPELINE_AXIS`, `SEQUENCE_SPLIT_AXIS`), and for the time parts and hidden
+kinds of the replicas and the pipeline by theirs (`PART_ROLES`, `HIDDEN_ROLES`: `part_named`, `hidden_named`).
+So adding an axis is one entry here, its cost function (and its rules, if it has any) registered onto it, and its
+flag in each framework that runs it.
 """
 
 from __future__ import annotations
@@ -34,18 +35,48 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any, Callable, Mapping, TypeVar
 
+# What the pricing core prices the replicas' and the pipeline's parts and hidden kinds as (`TimePart.role`,
+# `HiddenKind.role`): it asks for each by its role (`part_named`, `hidden_named`), never by an axis or a position, so
+# each role is one part or kind of the registry, and a missing or doubled one is refused when it loads.
+PART_ROLES: dict[str, str] = {
+    "sync": "the replicas' gradient sync and parameter all-gather, exposed (`stage_costs.grad_sync_time`)",
+    "bubble": "the pipeline's fill and drain: the other stages' micro-batch time before and after the slowest's",
+    "send": "the pipeline's activation send/recv between neighbouring stages, exposed",
+}
+HIDDEN_ROLES: dict[str, str] = {
+    "grad_sync": "the gradient reduction, beside the last micro-batch's backward",
+    "param_gather": "the parameter all-gather, beside the forward (and under ZeRO-3 the backward)",
+    "send": "the pipeline's send/recv, beside another chunk's computation",
+}
+
 
 @dataclass(frozen=True)
 class TimePart:
     """One entry of a prediction's time breakdown.
 
     term: the learned predictor's correction term that scales it (`predictor.models.features.TERMS`);
-    comm: whether it is exposed communication (what the no-communication ablation drops)."""
+    comm: whether it is exposed communication (what the no-communication ablation drops);
+    role: what the pricing core prices it as (`PART_ROLES`; "" for a stage axis's part, priced by its stage cost)."""
 
     name: str
     words: str  # what the report calls it
     term: str
     comm: bool = True
+    role: str = ""
+
+
+@dataclass(frozen=True)
+class HiddenKind:
+    """One kind of communication a prediction reports hidden (`Prediction.hidden_comm`).
+
+    overlap: the kind of a plan's `overlap` that hides it, one of its axis's `Axis.overlap` ("" where a plan value
+    hides it instead: `Axis.overlapped_when`); role: what the pricing core prices it as (`HIDDEN_ROLES`; "" for a
+    stage axis's kind, hidden beside its `Axis.window`)."""
+
+    name: str
+    words: str  # what the report calls it
+    overlap: str = ""
+    role: str = ""
 
 
 @dataclass(frozen=True)
@@ -61,8 +92,8 @@ class Axis:
     explain: str  # a sentence of the report; fields: degree, share (% of the time in its parts) and its "facts"
     group: str = ""  # the group its collectives run over (a `PLAN_GROUPS` name; "" when it has no group of its own)
     parts: tuple[TimePart, ...] = ()
-    hidden: Mapping[str, str] = field(default_factory=dict)  # kinds of `Prediction.hidden_comm` it reports: words
-    overlap: tuple[str, ...] = ()  # kinds of a plan's `overlap` that hide its communication
+    hidden: tuple[HiddenKind, ...] = ()  # the kinds of `Prediction.hidden_comm` it reports
+    overlap: tuple[str, ...] = ()  # kinds of a plan's `overlap` that hide its communication (or move it: ep's wgrad)
     stage_cost: bool = False  # priced per pipeline stage by its "stage_cost" function (`FUNCTION_KINDS`)
     cost_fields: tuple[str, ...] = ()  # the plan fields `stage_cost` reads beyond `SHARDING_FIELDS` and its group
     # The plan fields of it a stage's computation and memory read beyond `SHARDING_FIELDS` (ep: its dispatcher's
@@ -193,7 +224,8 @@ AXES: tuple[Axis, ...] = (
          explain="tp={degree} keeps its all-reduces {where} ({share:.0f} % of the time)",
          group="tp", nvlink=True, splits=("width", "tokens"),
          parts=(TimePart("tp_comm", "tensor-parallel communication", "tp_comm"),),
-         hidden={"tp_comm": "tensor-parallel"}, overlap=("tp",), window="gemms", host_runs_ahead=True,
+         hidden=(HiddenKind("tp_comm", "tensor-parallel", "tp"),), overlap=("tp",), window="gemms",
+         host_runs_ahead=True,
          stage_cost=True, cost_fields=_WORK_FIELDS, written_after="dp", first_format=True),
     Axis("cp", "context parallel", "the sequence of every layer (2·cp load-balanced chunks)",
          "K/V passed round a ring of cp ranks per attention layer (or all-gathered), overlapped with attention",
@@ -202,27 +234,27 @@ AXES: tuple[Axis, ...] = (
                  "load-balanced chunks); its K/V exchange ({cp_comm}) costs {share:.0f} % of the time",
          group="cp", splits=("sequence",), from_tokens=True,
          parts=(TimePart("cp_comm", "context-parallel K/V exchange", "tp_comm"),),
-         hidden={"cp_comm": "context-parallel"},
+         hidden=(HiddenKind("cp_comm", "context-parallel"),),
          stage_cost=True, cost_fields=("mbs", "cp_comm"), window="attention",
          overlapped_when="cp_comm=ring", space_default=(1,), written_after="placement",
          # how it exchanges K/V: ring (send/recv overlapped with attention) or allgather (gathered before attention)
          options={"cp_comm": ("ring", "allgather")}, options_after="overlap"),
-    # The replicas' and the pipeline's parts, hidden and overlap kinds are read by role in their order
-    # (`predictor.models.plan_batch`): dp's gradient reduction before its parameter all-gather, pp's bubble before
-    # its send/recv.
     Axis("dp", "data parallel", "the global batch",
          "gradient all-reduce or reduce-scatter (over dp·cp ranks), weight all-gather with ZeRO/FSDP",
          "optimizer state, gradients and weights divided by dp·cp with ZeRO 1/2/3", order=2,
          explain="dp={degree} spends {share:.0f} % in gradient sync{over}",
-         group="dp", group_with=("cp",), parts=(TimePart("dp_comm", "data-parallel gradient sync", "dp_comm"),),
-         hidden={"dp_grad": "gradient reduction", "dp_param": "parameter all-gather"},
+         group="dp", group_with=("cp",),
+         parts=(TimePart("dp_comm", "data-parallel gradient sync", "dp_comm", role="sync"),),
+         hidden=(HiddenKind("dp_grad", "gradient reduction", "dp", role="grad_sync"),
+                 HiddenKind("dp_param", "parameter all-gather", "param", role="param_gather")),
          overlap=("dp", "param"), written_after="", first_format=True),
     Axis("pp", "pipeline parallel", "the layers into pp stages (pp·v chunks interleaved)",
          "activation send/recv between neighbouring stages", "each rank holds 1/pp of the layers", order=3,
          explain="pp={degree} with {microbatches} micro-batches{virtual} leaves a {bubble:.1f} % bubble "
                  "({share:.0f} % of the time)",
-         parts=(TimePart("pp_bubble", "pipeline bubble", "pp", comm=False),
-                TimePart("pp_p2p", "pipeline send/recv", "pp")), hidden={"pp_p2p": "pipeline send/recv"},
+         parts=(TimePart("pp_bubble", "pipeline bubble", "pp", comm=False, role="bubble"),
+                TimePart("pp_p2p", "pipeline send/recv", "pp", role="send")),
+         hidden=(HiddenKind("pp_p2p", "pipeline send/recv", "pp", role="send"),),
          overlap=("pp",), written_after="tp", first_format=True, splits=("layers",)),
     Axis("ep", "expert parallel", "the routed experts of each MoE layer (E/ep per rank)",
          "token dispatch and combine all-to-all per MoE layer, forward and backward; expert gradients over dp·tp·cp/ep",
@@ -233,7 +265,7 @@ AXES: tuple[Axis, ...] = (
          parts=(TimePart("ep_comm", "expert-parallel token all-to-all", "tp_comm"),),
          # "wgrad": Megatron-Core's delay_wgrad_compute, the experts' weight-gradient GEMMs moved beside the dispatch's
          # backward all-to-all (`predictor.models.overlap.combined_1f1b_exposed`)
-         hidden={"ep_comm": "expert all-to-all"}, overlap=("ep", "wgrad"), window="phases",
+         hidden=(HiddenKind("ep_comm", "expert all-to-all", "ep"),), overlap=("ep", "wgrad"), window="phases",
          stage_cost=True, cost_fields=(*_WORK_FIELDS, "dispatcher"),
          multiplies_gpus=False, complement_group="edp", stage_fields=("dispatcher",), space_default=(1,),
          written_after="cp_comm",
@@ -257,7 +289,7 @@ AXES: tuple[Axis, ...] = (
                  "{share:.0f} % of the time exposed",
          group="etp", splits=("expert_width",),
          parts=(TimePart("etp_comm", "expert tensor-parallel all-gather and reduce-scatter", "tp_comm"),),
-         hidden={"etp_comm": "expert tensor-parallel"}, overlap=("ep",), window="phases",
+         hidden=(HiddenKind("etp_comm", "expert tensor-parallel", "ep"),), overlap=("ep",), window="phases",
          stage_cost=True, cost_fields=_WORK_FIELDS, multiplies_gpus=False, space_default=(1,), written_after="ep"),
     *_plugin_axes(),
 )
@@ -267,6 +299,10 @@ for _axis in AXES:
         raise ValueError(f"axis {_axis.name!r} splits {sorted(set(_axis.splits) - set(DIMENSIONS))}, not a dimension "
                          f"(predictor.plan.axes.DIMENSIONS: {', '.join(DIMENSIONS)}); add the dimension there and to "
                          f"predictor.plan.share.RankShare, which the pricing reads")
+    for _kind in _axis.hidden:
+        if _kind.overlap and _kind.overlap not in _axis.overlap:
+            raise ValueError(f"axis {_axis.name!r}: its hidden kind {_kind.name!r} is hidden by overlap kind "
+                             f"{_kind.overlap!r}, not one of its overlap kinds {_axis.overlap}; add it to Axis.overlap")
 AXIS_NAMES: tuple[str, ...] = tuple(a.name for a in AXES)
 # The order axes are priced, explained and listed in a breakdown: by rank order position, then registry order.
 PRICING_ORDER: tuple[Axis, ...] = tuple(sorted(AXES, key=lambda a: a.order))
@@ -316,9 +352,49 @@ TERM_OF_PART: dict[str, str] = {p.name: p.term for p in _PARTS}
 PART_WORDS: dict[str, str] = {p.name: p.words for p in _PARTS}
 COMM_PARTS: tuple[str, ...] = tuple(p.name for p in _PARTS if p.comm)
 # Kinds of hidden communication (`Prediction.hidden_comm`), in the order of `PredictionTable.hidden`.
-HIDDEN_KINDS: tuple[str, ...] = tuple(k for a in PRICING_ORDER for k in a.hidden)
-HIDDEN_WORDS: dict[str, str] = {k: w for a in PRICING_ORDER for k, w in a.hidden.items()}
+HIDDEN_KINDS: tuple[str, ...] = tuple(k.name for a in PRICING_ORDER for k in a.hidden)
+HIDDEN_WORDS: dict[str, str] = {k.name: k.words for a in PRICING_ORDER for k in a.hidden}
 # Communication a framework can hide behind computation; a plan's `overlap` switches each kind on or off.
 OVERLAP_KINDS: tuple[str, ...] = tuple(dict.fromkeys(k for a in PRICING_ORDER for k in a.overlap))  # shared kinds once
 # Axes priced per pipeline stage by their own cost function.
 STAGE_AXES: tuple[Axis, ...] = tuple(a for a in PRICING_ORDER if a.stage_cost)
+
+
+_Named = TypeVar("_Named", TimePart, HiddenKind)
+
+
+def by_role(entries: tuple[_Named, ...], roles: Mapping[str, str], what: str) -> dict[str, _Named]:
+    """Each of `roles` with the one entry that takes it; an unknown role, a role two entries take or one no entry
+    takes is refused when the registry loads, so a reordered or edited registry prices the same or fails here."""
+    found: dict[str, _Named] = {}
+    for entry in entries:
+        if entry.role and entry.role not in roles:
+            raise ValueError(f"{what} {entry.name!r} takes role {entry.role!r}; known roles: {', '.join(roles)}")
+        if entry.role in found:
+            raise ValueError(f"{what}s {found[entry.role].name!r} and {entry.name!r} both take role {entry.role!r}; "
+                             f"one {what} takes each role")
+        if entry.role:
+            found[entry.role] = entry
+    missing = [role for role in roles if role not in found]
+    if missing:
+        raise ValueError(f"no {what} takes the roles {missing} the pricing core prices (predictor.plan.axes: "
+                         f"{'; '.join(f'{r}: {roles[r]}' for r in missing)}); give each to the axis that has it")
+    return found
+
+
+_PART_OF_ROLE = by_role(_PARTS, PART_ROLES, "time part")
+_HIDDEN_OF_ROLE = by_role(tuple(k for a in AXES for k in a.hidden), HIDDEN_ROLES, "hidden kind")
+
+
+def part_named(role: str) -> str:
+    """The time part that takes `role` (`PART_ROLES`)."""
+    if role not in _PART_OF_ROLE:
+        raise KeyError(f"unknown time part role {role!r}; known: {', '.join(PART_ROLES)}")
+    return _PART_OF_ROLE[role].name
+
+
+def hidden_named(role: str) -> HiddenKind:
+    """The hidden kind that takes `role` (`HIDDEN_ROLES`), with the overlap kind that hides it."""
+    if role not in _HIDDEN_OF_ROLE:
+        raise KeyError(f"unknown hidden kind role {role!r}; known: {', '.join(HIDDEN_ROLES)}")
+    return _HIDDEN_OF_ROLE[role]
