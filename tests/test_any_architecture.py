@@ -104,7 +104,13 @@ def test_an_unknown_model_type_and_missing_dims_name_the_field() -> None:
                     "training": {"global_batch": 8}, "cluster": {"device": "h100"}})
 
 
-@pytest.mark.parametrize("preset", sorted(PUBLISHED))
+# One of each kind planned in the default run (MLA + MoE, chunked attention, Mamba hybrid, linear-attention hybrid, a
+# 1T MoE); the others, 3-5 s each, with -m slow.
+PLANNED_BY_DEFAULT = {"deepseek-v4-flash", "kimi-k2", "llama4-scout", "nemotron-h-8b", "qwen3-next-80b-a3b"}
+
+
+@pytest.mark.parametrize("preset", [p if p in PLANNED_BY_DEFAULT else pytest.param(p, marks=pytest.mark.slow)
+                                    for p in sorted(PUBLISHED)])
 def test_scaledl_plan_plans_it(scaledl, tmp_path: Path, preset: str) -> None:
     scaledl.plan_spec({"model": {"preset": preset}, "training": {"global_batch": 256},
                        "cluster": {"device": "h100", "nodes": 4, "gpus_per_node": 8}, "search": {"max_pp": 2}},

@@ -27,8 +27,10 @@ def test_presets_load() -> None:
         load_space(name)
 
 
-@pytest.mark.parametrize("spec", [GPT3, BERT], ids=["gpt3", "bert"])
-@pytest.mark.parametrize("name", ["megatron-3d", "full"])
+@pytest.mark.parametrize("spec, name", [
+    pytest.param(GPT3, "megatron-3d", id="megatron-3d-gpt3"), pytest.param(BERT, "megatron-3d", id="megatron-3d-bert"),
+    pytest.param(GPT3, "full", id="full-gpt3", marks=pytest.mark.slow),  # 20 s: checks 100,000s of candidates one by one
+    pytest.param(BERT, "full", id="full-bert")])
 def test_enumeration_is_exactly_the_valid_candidates(spec, name) -> None:
     space = load_space(name)
     if spec is GPT3 and name == "full":  # millions of candidates: one micro-batch and overlap choice keep it quick

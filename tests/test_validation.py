@@ -82,7 +82,8 @@ def test_plans_run_for_real_and_failures_are_results(two_nodes, tmp_path: Path) 
            "training": {"global_batch": 4, "precision": "fp32"}, "cluster": {"device": "cpu", "nodes": 1, "gpus_per_node": 1}}
     jobs = [
         ValidationJob(tiny(2), "dp=2", predicted_time_s=0.02, predicted_memory_gib=0.01, warmup=1, steps=3),
-        ValidationJob(tiny(4), "dp=4", predicted_time_s=0.02, warmup=1, steps=3),  # the cluster has 2 CPUs
+        ValidationJob({**tiny(4), "cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 4}}, "dp=4",
+                      predicted_time_s=0.02, warmup=1, steps=3),  # ranks share the 2 CPUs, but it has no GPU
         ValidationJob(big, "dp=1", predicted_time_s=0.5, predicted_memory_gib=0.3, warmup=1, steps=3,
                       memory_limit_gib=0.8),  # needs ~1.3 GiB resident
         ValidationJob(tiny(2), "tp=3", warmup=1, steps=1),  # heads=2: not a valid plan
@@ -97,7 +98,8 @@ def test_plans_run_for_real_and_failures_are_results(two_nodes, tmp_path: Path) 
     assert len(set(ok.nodes)) == 2  # one CPU per node: the two ranks must be on both nodes
     assert ok.time_error == pytest.approx((0.02 - ok.measured_time_s) / ok.measured_time_s)
 
-    assert unplaced.status == "error" and "cluster has {'CPU': 2.0}" in unplaced.detail and not unplaced.nodes
+    assert unplaced.status == "error" and "cluster has {'CPU': 2.0, 'GPU': 0.0}" in unplaced.detail
+    assert not unplaced.nodes
     assert oom.status == "oom" and "passed its memory limit of 0.8 GiB" in oom.detail and "said it fits: wrong" in oom.detail
     assert oom.peak_memory_gib[0] > 0.8
     assert invalid.status == "error" and "tp=3 does not divide heads=2" in invalid.detail
