@@ -197,10 +197,12 @@ def test_each_axis_function_is_registered_onto_its_axis_by_reference():
 
 
 def test_the_search_the_plan_and_the_pricing_core_ask_for_an_axis_by_role_not_by_name():
-    """plan/plan.py, search_spaces and the pricing core (parallel.py, plan_batch.py, memory/) read axes from the
-    registry (its roles: `REPLICA_AXIS`, `PIPELINE_AXIS`, `SEQUENCE_SPLIT_AXIS`; the dimensions each axis splits,
-    `RankShare`) and name none in code (messages and docstrings may): an axis added to the registry needs no edit
-    there."""
+    """plan/plan.py, search_spaces and the pricing (parallel.py, plan_batch.py, memory/, the roofline, the overlap
+    windows, the MoE dispatcher's costs, the stage costs) read axes from the registry (its roles: `REPLICA_AXIS`,
+    `PIPELINE_AXIS`, `SEQUENCE_SPLIT_AXIS`; the dimensions each axis splits, `RankShare`; the windows it hides
+    beside) and name none in code (messages and docstrings may), but in an axis's own functions: those registered
+    onto it (`axis_function`) and the helpers named for it. An axis added to the registry needs no edit there."""
+    import ast
     import io
     import re
     import tokenize
@@ -210,11 +212,19 @@ def test_the_search_the_plan_and_the_pricing_core_ask_for_an_axis_by_role_not_by
     named = re.compile(r"(tp|cp|dp|pp|ep|edp|etp|vpp)(_\w*)?")
     packages = [*sorted((root / "search_spaces").glob("*.py")), *sorted((root / "predictor/memory").glob("*.py"))]
     for path in ("predictor/plan/plan.py", "predictor/plan/share.py", "predictor/costs/parallel.py",
-                 "predictor/models/plan_batch.py", *(str(p.relative_to(root)) for p in packages)):
+                 "predictor/costs/moe_dispatch.py", "predictor/models/plan_batch.py", "predictor/models/roofline.py",
+                 "predictor/models/overlap.py", "predictor/models/stage_costs.py",
+                 *(str(p.relative_to(root)) for p in packages)):
         source = (root / path).read_text()
+        owned = [range(min(d.lineno for d in [f, *f.decorator_list]), f.end_lineno + 1)
+                 for f in ast.parse(source).body if isinstance(f, ast.FunctionDef)
+                 and (named.fullmatch(f.name.lstrip("_"))
+                      or any(isinstance(d, ast.Call) and getattr(d.func, "id", "") == "axis_function"
+                             for d in f.decorator_list))]
         names = [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline)
-                 if t.type == tokenize.NAME and named.fullmatch(t.string)
-                 or t.type == tokenize.STRING and named.fullmatch(t.string.strip("'\""))]
+                 if (t.type == tokenize.NAME and named.fullmatch(t.string)
+                     or t.type == tokenize.STRING and named.fullmatch(t.string.strip("'\""))
+                     ) and not any(t.start[0] in lines for lines in owned)]
         assert names == [], f"{path} names {names}"
 
 

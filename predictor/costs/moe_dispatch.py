@@ -134,21 +134,21 @@ def _deepep_buffer(hidden: int, ranks: int) -> float:
     return float(nvl + rdma)
 
 
-def buffer_bytes(dispatcher: str, tokens: float, model: "ModelSpec", tp: int, act_bytes: float, group: comm.Group,
-                 imbalance: float = 1.0) -> float:
-    """Bytes the dispatcher keeps on a rank for one micro-batch of `tokens` tokens (before tp's sequence split):
-    the permuted token-expert pairs sent and received (the busiest rank's, `imbalance` times the balanced share),
-    and its own buffers."""
+def buffer_bytes(dispatcher: str, tokens: float, model: "ModelSpec", token_split: int, act_bytes: float,
+                 group: comm.Group, imbalance: float = 1.0) -> float:
+    """Bytes the dispatcher keeps on a rank for one micro-batch of `tokens` tokens, before the MoE layers' tokens are
+    split over `token_split` ranks (`predictor.plan.share.RankShare.tokens`): the permuted token-expert pairs sent
+    and received (the busiest rank's, `imbalance` times the balanced share), and its own buffers."""
     n = group.size
     if n <= 1:
         return 0.0
     h = model.hidden or 0
-    pairs = tokens * (model.top_k or 0) * h / tp * act_bytes * imbalance
+    pairs = tokens * (model.top_k or 0) * h / token_split * act_bytes * imbalance
     own = 0.0
     if dispatcher == "allgather":
-        own = tokens * h / tp * act_bytes * n
+        own = tokens * h / token_split * act_bytes * n
     elif dispatcher == "deepep":
         own = _deepep_buffer(h, n)
     elif dispatcher == "hybridep":
-        own = 2 * tokens / tp * group.n_intra * h * act_bytes
+        own = 2 * tokens / token_split * group.n_intra * h * act_bytes
     return 2 * pairs + own

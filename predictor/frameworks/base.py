@@ -196,8 +196,8 @@ class Framework:
     # Whether ScaleDL prices LoRA fine-tuning (`training.lora_rank`, `predictor.costs.lora`) as it runs it.
     lora: bool = False
     # Per kind of hidden communication (`HIDDEN_KINDS`), the share of a plan's overlapped traffic that nothing hides,
-    # where its own overlap decides it (a kind not here: `predictor.models.overlap.EDGE_SHARE`, e.g. Transformer
-    # Engine's pipelined reduce-scatter for tensor parallelism's).
+    # where its own overlap decides it (a kind not here: `predictor.models.overlap.EDGE_SHARE` of its axis's window,
+    # e.g. Transformer Engine's pipelined reduce-scatter for tensor parallelism's).
     exposed_shares: Mapping[str, Callable[[Plan], float]] = field(default_factory=dict)
 
     @property

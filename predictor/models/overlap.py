@@ -47,14 +47,15 @@ from predictor.spec.hardware import Device
 COMM_SMS = 16
 # Chunks of a pipelined tensor-parallel reduce-scatter (`initialize_ub`'s num_splits for "pipeline").
 RS_SPLITS = 4
-# The share of a kind's communication with no computation beside it beyond what `pipelined` prices: half of the
-# tensor-parallel traffic reduce-scatters, and the last of each one's RS_SPLITS chunks follows the last GEMM chunk.
-EDGE_SHARE: dict[str, float] = {"tp_comm": 1 / (2 * RS_SPLITS)}
-# Kinds that hide one micro-batch's communication behind another micro-batch's computation, and how many micro-batches'
-# worth has none beside it: Megatron-Core's combined 1F1B (`--overlap-moe-expert-parallel-comm`) runs the first
-# micro-batch's forward and the last one's backward alone (NVIDIA/Megatron-LM
+# Per window a stage axis's communication hides beside (`predictor.plan.axes.Axis.window`), the share of it with no
+# computation beside it: beside the GEMMs they feed or drain, half of the collectives reduce-scatter (an all-reduce is
+# a reduce-scatter and an all-gather), and the last of each one's RS_SPLITS chunks follows the last GEMM chunk.
+EDGE_SHARE: dict[str, float] = {"gemms": 1 / (2 * RS_SPLITS)}
+# Per window that hides one micro-batch's communication behind another micro-batch's computation, how many
+# micro-batches' worth has none beside it: Megatron-Core's combined 1F1B (`--overlap-moe-expert-parallel-comm`), whose
+# "phases" run the first micro-batch's forward and the last one's backward alone (NVIDIA/Megatron-LM
 # megatron/core/pipeline_parallel/combined_1f1b.py, `combined_1f1b_schedule_for_no_pipelining`).
-EDGE_MICROBATCHES: dict[str, float] = {"ep_comm": 1.0, "etp_comm": 1.0}
+EDGE_MICROBATCHES: dict[str, float] = {"phases": 1.0}
 
 
 def combined_1f1b_exposed(comm: np.ndarray, fwd: np.ndarray, bwd: np.ndarray, experts_fwd: np.ndarray,

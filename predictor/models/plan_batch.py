@@ -231,7 +231,8 @@ class PlanPieces:
         if not self.kernels.transformer_engine:
             kinds = kinds - self.framework.kernels.te_overlap
         own = self.framework.exposed_shares
-        shares = (own[k.name](plan) if k.name in own else overlap.EDGE_SHARE.get(k.name, 0.0) for k in _STAGE_KINDS)
+        shares = (own[k.name](plan) if k.name in own else overlap.EDGE_SHARE.get(a.window, 0.0)
+                  for a, k in zip(STAGE_AXES, _STAGE_KINDS))
         return (*(float(k in kinds) for k in OVERLAP_KINDS), *shares)
 
     def _levers(self, plan: Plan) -> Levers:
@@ -427,7 +428,7 @@ class PlanPieces:
         hide: dict[str, np.ndarray] = {}
         for k, (axis, kind) in enumerate(zip(STAGE_AXES, _STAGE_KINDS)):
             total = m * comm_s[k]
-            edge = total * shares[k] + comm_s[k] * overlap.EDGE_MICROBATCHES.get(kind.name, 0.0)
+            edge = total * shares[k] + comm_s[k] * overlap.EDGE_MICROBATCHES.get(axis.window, 0.0)
             if axis.window == "phases":  # half beside the other micro-batch's attention, half beside the rest
                 share = np.where(together > 0, comm_s[k] / np.maximum(together, 1e-300), 0.0)
                 own = np.minimum(total / 2, windows["attention"]) + np.minimum(total / 2, windows["gemms"])

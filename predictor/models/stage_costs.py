@@ -29,8 +29,8 @@ from predictor.costs.moe_dispatch import exchange_seconds
 from predictor.costs.muon import NS_STEPS, newton_schulz_flops, newton_schulz_shapes
 from predictor.costs.parallel import Layout, ShardedNodes
 from predictor.memory.lever_settings import op_sac_recomputed, recomputed_nodes
-from predictor.plan import Plan, recompute_modules
-from predictor.plan.axes import axis_function
+from predictor.plan import AXES, Plan, recompute_modules
+from predictor.plan.axes import REPLICA_AXIS, axis_function
 from predictor.spec.resolver import Resolved
 from predictor.spec.workload import WorkloadSpec
 
@@ -44,8 +44,9 @@ def compute_parts(resolved: Resolved, graph: LayerGraph, lay: Layout, config: An
     host's forward and backward operator time (a MoE layer's permutation and router kernels included,
     `predictor.models.moe_kernels`), the MoE dispatchers' host waits in forward and backward, the
     attention cores' forward + backward (what a cp ring hides behind), the same with their recomputed forward (the
-    attention kernel's whole share of the layers' time), the tensor-parallel collectives' per-call seconds (part
-    of the tp communication): those two name what a framework's attention kernel and its per-call cost add; then the
+    attention kernel's whole share of the layers' time), the per-call seconds of the collectives each axis counts
+    (its "calls" function: tp's, part of the tp communication): those two name what a framework's attention kernel
+    and its per-call cost add; then the
     routed experts' forward and backward and the MoE layers (what the combined 1F1B's phases run beside).
 
     A measured device is synchronous: host and kernels add. On a GPU the host runs ahead and a host-bound
@@ -80,7 +81,11 @@ def compute_parts(resolved: Resolved, graph: LayerGraph, lay: Layout, config: An
     host_b = 2 * host_f + again @ ops
     sync_f = counts @ (nodes.experts * nodes.gemm_batch) * cfg.expert_host_s
     sync_b = sync_f * 2 + again @ (nodes.experts * nodes.gemm_batch) * cfg.expert_host_s
-    calls = tp_calls(lay) * call_costs(cfg, device)[0] if plan.tp > 1 else np.zeros_like(t_f)
+    calls = np.zeros_like(t_f)
+    for axis in AXES:
+        counted = axis.function("calls")
+        if counted is not None and axis.degree(plan) > 1:
+            calls = calls + counted(lay) * call_costs(cfg, device)[0]
     experts = nodes.experts.astype(float)
     return np.stack([t_f, t_b, host_f, host_b, sync_f, sync_b, attention, attention_all, calls,
                      counts @ (fwd * experts), counts @ (bwd * experts), counts @ experts])
@@ -119,7 +124,7 @@ def _bf16_layers_extra(resolved: Resolved, graph: LayerGraph, lay: Layout, confi
     (`predictor.costs.bf16_layers`): their nodes at BF16's cost instead of the recipe's, recomputed forwards too."""
     first, last = kept_layers(resolved)
     if not (first or last):
-        return np.zeros(lay.plan.pp), np.zeros(lay.plan.pp)
+        return np.zeros(lay.stages), np.zeros(lay.stages)
     plan = lay.plan
     hp_f, hp_b = layer_times(bf16_twin(resolved), graph, lay.share, plan.mbs, config)
     per_layer = per_layer_occurrences(lay)
@@ -201,7 +206,7 @@ def cp_stage_time(resolved: Resolved, lay: Layout, cfg: AnalyticalConfig) -> np.
     plan, nodes, counts, spec = lay.plan, lay.nodes, lay.stage_counts, resolved.spec
     kv_heads = spec.model.kv_heads or spec.model.heads or 1
     head_dim = (spec.model.hidden or 0) / (spec.model.heads or 1)
-    chunk = 2 * lay.tokens / plan.cp * plan.mbs * kv_heads / plan.tp * head_dim * lay.act_bytes  # K and V
+    chunk = 2 * lay.tokens / plan.cp * plan.mbs * kv_heads / lay.share.width * head_dim * lay.act_bytes  # K and V
     layers = counts @ nodes.attention.astype(float)
     g = lay.groups["cp"]
     if plan.cp_comm == "allgather":
@@ -287,6 +292,7 @@ def _tp_collectives(lay: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     return fwd_calls, bwd_calls, fwd_elems, bwd_elems
 
 
+@axis_function("tp", "calls")
 def tp_calls(lay: Layout) -> np.ndarray:
     """Tensor-parallel collective calls per pipeline rank and micro-batch (a reduce-scatter and an all-gather each
     with sp): what a per-call cost is charged for."""
@@ -364,7 +370,7 @@ def optimizer_time(resolved: Resolved, lay: Layout, psi: np.ndarray, psi_exp: np
     if plan.moments == "bf16":
         state -= 4.0 if spec.training.optimizer == "adam" else 2.0
     opt_bytes = 2 * state + lay.grad_bytes + lay.param_bytes
-    shard, expert_shard = (plan.group_size("dp"), lay.expert_sync_group.size) if plan.zero >= 1 else (1, 1)
+    shard, expert_shard = (plan.group_size(REPLICA_AXIS), lay.expert_sync_group.size) if plan.zero >= 1 else (1, 1)
     local = float(((psi - psi_exp) / shard + psi_exp / expert_shard).max())
     host = plan.optimizer_offload
     bw = device.mem_bandwidth * cfg.bw_eff

@@ -100,7 +100,8 @@ class Axis:
     # permutation kernels and buffers).
     stage_fields: tuple[str, ...] = ()
     # what its hidden communication runs beside: the stage's "compute", its "gemms" (all but attention), "attention",
-    # or "phases" (half beside attention, half beside the rest: `predictor.models.overlap`)
+    # or "phases" (half beside attention, half beside the rest); the window also decides what of it nothing hides
+    # (`predictor.models.overlap.EDGE_SHARE`, `EDGE_MICROBATCHES`)
     window: str = "compute"
     # Whether the host runs ahead while the GPU waits on its per-layer collectives, so that a host-bound stage's
     # stretch to the host's pace is net of them (`predictor.models.plan_batch`: tensor parallelism's, which block
@@ -157,6 +158,9 @@ class Axis:
 FUNCTION_KINDS: dict[str, str] = {
     "facts": "(plan, spec) -> the fields its `explain` sentence names beyond its degree and share",
     "stage_cost": "(resolved spec, layout, config) -> seconds per pipeline stage and micro-batch (`Axis.stage_cost`)",
+    # beside the layers, what a framework's per-call cost on collectives adds (`plan_batch.FRAMEWORK_PARTS`' calls);
+    # an axis without one adds none there (its stage cost may charge its calls itself)
+    "calls": "(layout) -> its collective calls per pipeline stage and micro-batch, at degree above 1",
     "rules": "(plan, spec) -> every reason its degree cannot run the workload",
     # for an axis that does not multiply into the GPU count (it regroups a stage's ranks); without one, a space's
     # `auto` takes every divisor
