@@ -24,13 +24,12 @@ def bf16_layer_indices(first: int, last: int, blocks: int) -> list[int]:
 
 
 def bf16_blocks_per_rank(lay: "Layout", first: int, last: int) -> np.ndarray:
-    """(pp,) BF16 layers each pipeline rank holds: layer i in chunk floor(i·pp·v / L) of the even model-order split
-    (`predictor.costs.parallel.stage_counts`), chunk c on rank c mod pp."""
-    plan = lay.plan
-    blocks = int(round(float(lay.blocks_per_stage.sum())))
-    chunks = plan.pp * plan.v
-    ranks = [min(i * chunks // max(blocks, 1), chunks - 1) % plan.pp for i in bf16_layer_indices(first, last, blocks)]
-    return np.bincount(np.asarray(ranks, dtype=int), minlength=plan.pp).astype(float)
+    """(stages,) BF16 layers each pipeline rank holds: layer i in chunk floor(i·stages·v / L) of the even model-order
+    split (`predictor.costs.parallel.stage_counts`), chunk c on rank c mod stages."""
+    stages, blocks = lay.stages, int(round(float(lay.blocks_per_stage.sum())))
+    chunks = stages * lay.plan.v
+    ranks = [min(i * chunks // max(blocks, 1), chunks - 1) % stages for i in bf16_layer_indices(first, last, blocks)]
+    return np.bincount(np.asarray(ranks, dtype=int), minlength=stages).astype(float)
 
 
 def per_layer_occurrences(lay: "Layout") -> np.ndarray:

@@ -57,7 +57,7 @@ def static_bytes(layout: Layout, kernels: Kernels, in_flight: np.ndarray) -> np.
     """Bytes of the graphs' static inputs, outputs and their gradients per pipeline rank (`in_flight`: micro-batches
     whose graphs hold them at the peak)."""
     if not kernels.cuda_graphs or kernels.cuda_graph_scope == "full_iteration":
-        return np.zeros(layout.plan.pp)
+        return np.zeros(layout.stages)
     plan, nodes = layout.plan, layout.nodes
     hidden = nodes.block_input * plan.mbs * layout.act_bytes  # one region's input, as its output and gradients
     count = len(regions(nodes, kernels.cuda_graph_scope))

@@ -33,6 +33,7 @@ from predictor.costs import comm
 from predictor.costs.parallel import Layout
 from predictor.models.lowprec import low_precision_gemms
 from predictor.plan import Plan
+from predictor.plan.axes import PIPELINE_AXIS
 from predictor.spec.hardware import RECIPES
 
 # Bytes per parameter: the all-gathered BF16 weight, a float8-all-gathered one, the FP32 reduce-scatter of
@@ -46,7 +47,7 @@ COPY_IN_BYTES = 2.0 + 4.0
 def reshards_output(plan: Plan) -> bool:
     """Whether `[norm, output]` is resharded after forward: a zero=3 plan is written as torchtitan's "default" without
     a pipeline, which keeps it gathered, and as "always" with one (where "default" would reshard nothing)."""
-    return plan.pp > 1
+    return getattr(plan, PIPELINE_AXIS) > 1
 
 
 def float8_gathers(recipe_name: str | None, plan: Plan) -> bool:
