@@ -198,7 +198,7 @@ def test_each_axis_function_is_registered_onto_its_axis_by_reference():
 
 def test_the_search_the_plan_and_the_pricing_core_ask_for_an_axis_by_role_not_by_name():
     """plan/plan.py, search_spaces and the pricing (parallel.py, plan_batch.py, memory/, the roofline, the overlap
-    windows, the MoE dispatcher's costs, the stage costs, the kept BF16 layers, CUDA graphs, FSDP2) read axes from the registry (its roles: `REPLICA_AXIS`,
+    windows, the MoE costs and dispatcher, the stage costs, the kept BF16 layers, CUDA graphs, FSDP2) read axes from the registry (its roles: `REPLICA_AXIS`,
     `PIPELINE_AXIS`, `SEQUENCE_SPLIT_AXIS`; the dimensions each axis splits, `RankShare`; the windows it hides
     beside) and name none in code (messages and docstrings may), but in an axis's own functions: those registered
     onto it (`axis_function`) and the helpers named for it. An axis added to the registry needs no edit there."""
@@ -212,7 +212,8 @@ def test_the_search_the_plan_and_the_pricing_core_ask_for_an_axis_by_role_not_by
     named = re.compile(r"(tp|cp|dp|pp|ep|edp|etp|vpp)(_\w*)?")
     packages = [*sorted((root / "search_spaces").glob("*.py")), *sorted((root / "predictor/memory").glob("*.py"))]
     for path in ("predictor/plan/plan.py", "predictor/plan/share.py", "predictor/costs/parallel.py",
-                 "predictor/costs/moe_dispatch.py", "predictor/costs/bf16_layers.py", "predictor/models/plan_batch.py",
+                 "predictor/costs/moe_dispatch.py", "predictor/costs/bf16_layers.py", "predictor/costs/moe.py",
+                 "predictor/models/plan_batch.py",
                  "predictor/models/roofline.py", "predictor/models/overlap.py", "predictor/models/stage_costs.py",
                  "predictor/models/cuda_graphs.py", "predictor/models/fsdp2.py",
                  *(str(p.relative_to(root)) for p in packages)):

@@ -21,23 +21,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from predictor.costs import collective_curve as curve, comm
-from predictor.plan.rules import stage_degrees
 
 if TYPE_CHECKING:  # pragma: no cover
-    from predictor.plan import Plan
     from predictor.spec.workload import ModelSpec, WorkloadSpec
-
-
-def runner_ep_error(plan: "Plan", model: "ModelSpec") -> str:
-    """Why ScaleDL's runner cannot run `plan`'s expert parallelism ('' when it can): it runs ep = dp, the stage's
-    other axes at 1, with plain DDP (`predictor.measure.experts`: one expert-data-parallel rank, no ZeRO sharding of
-    the experts each rank holds alone; interleaved pipelines sync with FSDP2's replicate, which would average the
-    experts each rank holds alone, so v = 1)."""
-    if plan.ep == 1 or (model.is_moe and plan.ep == plan.dp == plan.gpus // plan.pp and plan.zero == 0
-                        and plan.v == 1):
-        return ""
-    return (f"ep={plan.ep} with {stage_degrees(plan)}, zero={plan.zero}, v={plan.v}: the runner's expert parallelism "
-            f"needs a MoE model, ep = dp, the stage's other axes at 1, zero=0 and no interleaving")
 
 
 def expert_params(model: "ModelSpec") -> int:

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from predictor.costs.moe import runner_ep_error
+from predictor.frameworks.pytorch import runner_ep_error
 from predictor.plan import Plan
 from predictor.spec.families import names as family_names
 from predictor.spec.workload import ModelSpec

@@ -7,7 +7,7 @@ and a second all-to-all brings the results back (the combine), as Megatron-Core'
 both are differentiable (`all_to_all_single_autograd`), so backward runs the two
 all-to-alls again. Expert gradients are not data-parallel gradients: each rank's experts see the tokens of
 every ep rank, so their gradient is the sum over those ranks' losses and is divided by ep to be the mean the
-dense gradients are; the runner supports the plans `predictor.costs.moe.runner_ep_error` allows (ep = dp: the
+dense gradients are; the runner supports the plans `predictor.frameworks.pytorch.runner_ep_error` allows (ep = dp: the
 expert-data-parallel group has one rank).
 """
 
