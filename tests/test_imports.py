@@ -171,12 +171,12 @@ def test_lower_packages_never_import_higher_ones_and_only_the_orchestrator_impor
 
 
 def test_predictor_rooms_import_only_the_rooms_before_them():
-    wrong = []
+    graph, wrong = _graph(NAMED), []
     for module in sorted(m for m in MODULES if m.count(".") >= 2 and m.split(".")[1] in ROOMS):
         if module in ABOVE_ITS_ROOM:
             continue
         room = ROOMS.index(module.split(".")[1])
-        for target in sorted(_graph(NAMED)[module]):
+        for target in sorted(graph[module]):
             parts = target.split(".")
             if parts[0] == "predictor" and len(parts) > 1 and parts[1] in ROOMS and ROOMS.index(parts[1]) > room:
                 wrong.append(f"{module} imports {target}")

@@ -63,6 +63,13 @@ _SYNC_PART, _BUBBLE_PART, _SEND_PART = (part_named(role) for role in ("sync", "b
 _GRAD, _GATHER, _SEND = (hidden_named(role) for role in ("grad_sync", "param_gather", "send"))
 
 
+def _mean_calls(sync: Sequence[float]) -> tuple[float, float]:
+    """The mean gradient-sync and parameter-gather call of `grad_sync_time`'s figures (seconds over calls): the edge
+    nothing hides where no unit structure says which call is last."""
+    grad, gather, _, grad_calls, gather_calls = sync
+    return grad / max(grad_calls, 1.0), gather / max(gather_calls, 1.0)
+
+
 def stage_cost(axis: Axis) -> Callable[..., np.ndarray]:
     """An axis's per-stage cost: the "stage_cost" function registered onto it (the built-in axes' in
     `predictor.models.stage_costs`, imported above)."""
@@ -208,10 +215,9 @@ class PlanPieces:
             dense = fsdp2.grad_sync_time(lay, psi - psi_exp, m, self.collective_s, lay.sync_group,
                                          fsdp2.float8_gathers(recipe, lay.plan),
                                          self.device.mem_bandwidth * self.cfg.bw_eff)
-            edges = (experts[0] / max(experts[3], 1.0), experts[1] / max(experts[4], 1.0))
-            return tuple(np.add(dense, (*experts, *edges, 0.0)))
+            return tuple(np.add(dense, (*experts, *_mean_calls(experts), 0.0)))
         total = np.add(grad_sync_time(lay, psi - psi_exp, m, self.collective_s, lay.sync_group, whole), experts)
-        return (*total, total[0] / max(total[3], 1.0), total[1] / max(total[4], 1.0), 0.0)
+        return (*total, *_mean_calls(total), 0.0)
 
     def fsdp2_units(self, plan: Plan) -> bool:
         """Whether the plan's data parallelism is FSDP2 over torchtitan's units: its framework keeps FSDP2's states
